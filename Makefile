@@ -1,0 +1,64 @@
+# ces-eval developer entry points. `make serve` and `make test` work on a fresh machine.
+PYTHON ?= python3
+VENV := .venv
+CLIENT_VENV := .venv-client
+PY := $(VENV)/bin/python
+BUF := node_modules/.bin/buf
+# Google's published client, the reference for wire facts. It lives in an environment of its own:
+# it cannot share a process with our generated modules (GUIDE §2).
+OFFICIAL_CLIENT := google-cloud-ces==0.7.2
+
+.PHONY: setup generate check-generated lint format typecheck unit test serve clean
+
+setup: $(VENV)/.installed $(CLIENT_VENV)/.installed node_modules/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+$(CLIENT_VENV)/.installed: Makefile
+	$(PYTHON) -m venv $(CLIENT_VENV)
+	$(CLIENT_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(CLIENT_VENV)/bin/python -m pip install --quiet '$(OFFICIAL_CLIENT)'
+	touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund
+	touch $@
+
+build/third_party: $(VENV)/.installed
+	$(PY) tools/stage_protos.py build/third_party
+
+generate: setup
+	$(PY) tools/generate.py
+
+check-generated: setup
+	$(PY) tools/generate.py --check
+
+lint: setup build/third_party
+	$(VENV)/bin/ruff check src tests tools
+	$(VENV)/bin/ruff format --check src tests tools
+	$(BUF) lint
+	$(BUF) format -d --exit-code protos
+	tools/buf_breaking.sh
+
+format: setup
+	$(VENV)/bin/ruff format src tests tools
+	$(VENV)/bin/ruff check --fix src tests tools
+	$(BUF) format -w protos
+
+typecheck: setup
+	$(VENV)/bin/mypy
+
+unit: setup
+	$(VENV)/bin/pytest
+
+test: check-generated lint typecheck unit
+
+serve: setup
+	$(VENV)/bin/ces-eval serve
+
+clean:
+	rm -rf build $(VENV) $(CLIENT_VENV) node_modules .mypy_cache .ruff_cache .pytest_cache
