@@ -101,9 +101,10 @@ def generate(output: Path) -> None:
         for path in sorted(raw.rglob("*.py*")):
             relative = path.relative_to(raw)
             module_package = ".".join(relative.parent.parts)
-            if path.stem.endswith("_pb2_grpc") and path.with_name(
-                path.name.replace("_pb2_grpc", "_pb2")
-            ).stem not in with_services:
+            if (
+                path.stem.endswith("_pb2_grpc")
+                and path.with_name(path.name.replace("_pb2_grpc", "_pb2")).stem not in with_services
+            ):
                 continue  # protoc writes an empty gRPC module for files without services
             text = _relativize(path.read_text(encoding="utf-8"), module_package, own)
             if path.suffix == ".pyi":

@@ -17,23 +17,21 @@ Facts come from the client's runtime objects, not from its text:
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import re
 import sys
-from typing import Any
-
 import typing
 from concurrent import futures
+from typing import Any
 
 import grpc
 from google.api_core import exceptions, operation
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import ces_v1beta
 from google.cloud.ces_v1beta.services.evaluation_service.transports import grpc as grpc_transport
-from google.longrunning import operations_pb2
-from google.protobuf import empty_pb2
 from google.cloud.ces_v1beta.services.evaluation_service.transports import rest_base
-from google.protobuf import descriptor_pb2
+from google.longrunning import operations_pb2
+from google.protobuf import descriptor_pb2, empty_pb2
 
 RPCS = [
     "CreateEvaluation",
@@ -68,8 +66,8 @@ class _PathRecorder(grpc.GenericRpcHandler):
         self.paths: list[str] = []
 
     def service(self, handler_call_details: Any) -> None:
+        # No handler: the server answers UNIMPLEMENTED.
         self.paths.append(handler_call_details.method)
-        return None  # the server answers UNIMPLEMENTED
 
 
 def _message_descriptor(cls: Any) -> Any:
@@ -128,10 +126,8 @@ def _paths() -> dict[str, str]:
             method = getattr(client, _snake(rpc))
             request_type = typing.get_type_hints(method)["request"]
             request = next(a for a in typing.get_args(request_type) if hasattr(a, "pb"))()
-            try:
+            with contextlib.suppress(exceptions.MethodNotImplemented):
                 method(request=request, retry=None, timeout=10)
-            except exceptions.MethodNotImplemented:
-                pass
             paths[rpc] = recorder.paths[-1]
         channel.close()
         return paths

@@ -104,3 +104,10 @@ def method_options(
             if proto.name == name:
                 return {m.name: m for m in proto.method}
     raise KeyError(service)
+
+
+def official_rpc_names() -> list[str]:
+    """The RPCs the issue asks for, as listed by the official-client dump script."""
+    source = (ROOT / "tests" / "official" / "dump_official.py").read_text(encoding="utf-8")
+    block = source.split("RPCS = [", 1)[1].split("]", 1)[0]
+    return [line.strip().strip(",").strip('"') for line in block.splitlines() if line.strip()]

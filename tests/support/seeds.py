@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["SeedBlock", "SeedEnum", "SeedPage", "parse_page", "load_pages", "SEEDS_DIR"]
+__all__ = ["SEEDS_DIR", "SeedBlock", "SeedEnum", "SeedPage", "load_pages", "parse_page"]
 
 SEEDS_DIR = Path(__file__).resolve().parents[3] / "shared" / "seeds"
 

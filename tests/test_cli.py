@@ -1,0 +1,31 @@
+"""``ces-eval describe`` lists every binding the descriptors declare."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.support import contract
+
+EMULATOR_BINDINGS = {
+    "POST /emulator/v1/{parent=projects/*/locations/*/apps/*/evaluations/*}/results "
+    "ces_eval.emulator.v1.EmulatorService.CreateEvaluationResult",
+    "POST /emulator/v1/{name=projects/*}:reset ces_eval.emulator.v1.EmulatorService.ResetProject",
+}
+
+
+def test_describe_lists_the_official_and_emulator_bindings() -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "ces_eval.cli", "describe"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    lines = {" ".join(line.split()[:3]) for line in completed.stdout.splitlines()}
+    expected = {
+        f"{http['method'].upper()} {http['uri']} {contract.SERVICE}.{rpc}"
+        for rpc, facts in contract.official().rpcs.items()
+        for http in facts["http"]
+    } | EMULATOR_BINDINGS
+    assert lines == expected

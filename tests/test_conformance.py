@@ -1,0 +1,167 @@
+"""Wire conformance with Google's published client (issue: schema foundation).
+
+For every message and enum reachable from the request, response and long-running types of the
+EvaluationService RPCs in ``google-cloud-ces``, ours must have the same full name; every official
+field must exist with the same number, name, JSON name, type, cardinality, message/enum type,
+oneof and presence; every enum value must match by name and number. The RPCs themselves must have
+the same gRPC path, request and response types, ``google.api.http`` rule and
+``google.longrunning.operation_info``.
+"""
+
+from __future__ import annotations
+
+import pytest
+from google.api import annotations_pb2, http_pb2
+from google.longrunning import operations_proto_pb2
+from google.protobuf import descriptor
+
+from tests.support import contract
+
+_LABEL_REPEATED = 3
+
+
+def _official_name(field: descriptor.FieldDescriptor) -> str:
+    """proto-plus appends ``_`` to field names that clash with Python names (``type`` becomes
+    ``type_``) but keeps the proto JSON name (``type``); undo the rename."""
+    name = field.name
+    return name[:-1] if name.endswith("_") and field.json_name == name[:-1] else name
+
+
+def _type_name(field: descriptor.FieldDescriptor) -> str:
+    if field.message_type is not None:
+        return field.message_type.full_name
+    if field.enum_type is not None:
+        return field.enum_type.full_name
+    return ""
+
+
+def _oneof(field: descriptor.FieldDescriptor) -> str:
+    return field.containing_oneof.name if field.containing_oneof is not None else ""
+
+
+def _is_map(field: descriptor.FieldDescriptor) -> bool:
+    return field.message_type is not None and field.message_type.GetOptions().map_entry
+
+
+def _field_mismatches(official: descriptor.Descriptor, ours: descriptor.Descriptor) -> list[str]:
+    problems: list[str] = []
+    by_number = {f.number: f for f in ours.fields}
+    for field in official.fields:
+        where = f"{official.full_name}.{_official_name(field)} (#{field.number})"
+        mine = by_number.get(field.number)
+        if mine is None:
+            problems.append(f"{where}: missing")
+            continue
+        checks = {
+            "name": (_official_name(field), mine.name),
+            "json_name": (field.json_name, mine.json_name),
+            "type": (field.type, mine.type),
+            "repeated": (field.is_repeated, mine.is_repeated),
+            "type_name": (_type_name(field), _type_name(mine)),
+            "oneof": (_oneof(field), _oneof(mine)),
+            "presence": (field.has_presence, mine.has_presence),
+            "map": (_is_map(field), _is_map(mine)),
+        }
+        problems += [
+            f"{where}: {what} official={want!r} ours={got!r}"
+            for what, (want, got) in checks.items()
+            if want != got
+        ]
+    return problems
+
+
+def _enum_mismatches(
+    official: descriptor.EnumDescriptor, ours: descriptor.EnumDescriptor
+) -> list[str]:
+    mine = {v.name: v.number for v in ours.values}
+    return [
+        f"{official.full_name}.{value.name}: official={value.number} ours={mine.get(value.name)}"
+        for value in official.values
+        if mine.get(value.name) != value.number
+    ]
+
+
+def test_every_reachable_message_and_enum_matches_the_official_client() -> None:
+    official = contract.official()
+    _, pool = contract.ours()
+    messages, enums = contract.reachable(official.pool, official.roots)
+    mismatches: list[str] = []
+    field_count = 0
+    for name, message in sorted(messages.items()):
+        try:
+            mine = pool.FindMessageTypeByName(name)
+        except KeyError:
+            mismatches.append(f"message {name}: missing")
+            continue
+        field_count += len(message.fields)
+        mismatches += _field_mismatches(message, mine)
+    for name, enum in sorted(enums.items()):
+        try:
+            mine_enum = pool.FindEnumTypeByName(name)
+        except KeyError:
+            mismatches.append(f"enum {name}: missing")
+            continue
+        mismatches += _enum_mismatches(enum, mine_enum)
+    print(
+        f"conformance: {len(messages)} messages, {len(enums)} enums, {field_count} fields "
+        f"compared; {len(mismatches)} mismatches"
+    )
+    assert mismatches == []
+    # The walk must have covered the contract, not an empty or partial dump.
+    assert "google.cloud.ces.v1beta.EvaluationResult.GoldenResult.TurnReplayResult" in messages
+    assert len(messages) > 80
+
+
+def test_comparison_detects_a_changed_field() -> None:
+    """The comparison itself must fail when a field number, type or oneof differs."""
+    official = contract.official()
+    _, pool = contract.ours()
+    name = "google.cloud.ces.v1beta.ToolCall"
+    assert (
+        _field_mismatches(
+            official.pool.FindMessageTypeByName(name), pool.FindMessageTypeByName(name)
+        )
+        == []
+    )
+    other = pool.FindMessageTypeByName("google.cloud.ces.v1beta.ToolResponse")
+    assert _field_mismatches(official.pool.FindMessageTypeByName(name), other) != []
+
+
+def _http_rule(rule: http_pb2.HttpRule) -> dict[str, str]:
+    pattern = rule.WhichOneof("pattern")
+    assert pattern is not None
+    out = {"method": pattern, "uri": getattr(rule, pattern)}
+    if rule.body:
+        out["body"] = rule.body
+    return out
+
+
+@pytest.mark.parametrize("rpc", sorted(contract.official_rpc_names()))
+def test_rpc_matches_the_official_client(rpc: str) -> None:
+    official = contract.official().rpcs[rpc]
+    files, pool = contract.ours()
+    service = pool.FindServiceByName(contract.SERVICE)
+    method = service.methods_by_name[rpc]
+    assert f"/{service.full_name}/{method.name}" == official["path"]
+    assert method.input_type.full_name == official["request"]
+    assert method.output_type.full_name == official["response"]
+
+    proto = contract.method_options(files, contract.SERVICE)[rpc]
+    rule = proto.options.Extensions[annotations_pb2.http]
+    rules = [_http_rule(rule)] + [_http_rule(r) for r in rule.additional_bindings]
+    assert rules == official["http"]
+
+    info = proto.options.Extensions[operations_proto_pb2.operation_info]
+    if official["lro"]:
+        response, metadata = official["lro"]
+        package = service.file.package
+        assert pool.FindMessageTypeByName(f"{package}.{info.response_type}").name == response
+        assert pool.FindMessageTypeByName(f"{package}.{info.metadata_type}").name == metadata
+    else:
+        assert not proto.options.HasExtension(operations_proto_pb2.operation_info)
+
+
+def test_service_declares_exactly_the_official_rpcs() -> None:
+    _, pool = contract.ours()
+    service = pool.FindServiceByName(contract.SERVICE)
+    assert {m.name for m in service.methods} == set(contract.official().rpcs)
