@@ -1,4 +1,4 @@
-"""Parse the public reference pages in ``shared/seeds`` into JSON key sets and enum value sets.
+"""Parse the public reference pages in ``tests/seeds`` into JSON key sets and enum value sets.
 
 The pages are localized (German, Hebrew, Spanish) renderings of Google's reference docs. Two kinds
 of facts are language independent and are what the coverage test checks:
@@ -19,7 +19,7 @@ from pathlib import Path
 
 __all__ = ["SEEDS_DIR", "SeedBlock", "SeedEnum", "SeedPage", "load_pages", "parse_page"]
 
-SEEDS_DIR = Path(__file__).resolve().parents[3] / "shared" / "seeds"
+SEEDS_DIR = Path(__file__).resolve().parents[1] / "seeds"
 
 _JSON_MARKERS = ("JSON-Darstellung", "Representación JSON", "ייצוג JSON")
 _ENUM_MARKERS = ("Enums", "טיפוסים בני מנייה (enum)", "Enumeraciones")
