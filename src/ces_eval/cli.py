@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
 import sys
 
 from ces_eval import __version__, schema
+from ces_eval.server import ServerConfig, serve
 
 __all__ = ["main"]
 
@@ -18,6 +21,16 @@ def _describe(_: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    config = ServerConfig(
+        host=args.host, grpc_port=args.grpc_port, http_port=args.http_port, database=args.database
+    )
+    return asyncio.run(serve(config))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="ces-eval",
@@ -27,6 +40,17 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     describe = commands.add_parser("describe", help="list the methods and their HTTP bindings")
     describe.set_defaults(run=_describe)
+    defaults = ServerConfig()
+    serve_parser = commands.add_parser("serve", help="run the gRPC and HTTP server")
+    serve_parser.add_argument("--host", default=defaults.host, help="address to bind")
+    serve_parser.add_argument("--grpc-port", type=int, default=defaults.grpc_port)
+    serve_parser.add_argument("--http-port", type=int, default=defaults.http_port)
+    serve_parser.add_argument(
+        "--database",
+        default=defaults.database,
+        help="database URL, e.g. sqlite:///./data/ces-eval.db (default)",
+    )
+    serve_parser.set_defaults(run=_serve)
     args = parser.parse_args(argv)
     result: int = args.run(args)
     return result

@@ -1,0 +1,193 @@
+"""Field behaviours (google/api/field_behavior.proto) applied by walking descriptors.
+
+OUTPUT_ONLY fields are cleared from input (AIP-203: ignored, not rejected), REQUIRED fields are
+enforced inside every message the caller set, and update masks (AIP-134, AIP-161) are checked
+and applied against the fields a caller may change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import cache
+from typing import TYPE_CHECKING, cast
+
+from google.api import field_behavior_pb2
+
+from ces_eval.errors import FieldViolation, ServiceError
+
+if TYPE_CHECKING:
+    from google.protobuf import descriptor
+    from google.protobuf.message import Message
+
+__all__ = [
+    "apply_update_mask",
+    "clear_output_only",
+    "has_behavior",
+    "required_violations",
+    "updatable_paths",
+]
+
+OUTPUT_ONLY = field_behavior_pb2.OUTPUT_ONLY
+REQUIRED = field_behavior_pb2.REQUIRED
+IMMUTABLE = field_behavior_pb2.IMMUTABLE
+IDENTIFIER = field_behavior_pb2.IDENTIFIER
+
+
+@cache
+def _behaviors(field: descriptor.FieldDescriptor) -> frozenset[int]:
+    return frozenset(field.GetOptions().Extensions[field_behavior_pb2.field_behavior])
+
+
+def has_behavior(field: descriptor.FieldDescriptor, behavior: int) -> bool:
+    return behavior in _behaviors(field)
+
+
+def _descriptor(message: Message) -> descriptor.Descriptor:
+    # types-protobuf types DESCRIPTOR as a union with the upb implementation class.
+    return cast("descriptor.Descriptor", message.DESCRIPTOR)
+
+
+def _is_map(field: descriptor.FieldDescriptor) -> bool:
+    return field.message_type is not None and field.message_type.GetOptions().map_entry
+
+
+def _children(message: Message) -> Iterator[tuple[descriptor.FieldDescriptor, str, Message]]:
+    """Set sub-messages of ``message`` with their path suffix (``.f``, ``.f[2]``, ``.f["k"]``)."""
+    for field, value in message.ListFields():
+        if field.message_type is None:
+            continue
+        if _is_map(field):
+            if field.message_type.fields_by_name["value"].message_type is not None:
+                for key, item in value.items():
+                    yield field, f'{field.name}["{key}"]', item
+        elif field.is_repeated:
+            for index, item in enumerate(value):
+                yield field, f"{field.name}[{index}]", item
+        else:
+            yield field, field.name, value
+
+
+def clear_output_only(message: Message) -> None:
+    """Remove every OUTPUT_ONLY field from ``message`` and its sub-messages, in place."""
+    for field, _ in message.ListFields():
+        if has_behavior(field, OUTPUT_ONLY):
+            message.ClearField(field.name)
+    for _, _, child in _children(message):
+        if not child.DESCRIPTOR.full_name.startswith("google.protobuf."):
+            clear_output_only(child)
+
+
+def _is_set(message: Message, field: descriptor.FieldDescriptor) -> bool:
+    if field.is_repeated:
+        return len(getattr(message, field.name)) > 0
+    if field.has_presence:
+        return message.HasField(field.name)
+    return bool(getattr(message, field.name))
+
+
+def required_violations(message: Message, path: str) -> list[FieldViolation]:
+    """One violation per REQUIRED field left empty in ``message`` or any sub-message it sets.
+
+    Sub-trees marked OUTPUT_ONLY are not checked: the caller does not write them. A REQUIRED
+    member of a oneof is satisfied by any member of that oneof.
+    """
+    violations: list[FieldViolation] = []
+    for field in _descriptor(message).fields:
+        if not has_behavior(field, REQUIRED) or has_behavior(field, OUTPUT_ONLY):
+            continue
+        oneof = field.containing_oneof
+        if oneof is not None and len(oneof.fields) > 1:
+            if message.WhichOneof(oneof.name) is None:
+                violations.append(
+                    FieldViolation(
+                        f"{path}.{oneof.name}", "One of its fields is required.", "REQUIRED"
+                    )
+                )
+            continue
+        if not _is_set(message, field):
+            violations.append(FieldViolation(f"{path}.{field.name}", "Required.", "REQUIRED"))
+    for field, suffix, child in _children(message):
+        if has_behavior(field, OUTPUT_ONLY) or child.DESCRIPTOR.full_name.startswith(
+            "google.protobuf."
+        ):
+            continue
+        violations += required_violations(child, f"{path}.{suffix}")
+    # Deduplicate oneof violations reported once per REQUIRED member.
+    return list(dict.fromkeys(violations))
+
+
+@cache
+def updatable_paths(message_descriptor: descriptor.Descriptor) -> frozenset[str]:
+    """Top-level fields a caller may change: not OUTPUT_ONLY, IDENTIFIER or IMMUTABLE."""
+    return frozenset(
+        f.name
+        for f in message_descriptor.fields
+        if not _behaviors(f) & {OUTPUT_ONLY, IDENTIFIER, IMMUTABLE}
+    )
+
+
+def _resolve(message_descriptor: descriptor.Descriptor, path: str) -> str | None:
+    """Why ``path`` cannot be used in an update mask, or None when it can."""
+    parts = path.split(".")
+    current: descriptor.Descriptor | None = message_descriptor
+    for depth, part in enumerate(parts):
+        if current is None:
+            return f"{'.'.join(parts[:depth])} has no sub-fields"
+        field = current.fields_by_name.get(part)
+        if field is None:
+            return f"{current.name} has no field {part!r}"
+        if depth == 0 and part not in updatable_paths(message_descriptor):
+            return f"{part} cannot be updated (output only, identifier or immutable)"
+        if depth > 0 and _behaviors(field) & {OUTPUT_ONLY, IDENTIFIER, IMMUTABLE}:
+            return f"{path} cannot be updated (output only, identifier or immutable)"
+        if field.is_repeated and depth < len(parts) - 1:
+            return f"{'.'.join(parts[: depth + 1])} is repeated; name it whole"
+        current = field.message_type
+    return None
+
+
+def apply_update_mask(target: Message, source: Message, paths: list[str], mask_field: str) -> None:
+    """Copy the fields named by ``paths`` from ``source`` into ``target`` (AIP-134).
+
+    No paths means every updatable field; ``*`` alone means the same (full replacement of what
+    the caller may write). Unknown or read-only paths raise INVALID_ARGUMENT naming each one.
+    """
+    descriptor_ = _descriptor(target)
+    if not paths or paths == ["*"]:
+        paths = sorted(updatable_paths(descriptor_))
+    violations = [
+        FieldViolation(mask_field, f"{path!r}: {problem}.")
+        for path in paths
+        if (
+            problem := ("'*' must be the only path" if path == "*" else _resolve(descriptor_, path))
+        )
+    ]
+    if violations:
+        raise ServiceError.invalid_argument(
+            "The update mask names fields that cannot be updated.", violations
+        )
+    for path in paths:
+        _copy_path(target, source, path.split("."))
+
+
+def _copy_path(target: Message, source: Message, parts: list[str]) -> None:
+    name = parts[0]
+    field = target.DESCRIPTOR.fields_by_name[name]
+    if len(parts) > 1:
+        if not source.HasField(name):
+            target.ClearField(name)  # AIP-134: a path to an unset message clears it
+            return
+        _copy_path(getattr(target, name), getattr(source, name), parts[1:])
+        return
+    if field.is_repeated:
+        target.ClearField(name)
+        getattr(target, name).MergeFrom(getattr(source, name))
+    elif field.message_type is not None:
+        if source.HasField(name):
+            getattr(target, name).CopyFrom(getattr(source, name))
+        else:
+            target.ClearField(name)
+    elif field.has_presence and not source.HasField(name):
+        target.ClearField(name)
+    else:
+        setattr(target, name, getattr(source, name))

@@ -1,0 +1,133 @@
+"""Resource names and IDs (AIP-122), with patterns read from the protos' resource annotations.
+
+Patterns come from ``google.api.resource`` on the messages and ``google.api.resource_definition``
+on the service file, never from string literals here, so the contract stays the one source.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from functools import cache
+
+from google.api import resource_pb2
+
+from ces_eval.errors import FieldViolation, ServiceError
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2, evaluation_service_pb2
+
+__all__ = [
+    "APP",
+    "EVALUATION",
+    "EVALUATION_RESULT",
+    "WILDCARD",
+    "ResourcePattern",
+    "new_id",
+    "validate_id",
+]
+
+# AIP-122: lowercase letter first, then letters, digits and hyphens, no trailing hyphen, ≤ 63.
+_ID = re.compile(r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?")
+# Segments of parents we do not own (projects, locations, apps): any URL-safe run without '/'.
+_FOREIGN_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._~-]{0,127}")
+_VARIABLE = re.compile(r"\{([a-z_]+)\}")
+WILDCARD = "-"
+
+
+@dataclass(frozen=True)
+class ResourcePattern:
+    """One resource type and its single name pattern, e.g. ``projects/{project}/...``."""
+
+    type: str
+    pattern: str
+
+    @property
+    def variables(self) -> tuple[str, ...]:
+        return tuple(_VARIABLE.findall(self.pattern))
+
+    @property
+    def kind(self) -> str:
+        return self.type.rsplit("/", 1)[-1]
+
+    def parse(
+        self, name: str, field: str, *, owned: int = 1, allow_wildcard: str = ""
+    ) -> dict[str, str]:
+        """Split ``name`` into its variables or raise INVALID_ARGUMENT about ``field``.
+
+        The last ``owned`` variables are IDs this service assigns and must follow AIP-122; the
+        variable named ``allow_wildcard`` may be ``-`` (AIP-159 reading across collections).
+        """
+        segments = name.split("/")
+        template = self.pattern.split("/")
+        values: dict[str, str] = {}
+        problem = ""
+        if len(segments) != len(template):
+            problem = f"must have the form {self.pattern}"
+        else:
+            owned_names = set(self.variables[len(self.variables) - owned :]) if owned else set()
+            for segment, expected in zip(segments, template, strict=True):
+                variable = _VARIABLE.fullmatch(expected)
+                if variable is None:
+                    if segment != expected:
+                        problem = f"must have the form {self.pattern}"
+                        break
+                    continue
+                key = variable.group(1)
+                wildcard = key == allow_wildcard and segment == WILDCARD
+                rule = _ID if key in owned_names else _FOREIGN_SEGMENT
+                if not wildcard and rule.fullmatch(segment) is None:
+                    problem = f"has an invalid {key} ID {segment!r}" + (
+                        " (AIP-122: a lowercase letter, then up to 62 lowercase letters, digits "
+                        "or hyphens, not ending with a hyphen)"
+                        if key in owned_names
+                        else ""
+                    )
+                    break
+                values[key] = segment
+        if problem:
+            raise ServiceError.invalid_argument(
+                f"{field} {name!r} {problem}.", [FieldViolation(field, f"{name!r} {problem}.")]
+            )
+        return values
+
+    def format(self, **values: str) -> str:
+        return _VARIABLE.sub(lambda m: values[m.group(1)], self.pattern)
+
+
+def _message_pattern(descriptor_options: object) -> ResourcePattern:
+    resource = descriptor_options.Extensions[resource_pb2.resource]  # type: ignore[attr-defined]
+    return ResourcePattern(resource.type, resource.pattern[0])
+
+
+@cache
+def _definitions() -> dict[str, ResourcePattern]:
+    options = evaluation_service_pb2.DESCRIPTOR.GetOptions()
+    return {
+        d.type: ResourcePattern(d.type, d.pattern[0])
+        for d in options.Extensions[resource_pb2.resource_definition]
+    }
+
+
+EVALUATION = _message_pattern(evaluation_pb2.Evaluation.DESCRIPTOR.GetOptions())
+EVALUATION_RESULT = _message_pattern(evaluation_pb2.EvaluationResult.DESCRIPTOR.GetOptions())
+APP = _definitions()["ces.googleapis.com/App"]
+
+
+def validate_id(value: str, field: str) -> None:
+    """Raise INVALID_ARGUMENT unless ``value`` is an AIP-122 resource ID."""
+    if _ID.fullmatch(value) is None:
+        description = (
+            f"{value!r} is not a valid ID: use a lowercase letter, then up to 62 lowercase "
+            "letters, digits or hyphens, not ending with a hyphen (AIP-122)."
+        )
+        raise ServiceError.invalid_argument(
+            f"{field}: {description}", [FieldViolation(field, description)]
+        )
+
+
+def new_id() -> str:
+    """A server-assigned ID: a random UUID that, like every AIP-122 ID, starts with a letter."""
+    while True:
+        candidate = str(uuid.uuid4())
+        if candidate[0].isalpha():
+            return candidate

@@ -1,0 +1,105 @@
+"""List paging (AIP-158) and ordering (AIP-132).
+
+Page tokens are opaque to callers: a signed, base64url-encoded cursor (the last row's sort value
+and name) plus a digest of the query that produced it. A token only works with the same parent,
+filters and order; anything else, or a token that was altered, is INVALID_ARGUMENT. Signing uses a
+secret kept in the database, so tokens survive restarts and work on every replica.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass
+
+from ces_eval.errors import FieldViolation, ServiceError
+from ces_eval.storage.base import Cursor, OrderBy, SortKey
+
+__all__ = ["DEFAULT_PAGE_SIZE", "MAX_PAGE_SIZE", "PageTokens", "order_by", "page_size"]
+
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 1000
+# The seeds: "name" ascending, "create_time"/"update_time" descending, default update_time.
+_DEFAULT_DIRECTION = {SortKey.NAME: False, SortKey.CREATE_TIME: True, SortKey.UPDATE_TIME: True}
+_MAX_TOKEN = 2048
+
+
+def page_size(requested: int, field: str = "page_size") -> int:
+    """AIP-158: 0 means the default; larger than the maximum is coerced down; negative fails."""
+    if requested < 0:
+        raise ServiceError.invalid_argument(
+            f"{field} must not be negative.", [FieldViolation(field, "Must not be negative.")]
+        )
+    if requested == 0:
+        return DEFAULT_PAGE_SIZE
+    return min(requested, MAX_PAGE_SIZE)
+
+
+def order_by(text: str, field: str = "order_by") -> OrderBy:
+    """Parse an AIP-132 order_by naming one of name, create_time, update_time.
+
+    A bare field takes the seeds' direction; ``asc``/``desc`` may override it.
+    """
+    parts = text.replace(",", " , ").split()
+    if not parts:
+        return OrderBy(SortKey.UPDATE_TIME, descending=True)
+    allowed = ", ".join(k.value for k in SortKey)
+    key = next((k for k in SortKey if k.value == parts[0]), None)
+    problem = ""
+    if key is None:
+        problem = f"Cannot order by {parts[0]!r}; use one of {allowed}."
+    elif len(parts) > 2 or (len(parts) == 2 and parts[1].lower() not in {"asc", "desc"}):
+        problem = f"Order by one field ({allowed}), optionally followed by asc or desc."
+    if problem or key is None:
+        raise ServiceError.invalid_argument(problem, [FieldViolation(field, problem)])
+    descending = _DEFAULT_DIRECTION[key] if len(parts) == 1 else parts[1].lower() == "desc"
+    return OrderBy(key, descending)
+
+
+@dataclass(frozen=True)
+class PageTokens:
+    """Issues and checks page tokens with a per-database secret."""
+
+    secret: bytes
+
+    def _digest(self, query: str) -> str:
+        return hashlib.sha256(query.encode()).hexdigest()[:24]
+
+    def _sign(self, payload: bytes) -> bytes:
+        return hmac.new(self.secret, payload, hashlib.sha256).digest()[:16]
+
+    def encode(self, query: str, cursor: Cursor) -> str:
+        payload = json.dumps(
+            {"q": self._digest(query), "v": cursor.value, "n": cursor.name}, separators=(",", ":")
+        ).encode()
+        token = base64.urlsafe_b64encode(payload + self._sign(payload)).decode()
+        return token.rstrip("=")
+
+    def decode(self, token: str, query: str, field: str = "page_token") -> Cursor:
+        def invalid(problem: str) -> ServiceError:
+            return ServiceError.invalid_argument(
+                f"{field} is invalid: {problem}", [FieldViolation(field, problem)]
+            )
+
+        if len(token) > _MAX_TOKEN:
+            raise invalid("it is not a token this server issued.")
+        try:
+            raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        except (ValueError, TypeError) as error:
+            raise invalid("it is not a token this server issued.") from error
+        payload, signature = raw[:-16], raw[-16:]
+        if len(raw) <= 16 or not hmac.compare_digest(signature, self._sign(payload)):
+            raise invalid("it is not a token this server issued.")
+        data = json.loads(payload)
+        if data.get("q") != self._digest(query):
+            raise invalid(
+                "it was issued for a different query; parent, filter and order_by must not "
+                "change between pages."
+            )
+        value = data.get("v")
+        name = data.get("n")
+        if not isinstance(value, str | int) or not isinstance(name, str):
+            raise invalid("it is not a token this server issued.")
+        return Cursor(value, name)

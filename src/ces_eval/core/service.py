@@ -1,0 +1,402 @@
+"""The service core: one implementation per RPC, shared by every surface (gRPC, REST, MCP).
+
+Methods take the request message and the :class:`Caller` and return the response message, or
+raise :class:`~ces_eval.errors.ServiceError`. Nothing here knows about transports. Method names
+are the RPC names in snake_case; surfaces find them through the service descriptors
+(:func:`handlers`), so an RPC without a method here is UNIMPLEMENTED everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from google.protobuf import empty_pb2, timestamp_pb2
+
+from ces_eval import filtering, schema
+from ces_eval.core import fields, names, pages, validation
+from ces_eval.errors import Code, FieldViolation, ServiceError
+from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from ces_eval.storage.base import Conflict, EtagMismatch, InvalidFilter, ListQuery, Missing
+
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
+
+    from ces_eval.storage.base import Storage
+
+__all__ = ["DEFAULT_USER", "Caller", "Core", "Handler", "handlers"]
+
+DEFAULT_USER = "local-user@ces-eval.localhost"
+_RECENT_RESULTS = 10
+_PROJECT = re.compile(r"projects/([A-Za-z0-9][A-Za-z0-9._~-]{0,127})")
+
+Handler = Callable[["Message", "Caller"], Awaitable["Message"]]
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling: recorded in created_by / last_updated_by."""
+
+    user: str = DEFAULT_USER
+
+
+def _now() -> timestamp_pb2.Timestamp:
+    # Microsecond precision: the storage keeps times in microseconds, so what a write returns is
+    # exactly what a later read returns.
+    micros = time.time_ns() // 1000
+    return timestamp_pb2.Timestamp(seconds=micros // 1_000_000, nanos=(micros % 1_000_000) * 1000)
+
+
+def _new_etag() -> str:
+    return os.urandom(12).hex()
+
+
+def _filter(text: str, field: str) -> filtering.Expr | None:
+    try:
+        return filtering.parse(text)
+    except filtering.FilterError as error:
+        raise _filter_error(error, field) from error
+
+
+def _filter_error(error: filtering.FilterError, field: str) -> ServiceError:
+    description = f"{error.message} (at position {error.position})."
+    return ServiceError.invalid_argument(
+        f"{field} is invalid: {description}", [FieldViolation(field, description)]
+    )
+
+
+class Core:
+    """EvaluationService and EmulatorService semantics over a :class:`Storage`."""
+
+    def __init__(self, storage: Storage, tokens: pages.PageTokens) -> None:
+        self._storage = storage
+        self._tokens = tokens
+
+    # -- evaluations ---------------------------------------------------------------------------
+
+    async def create_evaluation(
+        self, request: service_pb2.CreateEvaluationRequest, caller: Caller
+    ) -> evaluation_pb2.Evaluation:
+        app = names.APP.parse(request.parent, "parent", owned=0)
+        if request.evaluation_id:
+            names.validate_id(request.evaluation_id, "evaluation_id")
+        evaluation = evaluation_pb2.Evaluation()
+        evaluation.CopyFrom(request.evaluation)
+        fields.clear_output_only(evaluation)
+        evaluation.ClearField("name")
+        violations = validation.validate_evaluation(evaluation, "evaluation")
+        if not request.HasField("evaluation"):
+            violations = [FieldViolation("evaluation", "Required.", "REQUIRED")]
+        validation.raise_if_invalid(violations, "evaluation")
+        now = _now()
+        evaluation.name = names.EVALUATION.format(
+            **app, evaluation=request.evaluation_id or names.new_id()
+        )
+        evaluation.create_time.CopyFrom(now)
+        evaluation.update_time.CopyFrom(now)
+        evaluation.created_by = evaluation.last_updated_by = caller.user
+        evaluation.etag = _new_etag()
+        try:
+            await self._storage.insert_evaluation(evaluation)
+        except Conflict as conflict:
+            raise self._conflict(conflict, names.EVALUATION, evaluation, "app") from conflict
+        return evaluation
+
+    async def get_evaluation(
+        self, request: service_pb2.GetEvaluationRequest, caller: Caller
+    ) -> evaluation_pb2.Evaluation:
+        names.EVALUATION.parse(request.name, "name")
+        evaluation = await self._storage.get_evaluation(request.name)
+        if evaluation is None:
+            raise ServiceError.not_found(names.EVALUATION.type, request.name)
+        return evaluation
+
+    async def list_evaluations(
+        self, request: service_pb2.ListEvaluationsRequest, caller: Caller
+    ) -> service_pb2.ListEvaluationsResponse:
+        names.APP.parse(request.parent, "parent", owned=0)
+        size = pages.page_size(request.page_size)
+        order = pages.order_by(request.order_by)
+        clauses = [
+            f
+            for f in (
+                _filter(request.filter, "filter"),
+                _filter(request.evaluation_filter, "evaluation_filter"),
+            )
+            if f is not None
+        ]
+        run_filter = _filter(request.evaluation_run_filter, "evaluation_run_filter")
+        query_key = "\x1f".join(
+            (
+                "evaluations",
+                request.parent,
+                request.filter,
+                request.evaluation_filter,
+                request.evaluation_run_filter,
+                f"{order.key.value}:{order.descending}",
+            )
+        )
+        after = self._tokens.decode(request.page_token, query_key) if request.page_token else None
+        query = ListQuery(
+            parent=request.parent,
+            order=order,
+            limit=size + 1,
+            filter=clauses[0]
+            if len(clauses) == 1
+            else (filtering.And(tuple(clauses)) if clauses else None),
+            run_filter=run_filter,
+            after=after,
+        )
+        try:
+            rows = await self._storage.list_evaluations(query)
+        except InvalidFilter as invalid:
+            field = (
+                "evaluation_run_filter"
+                if invalid.which == "run_filter"
+                else ("evaluation_filter" if request.evaluation_filter else "filter")
+            )
+            raise _filter_error(invalid.error, field) from invalid
+        response = service_pb2.ListEvaluationsResponse()
+        response.evaluations.extend(row for row, _ in rows[:size])
+        if len(rows) > size:
+            response.next_page_token = self._tokens.encode(query_key, rows[size - 1][1])
+        if request.last_ten_results and response.evaluations:
+            recent = await self._storage.recent_results(
+                [e.name for e in response.evaluations], _RECENT_RESULTS
+            )
+            for evaluation in response.evaluations:
+                evaluation.last_ten_results.extend(recent.get(evaluation.name, []))
+        return response
+
+    async def update_evaluation(
+        self, request: service_pb2.UpdateEvaluationRequest, caller: Caller
+    ) -> evaluation_pb2.Evaluation:
+        if not request.HasField("evaluation"):
+            raise ServiceError.invalid_argument(
+                "evaluation is required.", [FieldViolation("evaluation", "Required.", "REQUIRED")]
+            )
+        name = request.evaluation.name
+        names.EVALUATION.parse(name, "evaluation.name")
+        current = await self._storage.get_evaluation(name)
+        if current is None:
+            raise ServiceError.not_found(names.EVALUATION.type, name)
+        if request.evaluation.etag and request.evaluation.etag != current.etag:
+            raise ServiceError.aborted_etag(names.EVALUATION.type, name)
+        incoming = evaluation_pb2.Evaluation()
+        incoming.CopyFrom(request.evaluation)
+        fields.clear_output_only(incoming)
+        updated = evaluation_pb2.Evaluation()
+        updated.CopyFrom(current)
+        fields.apply_update_mask(updated, incoming, list(request.update_mask.paths), "update_mask")
+        editable = evaluation_pb2.Evaluation()
+        editable.CopyFrom(updated)
+        fields.clear_output_only(editable)
+        validation.raise_if_invalid(
+            validation.validate_evaluation(editable, "evaluation"), "evaluation"
+        )
+        updated.update_time.CopyFrom(_now())
+        updated.last_updated_by = caller.user
+        updated.etag = _new_etag()
+        try:
+            await self._storage.replace_evaluation(updated, expected_etag=current.etag)
+        except Missing as missing:
+            raise ServiceError.not_found(names.EVALUATION.type, name) from missing
+        except EtagMismatch as mismatch:
+            raise ServiceError.aborted_etag(names.EVALUATION.type, name) from mismatch
+        except Conflict as conflict:
+            raise self._conflict(conflict, names.EVALUATION, updated, "app") from conflict
+        return updated
+
+    async def delete_evaluation(
+        self, request: service_pb2.DeleteEvaluationRequest, caller: Caller
+    ) -> empty_pb2.Empty:
+        names.EVALUATION.parse(request.name, "name")
+        current = await self._storage.get_evaluation(request.name)
+        if current is None:
+            raise ServiceError.not_found(names.EVALUATION.type, request.name)
+        if request.etag and request.etag != current.etag:
+            raise ServiceError.aborted_etag(names.EVALUATION.type, request.name)
+        if current.evaluation_datasets and not request.force:
+            raise ServiceError(
+                Code.FAILED_PRECONDITION,
+                f"{request.name} still belongs to evaluation datasets "
+                f"({', '.join(current.evaluation_datasets)}); set force to delete it anyway.",
+                "EVALUATION_IN_USE",
+                {"resource": request.name},
+                resource=(names.EVALUATION.type, request.name),
+            )
+        try:
+            await self._storage.delete_evaluation(request.name, request.etag or current.etag)
+        except Missing as missing:
+            raise ServiceError.not_found(names.EVALUATION.type, request.name) from missing
+        except EtagMismatch as mismatch:
+            raise ServiceError.aborted_etag(names.EVALUATION.type, request.name) from mismatch
+        return empty_pb2.Empty()
+
+    # -- results -------------------------------------------------------------------------------
+
+    async def get_evaluation_result(
+        self, request: service_pb2.GetEvaluationResultRequest, caller: Caller
+    ) -> evaluation_pb2.EvaluationResult:
+        names.EVALUATION_RESULT.parse(request.name, "name", owned=2)
+        result = await self._storage.get_result(request.name)
+        if result is None:
+            raise ServiceError.not_found(names.EVALUATION_RESULT.type, request.name)
+        return result
+
+    async def list_evaluation_results(
+        self, request: service_pb2.ListEvaluationResultsRequest, caller: Caller
+    ) -> service_pb2.ListEvaluationResultsResponse:
+        parts = names.EVALUATION.parse(request.parent, "parent", allow_wildcard="evaluation")
+        across = parts["evaluation"] == names.WILDCARD
+        if not across and await self._storage.get_evaluation(request.parent) is None:
+            raise ServiceError.not_found(names.EVALUATION.type, request.parent)
+        size = pages.page_size(request.page_size)
+        order = pages.order_by(request.order_by)
+        query_key = "\x1f".join(
+            ("results", request.parent, request.filter, f"{order.key.value}:{order.descending}")
+        )
+        after = self._tokens.decode(request.page_token, query_key) if request.page_token else None
+        query = ListQuery(
+            parent=names.APP.format(**parts) if across else request.parent,
+            order=order,
+            limit=size + 1,
+            filter=_filter(request.filter, "filter"),
+            after=after,
+            across_evaluations=across,
+        )
+        try:
+            rows = await self._storage.list_results(query)
+        except InvalidFilter as invalid:
+            raise _filter_error(invalid.error, "filter") from invalid
+        response = service_pb2.ListEvaluationResultsResponse()
+        response.evaluation_results.extend(row for row, _ in rows[:size])
+        if len(rows) > size:
+            response.next_page_token = self._tokens.encode(query_key, rows[size - 1][1])
+        return response
+
+    async def delete_evaluation_result(
+        self, request: service_pb2.DeleteEvaluationResultRequest, caller: Caller
+    ) -> empty_pb2.Empty:
+        names.EVALUATION_RESULT.parse(request.name, "name", owned=2)
+        try:
+            await self._storage.delete_result(request.name, _new_etag())
+        except Missing as missing:
+            raise ServiceError.not_found(names.EVALUATION_RESULT.type, request.name) from missing
+        return empty_pb2.Empty()
+
+    # -- emulator ------------------------------------------------------------------------------
+
+    async def create_evaluation_result(
+        self, request: emulator_pb2.CreateEvaluationResultRequest, caller: Caller
+    ) -> evaluation_pb2.EvaluationResult:
+        parts = names.EVALUATION.parse(request.parent, "parent")
+        if request.evaluation_result_id:
+            names.validate_id(request.evaluation_result_id, "evaluation_result_id")
+        evaluation = await self._storage.get_evaluation(request.parent)
+        if evaluation is None:
+            raise ServiceError.not_found(names.EVALUATION.type, request.parent)
+        result = evaluation_pb2.EvaluationResult()
+        result.CopyFrom(request.evaluation_result)
+        now = _now()
+        result.name = names.EVALUATION_RESULT.format(
+            **parts, result=request.evaluation_result_id or names.new_id()
+        )
+        result.create_time.CopyFrom(now)
+        if not result.display_name:
+            # The seeds' default: "<evaluation display name> Result - <time>".
+            result.display_name = f"{evaluation.display_name} Result - {now.ToJsonString()}"
+        validation.raise_if_invalid(self._result_violations(result, parts), "evaluation_result")
+        try:
+            await self._storage.insert_result(result, parent_etag=_new_etag())
+        except Missing as missing:
+            raise ServiceError.not_found(names.EVALUATION.type, request.parent) from missing
+        except Conflict as conflict:
+            raise self._conflict(
+                conflict, names.EVALUATION_RESULT, result, "evaluation"
+            ) from conflict
+        return result
+
+    @staticmethod
+    def _result_violations(
+        result: evaluation_pb2.EvaluationResult, parts: dict[str, str]
+    ) -> list[FieldViolation]:
+        violations = fields.required_violations(result, "evaluation_result")
+        completed = evaluation_pb2.EvaluationResult.ExecutionState.COMPLETED
+        if result.evaluation_status and result.execution_state != completed:
+            violations.append(
+                FieldViolation(
+                    "evaluation_result.evaluation_status",
+                    "Set only when execution_state is COMPLETED.",
+                )
+            )
+        app = names.APP.format(**{k: parts[k] for k in ("project", "location", "app")})
+        for field, kind in (("evaluation_run", "evaluationRuns"), ("app_version", "versions")):
+            value = getattr(result, field)
+            prefix = f"{app}/{kind}/"
+            if value and (
+                not value.startswith(prefix) or "/" in value[len(prefix) :] or value == prefix
+            ):
+                violations.append(
+                    FieldViolation(
+                        f"evaluation_result.{field}",
+                        f"Must be a resource name of the form {prefix}{{id}}.",
+                    )
+                )
+        return violations
+
+    async def reset_project(
+        self, request: emulator_pb2.ResetProjectRequest, caller: Caller
+    ) -> emulator_pb2.ResetProjectResponse:
+        match = _PROJECT.fullmatch(request.name)
+        if match is None:
+            problem = "Must have the form projects/{project}."
+            raise ServiceError.invalid_argument(
+                f"name {request.name!r}: {problem}", [FieldViolation("name", problem)]
+            )
+        counts = await self._storage.reset_project(match.group(1))
+        return emulator_pb2.ResetProjectResponse(
+            deleted_evaluations=counts.evaluations,
+            deleted_evaluation_results=counts.evaluation_results,
+            deleted_operations=counts.operations,
+        )
+
+    # -- shared --------------------------------------------------------------------------------
+
+    @staticmethod
+    def _conflict(
+        conflict: Conflict,
+        pattern: names.ResourcePattern,
+        resource: evaluation_pb2.Evaluation | evaluation_pb2.EvaluationResult,
+        scope: str,
+    ) -> ServiceError:
+        if conflict.field == "name":
+            return ServiceError.already_exists(pattern.type, resource.name)
+        return ServiceError.already_exists(
+            pattern.type,
+            conflict.existing,
+            f"display_name {resource.display_name!r} is already used by {conflict.existing}; "
+            f"display names are unique within the {scope}.",
+        )
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def handlers(core: Core) -> dict[str, Handler]:
+    """``/package.Service/Method`` → the core's implementation, for every method the
+    descriptors declare that the core implements."""
+    found: dict[str, Handler] = {}
+    for service in schema.services():
+        for method in service.methods:
+            implementation = getattr(core, _snake(method.name), None)
+            if implementation is not None:
+                found[f"/{service.full_name}/{method.name}"] = implementation
+    return found

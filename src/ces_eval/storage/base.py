@@ -1,0 +1,174 @@
+"""The storage contract: what the service core needs from a database (GUIDE §7.4).
+
+Backends (SQLite now, PostgreSQL later) implement :class:`Storage`; one contract test suite runs
+against each. Resources cross this boundary as protobuf messages; a backend keeps whatever
+columns it needs for filtering, ordering and constraints. Conflicts are reported with the
+exceptions below and translated into API errors by the core.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from ces_eval.filtering import Expr, FilterError
+    from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
+
+__all__ = [
+    "Conflict",
+    "Cursor",
+    "EtagMismatch",
+    "InvalidFilter",
+    "ListQuery",
+    "Missing",
+    "OrderBy",
+    "ResetCounts",
+    "SortKey",
+    "Storage",
+]
+
+
+class SortKey(enum.Enum):
+    """Orderings the seeds allow (AIP-132): name, create_time, update_time."""
+
+    NAME = "name"
+    CREATE_TIME = "create_time"
+    UPDATE_TIME = "update_time"
+
+
+@dataclass(frozen=True)
+class OrderBy:
+    key: SortKey
+    descending: bool
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Where the previous page ended: its last row's sort value and name (keyset pagination)."""
+
+    value: str | int
+    name: str
+
+
+@dataclass(frozen=True)
+class ListQuery:
+    """One page of a collection.
+
+    ``parent`` is the collection owner; for results it may be an app (all evaluations, the
+    AIP-159 ``-`` wildcard) or one evaluation. ``run_filter`` restricts evaluations to those with
+    a result matching it (ListEvaluationsRequest.evaluation_run_filter).
+    """
+
+    parent: str
+    order: OrderBy
+    limit: int
+    filter: Expr | None = None
+    run_filter: Expr | None = None
+    after: Cursor | None = None
+    across_evaluations: bool = False
+
+
+@dataclass(frozen=True)
+class ResetCounts:
+    evaluations: int = 0
+    evaluation_results: int = 0
+    operations: int = 0
+
+
+class Conflict(Exception):
+    """A uniqueness constraint failed: ``field`` is ``name`` or ``display_name``."""
+
+    def __init__(self, field: str, existing: str) -> None:
+        super().__init__(f"{field} conflicts with {existing}")
+        self.field = field
+        self.existing = existing
+
+
+class Missing(Exception):
+    """The named resource (or the parent a write needs) does not exist."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+class InvalidFilter(Exception):
+    """A filter names fields or values the backend cannot apply; ``which`` is ``filter`` or
+    ``run_filter`` (the ListQuery attribute), ``error`` says where."""
+
+    def __init__(self, which: str, error: FilterError) -> None:
+        super().__init__(str(error))
+        self.which = which
+        self.error = error
+
+
+class EtagMismatch(Exception):
+    """A conditional write found another etag than the caller's."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+class Storage(Protocol):
+    """Persistence of evaluations and results. Every write is durable when the call returns."""
+
+    async def open(self) -> None:
+        """Connect and apply pending migrations."""
+
+    async def close(self) -> None: ...
+
+    async def secret(self) -> bytes:
+        """A random key created once per database, shared by every process using it."""
+
+    async def insert_evaluation(self, evaluation: evaluation_pb2.Evaluation) -> None:
+        """Store a new evaluation (name, times and etag already set).
+
+        Raises Conflict on a taken name or a display name taken within the app.
+        """
+
+    async def get_evaluation(self, name: str) -> evaluation_pb2.Evaluation | None:
+        """The evaluation with its derived fields, or None."""
+
+    async def list_evaluations(
+        self, query: ListQuery
+    ) -> list[tuple[evaluation_pb2.Evaluation, Cursor]]:
+        """Up to ``query.limit`` evaluations after ``query.after``, each with its cursor."""
+
+    async def replace_evaluation(
+        self, evaluation: evaluation_pb2.Evaluation, expected_etag: str
+    ) -> None:
+        """Overwrite the stored evaluation if its etag is still ``expected_etag``.
+
+        Raises Missing, EtagMismatch, or Conflict (display name).
+        """
+
+    async def delete_evaluation(self, name: str, expected_etag: str | None) -> None:
+        """Delete an evaluation and its results. Raises Missing or EtagMismatch."""
+
+    async def recent_results(
+        self, evaluations: Sequence[str], count: int
+    ) -> dict[str, list[evaluation_pb2.EvaluationResult]]:
+        """The ``count`` newest results of each evaluation, newest first."""
+
+    async def insert_result(
+        self, result: evaluation_pb2.EvaluationResult, parent_etag: str
+    ) -> None:
+        """Store a new result; recompute its evaluation's derived fields and give the
+        evaluation ``parent_etag``. Raises Missing (evaluation) or Conflict."""
+
+    async def get_result(self, name: str) -> evaluation_pb2.EvaluationResult | None: ...
+
+    async def list_results(
+        self, query: ListQuery
+    ) -> list[tuple[evaluation_pb2.EvaluationResult, Cursor]]:
+        """Up to ``query.limit`` results after ``query.after``, each with its cursor."""
+
+    async def delete_result(self, name: str, parent_etag: str) -> None:
+        """Delete a result and recompute its evaluation's derived fields. Raises Missing."""
+
+    async def reset_project(self, project: str) -> ResetCounts:
+        """Delete everything stored under ``projects/{project}/``."""

@@ -1,0 +1,260 @@
+"""The storage contract, run against every backend (SQLite now; PostgreSQL joins later).
+
+Backends are real: a SQLite file in a temporary folder. Tests speak only the Storage protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from google.protobuf import timestamp_pb2
+
+from ces_eval.core.derived import derive
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
+from ces_eval.storage.base import (
+    Conflict,
+    Cursor,
+    EtagMismatch,
+    ListQuery,
+    Missing,
+    OrderBy,
+    SortKey,
+    Storage,
+)
+from ces_eval.storage.sqlite import SqliteStorage
+
+APP = "projects/p1/locations/l/apps/a"
+OTHER_APP = "projects/p2/locations/l/apps/a"
+Result = evaluation_pb2.EvaluationResult
+
+BACKENDS: dict[str, Callable[[Path], Storage]] = {
+    "sqlite": lambda tmp: SqliteStorage(tmp / "db.sqlite", derive=derive),
+}
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def make_storage(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Storage]:
+    return lambda: BACKENDS[request.param](tmp_path)
+
+
+def run(coroutine: object) -> object:
+    return asyncio.run(coroutine)  # type: ignore[arg-type]
+
+
+def ts(micros: int) -> timestamp_pb2.Timestamp:
+    return timestamp_pb2.Timestamp(seconds=micros // 1_000_000, nanos=micros % 1_000_000 * 1000)
+
+
+def evaluation(
+    app: str, eid: str, display: str, t: int, etag: str = "e0"
+) -> evaluation_pb2.Evaluation:
+    message = evaluation_pb2.Evaluation(
+        name=f"{app}/evaluations/{eid}", display_name=display, etag=etag, tags=["t1", "t2"]
+    )
+    message.create_time.CopyFrom(ts(t))
+    message.update_time.CopyFrom(ts(t))
+    message.golden.turns.add().steps.add().user_input.text = "hi"
+    return message
+
+
+def result(evaluation_name: str, rid: str, t: int, run_id: str = "run-1") -> Result:
+    message = Result(
+        name=f"{evaluation_name}/results/{rid}",
+        display_name=f"result {rid}",
+        evaluation_run=f"{APP}/evaluationRuns/{run_id}",
+        execution_state=Result.ExecutionState.COMPLETED,
+        evaluation_status=Result.Outcome.PASS,
+    )
+    message.create_time.CopyFrom(ts(t))
+    return message
+
+
+async def _with(storage: Storage, body: Callable[[Storage], object]) -> object:
+    await storage.open()
+    try:
+        return await body(storage)  # type: ignore[misc]
+    finally:
+        await storage.close()
+
+
+def test_insert_get_and_missing(make_storage: Callable[[], Storage]) -> None:
+    async def body(storage: Storage) -> None:
+        stored = evaluation(APP, "e1", "One", 1_000_000)
+        await storage.insert_evaluation(stored)
+        assert await storage.get_evaluation(stored.name) == stored
+        assert await storage.get_evaluation(f"{APP}/evaluations/none") is None
+
+    run(_with(make_storage(), body))
+
+
+def test_uniqueness_of_names_and_display_names(make_storage: Callable[[], Storage]) -> None:
+    async def body(storage: Storage) -> None:
+        await storage.insert_evaluation(evaluation(APP, "e1", "One", 1))
+        with pytest.raises(Conflict) as by_name:
+            await storage.insert_evaluation(evaluation(APP, "e1", "Other", 2))
+        assert by_name.value.field == "name"
+        with pytest.raises(Conflict) as by_display:
+            await storage.insert_evaluation(evaluation(APP, "e2", "One", 3))
+        assert (by_display.value.field, by_display.value.existing) == (
+            "display_name",
+            f"{APP}/evaluations/e1",
+        )
+        await storage.insert_evaluation(evaluation(OTHER_APP, "e2", "One", 4))  # other app: fine
+
+    run(_with(make_storage(), body))
+
+
+def test_conditional_replace_and_delete(make_storage: Callable[[], Storage]) -> None:
+    async def body(storage: Storage) -> None:
+        stored = evaluation(APP, "e1", "One", 1)
+        await storage.insert_evaluation(stored)
+        changed = evaluation(APP, "e1", "Renamed", 1, etag="e1")
+        with pytest.raises(EtagMismatch):
+            await storage.replace_evaluation(changed, expected_etag="stale")
+        await storage.replace_evaluation(changed, expected_etag="e0")
+        assert (await storage.get_evaluation(stored.name)) == changed
+        with pytest.raises(Missing):
+            await storage.replace_evaluation(evaluation(APP, "nope", "x", 1), expected_etag="e0")
+        with pytest.raises(EtagMismatch):
+            await storage.delete_evaluation(stored.name, "e0")
+        await storage.delete_evaluation(stored.name, "e1")
+        with pytest.raises(Missing):
+            await storage.delete_evaluation(stored.name, None)
+
+    run(_with(make_storage(), body))
+
+
+def test_results_update_derived_fields_and_cascade(make_storage: Callable[[], Storage]) -> None:
+    async def body(storage: Storage) -> None:
+        parent = evaluation(APP, "e1", "One", 1)
+        await storage.insert_evaluation(parent)
+        await storage.insert_result(result(parent.name, "r1", 10, "run-a"), parent_etag="p1")
+        await storage.insert_result(result(parent.name, "r2", 20, "run-b"), parent_etag="p2")
+        with pytest.raises(Conflict):
+            await storage.insert_result(result(parent.name, "r2", 30), parent_etag="p3")
+        with pytest.raises(Missing):
+            await storage.insert_result(result(f"{APP}/evaluations/none", "r", 1), parent_etag="x")
+        stored = await storage.get_evaluation(parent.name)
+        assert stored is not None
+        assert stored.etag == "p2"
+        assert list(stored.evaluation_runs) == [
+            f"{APP}/evaluationRuns/run-b",
+            f"{APP}/evaluationRuns/run-a",
+        ]
+        assert stored.last_completed_result.name == f"{parent.name}/results/r2"
+        assert stored.aggregated_metrics.metrics_by_app_version[0].pass_count == 2
+        recent = await storage.recent_results([parent.name], 1)
+        assert [r.name for r in recent[parent.name]] == [f"{parent.name}/results/r2"]
+        await storage.delete_result(f"{parent.name}/results/r2", parent_etag="p4")
+        stored = await storage.get_evaluation(parent.name)
+        assert stored is not None and stored.etag == "p4"
+        assert stored.aggregated_metrics.metrics_by_app_version[0].pass_count == 1
+        with pytest.raises(Missing):
+            await storage.delete_result(f"{parent.name}/results/r2", parent_etag="p5")
+        await storage.delete_evaluation(parent.name, None)
+        assert await storage.get_result(f"{parent.name}/results/r1") is None
+
+    run(_with(make_storage(), body))
+
+
+@pytest.mark.parametrize(
+    "order",
+    [OrderBy(k, d) for k in SortKey for d in (False, True)],
+    ids=lambda o: f"{o.key.value}-{'desc' if o.descending else 'asc'}",
+)
+def test_keyset_pages_visit_every_row_once_in_order(
+    make_storage: Callable[[], Storage], order: OrderBy
+) -> None:
+    async def body(storage: Storage) -> None:
+        # Equal times for some rows: the name breaks ties.
+        times = [5, 3, 3, 9, 1, 3, 7]
+        for index, t in enumerate(times):
+            await storage.insert_evaluation(evaluation(APP, f"e{index}", f"E{index}", t))
+        await storage.insert_evaluation(evaluation(OTHER_APP, "x", "X", 4))
+        seen: list[str] = []
+        after: Cursor | None = None
+        while True:
+            page = await storage.list_evaluations(
+                ListQuery(parent=APP, order=order, limit=3, after=after)
+            )
+            seen += [e.name for e, _ in page]
+            if len(page) < 3:
+                break
+            after = page[-1][1]
+        if order.key is SortKey.NAME:
+            expected = sorted(
+                (f"{APP}/evaluations/e{i}" for i in range(7)), reverse=order.descending
+            )
+        else:
+            expected = [
+                f"{APP}/evaluations/e{i}"
+                for i in sorted(
+                    range(7),
+                    key=lambda i: ((-times[i] if order.descending else times[i]), f"e{i}"),
+                )
+            ]
+        assert seen == expected
+
+    run(_with(make_storage(), body))
+
+
+def test_results_listed_per_evaluation_or_across_the_app(
+    make_storage: Callable[[], Storage],
+) -> None:
+    async def body(storage: Storage) -> None:
+        for eid in ("e1", "e2"):
+            await storage.insert_evaluation(evaluation(APP, eid, eid, 1))
+            for rid in ("r1", "r2"):
+                await storage.insert_result(result(f"{APP}/evaluations/{eid}", rid, 2), "x")
+        order = OrderBy(SortKey.NAME, descending=False)
+        one = await storage.list_results(ListQuery(f"{APP}/evaluations/e1", order, 10))
+        every = await storage.list_results(ListQuery(APP, order, 10, across_evaluations=True))
+        assert [r.name.rsplit("/evaluations/", 1)[1] for r, _ in one] == [
+            "e1/results/r1",
+            "e1/results/r2",
+        ]
+        assert len(every) == 4
+
+    run(_with(make_storage(), body))
+
+
+def test_reset_project_removes_only_that_project(make_storage: Callable[[], Storage]) -> None:
+    async def body(storage: Storage) -> None:
+        await storage.insert_evaluation(evaluation(APP, "e1", "One", 1))
+        await storage.insert_result(result(f"{APP}/evaluations/e1", "r1", 2), "x")
+        await storage.insert_evaluation(evaluation(OTHER_APP, "e1", "One", 1))
+        counts = await storage.reset_project("p1")
+        assert (counts.evaluations, counts.evaluation_results) == (1, 1)
+        assert await storage.get_evaluation(f"{APP}/evaluations/e1") is None
+        assert await storage.get_evaluation(f"{OTHER_APP}/evaluations/e1") is not None
+
+    run(_with(make_storage(), body))
+
+
+def test_data_survives_reopening(make_storage: Callable[[], Storage]) -> None:
+    stored = evaluation(APP, "e1", "One", 1)
+
+    async def write(storage: Storage) -> bytes:
+        await storage.insert_evaluation(stored)
+        return await storage.secret()
+
+    async def read(storage: Storage) -> tuple[object, bytes]:
+        return await storage.get_evaluation(stored.name), await storage.secret()
+
+    secret = run(_with(make_storage(), write))
+    again, secret_again = run(_with(make_storage(), read))  # type: ignore[misc]
+    assert again == stored
+    assert secret == secret_again and len(secret) == 32  # type: ignore[arg-type]
+
+
+def test_sqlite_refuses_a_newer_schema(tmp_path: Path) -> None:
+    storage = SqliteStorage(tmp_path / "db.sqlite", derive=derive)
+    run(_with(storage, lambda s: asyncio.sleep(0)))
+    with sqlite3.connect(tmp_path / "db.sqlite") as connection:
+        connection.execute("INSERT INTO schema_migrations VALUES (999, 'future', 0)")
+    with pytest.raises(RuntimeError, match="999"):
+        run(_with(SqliteStorage(tmp_path / "db.sqlite", derive=derive), lambda s: asyncio.sleep(0)))

@@ -1,0 +1,110 @@
+"""Google's official Python client drives the real server over gRPC (GUIDE §3).
+
+The client runs in its own environment (``.venv-client``) as a subprocess:
+``tests/official/client_scenario.py`` asserts each step from the client's side and reports what
+it saw; this test checks those reports, including the derived metrics against values computed by
+hand from the seeded results.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from tests.support import contract
+from tests.support.server import RunningServer
+
+APP = "projects/demo-project/locations/us-central1/apps/support-bot"
+TOOL = APP + "/tools/lookup-order"
+
+
+def run_scenario(server: RunningServer) -> dict[str, dict[str, object]]:
+    completed = subprocess.run(
+        [
+            str(contract.CLIENT_PYTHON),
+            str(contract.ROOT / "tests" / "official" / "client_scenario.py"),
+            server.grpc_target,
+            str(contract.DESCRIPTOR_SET),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr + server.output()
+    steps = [json.loads(line) for line in completed.stdout.splitlines()]
+    return {step.pop("step"): step for step in steps}
+
+
+def test_official_client_scenario(server: RunningServer) -> None:
+    steps = run_scenario(server)
+
+    names = steps["create"]["names"]
+    assert isinstance(names, list)
+    assert names[0] == APP + "/evaluations/order-status"
+
+    duplicates = steps["duplicates"]
+    assert duplicates["id"] == {
+        "reason": "RESOURCE_ALREADY_EXISTS",
+        "domain": "ces.googleapis.com",
+        "violations": [],
+    }
+    assert names[1] in str(duplicates["display_name"])
+
+    assert steps["invalid"] == {
+        "reason": "INVALID_ARGUMENT",
+        "domain": "ces.googleapis.com",
+        "violations": ["evaluation.display_name", "evaluation.golden.turns[0].steps"],
+    }
+    # Default order is update_time descending; page_size 1 walks three pages.
+    assert steps["list"] == {"names": sorted(names), "pages": 3}
+    assert steps["update"]["stale"]["reason"] == "ETAG_MISMATCH"  # type: ignore[index]
+
+    evaluation_names = {n.rsplit("/", 1)[-1] for n in names}  # type: ignore[union-attr]
+    assert "order-status" in evaluation_names
+    run2 = sorted(
+        [
+            f"{names[0]}/results/r2",
+            f"{names[0]}/results/r3",
+            f"{names[1]}/results/r4",
+        ]
+    )
+    assert steps["list_results"] == {"names": run2}
+
+    # Seeded on order-status: r1 (v1, run-1, PASS, similarity 4, turn 2s, tool 1s, tool PASS),
+    # r2 (v1, run-2, FAIL, similarity 2, turn 4s, tool 3s, tool FAIL), r3 (v2, RUNNING: ignored).
+    tool = {"tool": TOOL, "pass_count": 1, "fail_count": 1}
+    per_turn = {
+        "turn_index": 0,
+        "tool_metrics": [tool],
+        "semantic_similarity_metrics": [{"score": 3.0}],
+        "hallucination_metrics": [],
+        "tool_call_latency_metrics": [{"tool": TOOL, "average_latency": "2s"}],
+        "turn_latency_metrics": [{"average_latency": "3s"}],
+    }
+    expected = {
+        "metrics_by_app_version": [
+            {
+                "app_version_id": "v1",
+                "pass_count": 1,
+                "fail_count": 1,
+                "metrics_by_turn": [per_turn],
+                **{k: v for k, v in per_turn.items() if k != "turn_index"},
+            }
+        ]
+    }
+    derived = steps["derived"]
+    assert derived["aggregated_metrics"] == expected
+    assert derived["evaluation_runs"] == [
+        APP + "/evaluationRuns/run-2",
+        APP + "/evaluationRuns/run-1",
+    ]
+    assert derived["last_completed_result"] == f"{names[0]}/results/r2"
+
+    assert steps["delete"]["stale"]["reason"] == "ETAG_MISMATCH"  # type: ignore[index]
+    assert steps["delete"]["gone"]["reason"] == "RESOURCE_NOT_FOUND"  # type: ignore[index]
+    assert steps["unimplemented"] == {
+        "message": "Method google.cloud.ces.v1beta.EvaluationService/RunEvaluation is not "
+        "implemented by ces-eval.",
+        "reason": "METHOD_NOT_IMPLEMENTED",
+    }

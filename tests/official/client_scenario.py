@@ -1,0 +1,259 @@
+"""The contract scenario, driven by Google's official Python client against a running server.
+
+Runs in the official client's own environment (``.venv-client``), never beside ``ces_eval``
+(GUIDE §2). Usage: ``client_scenario.py HOST:PORT DESCRIPTOR_SET``. Every step asserts what the
+official client observes; the script prints one JSON line per step and exits non-zero on the
+first failure. The emulator service (ours, absent from the official client) is called with
+messages built from our descriptor set loaded into a private DescriptorPool.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import grpc
+from google.api_core import exceptions
+from google.cloud import ces_v1beta
+from google.cloud.ces_v1beta.services.evaluation_service.transports import grpc as grpc_transport
+from google.protobuf import (
+    descriptor_pb2,
+    descriptor_pool,
+    duration_pb2,
+    field_mask_pb2,
+    message_factory,
+)
+from google.rpc import error_details_pb2
+
+APP = "projects/demo-project/locations/us-central1/apps/support-bot"
+RUN = APP + "/evaluationRuns/"
+VERSION = APP + "/versions/"
+TOOL = APP + "/tools/lookup-order"
+
+
+def step(name: str, **facts: Any) -> None:
+    print(json.dumps({"step": name, **facts}, default=str), flush=True)
+
+
+def golden(display_name: str) -> ces_v1beta.Evaluation:
+    return ces_v1beta.Evaluation(
+        display_name=display_name,
+        description="Order status golden",
+        tags=["smoke", "orders"],
+        golden=ces_v1beta.Evaluation.Golden(
+            turns=[
+                ces_v1beta.Evaluation.GoldenTurn(
+                    steps=[
+                        ces_v1beta.Evaluation.Step(
+                            user_input=ces_v1beta.SessionInput(text="Where is my order 42?")
+                        ),
+                        ces_v1beta.Evaluation.Step(
+                            expectation=ces_v1beta.Evaluation.GoldenExpectation(
+                                tool_call=ces_v1beta.ToolCall(tool=TOOL, args={"order": 42})
+                            )
+                        ),
+                    ]
+                )
+            ]
+        ),
+    )
+
+
+class Emulator:
+    """ces_eval.emulator.v1.EmulatorService over a raw channel, messages from our descriptors."""
+
+    def __init__(self, channel: grpc.Channel, descriptor_set: str) -> None:
+        files = descriptor_pb2.FileDescriptorSet()
+        with open(descriptor_set, "rb") as handle:
+            files.ParseFromString(handle.read())
+        pool = descriptor_pool.DescriptorPool()
+        for file in files.file:
+            pool.Add(file)
+        self._create_request = message_factory.GetMessageClass(
+            pool.FindMessageTypeByName("ces_eval.emulator.v1.CreateEvaluationResultRequest")
+        )
+        self._create = channel.unary_unary(
+            "/ces_eval.emulator.v1.EmulatorService/CreateEvaluationResult",
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=ces_v1beta.EvaluationResult.deserialize,
+        )
+
+    def create_result(
+        self, parent: str, result: ces_v1beta.EvaluationResult, result_id: str = ""
+    ) -> ces_v1beta.EvaluationResult:
+        request = self._create_request(parent=parent, evaluation_result_id=result_id)
+        request.evaluation_result.MergeFromString(ces_v1beta.EvaluationResult.serialize(result))
+        return self._create(request, timeout=30)
+
+
+def result(
+    run: str, version: str, status: int, score: int, turn_s: int, tool_s: int, state: int = 2
+) -> ces_v1beta.EvaluationResult:
+    Outcome = ces_v1beta.EvaluationResult.Outcome
+    outcome = Outcome.PASS if status == 1 else Outcome.FAIL
+    return ces_v1beta.EvaluationResult(
+        evaluation_run=RUN + run,
+        app_version=VERSION + version,
+        execution_state=state,
+        evaluation_status=status if state == 2 else 0,
+        golden_result=ces_v1beta.EvaluationResult.GoldenResult(
+            turn_replay_results=[
+                ces_v1beta.EvaluationResult.GoldenResult.TurnReplayResult(
+                    semantic_similarity_result=ces_v1beta.EvaluationResult.SemanticSimilarityResult(
+                        score=score
+                    ),
+                    turn_latency=duration_pb2.Duration(seconds=turn_s),
+                    tool_call_latencies=[
+                        ces_v1beta.EvaluationResult.ToolCallLatency(
+                            tool=TOOL, execution_latency=duration_pb2.Duration(seconds=tool_s)
+                        )
+                    ],
+                    expectation_outcome=[
+                        ces_v1beta.EvaluationResult.GoldenExpectationOutcome(
+                            expectation=ces_v1beta.Evaluation.GoldenExpectation(
+                                tool_call=ces_v1beta.ToolCall(tool=TOOL)
+                            ),
+                            outcome=outcome,
+                        )
+                    ],
+                )
+            ]
+        ),
+    )
+
+
+def details_of(error: exceptions.GoogleAPICallError) -> dict[str, Any]:
+    found: dict[str, Any] = {"reason": error.reason, "domain": error.domain, "violations": []}
+    for detail in error.details:
+        if isinstance(detail, error_details_pb2.BadRequest):
+            found["violations"] = [v.field for v in detail.field_violations]
+    return found
+
+
+def main(target: str, descriptor_set: str) -> int:
+    channel = grpc.insecure_channel(target)
+    client = ces_v1beta.EvaluationServiceClient(
+        transport=grpc_transport.EvaluationServiceGrpcTransport(channel=channel)
+    )
+    emulator = Emulator(channel, descriptor_set)
+
+    # Create with and without an ID.
+    first = client.create_evaluation(
+        parent=APP, evaluation=golden("Order status"), evaluation_id="order-status"
+    )
+    assert first.name == APP + "/evaluations/order-status", first.name
+    assert first.etag and first.create_time and first.created_by, first
+    second = client.create_evaluation(parent=APP, evaluation=golden("Refund"))
+    assert second.name.startswith(APP + "/evaluations/") and second.name != first.name
+    third = client.create_evaluation(parent=APP, evaluation=golden("Cancel"))
+    step("create", names=[first.name, second.name, third.name])
+
+    try:
+        client.create_evaluation(
+            parent=APP, evaluation=golden("Other"), evaluation_id="order-status"
+        )
+        raise AssertionError("duplicate ID accepted")
+    except exceptions.AlreadyExists as error:
+        duplicate_id = details_of(error)
+    try:
+        client.create_evaluation(parent=APP, evaluation=golden("Refund"))
+        raise AssertionError("duplicate display name accepted")
+    except exceptions.AlreadyExists as error:
+        duplicate_name = details_of(error) | {"message": error.message}
+    step("duplicates", id=duplicate_id, display_name=duplicate_name)
+
+    invalid = ces_v1beta.Evaluation(
+        golden=ces_v1beta.Evaluation.Golden(turns=[ces_v1beta.Evaluation.GoldenTurn()])
+    )
+    try:
+        client.create_evaluation(parent=APP, evaluation=invalid)
+        raise AssertionError("invalid evaluation accepted")
+    except exceptions.InvalidArgument as error:
+        step("invalid", **details_of(error))
+
+    got = client.get_evaluation(name=first.name)
+    assert got.display_name == "Order status" and list(got.tags) == ["smoke", "orders"]
+    step("get", etag=got.etag)
+
+    pager = client.list_evaluations(
+        request=ces_v1beta.ListEvaluationsRequest(parent=APP, page_size=1, order_by="name")
+    )
+    listed = [e.name for e in pager]
+    pages = 0
+    for _ in client.list_evaluations(
+        request=ces_v1beta.ListEvaluationsRequest(parent=APP, page_size=1)
+    ).pages:
+        pages += 1
+    step("list", names=listed, pages=pages)
+
+    updated = client.update_evaluation(
+        evaluation=ces_v1beta.Evaluation(name=first.name, description="Changed", display_name="x"),
+        update_mask=field_mask_pb2.FieldMask(paths=["description"]),
+    )
+    assert updated.description == "Changed" and updated.display_name == "Order status"
+    assert updated.etag != got.etag
+    try:
+        client.update_evaluation(
+            evaluation=ces_v1beta.Evaluation(name=first.name, description="Again", etag=got.etag),
+            update_mask=field_mask_pb2.FieldMask(paths=["description"]),
+        )
+        raise AssertionError("stale etag accepted")
+    except exceptions.Aborted as error:
+        stale = details_of(error)
+    step("update", etag=updated.etag, stale=stale)
+
+    seeded = [
+        emulator.create_result(first.name, result("run-1", "v1", 1, 4, 2, 1), "r1"),
+        emulator.create_result(first.name, result("run-2", "v1", 2, 2, 4, 3), "r2"),
+        emulator.create_result(first.name, result("run-2", "v2", 0, 0, 0, 0, state=1), "r3"),
+        emulator.create_result(second.name, result("run-2", "v1", 1, 3, 1, 1), "r4"),
+    ]
+    step("seed", names=[r.name for r in seeded])
+
+    across = client.list_evaluation_results(
+        request=ces_v1beta.ListEvaluationResultsRequest(
+            parent=APP + "/evaluations/-", filter=f'evaluation_run = "{RUN}run-2"', page_size=1
+        )
+    )
+    step("list_results", names=sorted(r.name for r in across))
+
+    with_metrics = client.get_evaluation(name=first.name)
+    step(
+        "derived",
+        aggregated_metrics=ces_v1beta.AggregatedMetrics.to_dict(with_metrics.aggregated_metrics),
+        evaluation_runs=list(with_metrics.evaluation_runs),
+        last_completed_result=with_metrics.last_completed_result.name,
+    )
+
+    try:
+        client.delete_evaluation(
+            request=ces_v1beta.DeleteEvaluationRequest(name=first.name, etag=got.etag)
+        )
+        raise AssertionError("delete with stale etag accepted")
+    except exceptions.Aborted as error:
+        stale_delete = details_of(error)
+    client.delete_evaluation(name=first.name)
+    try:
+        client.get_evaluation(name=first.name)
+        raise AssertionError("deleted evaluation still readable")
+    except exceptions.NotFound as error:
+        gone = details_of(error) | {"message": error.message}
+    try:
+        client.get_evaluation_result(name=first.name + "/results/r1")
+        raise AssertionError("result of a deleted evaluation still readable")
+    except exceptions.NotFound:
+        pass
+    step("delete", stale=stale_delete, gone=gone)
+
+    try:
+        client.run_evaluation(request=ces_v1beta.RunEvaluationRequest(app=APP))
+        raise AssertionError("unimplemented method answered")
+    except exceptions.MethodNotImplemented as error:
+        step("unimplemented", message=error.message, reason=error.reason)
+    channel.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))

@@ -1,0 +1,112 @@
+"""Run the real ``ces-eval serve`` as a subprocess for integration tests.
+
+Ports are chosen by the server (port 0) and read from its start-up line, so parallel test runs
+never race for a port. Readiness is ``GET /healthz`` == 200.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["RunningServer", "start_server"]
+
+_READY_LINE = re.compile(r"serving gRPC on (\S+):(\d+) and HTTP on http://(\S+):(\d+)")
+
+
+@dataclass
+class RunningServer:
+    process: subprocess.Popen[str]
+    database: Path
+    grpc_target: str
+    http_base: str
+    log: list[str] = field(default_factory=list)
+    reader: threading.Thread | None = None
+
+    def _closed(self) -> None:
+        if self.reader is not None:
+            self.reader.join(timeout=30)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        code = self.process.wait(timeout=timeout)
+        self._closed()
+        return code
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(timeout=30)
+        self._closed()
+
+    def output(self) -> str:
+        return "".join(self.log)
+
+
+def _drain(stream: object, sink: list[str], ready: threading.Event, found: list[str]) -> None:
+    for line in stream:  # type: ignore[attr-defined]
+        sink.append(line)
+        if not found and (match := _READY_LINE.search(line)):
+            found.extend(match.groups())
+            ready.set()
+    ready.set()
+
+
+def start_server(database: Path, *extra: str, timeout: float = 60) -> RunningServer:
+    command = [
+        sys.executable,
+        "-m",
+        "ces_eval.cli",
+        "serve",
+        "--grpc-port",
+        "0",
+        "--http-port",
+        "0",
+        "--database",
+        f"sqlite:///{database}",
+        *extra,
+    ]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
+    log: list[str] = []
+    ready = threading.Event()
+    found: list[str] = []
+    reader = threading.Thread(target=_drain, args=(process.stdout, log, ready, found), daemon=True)
+    reader.start()
+    if not ready.wait(timeout) or not found:
+        process.kill()
+        raise RuntimeError("ces-eval serve did not start:\n" + "".join(log))
+    grpc_host, grpc_port, http_host, http_port = found
+    server = RunningServer(
+        process,
+        database,
+        f"{grpc_host}:{grpc_port}",
+        f"http://{http_host}:{http_port}",
+        log,
+        reader,
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(server.http_base + "/healthz", timeout=5) as response:
+                if response.status == 200:
+                    return server
+        except (urllib.error.URLError, ConnectionError):
+            pass
+        time.sleep(0.05)
+    server.kill()
+    raise RuntimeError("ces-eval serve never became healthy:\n" + server.output())
