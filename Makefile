@@ -52,7 +52,7 @@ format: setup
 typecheck: setup
 	$(VENV)/bin/mypy
 
-unit: setup
+unit: setup build/third_party
 	$(VENV)/bin/pytest
 
 test: check-generated lint typecheck unit

@@ -1,0 +1,141 @@
+"""The real server process: health, reflection, unknown methods, SIGTERM, crash durability."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2, status_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import (
+    evaluation_service_pb2_grpc as service_grpc,
+)
+from tests.support.server import RunningServer, start_server
+
+APP = "projects/p/locations/l/apps/a"
+
+
+def evaluation(display_name: str) -> evaluation_pb2.Evaluation:
+    message = evaluation_pb2.Evaluation(display_name=display_name)
+    message.golden.turns.add().steps.add().user_input.text = "hello"
+    return message
+
+
+def test_health_and_reflection(server: RunningServer) -> None:
+    with grpc.insecure_channel(server.grpc_target) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "google.cloud.ces.v1beta.EvaluationService"):
+            answer = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
+            assert answer.status == health_pb2.HealthCheckResponse.SERVING
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        responses = stub.ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10
+        )
+        listed = {s.name for r in responses for s in r.list_services_response.service}
+    assert listed == {
+        "google.cloud.ces.v1beta.EvaluationService",
+        "ces_eval.emulator.v1.EmulatorService",
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1alpha.ServerReflection",
+    }
+
+
+def test_unknown_method_is_unimplemented_with_error_info(server: RunningServer) -> None:
+    with grpc.insecure_channel(server.grpc_target) as channel:
+        call = channel.unary_unary("/google.cloud.ces.v1beta.EvaluationService/NoSuchMethod")
+        with pytest.raises(grpc.RpcError) as raised:
+            call(b"", timeout=10)
+    error = raised.value
+    assert error.code() == grpc.StatusCode.UNIMPLEMENTED  # type: ignore[attr-defined]
+    trailers = dict(error.trailing_metadata())  # type: ignore[attr-defined]
+    status = status_pb2.Status.FromString(trailers["grpc-status-details-bin"])
+    info = error_details_pb2.ErrorInfo()
+    assert status.details[0].Unpack(info)
+    assert info.reason == "METHOD_NOT_IMPLEMENTED"
+    assert info.metadata["method"] == "google.cloud.ces.v1beta.EvaluationService/NoSuchMethod"
+
+
+def test_sigterm_drains_and_exits_zero(tmp_path: Path) -> None:
+    running = start_server(tmp_path / "db.sqlite")
+    acknowledged: list[str] = []
+    stop_writing = threading.Event()
+
+    def write() -> None:
+        with grpc.insecure_channel(running.grpc_target) as channel:
+            stub = service_grpc.EvaluationServiceStub(channel)
+            index = 0
+            while not stop_writing.is_set():
+                try:
+                    created = stub.CreateEvaluation(
+                        service_pb2.CreateEvaluationRequest(
+                            parent=APP, evaluation=evaluation(f"e{index}")
+                        ),
+                        timeout=10,
+                    )
+                except grpc.RpcError:
+                    return  # the server stopped accepting: expected during shutdown
+                acknowledged.append(created.name)
+                index += 1
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    while len(acknowledged) < 20:
+        writer.join(0.05)
+    assert running.stop(signal.SIGTERM) == 0
+    stop_writing.set()
+    writer.join(30)
+    assert "ces-eval stopped" in running.output()
+
+    again = start_server(tmp_path / "db.sqlite")
+    try:
+        with grpc.insecure_channel(again.grpc_target) as channel:
+            stub = service_grpc.EvaluationServiceStub(channel)
+            for name in acknowledged:
+                stub.GetEvaluation(service_pb2.GetEvaluationRequest(name=name), timeout=10)
+    finally:
+        again.kill()
+
+
+def test_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:
+    count = 60
+    running = start_server(tmp_path / "db.sqlite")
+    with grpc.insecure_channel(running.grpc_target) as channel:
+        stub = service_grpc.EvaluationServiceStub(channel)
+        names = [
+            stub.CreateEvaluation(
+                service_pb2.CreateEvaluationRequest(parent=APP, evaluation=evaluation(f"e{i}")),
+                timeout=10,
+            ).name
+            for i in range(count)
+        ]
+    running.process.send_signal(signal.SIGKILL)
+    running.kill()
+
+    again = start_server(tmp_path / "db.sqlite")
+    try:
+        with grpc.insecure_channel(again.grpc_target) as channel:
+            stub = service_grpc.EvaluationServiceStub(channel)
+            listed: list[str] = []
+            token = ""
+            while True:
+                page = stub.ListEvaluations(
+                    service_pb2.ListEvaluationsRequest(
+                        parent=APP, page_size=25, page_token=token, order_by="name"
+                    ),
+                    timeout=10,
+                )
+                listed += [e.name for e in page.evaluations]
+                token = page.next_page_token
+                if not token:
+                    break
+    finally:
+        again.kill()
+    assert sorted(listed) == sorted(names)
+    assert len(listed) == count
