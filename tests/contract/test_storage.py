@@ -170,7 +170,7 @@ def test_keyset_pages_visit_every_row_once_in_order(
     make_storage: Callable[[], Storage], order: OrderBy
 ) -> None:
     async def body(storage: Storage) -> None:
-        # Equal times for some rows: the name breaks ties.
+        # Equal times for some rows: the name breaks ties, in the same direction.
         times = [5, 3, 3, 9, 1, 3, 7]
         for index, t in enumerate(times):
             await storage.insert_evaluation(evaluation(APP, f"e{index}", f"E{index}", t))
@@ -193,8 +193,7 @@ def test_keyset_pages_visit_every_row_once_in_order(
             expected = [
                 f"{APP}/evaluations/e{i}"
                 for i in sorted(
-                    range(7),
-                    key=lambda i: ((-times[i] if order.descending else times[i]), f"e{i}"),
+                    range(7), key=lambda i: (times[i], f"e{i}"), reverse=order.descending
                 )
             ]
         assert seen == expected
@@ -258,3 +257,29 @@ def test_sqlite_refuses_a_newer_schema(tmp_path: Path) -> None:
         connection.execute("INSERT INTO schema_migrations VALUES (999, 'future', 0)")
     with pytest.raises(RuntimeError, match="999"):
         run(_with(SqliteStorage(tmp_path / "db.sqlite", derive=derive), lambda s: asyncio.sleep(0)))
+
+
+def test_sqlite_list_queries_use_indexes(tmp_path: Path) -> None:
+    """Filtering and ordering run in SQLite on indexes: no full scan, no temporary sort."""
+    storage = SqliteStorage(tmp_path / "db.sqlite", derive=derive)
+    run(_with(storage, lambda s: asyncio.sleep(0)))
+    statements = [
+        "SELECT data FROM evaluation_results WHERE evaluation_results.app = ? AND "
+        "evaluation_results.evaluation_run = ? AND (evaluation_results.update_time < ? OR "
+        "(evaluation_results.update_time = ? AND evaluation_results.name < ?)) "
+        "ORDER BY evaluation_results.update_time DESC, evaluation_results.name DESC LIMIT 101",
+        "SELECT data FROM evaluation_results WHERE evaluation_results.evaluation = ? "
+        "ORDER BY evaluation_results.create_time DESC, evaluation_results.name DESC LIMIT 51",
+        "SELECT data FROM evaluations WHERE evaluations.app = ? AND evaluations.name > ? "
+        "ORDER BY evaluations.name ASC LIMIT 51",
+    ]
+    with sqlite3.connect(tmp_path / "db.sqlite") as connection:
+        for statement in statements:
+            plan = " | ".join(
+                row[3]
+                for row in connection.execute(
+                    "EXPLAIN QUERY PLAN " + statement, [1] * statement.count("?")
+                )
+            )
+            assert "USING INDEX" in plan or "USING COVERING INDEX" in plan, plan
+            assert "TEMP B-TREE" not in plan, plan

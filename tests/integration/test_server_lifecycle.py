@@ -47,9 +47,19 @@ def test_health_and_reflection(server: RunningServer) -> None:
     }
 
 
-def test_unknown_method_is_unimplemented_with_error_info(server: RunningServer) -> None:
+@pytest.mark.parametrize(
+    "method",
+    [
+        "google.cloud.ces.v1beta.EvaluationService/NoSuchMethod",
+        # Declared in our contract, served by a later release.
+        "google.cloud.ces.v1beta.EvaluationService/ExportEvaluations",
+    ],
+)
+def test_unserved_methods_are_unimplemented_with_error_info(
+    server: RunningServer, method: str
+) -> None:
     with grpc.insecure_channel(server.grpc_target) as channel:
-        call = channel.unary_unary("/google.cloud.ces.v1beta.EvaluationService/NoSuchMethod")
+        call = channel.unary_unary(f"/{method}")
         with pytest.raises(grpc.RpcError) as raised:
             call(b"", timeout=10)
     error = raised.value
@@ -59,7 +69,8 @@ def test_unknown_method_is_unimplemented_with_error_info(server: RunningServer) 
     info = error_details_pb2.ErrorInfo()
     assert status.details[0].Unpack(info)
     assert info.reason == "METHOD_NOT_IMPLEMENTED"
-    assert info.metadata["method"] == "google.cloud.ces.v1beta.EvaluationService/NoSuchMethod"
+    assert info.metadata["method"] == method
+    assert method in status.message
 
 
 def test_sigterm_drains_and_exits_zero(tmp_path: Path) -> None:

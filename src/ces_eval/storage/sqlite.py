@@ -118,24 +118,26 @@ _SORT_COLUMNS = {
 
 
 def _page_sql(table: str, query: ListQuery) -> tuple[str, list[object], str]:
-    """ORDER BY and keyset condition: (sort column, name) strictly after the cursor."""
+    """ORDER BY and keyset condition: (sort column, name) strictly after the cursor.
+
+    The name breaks ties in the same direction as the sort column, so one index scan in one
+    direction serves the page with no sort step, however deep the page is.
+    """
     column = f"{table}.{_SORT_COLUMNS[query.order.key]}"
     direction = "DESC" if query.order.descending else "ASC"
+    compare = "<" if query.order.descending else ">"
     params: list[object] = []
     condition = ""
     after = query.after
-    if after is not None:
-        if query.order.key is SortKey.NAME:
-            condition = f"{table}.name {'<' if query.order.descending else '>'} ?"
-            params = [after.name]
-        else:
-            compare = "<" if query.order.descending else ">"
-            condition = f"({column} {compare} ? OR ({column} = ? AND {table}.name > ?))"
-            params = [after.value, after.value, after.name]
     if query.order.key is SortKey.NAME:
         order = f"ORDER BY {table}.name {direction}"
+        if after is not None:
+            condition, params = f"{table}.name {compare} ?", [after.name]
     else:
-        order = f"ORDER BY {column} {direction}, {table}.name ASC"
+        order = f"ORDER BY {column} {direction}, {table}.name {direction}"
+        if after is not None:
+            condition = f"({column} {compare} ? OR ({column} = ? AND {table}.name {compare} ?))"
+            params = [after.value, after.value, after.name]
     return condition, params, order
 
 
@@ -428,7 +430,7 @@ class SqliteStorage:
                     _Result.FromString(row[0])
                     for row in connection.execute(
                         "SELECT data FROM evaluation_results WHERE evaluation = ? "
-                        "ORDER BY create_time DESC, name ASC LIMIT ?",
+                        "ORDER BY create_time DESC, name DESC LIMIT ?",
                         (name, count),
                     )
                 ]
