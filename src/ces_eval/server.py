@@ -1,4 +1,4 @@
-"""``ces-eval serve``: the gRPC and HTTP listeners over one core and one database.
+"""``ces-eval serve``: the gRPC and HTTP (REST, health) listeners over one core and one database.
 
 Start-up order: open the database (migrations), bind gRPC (EvaluationService, EmulatorService,
 grpc.health.v1, server reflection), start the HTTP listener; ``/healthz`` turns 200 only when
@@ -21,11 +21,14 @@ import uvicorn
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from ces_eval import schema
 from ces_eval import storage as storage_backends
 from ces_eval.core import pages
 from ces_eval.core.service import Core, handlers
 from ces_eval.surfaces.grpc_api import Dispatcher
 from ces_eval.surfaces.http_app import build_app
+from ces_eval.transcoding.app import Transcoder
+from ces_eval.transcoding.router import Router
 
 __all__ = ["ServerConfig", "serve"]
 
@@ -62,7 +65,9 @@ async def serve(config: ServerConfig) -> int:
     database = storage_backends.from_url(config.database)
     await database.open()
     core = Core(database, pages.PageTokens(await database.secret()))
-    dispatcher = Dispatcher(handlers(core))
+    implementations = handlers(core)
+    dispatcher = Dispatcher(implementations)
+    rest = Transcoder(Router(schema.http_bindings()), implementations)
 
     server = grpc.aio.server()
     health_servicer = health.aio.HealthServicer()
@@ -81,7 +86,7 @@ async def serve(config: ServerConfig) -> int:
     draining = asyncio.Event()
     http = _Uvicorn(
         uvicorn.Config(
-            build_app(lambda: http.started and not draining.is_set()),
+            build_app(lambda: http.started and not draining.is_set(), rest=rest),
             host=config.host,
             port=config.http_port,
             log_level="warning",

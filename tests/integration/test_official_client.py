@@ -1,4 +1,4 @@
-"""Google's official Python client drives the real server over gRPC (GUIDE §3).
+"""Google's official Python client drives the real server over gRPC and REST (GUIDE §3).
 
 The client runs in its own environment (``.venv-client``) as a subprocess:
 ``tests/official/client_scenario.py`` asserts each step from the client's side and reports what
@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+
 from tests.support import contract
 from tests.support.server import RunningServer
 
@@ -18,13 +20,18 @@ APP = "projects/demo-project/locations/us-central1/apps/support-bot"
 TOOL = APP + "/tools/lookup-order"
 
 
-def run_scenario(server: RunningServer) -> dict[str, dict[str, object]]:
+def run_scenario(server: RunningServer, transport: str) -> dict[str, dict[str, object]]:
+    arguments = (
+        [server.grpc_target, str(contract.DESCRIPTOR_SET)]
+        if transport == "grpc"
+        else [server.http_base]
+    )
     completed = subprocess.run(
         [
             str(contract.CLIENT_PYTHON),
             str(contract.ROOT / "tests" / "official" / "client_scenario.py"),
-            server.grpc_target,
-            str(contract.DESCRIPTOR_SET),
+            transport,
+            *arguments,
         ],
         capture_output=True,
         text=True,
@@ -36,8 +43,9 @@ def run_scenario(server: RunningServer) -> dict[str, dict[str, object]]:
     return {step.pop("step"): step for step in steps}
 
 
-def test_official_client_scenario(server: RunningServer) -> None:
-    steps = run_scenario(server)
+@pytest.mark.parametrize("transport", ["grpc", "rest"])
+def test_official_client_scenario(server: RunningServer, transport: str) -> None:
+    steps = run_scenario(server, transport)
 
     names = steps["create"]["names"]
     assert isinstance(names, list)
@@ -103,8 +111,17 @@ def test_official_client_scenario(server: RunningServer) -> None:
 
     assert steps["delete"]["stale"]["reason"] == "ETAG_MISMATCH"  # type: ignore[index]
     assert steps["delete"]["gone"]["reason"] == "RESOURCE_NOT_FOUND"  # type: ignore[index]
+    assert str(steps["delete"]["gone"]["message"]).endswith(  # type: ignore[index]
+        f"Evaluation {names[0]} not found."
+    )
     assert steps["unimplemented"] == {
-        "message": "Method google.cloud.ces.v1beta.EvaluationService/RunEvaluation is not "
+        "message": "Method google.cloud.ces.v1beta.EvaluationService/ExportEvaluations is not "
         "implemented by ces-eval.",
         "reason": "METHOD_NOT_IMPLEMENTED",
     }
+    if transport == "grpc":
+        assert steps["unknown"] == {
+            "message": "Method google.cloud.ces.v1beta.EvaluationService/RunEvaluation is not "
+            "implemented by ces-eval.",
+            "reason": "METHOD_NOT_IMPLEMENTED",
+        }

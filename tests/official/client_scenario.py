@@ -1,20 +1,23 @@
 """The contract scenario, driven by Google's official Python client against a running server.
 
 Runs in the official client's own environment (``.venv-client``), never beside ``ces_eval``
-(GUIDE §2). Usage: ``client_scenario.py HOST:PORT DESCRIPTOR_SET``. Every step asserts what the
-official client observes; the script prints one JSON line per step and exits non-zero on the
-first failure. The emulator service (ours, absent from the official client) is called with
-messages built from our descriptor set loaded into a private DescriptorPool.
+(GUIDE §2). Usage: ``client_scenario.py grpc HOST:PORT DESCRIPTOR_SET`` or
+``client_scenario.py rest http://HOST:PORT``. Every step asserts what the official client
+observes; the script prints one JSON line per step and exits non-zero on the first failure. The
+emulator service (ours, absent from the official client) is called over gRPC with messages built
+from our descriptor set loaded into a private DescriptorPool, or over its REST binding.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import urllib.request
 from typing import Any
 
 import grpc
 from google.api_core import exceptions
+from google.auth.credentials import AnonymousCredentials
 from google.cloud import ces_v1beta
 from google.cloud.ces_v1beta.services.evaluation_service.transports import grpc as grpc_transport
 from google.protobuf import (
@@ -87,6 +90,28 @@ class Emulator:
         return self._create(request, timeout=30)
 
 
+class RestEmulator:
+    """The emulator's REST binding: POST /emulator/v1/{parent}/results?evaluationResultId=."""
+
+    def __init__(self, base: str) -> None:
+        self._base = base
+
+    def create_result(
+        self, parent: str, result: ces_v1beta.EvaluationResult, result_id: str = ""
+    ) -> ces_v1beta.EvaluationResult:
+        url = f"{self._base}/emulator/v1/{parent}/results?evaluationResultId={result_id}"
+        request = urllib.request.Request(
+            url,
+            data=ces_v1beta.EvaluationResult.to_json(result).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return ces_v1beta.EvaluationResult.from_json(
+                response.read(), ignore_unknown_fields=False
+            )
+
+
 def result(
     run: str, version: str, status: int, score: int, turn_s: int, tool_s: int, state: int = 2
 ) -> ces_v1beta.EvaluationResult:
@@ -124,19 +149,36 @@ def result(
 
 
 def details_of(error: exceptions.GoogleAPICallError) -> dict[str, Any]:
+    """What api_core parsed from the error: ErrorInfo reason and domain, BadRequest fields.
+
+    Over REST api_core picks the exception class from the HTTP status (409 is Conflict for both
+    ALREADY_EXISTS and ABORTED), exactly as against Google's own front end.
+    """
     found: dict[str, Any] = {"reason": error.reason, "domain": error.domain, "violations": []}
     for detail in error.details:
-        if isinstance(detail, error_details_pb2.BadRequest):
+        if isinstance(detail, error_details_pb2.BadRequest):  # gRPC: unpacked messages
             found["violations"] = [v.field for v in detail.field_violations]
+        elif isinstance(detail, dict) and detail.get("@type", "").endswith("google.rpc.BadRequest"):
+            found["violations"] = [v["field"] for v in detail["fieldViolations"]]  # REST: JSON
     return found
 
 
-def main(target: str, descriptor_set: str) -> int:
-    channel = grpc.insecure_channel(target)
-    client = ces_v1beta.EvaluationServiceClient(
-        transport=grpc_transport.EvaluationServiceGrpcTransport(channel=channel)
-    )
-    emulator = Emulator(channel, descriptor_set)
+def main(transport: str, target: str, descriptor_set: str = "") -> int:
+    channel: grpc.Channel | None = None
+    emulator: Emulator | RestEmulator
+    if transport == "grpc":
+        channel = grpc.insecure_channel(target)
+        client = ces_v1beta.EvaluationServiceClient(
+            transport=grpc_transport.EvaluationServiceGrpcTransport(channel=channel)
+        )
+        emulator = Emulator(channel, descriptor_set)
+    else:
+        client = ces_v1beta.EvaluationServiceClient(
+            transport="rest",
+            client_options={"api_endpoint": target},
+            credentials=AnonymousCredentials(),
+        )
+        emulator = RestEmulator(target)
 
     # Create with and without an ID.
     first = client.create_evaluation(
@@ -154,12 +196,12 @@ def main(target: str, descriptor_set: str) -> int:
             parent=APP, evaluation=golden("Other"), evaluation_id="order-status"
         )
         raise AssertionError("duplicate ID accepted")
-    except exceptions.AlreadyExists as error:
+    except exceptions.Conflict as error:  # REST: HTTP 409; gRPC: AlreadyExists
         duplicate_id = details_of(error)
     try:
         client.create_evaluation(parent=APP, evaluation=golden("Refund"))
         raise AssertionError("duplicate display name accepted")
-    except exceptions.AlreadyExists as error:
+    except exceptions.Conflict as error:  # REST: HTTP 409; gRPC: AlreadyExists
         duplicate_name = details_of(error) | {"message": error.message}
     step("duplicates", id=duplicate_id, display_name=duplicate_name)
 
@@ -169,7 +211,7 @@ def main(target: str, descriptor_set: str) -> int:
     try:
         client.create_evaluation(parent=APP, evaluation=invalid)
         raise AssertionError("invalid evaluation accepted")
-    except exceptions.InvalidArgument as error:
+    except exceptions.BadRequest as error:  # REST: HTTP 400; gRPC: InvalidArgument
         step("invalid", **details_of(error))
 
     got = client.get_evaluation(name=first.name)
@@ -199,7 +241,7 @@ def main(target: str, descriptor_set: str) -> int:
             update_mask=field_mask_pb2.FieldMask(paths=["description"]),
         )
         raise AssertionError("stale etag accepted")
-    except exceptions.Aborted as error:
+    except exceptions.Conflict as error:  # REST: HTTP 409; gRPC: Aborted
         stale = details_of(error)
     step("update", etag=updated.etag, stale=stale)
 
@@ -231,7 +273,7 @@ def main(target: str, descriptor_set: str) -> int:
             request=ces_v1beta.DeleteEvaluationRequest(name=first.name, etag=got.etag)
         )
         raise AssertionError("delete with stale etag accepted")
-    except exceptions.Aborted as error:
+    except exceptions.Conflict as error:  # REST: HTTP 409; gRPC: Aborted
         stale_delete = details_of(error)
     client.delete_evaluation(name=first.name)
     try:
@@ -246,14 +288,23 @@ def main(target: str, descriptor_set: str) -> int:
         pass
     step("delete", stale=stale_delete, gone=gone)
 
+    # Declared in the contract but not served yet: UNIMPLEMENTED (HTTP 501) naming the method.
     try:
-        client.run_evaluation(request=ces_v1beta.RunEvaluationRequest(app=APP))
+        client.export_evaluations(request=ces_v1beta.ExportEvaluationsRequest(parent=APP))
         raise AssertionError("unimplemented method answered")
     except exceptions.MethodNotImplemented as error:
-        step("unimplemented", message=error.message, reason=error.reason)
-    channel.close()
+        step("unimplemented", message=error.message.rsplit(": ", 1)[-1], reason=error.reason)
+    if transport == "grpc":
+        # Not in our contract at all: the gRPC path is unknown, still UNIMPLEMENTED by name.
+        try:
+            client.run_evaluation(request=ces_v1beta.RunEvaluationRequest(app=APP))
+            raise AssertionError("unknown method answered")
+        except exceptions.MethodNotImplemented as error:
+            step("unknown", message=error.message, reason=error.reason)
+    if channel is not None:
+        channel.close()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    sys.exit(main(*sys.argv[1:]))

@@ -1,22 +1,32 @@
-"""The HTTP surface (ASGI, served by uvicorn): readiness now; the REST API joins it later."""
+"""The HTTP surface (ASGI, served by uvicorn): readiness, the OpenAPI document, and REST.
+
+``/healthz`` and ``/openapi.json`` are plain routes; every other request goes to the REST
+transcoder, which owns its own 404/405 answers in Google's error format.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from starlette.requests import Request
+    from starlette.types import ASGIApp
 
 __all__ = ["build_app"]
 
 
-def build_app(ready: Callable[[], bool]) -> Starlette:
+def build_app(
+    ready: Callable[[], bool],
+    rest: ASGIApp | None = None,
+    openapi: dict[str, Any] | None = None,
+) -> Starlette:
     """``GET /healthz``: 200 once every listener accepts connections, 503 before and while
     draining, so load balancers and test harnesses can poll it."""
 
@@ -25,4 +35,15 @@ def build_app(ready: Callable[[], bool]) -> Starlette:
             return JSONResponse({"status": "SERVING"})
         return JSONResponse({"status": "NOT_SERVING"}, status_code=503)
 
-    return Starlette(routes=[Route("/healthz", healthz, methods=["GET"])])
+    routes = [Route("/healthz", healthz, methods=["GET"])]
+    if openapi is not None:
+        document = json.dumps(openapi, ensure_ascii=False).encode()
+
+        async def openapi_json(request: Request) -> Response:
+            return Response(document, media_type="application/json")
+
+        routes.append(Route("/openapi.json", openapi_json, methods=["GET"]))
+    app = Starlette(routes=routes)
+    if rest is not None:
+        app.router.default = rest  # requests no route above matches
+    return app

@@ -1,0 +1,208 @@
+"""The REST surface: an ASGI app that transcodes HTTP/JSON to the core's methods (http.proto).
+
+Request: path variables, then the body (``*``, one field, or none), then query parameters fill
+the request message; system parameters (``$alt``, ``key``, ...) are accepted. Response: proto3
+JSON in lowerCamelCase, enums as names or, with ``$alt=json;enum-encoding=int`` (what the
+official client sends), as numbers. Errors: Google's JSON envelope (AIP-193).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl
+
+from google.protobuf import json_format
+
+from ces_eval.core.service import DEFAULT_USER, Caller
+from ces_eval.errors import Code, FieldViolation, ServiceError
+from ces_eval.transcoding import errors
+from ces_eval.transcoding.body import parse_body
+from ces_eval.transcoding.query import SYSTEM_PARAMETERS, QueryError, apply_query
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from google.protobuf.message import Message
+    from starlette.types import Receive, Scope, Send
+
+    from ces_eval.core.service import Handler
+    from ces_eval.transcoding.router import Route, Router
+
+__all__ = ["MAX_BODY_BYTES", "Transcoder"]
+
+_log = logging.getLogger(__name__)
+MAX_BODY_BYTES = 10 * 1024 * 1024  # documented in README; larger bodies get 413
+_JSON = b"application/json; charset=utf-8"
+_ALT = ("$alt", "alt")
+CALLER_HEADER = b"x-goog-user"
+
+
+class _HttpError(Exception):
+    def __init__(
+        self,
+        error: ServiceError,
+        status: int | None = None,
+        headers: list[tuple[bytes, bytes]] | None = None,
+    ) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.status = status
+        self.headers = headers or []
+
+
+def _invalid(field: str, description: str) -> _HttpError:
+    return _HttpError(
+        ServiceError.invalid_argument(description, [FieldViolation(field, description)])
+    )
+
+
+def _int_enums(params: list[tuple[str, str]]) -> bool:
+    """``$alt=json;enum-encoding=int`` asks for enums as numbers; other ``$alt`` forms than JSON
+    are refused."""
+    int_enums = False
+    for name, value in params:
+        if name not in _ALT:
+            continue
+        parts = [p.strip() for p in value.split(";")]
+        if parts[0] not in {"json", ""}:
+            raise _invalid(name, f"Unsupported {name} {value!r}; only json is served.")
+        for option in parts[1:]:
+            if option == "enum-encoding=int":
+                int_enums = True
+            elif option:
+                raise _invalid(name, f"Unsupported {name} option {option!r}.")
+    return int_enums
+
+
+class Transcoder:
+    """ASGI app serving every HTTP binding of the router over the core's handlers."""
+
+    def __init__(self, router: Router, handlers: Mapping[str, Handler]) -> None:
+        self._router = router
+        self._handlers = handlers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        verb = scope["method"].upper()
+        raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+        headers: list[tuple[bytes, bytes]] = []
+        try:
+            status, body = await self._handle(scope, receive, verb, raw_path)
+        except _HttpError as failure:
+            status, body = errors.envelope(failure.error, failure.status)
+            headers = failure.headers
+        except ServiceError as error:
+            status, body = errors.envelope(error)
+        except Exception:  # noqa: BLE001 - the surface boundary: any bug becomes a logged 500
+            _log.exception("unexpected error serving %s %s", verb, raw_path)
+            status, body = errors.envelope(
+                ServiceError(Code.INTERNAL, "Internal error; see the server log.", "INTERNAL")
+            )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", _JSON),
+                    (b"content-length", str(len(body)).encode()),
+                    *headers,
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+
+    async def _read_body(self, receive: Receive) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > MAX_BODY_BYTES:
+                raise _HttpError(errors.payload_too_large(MAX_BODY_BYTES), status=413)
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+    async def _handle(
+        self, scope: Scope, receive: Receive, verb: str, raw_path: str
+    ) -> tuple[int, bytes]:
+        resolved = self._router.resolve(verb, raw_path.split("?", 1)[0])
+        if isinstance(resolved, list):
+            if not resolved:
+                raise _HttpError(errors.not_found_path(verb, raw_path))
+            raise _HttpError(
+                errors.method_not_allowed(verb, raw_path, resolved),
+                status=405,
+                headers=[(b"allow", ", ".join(resolved).encode())],
+            )
+        route, variables = resolved
+        params = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        params = [
+            (
+                k.encode("latin-1").decode("utf-8", "replace"),
+                v.encode("latin-1").decode("utf-8", "replace"),
+            )
+            for k, v in params
+        ]
+        int_enums = _int_enums(params)
+        data = await self._read_body(receive)
+        request = self._request(route, variables, params, data)
+        handler = self._handlers.get(route.path)
+        if handler is None:
+            raise ServiceError.unimplemented(route.path.lstrip("/"))
+        response = await handler(request, _caller(scope))
+        return 200, _render(response, int_enums)
+
+    @staticmethod
+    def _request(
+        route: Route, variables: dict[str, str], params: list[tuple[str, str]], data: bytes
+    ) -> Message:
+        request = route.request_class()
+        body_field = route.binding.body
+        if body_field:
+            if not data.strip():
+                data = b"{}"
+            if body_field == "*":
+                parse_body(data, request, "")
+            else:
+                parse_body(data, getattr(request, body_field), body_field)
+        elif data.strip():
+            raise _invalid(
+                "body", f"{route.binding.verb} {route.binding.template} takes no request body."
+            )
+        try:
+            apply_query(request, list(variables.items()))
+        except QueryError as error:
+            raise _invalid(error.field_path or error.parameter, error.description) from error
+        user_params = [(k, v) for k, v in params if k not in SYSTEM_PARAMETERS]
+        if body_field == "*" and user_params:
+            names = ", ".join(sorted({k for k, _ in user_params}))
+            raise _invalid(
+                user_params[0][0],
+                f"Unknown query parameter(s) {names}: this method takes every field in the body.",
+            )
+        bound = [*variables, *([body_field] if body_field else [])]
+        try:
+            apply_query(request, user_params, bound=bound)
+        except QueryError as error:
+            raise _invalid(error.parameter, error.description) from error
+        return request
+
+
+def _caller(scope: Scope) -> Caller:
+    for key, value in scope.get("headers", []):
+        if key == CALLER_HEADER and value.strip():
+            return Caller(user=value.decode("utf-8", "replace").strip())
+    return Caller(user=DEFAULT_USER)
+
+
+def _render(message: Message, int_enums: bool) -> bytes:
+    document: Any = json_format.MessageToDict(message, use_integers_for_enums=int_enums)
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()

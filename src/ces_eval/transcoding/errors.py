@@ -1,0 +1,61 @@
+"""ServiceError → Google's JSON error envelope (AIP-193), and the HTTP-only errors.
+
+The envelope is what Google front ends send and what api_core parses:
+``{"error": {"code": <http status>, "message": ..., "status": "<CANONICAL_CODE>", "details":
+[{"@type": "type.googleapis.com/google.rpc.ErrorInfo", ...}, ...]}}``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from google.protobuf import json_format
+
+from ces_eval.errors import Code, ServiceError
+
+__all__ = ["envelope", "method_not_allowed", "not_found_path", "payload_too_large"]
+
+
+def envelope(error: ServiceError, http_status: int | None = None) -> tuple[int, bytes]:
+    """HTTP status and JSON body for ``error``; ``http_status`` overrides the code's mapping
+    for the answers HTTP has and gRPC lacks (405, 413)."""
+    status = http_status or error.code.http_status
+    details = [json_format.MessageToDict(detail) for detail in error.details()]
+    body = {
+        "error": {
+            "code": status,
+            "message": error.message,
+            "status": error.code.name,
+            "details": details,
+        }
+    }
+    return status, json.dumps(body, ensure_ascii=False).encode()
+
+
+def not_found_path(method: str, path: str) -> ServiceError:
+    return ServiceError(
+        Code.NOT_FOUND,
+        f"No API method is bound to {method} {path}.",
+        "PATH_NOT_FOUND",
+        {"method": method, "path": path},
+    )
+
+
+def method_not_allowed(method: str, path: str, allowed: list[str]) -> ServiceError:
+    """405 is not a canonical code: the status is UNIMPLEMENTED's text with HTTP 405 set by the
+    caller, mirroring how Google front ends answer a known path with another verb."""
+    return ServiceError(
+        Code.UNIMPLEMENTED,
+        f"{method} is not allowed on {path}; allowed: {', '.join(allowed)}.",
+        "METHOD_NOT_ALLOWED",
+        {"method": method, "path": path, "allowed": ",".join(allowed)},
+    )
+
+
+def payload_too_large(limit: int) -> ServiceError:
+    return ServiceError(
+        Code.RESOURCE_EXHAUSTED,
+        f"The request body is larger than {limit} bytes.",
+        "REQUEST_BODY_TOO_LARGE",
+        {"limit": str(limit)},
+    )

@@ -1,0 +1,506 @@
+"""The OpenAPI 3.1 document generated from the HTTP rules (src/ces_eval/openapi.py)."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from typing import Any
+
+import pytest
+from google.longrunning import operations_pb2
+from google.protobuf import json_format
+from jsonschema import Draft202012Validator
+from openapi_spec_validator import OpenAPIV31SpecValidator, validate
+
+import ces_eval
+from ces_eval.comments import comments
+from ces_eval.errors import ServiceError
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2, evaluation_service_pb2
+from ces_eval.jsonschema import SchemaBuilder, iter_refs
+from ces_eval.openapi import (
+    TITLE,
+    PathParameter,
+    _query_parameters,
+    build_openapi,
+    convert_template,
+)
+from ces_eval.schema import http_bindings
+from tests.support.samples import populate
+from tests.unit.test_jsonschema import KINDS
+
+APP = "/projects/{project}/locations/{location}/apps/{app}"
+EVAL = APP + "/evaluations/{evaluation}"
+RESULT = EVAL + "/results/{result}"
+V1B = "google.cloud.ces.v1beta"
+
+# operationId → (HTTP method, OpenAPI path), written out by hand.
+EXPECTED = {
+    "EvaluationService_CreateEvaluation": ("post", f"/v1beta{APP}/evaluations"),
+    "EvaluationService_GetEvaluation": ("get", f"/v1beta{EVAL}"),
+    "EvaluationService_ListEvaluations": ("get", f"/v1beta{APP}/evaluations"),
+    "EvaluationService_UpdateEvaluation": ("patch", f"/v1beta{EVAL}"),
+    "EvaluationService_DeleteEvaluation": ("delete", f"/v1beta{EVAL}"),
+    "EvaluationService_ExportEvaluations": ("post", f"/v1beta{APP}/evaluations:export"),
+    "EvaluationService_GetEvaluationResult": ("get", f"/v1beta{RESULT}"),
+    "EvaluationService_ListEvaluationResults": ("get", f"/v1beta{EVAL}/results"),
+    "EvaluationService_DeleteEvaluationResult": ("delete", f"/v1beta{RESULT}"),
+    "EvaluationService_ExportEvaluationResults": ("post", f"/v1beta{EVAL}/results:export"),
+    "EvaluationService_RunEvaluationResultMetrics": (
+        "post",
+        f"/v1beta{RESULT}:runEvaluationResultMetrics",
+    ),
+    "EmulatorService_CreateEvaluationResult": ("post", f"/emulator/v1{EVAL}/results"),
+    "EmulatorService_ResetProject": ("post", "/emulator/v1/projects/{project}:reset"),
+}
+
+# operationId → query parameters besides $alt.
+QUERY = {
+    "EvaluationService_CreateEvaluation": ["evaluationId"],
+    "EvaluationService_GetEvaluation": [],
+    "EvaluationService_ListEvaluations": [
+        "pageSize",
+        "pageToken",
+        "filter",
+        "evaluationFilter",
+        "evaluationRunFilter",
+        "orderBy",
+        "lastTenResults",
+    ],
+    "EvaluationService_UpdateEvaluation": ["updateMask"],
+    "EvaluationService_DeleteEvaluation": ["force", "etag"],
+    "EvaluationService_ExportEvaluations": [],
+    "EvaluationService_GetEvaluationResult": [],
+    "EvaluationService_ListEvaluationResults": ["pageSize", "pageToken", "filter", "orderBy"],
+    "EvaluationService_DeleteEvaluationResult": [],
+    "EvaluationService_ExportEvaluationResults": [],
+    "EvaluationService_RunEvaluationResultMetrics": [],
+    "EmulatorService_CreateEvaluationResult": ["evaluationResultId"],
+    "EmulatorService_ResetProject": [],
+}
+
+RESPONSES = {
+    "EvaluationService_CreateEvaluation": f"{V1B}.Evaluation",
+    "EvaluationService_GetEvaluation": f"{V1B}.Evaluation",
+    "EvaluationService_ListEvaluations": f"{V1B}.ListEvaluationsResponse",
+    "EvaluationService_UpdateEvaluation": f"{V1B}.Evaluation",
+    "EvaluationService_ExportEvaluations": "google.longrunning.Operation",
+    "EvaluationService_GetEvaluationResult": f"{V1B}.EvaluationResult",
+    "EvaluationService_ListEvaluationResults": f"{V1B}.ListEvaluationResultsResponse",
+    "EvaluationService_ExportEvaluationResults": "google.longrunning.Operation",
+    "EvaluationService_RunEvaluationResultMetrics": "google.longrunning.Operation",
+    "EmulatorService_CreateEvaluationResult": f"{V1B}.EvaluationResult",
+    "EmulatorService_ResetProject": "ces_eval.emulator.v1.ResetProjectResponse",
+}
+EMPTY_RESPONSES = {"EvaluationService_DeleteEvaluation", "EvaluationService_DeleteEvaluationResult"}
+
+
+@cache
+def _doc() -> dict[str, Any]:
+    return build_openapi()
+
+
+def _operations() -> dict[str, tuple[str, str, dict[str, Any]]]:
+    found: dict[str, tuple[str, str, dict[str, Any]]] = {}
+    for path, item in _doc()["paths"].items():
+        for verb, operation in item.items():
+            assert operation["operationId"] not in found
+            found[operation["operationId"]] = (verb, path, operation)
+    return found
+
+
+def _operation(operation_id: str) -> dict[str, Any]:
+    return _operations()[operation_id][2]
+
+
+def _resolve(pointer: str) -> Any:
+    node: Any = _doc()
+    for part in pointer.removeprefix("#/").split("/"):
+        node = node[part.replace("~1", "/").replace("~0", "~")]
+    return node
+
+
+def _validator(schema: dict[str, Any]) -> Draft202012Validator:
+    """Validates against an OpenAPI schema; its refs resolve within the document's components."""
+    return Draft202012Validator({**schema, "components": _doc()["components"]})
+
+
+def _response_schema(operation_id: str) -> dict[str, Any]:
+    schema: dict[str, Any] = _operation(operation_id)["responses"]["200"]["content"][
+        "application/json"
+    ]["schema"]
+    return schema
+
+
+def _body_schema(operation_id: str) -> dict[str, Any]:
+    schema: dict[str, Any] = _operation(operation_id)["requestBody"]["content"]["application/json"][
+        "schema"
+    ]
+    return schema
+
+
+def test_document_is_valid_openapi_3_1() -> None:
+    document = build_openapi(server_url="http://127.0.0.1:8080")
+    validate(document)
+    assert list(OpenAPIV31SpecValidator(document).iter_errors()) == []
+    assert document["openapi"] == "3.1.0"
+
+
+def test_info_and_servers() -> None:
+    document = build_openapi(server_url="http://127.0.0.1:9")
+    assert document["info"]["title"] == TITLE
+    assert TITLE == (
+        "ces-eval — Customer Engagement Suite EvaluationService (google.cloud.ces.v1beta)"
+    )
+    assert document["info"]["version"] == ces_eval.__version__
+    assert document["servers"] == [{"url": "http://127.0.0.1:9"}]
+    assert "servers" not in build_openapi()
+
+
+def test_every_binding_is_one_operation() -> None:
+    operations = _operations()
+    assert len(operations) == len(http_bindings()) == len(EXPECTED)
+    assert {k: (verb, path) for k, (verb, path, _) in operations.items()} == EXPECTED
+    templates = sorted(op["x-ces-eval-template"] for _, _, op in operations.values())
+    assert templates == sorted(binding.template for binding in http_bindings())
+    for binding in http_bindings():
+        service, method = binding.method.containing_service.name, binding.method.name
+        verb, _, operation = operations[f"{service}_{method}"]
+        assert verb == binding.verb.lower()
+        assert operation["x-ces-eval-template"] == binding.template
+
+
+def test_methods_of_one_path_share_its_item() -> None:
+    item = _doc()["paths"][f"/v1beta{EVAL}"]
+    assert sorted(item) == ["delete", "get", "patch"]
+    assert sorted(_doc()["paths"][f"/v1beta{APP}/evaluations"]) == ["get", "post"]
+
+
+@pytest.mark.parametrize(
+    ("operation_id", "names", "field"),
+    [
+        (
+            "EvaluationService_UpdateEvaluation",
+            ["project", "location", "app", "evaluation"],
+            "evaluation.name",
+        ),
+        (
+            "EvaluationService_RunEvaluationResultMetrics",
+            ["project", "location", "app", "evaluation", "result"],
+            "evaluation_result_id",
+        ),
+        (
+            "EvaluationService_ListEvaluationResults",
+            ["project", "location", "app", "evaluation"],
+            "parent",
+        ),
+        ("EmulatorService_ResetProject", ["project"], "name"),
+    ],
+)
+def test_path_parameters(operation_id: str, names: list[str], field: str) -> None:
+    _, path, operation = _operations()[operation_id]
+    path_parameters = [p for p in operation["parameters"] if p.get("in") == "path"]
+    assert [p["name"] for p in path_parameters] == names
+    assert re.findall(r"\{([^}]+)\}", path) == names
+    for parameter in path_parameters:
+        assert parameter["required"] is True
+        assert parameter["schema"] == {"type": "string", "pattern": "^[^/]+$"}
+        assert f"`{field}`" in parameter["description"]
+
+
+def test_every_path_placeholder_is_a_parameter() -> None:
+    for _, path, operation in _operations().values():
+        declared = [p["name"] for p in operation["parameters"] if p.get("in") == "path"]
+        assert re.findall(r"\{([^}]+)\}", path) == declared
+
+
+@pytest.mark.parametrize("operation_id", sorted(QUERY))
+def test_query_parameters(operation_id: str) -> None:
+    parameters = _operation(operation_id)["parameters"]
+    query = [p["name"] for p in parameters if p.get("in") == "query"]
+    assert query == QUERY[operation_id]
+    assert parameters[-1] == {"$ref": "#/components/parameters/alt"}
+
+
+def test_query_parameter_details() -> None:
+    listing = {
+        p.get("name"): p for p in _operation("EvaluationService_ListEvaluations")["parameters"]
+    }
+    assert listing["pageSize"]["schema"] == {
+        "type": "integer",
+        "minimum": -(2**31),
+        "maximum": 2**31 - 1,
+    }
+    assert listing["filter"]["deprecated"] is True
+    assert "deprecated" not in listing["evaluationFilter"]
+    assert listing["lastTenResults"]["schema"] == {"type": "boolean"}
+    assert listing["orderBy"]["description"] == comments()[f"{V1B}.ListEvaluationsRequest.order_by"]
+    update = {
+        p.get("name"): p for p in _operation("EvaluationService_UpdateEvaluation")["parameters"]
+    }
+    assert update["updateMask"]["schema"] == {"type": "string"}
+
+
+def test_alt_system_parameter() -> None:
+    alt = _doc()["components"]["parameters"]["alt"]
+    assert alt["name"] == "$alt"
+    assert alt["in"] == "query"
+    assert alt["required"] is False
+    assert alt["schema"]["enum"] == ["json", "json;enum-encoding=int"]
+
+
+@pytest.mark.parametrize(
+    ("operation_id", "ref"),
+    [
+        ("EvaluationService_CreateEvaluation", f"{V1B}.Evaluation-Input"),
+        ("EvaluationService_UpdateEvaluation", f"{V1B}.Evaluation-Partial"),
+        ("EmulatorService_CreateEvaluationResult", f"{V1B}.EvaluationResult-Input"),
+    ],
+)
+def test_body_field(operation_id: str, ref: str) -> None:
+    body = _operation(operation_id)["requestBody"]
+    assert body["required"] is True
+    assert body["content"]["application/json"]["schema"] == {"$ref": f"#/components/schemas/{ref}"}
+    assert body["description"]
+
+
+def test_body_star_is_the_request_without_path_fields() -> None:
+    schema = _body_schema("EvaluationService_ExportEvaluations")
+    assert list(schema["properties"]) == [
+        "names",
+        "exportOptions",
+        "includeEvaluationResults",
+        "includeEvaluations",
+    ]
+    assert schema["required"] == ["names"]
+    assert schema["additionalProperties"] is False
+    validator = _validator(schema)
+    assert list(validator.iter_errors({"names": ["n"], "includeEvaluations": True})) == []
+    assert list(validator.iter_errors({"names": ["n"], "parent": "projects/p"}))
+    assert list(validator.iter_errors({}))
+    metrics = _body_schema("EvaluationService_RunEvaluationResultMetrics")
+    assert metrics["properties"] == {}
+    assert list(_validator(metrics).iter_errors({})) == []
+    assert list(_validator(metrics).iter_errors({"evaluationResultId": "x"}))
+
+
+def test_no_body_without_body_rule() -> None:
+    for operation_id in (
+        "EvaluationService_GetEvaluation",
+        "EvaluationService_ListEvaluations",
+        "EvaluationService_DeleteEvaluation",
+    ):
+        assert "requestBody" not in _operation(operation_id)
+
+
+@pytest.mark.parametrize("operation_id", sorted(RESPONSES))
+def test_success_responses(operation_id: str) -> None:
+    assert _response_schema(operation_id) == {
+        "$ref": f"#/components/schemas/{RESPONSES[operation_id]}"
+    }
+
+
+@pytest.mark.parametrize("operation_id", sorted(EMPTY_RESPONSES))
+def test_empty_responses(operation_id: str) -> None:
+    schema = _response_schema(operation_id)
+    assert schema == {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+def test_every_operation_documents_errors() -> None:
+    for _, _, operation in _operations().values():
+        assert operation["responses"]["default"] == {"$ref": "#/components/responses/Error"}
+    error = _doc()["components"]["responses"]["Error"]
+    assert error["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Status"}
+
+
+def test_error_envelope_validates_a_service_error() -> None:
+    error = ServiceError.not_found("ces.googleapis.com/Evaluation", "projects/p/x")
+    status = json_format.MessageToDict(error.to_status())
+    envelope = {
+        "error": {
+            "code": error.code.http_status,
+            "message": status["message"],
+            "status": error.code.name,
+            "details": status["details"],
+        }
+    }
+    validator = _validator(_doc()["components"]["schemas"]["Status"])
+    assert list(validator.iter_errors(envelope)) == []
+    assert list(validator.iter_errors({"error": {**envelope["error"], "status": "GONE"}}))
+    assert list(validator.iter_errors({"error": {"code": 404}}))
+
+
+def test_long_running_operations() -> None:
+    operation = _operation("EvaluationService_ExportEvaluations")
+    success = operation["responses"]["200"]
+    assert success["x-ces-eval-long-running"] == {
+        "responseType": f"{V1B}.ExportEvaluationsResponse",
+        "metadataType": f"{V1B}.OperationMetadata",
+    }
+    schemas = _doc()["components"]["schemas"]
+    assert f"{V1B}.ExportEvaluationsResponse" in schemas
+    assert f"{V1B}.OperationMetadata" in schemas
+    metrics = _operation("EvaluationService_RunEvaluationResultMetrics")["responses"]["200"]
+    assert metrics["x-ces-eval-long-running"]["metadataType"] == (
+        f"{V1B}.RunEvaluationResultMetricsOperationMetadata"
+    )
+    sample = populate(operations_pb2.Operation(), 0)
+    sample.response.Pack(evaluation_service_pb2.ExportEvaluationsResponse(evaluations_uri="gs://b"))
+    validator = _validator(_response_schema("EvaluationService_ExportEvaluations"))
+    assert list(validator.iter_errors(json_format.MessageToDict(sample))) == []
+    assert list(validator.iter_errors({"name": "x", "done": True, "unknown": 1}))
+
+
+def test_refs_resolve() -> None:
+    refs = list(iter_refs(_doc()))
+    assert len(refs) > 100
+    for ref in refs:
+        assert ref.startswith("#/components/")
+        _resolve(ref)  # raises KeyError when dangling
+
+
+@pytest.mark.parametrize("variant", range(3))
+def test_payloads_validate_against_the_document(variant: int) -> None:
+    evaluation = populate(evaluation_pb2.Evaluation(), variant)
+    get = _validator(_response_schema("EvaluationService_GetEvaluation"))
+    # Responses may use enum names or numbers ($alt=json;enum-encoding=int).
+    assert list(get.iter_errors(json_format.MessageToDict(evaluation))) == []
+    by_number = json_format.MessageToDict(evaluation, use_integers_for_enums=True)
+    assert list(get.iter_errors(by_number)) == []
+    assert list(get.iter_errors({**by_number, "displayName": 1}))
+    create = _validator(_body_schema("EvaluationService_CreateEvaluation"))
+    assert list(create.iter_errors(json_format.MessageToDict(evaluation))) == []
+    assert list(create.iter_errors({"description": "no display name"}))
+    update = _validator(_body_schema("EvaluationService_UpdateEvaluation"))
+    assert list(update.iter_errors({"description": "a masked update"})) == []
+    assert list(update.iter_errors({"description": "x", "bogus": 1}))
+    listing = populate(evaluation_service_pb2.ListEvaluationResultsResponse(), variant)
+    results = _validator(_response_schema("EvaluationService_ListEvaluationResults"))
+    assert list(results.iter_errors(json_format.MessageToDict(listing))) == []
+
+
+def test_operation_texts_and_tags() -> None:
+    operation = _operation("EvaluationService_ListEvaluationResults")
+    text = comments()[f"{V1B}.EvaluationService.ListEvaluationResults"]
+    assert operation["description"] == text
+    assert operation["summary"] == (
+        "Lists the results of an evaluation, or of every evaluation of the app when the"
+        " evaluation ID is `-`."
+    )
+    assert operation["tags"] == ["EvaluationService"]
+    assert _operation("EmulatorService_ResetProject")["tags"] == ["EmulatorService"]
+    tags = {tag["name"]: tag for tag in _doc()["tags"]}
+    assert tags["EvaluationService"]["description"] == comments()[f"{V1B}.EvaluationService"]
+    assert set(tags) == {"EvaluationService", "EmulatorService"}
+
+
+def test_fresh_document_each_call() -> None:
+    first = build_openapi()
+    first["paths"].clear()
+    first["components"]["schemas"].clear()
+    second = build_openapi()
+    assert second["paths"]
+    assert second == _doc()
+
+
+@pytest.mark.parametrize(
+    ("template", "path", "parameters"),
+    [
+        pytest.param(
+            "/v1beta/{parent=projects/*/locations/*/apps/*}/evaluations",
+            "/v1beta/projects/{project}/locations/{location}/apps/{app}/evaluations",
+            [
+                ("project", "parent"),
+                ("location", "parent"),
+                ("app", "parent"),
+            ],
+            id="collection",
+        ),
+        pytest.param(
+            "/v1/{name=projects/*}:reset",
+            "/v1/projects/{project}:reset",
+            [("project", "name")],
+            id="custom-verb",
+        ),
+        pytest.param(
+            "/v1/{book.name=libraries/*/books/*}",
+            "/v1/libraries/{library}/books/{book}",
+            [("library", "book.name"), ("book", "book.name")],
+            id="nested-field",
+        ),
+        pytest.param("/v1/{name}", "/v1/{name}", [("name", "name")], id="bare-variable"),
+        pytest.param(
+            "/v1/shelves/{shelf_id}/books",
+            "/v1/shelves/{shelf_id}/books",
+            [("shelf_id", "shelf_id")],
+            id="named-by-field",
+        ),
+        pytest.param(
+            "/v1/{a=projects/*}/copies/{b=projects/*}",
+            "/v1/projects/{project}/copies/projects/{project_2}",
+            [("project", "a"), ("project_2", "b")],
+            id="collision",
+        ),
+        pytest.param(
+            "/v1/{name=policies/*/evaluationRuns/*/addresses/*}",
+            "/v1/policies/{policy}/evaluationRuns/{evaluationRun}/addresses/{address}",
+            [("policy", "name"), ("evaluationRun", "name"), ("address", "name")],
+            id="singular-forms",
+        ),
+    ],
+)
+def test_convert_template(template: str, path: str, parameters: list[tuple[str, str]]) -> None:
+    converted, found = convert_template(template)
+    assert converted == path
+    assert [(p.name, p.field) for p in found] == parameters
+
+
+def test_convert_template_records_how_to_rebuild_the_field() -> None:
+    _, found = convert_template("/v1/{parent=projects/*/docs/**}:list")
+    assert found == [
+        PathParameter("project", "parent", "projects/{project}/docs/{doc}"),
+        PathParameter("doc", "parent", "projects/{project}/docs/{doc}", multi_segment=True),
+    ]
+
+
+def test_query_parameters_of_every_field_kind() -> None:
+    """Which fields can be query parameters (http.proto), on the test proto of every kind."""
+    names = [p["name"] for p in _query_parameters(SchemaBuilder(), KINDS, {"text", "node.label"})]
+    scalars = ["i32", "s32", "sf32", "u32", "f32", "i64", "s64", "sf64", "u64", "f64"]
+    assert names == [
+        *scalars,
+        "flt",
+        "dbl",
+        "flag",
+        "blob",
+        "color",
+        "manyI64",
+        "colors",
+        # maps (byName, byId, byFlag), Struct, Value, ListValue, Any and Empty cannot be
+        "at",
+        "took",
+        "mask",
+        "big",
+        "maybe",
+        "raw",
+        "ratio",
+        # node: label is skipped, children are repeated messages, parent would recurse
+        # nodes: repeated messages
+        "left",
+        "right.label",
+        "middle",
+        "maybeCount",
+        "renamed",
+        "snakeCaseName",
+    ]
+    by_name = {
+        p["name"]: p for p in _query_parameters(SchemaBuilder(), KINDS, set(), json_prefix="")
+    }
+    assert by_name["manyI64"]["schema"] == {
+        "type": "array",
+        "items": {"type": "string", "pattern": "^-?[0-9]+$"},
+    }
+    assert by_name["manyI64"]["explode"] is True
+    assert by_name["color"]["schema"]["enum"] == ["COLOR_UNSPECIFIED", "RED", "GREEN", 0, 1, 2]
+    assert by_name["big"]["schema"] == {"type": "string", "pattern": "^-?[0-9]+$"}
+    assert by_name["at"]["schema"]["format"] == "date-time"
+    assert by_name["node.label"]["schema"] == {"type": "string"}
