@@ -21,7 +21,7 @@ import uvicorn
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from ces_eval import schema
+from ces_eval import openapi, schema
 from ces_eval import storage as storage_backends
 from ces_eval.core import pages
 from ces_eval.core.service import Core, handlers
@@ -86,7 +86,11 @@ async def serve(config: ServerConfig) -> int:
     draining = asyncio.Event()
     http = _Uvicorn(
         uvicorn.Config(
-            build_app(lambda: http.started and not draining.is_set(), rest=rest),
+            build_app(
+                lambda: http.started and not draining.is_set(),
+                rest=rest,
+                openapi=openapi.build_openapi(),
+            ),
             host=config.host,
             port=config.http_port,
             log_level="warning",

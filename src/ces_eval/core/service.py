@@ -26,11 +26,12 @@ from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as
 from ces_eval.storage.base import Conflict, EtagMismatch, InvalidFilter, ListQuery, Missing
 
 if TYPE_CHECKING:
+    from google.protobuf import descriptor
     from google.protobuf.message import Message
 
     from ces_eval.storage.base import Storage
 
-__all__ = ["DEFAULT_USER", "Caller", "Core", "Handler", "handlers"]
+__all__ = ["DEFAULT_USER", "Caller", "Core", "Handler", "handlers", "implements"]
 
 DEFAULT_USER = "local-user@ces-eval.localhost"
 _RECENT_RESULTS = 10
@@ -390,13 +391,17 @@ def _snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
+def implements(method: descriptor.MethodDescriptor) -> bool:
+    """Whether the core serves ``method`` (surfaces answer UNIMPLEMENTED otherwise)."""
+    return hasattr(Core, _snake(method.name))
+
+
 def handlers(core: Core) -> dict[str, Handler]:
     """``/package.Service/Method`` → the core's implementation, for every method the
     descriptors declare that the core implements."""
-    found: dict[str, Handler] = {}
-    for service in schema.services():
-        for method in service.methods:
-            implementation = getattr(core, _snake(method.name), None)
-            if implementation is not None:
-                found[f"/{service.full_name}/{method.name}"] = implementation
-    return found
+    return {
+        f"/{service.full_name}/{method.name}": getattr(core, _snake(method.name))
+        for service in schema.services()
+        for method in service.methods
+        if implements(method)
+    }

@@ -143,14 +143,7 @@ class Transcoder:
                 headers=[(b"allow", ", ".join(resolved).encode())],
             )
         route, variables = resolved
-        params = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
-        params = [
-            (
-                k.encode("latin-1").decode("utf-8", "replace"),
-                v.encode("latin-1").decode("utf-8", "replace"),
-            )
-            for k, v in params
-        ]
+        params = _query(scope.get("query_string", b""))
         int_enums = _int_enums(params)
         data = await self._read_body(receive)
         request = self._request(route, variables, params, data)
@@ -194,6 +187,18 @@ class Transcoder:
         except QueryError as error:
             raise _invalid(error.parameter, error.description) from error
         return request
+
+
+def _query(raw: bytes) -> list[tuple[str, str]]:
+    """Decoded (name, value) pairs in order; ``+`` is a space and escapes are UTF-8."""
+    try:
+        return parse_qsl(
+            raw.decode("latin-1"), keep_blank_values=True, encoding="utf-8", errors="strict"
+        )
+    except UnicodeDecodeError as error:
+        raise _invalid(
+            "query", "The query string is not valid UTF-8 after percent-decoding."
+        ) from error
 
 
 def _caller(scope: Scope) -> Caller:
