@@ -11,6 +11,8 @@ EMULATOR_BINDINGS = {
     "POST /emulator/v1/{parent=projects/*/locations/*/apps/*/evaluations/*}/results "
     "ces_eval.emulator.v1.EmulatorService.CreateEvaluationResult",
     "POST /emulator/v1/{name=projects/*}:reset ces_eval.emulator.v1.EmulatorService.ResetProject",
+    "POST /emulator/v1/{parent=projects/*/locations/*/apps/*}:importEvaluations "
+    "ces_eval.emulator.v1.EmulatorService.ImportEvaluations",
 }
 
 
@@ -23,9 +25,17 @@ def test_describe_lists_the_official_and_emulator_bindings() -> None:
         timeout=60,
     )
     lines = {" ".join(line.split()[:3]) for line in completed.stdout.splitlines()}
-    expected = {
-        f"{http['method'].upper()} {http['uri']} {contract.SERVICE}.{rpc}"
-        for rpc, facts in contract.official().rpcs.items()
-        for http in facts["http"]
-    } | EMULATOR_BINDINGS
+    expected = (
+        {
+            f"{http['method'].upper()} {http['uri']} {contract.SERVICE}.{rpc}"
+            for rpc, facts in contract.official().rpcs.items()
+            for http in facts["http"]
+        }
+        | {
+            f"{http['method'].upper()} {http['uri']} google.longrunning.Operations.{rpc}"
+            for rpc, rules in contract.official().operations_http.items()
+            for http in rules
+        }
+        | EMULATOR_BINDINGS
+    )
     assert lines == expected

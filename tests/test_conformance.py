@@ -15,6 +15,7 @@ from google.api import annotations_pb2, http_pb2
 from google.longrunning import operations_proto_pb2
 from google.protobuf import descriptor
 
+from ces_eval import schema
 from tests.support import contract
 
 _LABEL_REPEATED = 3
@@ -165,3 +166,15 @@ def test_service_declares_exactly_the_official_rpcs() -> None:
     _, pool = contract.ours()
     service = pool.FindServiceByName(contract.SERVICE)
     assert {m.name for m in service.methods} == set(contract.official().rpcs)
+
+
+@pytest.mark.parametrize(
+    "rpc", ["GetOperation", "ListOperations", "DeleteOperation", "CancelOperation"]
+)
+def test_operations_bindings_match_the_official_client(rpc: str) -> None:
+    """The Operations service is rebound by the CES service configuration; ours must be the
+    paths the official client's REST transport calls."""
+    method = next(m for s in schema.services() for m in s.methods if m.name == rpc)
+    rule = schema.http_rule(method)
+    assert rule is not None
+    assert [_http_rule(rule)] == contract.official().operations_http[rpc]

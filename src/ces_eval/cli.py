@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 import sys
+from pathlib import Path
 
 from ces_eval import __version__, schema
 from ces_eval.server import ServerConfig, serve
@@ -26,7 +27,11 @@ def _serve(args: argparse.Namespace) -> int:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     config = ServerConfig(
-        host=args.host, grpc_port=args.grpc_port, http_port=args.http_port, database=args.database
+        host=args.host,
+        grpc_port=args.grpc_port,
+        http_port=args.http_port,
+        database=args.database,
+        export_dir=Path(args.export_dir),
     )
     return asyncio.run(serve(config))
 
@@ -49,6 +54,11 @@ def main(argv: list[str] | None = None) -> int:
         "--database",
         default=defaults.database,
         help="database URL, e.g. sqlite:///./data/ces-eval.db (default)",
+    )
+    serve_parser.add_argument(
+        "--export-dir",
+        default=str(defaults.export_dir),
+        help="folder standing in for Cloud Storage: gs://bucket/path is <export-dir>/bucket/path",
     )
     serve_parser.set_defaults(run=_serve)
     args = parser.parse_args(argv)

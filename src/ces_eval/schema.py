@@ -10,16 +10,16 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING
 
-from google.api import annotations_pb2
+from google.api import annotations_pb2, http_pb2
+from google.longrunning import operations_proto_pb2
 
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2
 
 if TYPE_CHECKING:
-    from google.api import http_pb2
     from google.protobuf import descriptor
 
-__all__ = ["HttpBinding", "http_bindings", "services"]
+__all__ = ["OPERATIONS", "HttpBinding", "http_bindings", "http_rule", "services"]
 
 
 @dataclass(frozen=True)
@@ -32,13 +32,42 @@ class HttpBinding:
     body: str
 
 
+# google.longrunning.Operations carries generic rules (``/v1/{name=operations/**}``); each API
+# rebinds it in its service configuration. These are the CES bindings, as the official client's
+# REST transport uses them (WaitOperation has none: it is gRPC only).
+_OPERATIONS_RULES = {
+    "GetOperation": http_pb2.HttpRule(get="/v1beta/{name=projects/*/locations/*/operations/*}"),
+    "ListOperations": http_pb2.HttpRule(get="/v1beta/{name=projects/*/locations/*}/operations"),
+    "DeleteOperation": http_pb2.HttpRule(
+        delete="/v1beta/{name=projects/*/locations/*/operations/*}"
+    ),
+    "CancelOperation": http_pb2.HttpRule(
+        post="/v1beta/{name=projects/*/locations/*/operations/*}:cancel", body="*"
+    ),
+}
+OPERATIONS = "google.longrunning.Operations"
+
+
 @cache
 def services() -> tuple[descriptor.ServiceDescriptor, ...]:
-    """The services this server implements: the public EvaluationService and our emulator."""
+    """The services this server implements: the public EvaluationService, the Operations
+    service of its long-running methods, and our emulator."""
     return (
         evaluation_service_pb2.DESCRIPTOR.services_by_name["EvaluationService"],
+        operations_proto_pb2.DESCRIPTOR.services_by_name["Operations"],
         emulator_service_pb2.DESCRIPTOR.services_by_name["EmulatorService"],
     )
+
+
+def http_rule(method: descriptor.MethodDescriptor) -> http_pb2.HttpRule | None:
+    """The HTTP rule of ``method``: its ``google.api.http`` option, or for the Operations
+    service the CES service-configuration binding."""
+    if method.containing_service.full_name == OPERATIONS:
+        return _OPERATIONS_RULES.get(method.name)
+    options = method.GetOptions()
+    if options.HasExtension(annotations_pb2.http):
+        return options.Extensions[annotations_pb2.http]
+    return None
 
 
 def _bindings(method: descriptor.MethodDescriptor, rule: http_pb2.HttpRule) -> list[HttpBinding]:
@@ -59,7 +88,7 @@ def http_bindings() -> tuple[HttpBinding, ...]:
     found: list[HttpBinding] = []
     for service in services():
         for method in service.methods:
-            options = method.GetOptions()
-            if options.HasExtension(annotations_pb2.http):
-                found += _bindings(method, options.Extensions[annotations_pb2.http])
+            rule = http_rule(method)
+            if rule is not None:
+                found += _bindings(method, rule)
     return tuple(found)

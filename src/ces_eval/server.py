@@ -3,7 +3,8 @@
 Start-up order: open the database (migrations), bind gRPC (EvaluationService, EmulatorService,
 grpc.health.v1, server reflection), start the HTTP listener; ``/healthz`` turns 200 only when
 both accept. SIGTERM or SIGINT stops accepting, drains in-flight calls (bounded grace period),
-closes the database and returns normally (exit status 0).
+stops running operations (they end UNAVAILABLE), closes the database and returns normally (exit
+status 0). Operations a crashed process left running are marked failed at the next start.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import signal
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 import uvicorn
@@ -23,8 +25,9 @@ from grpc_reflection.v1alpha import reflection
 
 from ces_eval import openapi, schema
 from ces_eval import storage as storage_backends
-from ces_eval.core import pages
-from ces_eval.core.service import Core, handlers
+from ces_eval.core import exchange, pages
+from ces_eval.core.operations import OperationRunner
+from ces_eval.core.service import DEFAULT_EXPORT_ROOT, Core, handlers
 from ces_eval.surfaces.grpc_api import Dispatcher
 from ces_eval.surfaces.http_app import build_app
 from ces_eval.transcoding.app import Transcoder
@@ -42,6 +45,7 @@ class ServerConfig:
     grpc_port: int = 50051
     http_port: int = 8080
     database: str = "sqlite:///./data/ces-eval.db"
+    export_dir: Path = DEFAULT_EXPORT_ROOT
 
 
 class _Uvicorn(uvicorn.Server):
@@ -64,7 +68,11 @@ def _hint(config: ServerConfig, grpc_port: int) -> str:
 async def serve(config: ServerConfig) -> int:
     database = storage_backends.from_url(config.database)
     await database.open()
-    core = Core(database, pages.PageTokens(await database.secret()))
+    runner = OperationRunner(database)
+    await runner.recover()
+    if swept := exchange.sweep_temporary(config.export_dir):
+        _log.warning("removed %d partial export file(s) of interrupted operations", swept)
+    core = Core(database, pages.PageTokens(await database.secret()), runner, config.export_dir)
     implementations = handlers(core)
     dispatcher = Dispatcher(implementations)
     rest = Transcoder(Router(schema.http_bindings()), implementations)
@@ -127,6 +135,7 @@ async def serve(config: ServerConfig) -> int:
     await server.stop(DRAIN_SECONDS)
     http.should_exit = True
     await http_task
+    await runner.shutdown()
     await database.close()
     print("ces-eval stopped", file=sys.stderr, flush=True)
     return 0

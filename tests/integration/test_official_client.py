@@ -114,14 +114,30 @@ def test_official_client_scenario(server: RunningServer, transport: str) -> None
     assert str(steps["delete"]["gone"]["message"]).endswith(  # type: ignore[index]
         f"Evaluation {names[0]} not found."
     )
-    assert steps["unimplemented"] == {
-        "message": "Method google.cloud.ces.v1beta.EvaluationService/ExportEvaluations is not "
-        "implemented by ces-eval.",
-        "reason": "METHOD_NOT_IMPLEMENTED",
-    }
+    export = steps["export"]
+    assert export["evaluations"] == [names[0]]
+    assert export["results"] == [f"{names[0]}/results/r{i}" for i in (1, 2, 3)]
+    assert export["failed"] == [APP + "/evaluations/missing"]
+    assert export["metadata"] == "OperationMetadata"
+    uri = str(steps["export_file"]["uri"])
+    assert uri.startswith("gs://ces-exports/nightly/evaluations-")
+    assert uri.endswith(".yaml")
+    assert steps["export_file"]["content"] == 0
+    written = server.export_dir / uri.removeprefix("gs://")
+    assert names[1] in written.read_text(encoding="utf-8")
+    assert [p.name for p in written.parent.iterdir()] == [written.name]  # no temp files left
+    assert steps["export_results"] == {"results": [f"{names[0]}/results/r1"]}
+    # r1: similarity 4 >= 3, tool call PASS -> PASS; r2: similarity 2 < 3 -> FAIL.
+    assert steps["metrics"] == {"statuses": {"r1": "PASS", "r2": "FAIL"}}
+    operations = steps["operations"]
+    assert operations["count"] == 5  # two evaluation exports, one results export, two metric runs
+    assert operations["done"] is True
+
     if transport == "grpc":
         assert steps["unknown"] == {
             "message": "Method google.cloud.ces.v1beta.EvaluationService/RunEvaluation is not "
             "implemented by ces-eval.",
             "reason": "METHOD_NOT_IMPLEMENTED",
         }
+    else:
+        assert steps["unknown"]["reason"] == "PATH_NOT_FOUND"  # type: ignore[index]

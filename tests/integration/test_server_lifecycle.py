@@ -42,6 +42,7 @@ def test_health_and_reflection(server: RunningServer) -> None:
     assert listed == {
         "google.cloud.ces.v1beta.EvaluationService",
         "ces_eval.emulator.v1.EmulatorService",
+        "google.longrunning.Operations",
         "grpc.health.v1.Health",
         "grpc.reflection.v1alpha.ServerReflection",
     }
@@ -51,8 +52,8 @@ def test_health_and_reflection(server: RunningServer) -> None:
     "method",
     [
         "google.cloud.ces.v1beta.EvaluationService/NoSuchMethod",
-        # Declared in our contract, served by a later release.
-        "google.cloud.ces.v1beta.EvaluationService/ExportEvaluations",
+        "google.cloud.ces.v1beta.EvaluationService/RunEvaluation",
+        "ces_eval.emulator.v1.EmulatorService/Unknown",
     ],
 )
 def test_unserved_methods_are_unimplemented_with_error_info(

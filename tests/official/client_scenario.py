@@ -20,6 +20,7 @@ from google.api_core import exceptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import ces_v1beta
 from google.cloud.ces_v1beta.services.evaluation_service.transports import grpc as grpc_transport
+from google.longrunning import operations_pb2
 from google.protobuf import (
     descriptor_pb2,
     descriptor_pool,
@@ -268,6 +269,70 @@ def main(transport: str, target: str, descriptor_set: str = "") -> int:
         last_completed_result=with_metrics.last_completed_result.name,
     )
 
+    # Long-running operations: the official client polls them through its operations client.
+    export = client.export_evaluations(
+        request=ces_v1beta.ExportEvaluationsRequest(
+            parent=APP,
+            names=[first.name, APP + "/evaluations/missing"],
+            include_evaluations=True,
+            include_evaluation_results=True,
+        )
+    )
+    exported = export.result(timeout=60)
+    document = json.loads(exported.evaluations_content)
+    step(
+        "export",
+        evaluations=[e["name"] for e in document["evaluations"]],
+        results=sorted(r["name"] for r in document["evaluationResults"]),
+        failed=sorted(exported.failed_evaluations),
+        metadata=type(export.metadata).__name__,
+    )
+    to_file = client.export_evaluations(
+        request=ces_v1beta.ExportEvaluationsRequest(
+            parent=APP,
+            names=[second.name],
+            include_evaluations=True,
+            export_options=ces_v1beta.ExportOptions(
+                export_format=ces_v1beta.ExportOptions.ExportFormat.YAML,
+                gcs_uri="gs://ces-exports/nightly",
+            ),
+        )
+    ).result(timeout=60)
+    step("export_file", uri=to_file.evaluations_uri, content=len(to_file.evaluations_content))
+    results_export = client.export_evaluation_results(
+        parent=first.name, names=[first.name + "/results/r1"]
+    ).result(timeout=60)
+    step(
+        "export_results",
+        results=[
+            r["name"]
+            for r in json.loads(results_export.evaluation_results_content)["evaluationResults"]
+        ],
+    )
+    statuses = {}
+    for result_id in ("r1", "r2"):
+        run = client.run_evaluation_result_metrics(
+            evaluation_result_id=f"{first.name}/results/{result_id}"
+        )
+        statuses[result_id] = ces_v1beta.EvaluationResult.Outcome(
+            run.result(timeout=60).status
+        ).name
+    step("metrics", statuses=statuses)
+    location = "/".join(APP.split("/")[:4])
+    listed_operations = client.list_operations(
+        request=operations_pb2.ListOperationsRequest(name=location)
+    )
+    names_listed = [o.name for o in listed_operations.operations]
+    fetched = client.get_operation(request=operations_pb2.GetOperationRequest(name=names_listed[0]))
+    client.cancel_operation(request=operations_pb2.CancelOperationRequest(name=names_listed[0]))
+    client.delete_operation(request=operations_pb2.DeleteOperationRequest(name=names_listed[0]))
+    try:
+        client.get_operation(request=operations_pb2.GetOperationRequest(name=names_listed[0]))
+        raise AssertionError("deleted operation still readable")
+    except exceptions.NotFound:
+        pass
+    step("operations", count=len(names_listed), done=fetched.done, deleted=names_listed[0])
+
     try:
         client.delete_evaluation(
             request=ces_v1beta.DeleteEvaluationRequest(name=first.name, etag=got.etag)
@@ -288,19 +353,15 @@ def main(transport: str, target: str, descriptor_set: str = "") -> int:
         pass
     step("delete", stale=stale_delete, gone=gone)
 
-    # Declared in the contract but not served yet: UNIMPLEMENTED (HTTP 501) naming the method.
+    # Methods outside our contract: UNIMPLEMENTED naming the method over gRPC; over REST the
+    # path is unknown, so 404 (transcoding cannot name a method it has no binding for).
     try:
-        client.export_evaluations(request=ces_v1beta.ExportEvaluationsRequest(parent=APP))
-        raise AssertionError("unimplemented method answered")
+        client.run_evaluation(request=ces_v1beta.RunEvaluationRequest(app=APP))
+        raise AssertionError("unknown method answered")
     except exceptions.MethodNotImplemented as error:
-        step("unimplemented", message=error.message.rsplit(": ", 1)[-1], reason=error.reason)
-    if transport == "grpc":
-        # Not in our contract at all: the gRPC path is unknown, still UNIMPLEMENTED by name.
-        try:
-            client.run_evaluation(request=ces_v1beta.RunEvaluationRequest(app=APP))
-            raise AssertionError("unknown method answered")
-        except exceptions.MethodNotImplemented as error:
-            step("unknown", message=error.message, reason=error.reason)
+        step("unknown", message=error.message, reason=error.reason)
+    except exceptions.NotFound as error:
+        step("unknown", message=error.message.rsplit(": ", 1)[-1], reason=error.reason)
     if channel is not None:
         channel.close()
     return 0

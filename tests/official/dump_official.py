@@ -154,9 +154,15 @@ def main() -> int:
         for name in names:
             roots.append(getattr(ces_v1beta, name).pb().DESCRIPTOR)
     files = _files(roots)
+    base = rest_base._BaseEvaluationServiceRestTransport
+    operations_http = {
+        name: getattr(base, f"_Base{name}")._get_http_options()
+        for name in ("GetOperation", "ListOperations", "DeleteOperation", "CancelOperation")
+    }
     json.dump(
         {
             "rpcs": rpcs,
+            "operations_http": operations_http,
             "roots": sorted({r.full_name for r in roots}),
             "file_descriptor_set": base64.b64encode(files.SerializeToString()).decode(),
         },

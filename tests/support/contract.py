@@ -28,6 +28,7 @@ SERVICE = "google.cloud.ces.v1beta.EvaluationService"
 @dataclass(frozen=True)
 class Official:
     rpcs: dict[str, dict[str, Any]]
+    operations_http: dict[str, list[dict[str, str]]]
     roots: list[str]
     files: descriptor_pb2.FileDescriptorSet
     pool: descriptor_pool.DescriptorPool
@@ -63,7 +64,13 @@ def official() -> Official:
     files = descriptor_pb2.FileDescriptorSet.FromString(
         base64.b64decode(data["file_descriptor_set"])
     )
-    return Official(rpcs=data["rpcs"], roots=data["roots"], files=files, pool=load_pool(files))
+    return Official(
+        rpcs=data["rpcs"],
+        operations_http=data["operations_http"],
+        roots=data["roots"],
+        files=files,
+        pool=load_pool(files),
+    )
 
 
 def reachable(

@@ -54,6 +54,10 @@ class RunningServer:
     def output(self) -> str:
         return "".join(self.log)
 
+    @property
+    def export_dir(self) -> Path:
+        return self.database.parent / "exports"
+
 
 def _drain(stream: object, sink: list[str], ready: threading.Event, found: list[str]) -> None:
     for line in stream:  # type: ignore[attr-defined]
@@ -65,6 +69,7 @@ def _drain(stream: object, sink: list[str], ready: threading.Event, found: list[
 
 
 def start_server(database: Path, *extra: str, timeout: float = 60) -> RunningServer:
+    """Start ``ces-eval serve`` on ``database``; exports go to ``<database folder>/exports``."""
     command = [
         sys.executable,
         "-m",
@@ -76,6 +81,8 @@ def start_server(database: Path, *extra: str, timeout: float = 60) -> RunningSer
         "0",
         "--database",
         f"sqlite:///{database}",
+        "--export-dir",
+        str(database.parent / "exports"),
         *extra,
     ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}

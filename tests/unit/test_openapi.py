@@ -32,6 +32,8 @@ APP = "/projects/{project}/locations/{location}/apps/{app}"
 EVAL = APP + "/evaluations/{evaluation}"
 RESULT = EVAL + "/results/{result}"
 V1B = "google.cloud.ces.v1beta"
+LOCATION = "/projects/{project}/locations/{location}"
+OPERATION = LOCATION + "/operations/{operation}"
 
 # operationId → (HTTP method, OpenAPI path), written out by hand.
 EXPECTED = {
@@ -50,7 +52,12 @@ EXPECTED = {
         f"/v1beta{RESULT}:runEvaluationResultMetrics",
     ),
     "EmulatorService_CreateEvaluationResult": ("post", f"/emulator/v1{EVAL}/results"),
+    "EmulatorService_ImportEvaluations": ("post", f"/emulator/v1{APP}:importEvaluations"),
     "EmulatorService_ResetProject": ("post", "/emulator/v1/projects/{project}:reset"),
+    "Operations_ListOperations": ("get", f"/v1beta{LOCATION}/operations"),
+    "Operations_GetOperation": ("get", f"/v1beta{OPERATION}"),
+    "Operations_DeleteOperation": ("delete", f"/v1beta{OPERATION}"),
+    "Operations_CancelOperation": ("post", f"/v1beta{OPERATION}:cancel"),
 }
 
 # operationId → query parameters besides $alt.
@@ -75,7 +82,12 @@ QUERY = {
     "EvaluationService_ExportEvaluationResults": [],
     "EvaluationService_RunEvaluationResultMetrics": [],
     "EmulatorService_CreateEvaluationResult": ["evaluationResultId"],
+    "EmulatorService_ImportEvaluations": [],
     "EmulatorService_ResetProject": [],
+    "Operations_ListOperations": ["filter", "pageSize", "pageToken", "returnPartialSuccess"],
+    "Operations_GetOperation": [],
+    "Operations_DeleteOperation": [],
+    "Operations_CancelOperation": [],
 }
 
 RESPONSES = {
@@ -89,9 +101,17 @@ RESPONSES = {
     "EvaluationService_ExportEvaluationResults": "google.longrunning.Operation",
     "EvaluationService_RunEvaluationResultMetrics": "google.longrunning.Operation",
     "EmulatorService_CreateEvaluationResult": f"{V1B}.EvaluationResult",
+    "EmulatorService_ImportEvaluations": "ces_eval.emulator.v1.ImportEvaluationsResponse",
     "EmulatorService_ResetProject": "ces_eval.emulator.v1.ResetProjectResponse",
+    "Operations_ListOperations": "google.longrunning.ListOperationsResponse",
+    "Operations_GetOperation": "google.longrunning.Operation",
 }
-EMPTY_RESPONSES = {"EvaluationService_DeleteEvaluation", "EvaluationService_DeleteEvaluationResult"}
+EMPTY_RESPONSES = {
+    "EvaluationService_DeleteEvaluation",
+    "EvaluationService_DeleteEvaluationResult",
+    "Operations_DeleteOperation",
+    "Operations_CancelOperation",
+}
 
 
 @cache
@@ -390,7 +410,7 @@ def test_operation_texts_and_tags() -> None:
     assert _operation("EmulatorService_ResetProject")["tags"] == ["EmulatorService"]
     tags = {tag["name"]: tag for tag in _doc()["tags"]}
     assert tags["EvaluationService"]["description"] == comments()[f"{V1B}.EvaluationService"]
-    assert set(tags) == {"EvaluationService", "EmulatorService"}
+    assert set(tags) == {"EvaluationService", "Operations", "EmulatorService"}
 
 
 def test_fresh_document_each_call() -> None:

@@ -8,17 +8,19 @@ are the RPC names in snake_case; surfaces find them through the service descript
 
 from __future__ import annotations
 
-import os
 import re
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from google.protobuf import empty_pb2, timestamp_pb2
+from google.protobuf import empty_pb2
 
 from ces_eval import filtering, schema
 from ces_eval.core import fields, names, pages, validation
+from ces_eval.core.long_running import LongRunning
+from ces_eval.core.operations import OperationRunner
+from ces_eval.core.stamps import new_etag, now
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
@@ -31,9 +33,18 @@ if TYPE_CHECKING:
 
     from ces_eval.storage.base import Storage
 
-__all__ = ["DEFAULT_USER", "Caller", "Core", "Handler", "handlers", "implements"]
+__all__ = [
+    "DEFAULT_EXPORT_ROOT",
+    "DEFAULT_USER",
+    "Caller",
+    "Core",
+    "Handler",
+    "handlers",
+    "implements",
+]
 
 DEFAULT_USER = "local-user@ces-eval.localhost"
+DEFAULT_EXPORT_ROOT = Path("./data/exports")
 _RECENT_RESULTS = 10
 _PROJECT = re.compile(r"projects/([A-Za-z0-9][A-Za-z0-9._~-]{0,127})")
 
@@ -45,17 +56,6 @@ class Caller:
     """Who is calling: recorded in created_by / last_updated_by."""
 
     user: str = DEFAULT_USER
-
-
-def _now() -> timestamp_pb2.Timestamp:
-    # Microsecond precision: the storage keeps times in microseconds, so what a write returns is
-    # exactly what a later read returns.
-    micros = time.time_ns() // 1000
-    return timestamp_pb2.Timestamp(seconds=micros // 1_000_000, nanos=(micros % 1_000_000) * 1000)
-
-
-def _new_etag() -> str:
-    return os.urandom(12).hex()
 
 
 def _filter(text: str, field: str) -> filtering.Expr | None:
@@ -72,12 +72,20 @@ def _filter_error(error: filtering.FilterError, field: str) -> ServiceError:
     )
 
 
-class Core:
-    """EvaluationService and EmulatorService semantics over a :class:`Storage`."""
+class Core(LongRunning):
+    """EvaluationService, Operations and EmulatorService semantics over a :class:`Storage`."""
 
-    def __init__(self, storage: Storage, tokens: pages.PageTokens) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        tokens: pages.PageTokens,
+        runner: OperationRunner | None = None,
+        export_root: Path = DEFAULT_EXPORT_ROOT,
+    ) -> None:
         self._storage = storage
         self._tokens = tokens
+        self._runner = runner or OperationRunner(storage)
+        self._export_root = export_root
 
     # -- evaluations ---------------------------------------------------------------------------
 
@@ -95,14 +103,14 @@ class Core:
         if not request.HasField("evaluation"):
             violations = [FieldViolation("evaluation", "Required.", "REQUIRED")]
         validation.raise_if_invalid(violations, "evaluation")
-        now = _now()
+        created = now()
         evaluation.name = names.EVALUATION.format(
             **app, evaluation=request.evaluation_id or names.new_id()
         )
-        evaluation.create_time.CopyFrom(now)
-        evaluation.update_time.CopyFrom(now)
+        evaluation.create_time.CopyFrom(created)
+        evaluation.update_time.CopyFrom(created)
         evaluation.created_by = evaluation.last_updated_by = caller.user
-        evaluation.etag = _new_etag()
+        evaluation.etag = new_etag()
         try:
             await self._storage.insert_evaluation(evaluation)
         except Conflict as conflict:
@@ -201,9 +209,9 @@ class Core:
         validation.raise_if_invalid(
             validation.validate_evaluation(editable, "evaluation"), "evaluation"
         )
-        updated.update_time.CopyFrom(_now())
+        updated.update_time.CopyFrom(now())
         updated.last_updated_by = caller.user
-        updated.etag = _new_etag()
+        updated.etag = new_etag()
         try:
             await self._storage.replace_evaluation(updated, expected_etag=current.etag)
         except Missing as missing:
@@ -287,7 +295,7 @@ class Core:
     ) -> empty_pb2.Empty:
         names.EVALUATION_RESULT.parse(request.name, "name", owned=2)
         try:
-            await self._storage.delete_result(request.name, _new_etag())
+            await self._storage.delete_result(request.name, new_etag())
         except Missing as missing:
             raise ServiceError.not_found(names.EVALUATION_RESULT.type, request.name) from missing
         return empty_pb2.Empty()
@@ -305,17 +313,17 @@ class Core:
             raise ServiceError.not_found(names.EVALUATION.type, request.parent)
         result = evaluation_pb2.EvaluationResult()
         result.CopyFrom(request.evaluation_result)
-        now = _now()
+        created = now()
         result.name = names.EVALUATION_RESULT.format(
             **parts, result=request.evaluation_result_id or names.new_id()
         )
-        result.create_time.CopyFrom(now)
+        result.create_time.CopyFrom(created)
         if not result.display_name:
             # The seeds' default: "<evaluation display name> Result - <time>".
-            result.display_name = f"{evaluation.display_name} Result - {now.ToJsonString()}"
+            result.display_name = f"{evaluation.display_name} Result - {created.ToJsonString()}"
         validation.raise_if_invalid(self._result_violations(result, parts), "evaluation_result")
         try:
-            await self._storage.insert_result(result, parent_etag=_new_etag())
+            await self._storage.insert_result(result, parent_etag=new_etag())
         except Missing as missing:
             raise ServiceError.not_found(names.EVALUATION.type, request.parent) from missing
         except Conflict as conflict:

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from google.longrunning import operations_pb2
+    from google.rpc import status_pb2
+
     from ces_eval.filtering import Expr, FilterError
     from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 
@@ -162,6 +165,21 @@ class Storage(Protocol):
 
     async def get_result(self, name: str) -> evaluation_pb2.EvaluationResult | None: ...
 
+    async def replace_result(
+        self, result: evaluation_pb2.EvaluationResult, parent_etag: str
+    ) -> None:
+        """Overwrite a stored result, recompute its evaluation's derived fields and give the
+        evaluation ``parent_etag``. Raises Missing."""
+
+    async def import_bundle(
+        self,
+        evaluations: Sequence[evaluation_pb2.Evaluation],
+        results: Sequence[evaluation_pb2.EvaluationResult],
+    ) -> None:
+        """Store evaluations (with their etags) and results in one transaction, then derive.
+        Raises Conflict (nothing stored) on a taken name or display name, Missing when a
+        result's evaluation is neither stored nor imported."""
+
     async def list_results(
         self, query: ListQuery
     ) -> list[tuple[evaluation_pb2.EvaluationResult, Cursor]]:
@@ -172,3 +190,34 @@ class Storage(Protocol):
 
     async def reset_project(self, project: str) -> ResetCounts:
         """Delete everything stored under ``projects/{project}/``."""
+
+    # -- long-running operations -----------------------------------------------------------
+
+    async def insert_operation(self, operation: operations_pb2.Operation, method: str) -> None:
+        """Store a new operation (not done) started by ``method``."""
+
+    async def get_operation(self, name: str) -> operations_pb2.Operation | None: ...
+
+    async def list_operations(
+        self, parent: str, limit: int, after: str | None, done: bool | None
+    ) -> list[operations_pb2.Operation]:
+        """Operations under ``parent`` (``projects/p/locations/l``) by name, after ``after``;
+        ``done`` restricts to finished or running ones."""
+
+    async def finish_operation(self, operation: operations_pb2.Operation) -> bool:
+        """Record the final state of a running operation; False if it was already done."""
+
+    async def update_running_operation(self, operation: operations_pb2.Operation) -> bool:
+        """Replace the metadata of an operation that is still running; False if done."""
+
+    async def request_cancel(self, name: str) -> operations_pb2.Operation | None:
+        """Mark an operation's cancellation as requested; None if it does not exist."""
+
+    async def cancel_requested(self, name: str) -> bool: ...
+
+    async def delete_operation(self, name: str) -> bool:
+        """Forget an operation; False if it does not exist."""
+
+    async def fail_unfinished(self, error: status_pb2.Status) -> int:
+        """Mark every operation that is not done as done with ``error`` (start-up recovery
+        after a crash: nothing else is running it any more). Returns how many."""

@@ -13,10 +13,13 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
+
+from google.longrunning import operations_pb2
 
 from ces_eval import filtering
 from ces_eval.generated.google.cloud.ces.v1beta import common_pb2, evaluation_pb2
@@ -35,6 +38,7 @@ from ces_eval.storage.base import (
 if TYPE_CHECKING:
     from google.protobuf import timestamp_pb2
     from google.protobuf.descriptor import EnumDescriptor
+    from google.rpc import status_pb2
 
     from ces_eval.core.derived import Derived
 
@@ -458,16 +462,16 @@ class SqliteStorage:
             (message.SerializeToString(deterministic=True), etag, evaluation),
         )
 
-    async def insert_result(self, result: _Result, parent_etag: str) -> None:
+    @staticmethod
+    def _result_row(result: _Result) -> tuple[object, ...]:
         evaluation = result.name.rsplit("/results/", 1)[0]
-        app = evaluation.rsplit("/evaluations/", 1)[0]
-        row = (
+        return (
             result.name,
             evaluation,
-            app,
+            evaluation.rsplit("/evaluations/", 1)[0],
             result.display_name,
             micros(result.create_time),
-            micros(result.create_time),
+            time.time_ns() // 1000,
             result.evaluation_run,
             int(result.execution_state),
             int(result.evaluation_status),
@@ -477,30 +481,87 @@ class SqliteStorage:
             result.SerializeToString(deterministic=True),
         )
 
+    def _insert_result(self, connection: sqlite3.Connection, result: _Result) -> str:
+        row = self._result_row(result)
+        evaluation = str(row[1])
+        if (
+            connection.execute("SELECT 1 FROM evaluations WHERE name = ?", (evaluation,)).fetchone()
+            is None
+        ):
+            raise Missing(evaluation)
+        try:
+            connection.execute(
+                "INSERT INTO evaluation_results (name, evaluation, app, display_name, "
+                "create_time, update_time, evaluation_run, execution_state, evaluation_status, "
+                "app_version, initiated_by, golden_run_method, data) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                row,
+            )
+        except sqlite3.IntegrityError as error:
+            raise self._conflict(
+                connection,
+                error,
+                result.name,
+                _display_name_owner(result.name, result.display_name),
+            ) from error
+        return evaluation
+
+    async def insert_result(self, result: _Result, parent_etag: str) -> None:
         def work(connection: sqlite3.Connection) -> None:
-            if (
-                connection.execute(
-                    "SELECT 1 FROM evaluations WHERE name = ?", (evaluation,)
-                ).fetchone()
-                is None
-            ):
-                raise Missing(evaluation)
-            try:
-                connection.execute(
-                    "INSERT INTO evaluation_results (name, evaluation, app, display_name, "
-                    "create_time, update_time, evaluation_run, execution_state, evaluation_status, "
-                    "app_version, initiated_by, golden_run_method, data) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    row,
-                )
-            except sqlite3.IntegrityError as error:
-                raise self._conflict(
-                    connection,
-                    error,
-                    result.name,
-                    _display_name_owner(result.name, result.display_name),
-                ) from error
+            evaluation = self._insert_result(connection, result)
             self._refresh_derived(connection, evaluation, parent_etag)
+
+        await self._write(work)
+
+    async def replace_result(self, result: _Result, parent_etag: str) -> None:
+        row = self._result_row(result)
+
+        def work(connection: sqlite3.Connection) -> None:
+            cursor = connection.execute(
+                "UPDATE evaluation_results SET display_name = ?, update_time = ?, "
+                "evaluation_run = ?, execution_state = ?, evaluation_status = ?, app_version = ?, "
+                "initiated_by = ?, golden_run_method = ?, data = ? WHERE name = ?",
+                (row[3], *row[5:], result.name),
+            )
+            if cursor.rowcount != 1:
+                raise Missing(result.name)
+            self._refresh_derived(connection, str(row[1]), parent_etag)
+
+        await self._write(work)
+
+    async def import_bundle(
+        self, evaluations: Sequence[_Evaluation], results: Sequence[_Result]
+    ) -> None:
+        rows = [self._evaluation_row(e) for e in evaluations]
+
+        def work(connection: sqlite3.Connection) -> None:
+            for evaluation, row in zip(evaluations, rows, strict=True):
+                try:
+                    connection.execute(
+                        "INSERT INTO evaluations (name, app, display_name, description, "
+                        "create_time, update_time, created_by, last_updated_by, tags, "
+                        "evaluation_datasets, etag, data, derived) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, x'')",
+                        row,
+                    )
+                except sqlite3.IntegrityError as error:
+                    raise self._conflict(
+                        connection,
+                        error,
+                        evaluation.name,
+                        _display_name_owner(evaluation.name, evaluation.display_name),
+                    ) from error
+            touched: dict[str, str] = {}
+            for result in results:
+                touched[self._insert_result(connection, result)] = ""
+            etags = {e.name: e.etag for e in evaluations}
+            for evaluation_name in touched:
+                current = connection.execute(
+                    "SELECT etag FROM evaluations WHERE name = ?", (evaluation_name,)
+                ).fetchone()[0]
+                self._refresh_derived(
+                    connection, evaluation_name, etags.get(evaluation_name, current)
+                )
 
         await self._write(work)
 
@@ -551,6 +612,117 @@ class SqliteStorage:
 
         await self._write(work)
 
+    # -- operations ----------------------------------------------------------------------------
+
+    async def insert_operation(self, operation: operations_pb2.Operation, method: str) -> None:
+        parent = operation.name.rsplit("/operations/", 1)[0]
+        now = time.time_ns() // 1000
+        data = operation.SerializeToString(deterministic=True)
+
+        def work(connection: sqlite3.Connection) -> None:
+            connection.execute(
+                "INSERT INTO operations (name, parent, method, done, create_time, update_time, "
+                "data) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (operation.name, parent, method, int(operation.done), now, now, data),
+            )
+
+        await self._write(work)
+
+    async def get_operation(self, name: str) -> operations_pb2.Operation | None:
+        def work(connection: sqlite3.Connection) -> operations_pb2.Operation | None:
+            row = connection.execute(
+                "SELECT data FROM operations WHERE name = ?", (name,)
+            ).fetchone()
+            return None if row is None else operations_pb2.Operation.FromString(row[0])
+
+        return await self._read(work)
+
+    async def list_operations(
+        self, parent: str, limit: int, after: str | None, done: bool | None
+    ) -> list[operations_pb2.Operation]:
+        where = ["parent = ?"]
+        params: list[object] = [parent]
+        if after is not None:
+            where.append("name > ?")
+            params.append(after)
+        if done is not None:
+            where.append("done = ?")
+            params.append(int(done))
+        params.append(limit)
+        statement = f"SELECT data FROM operations WHERE {' AND '.join(where)} ORDER BY name LIMIT ?"  # noqa: S608 - fixed clauses
+
+        def work(connection: sqlite3.Connection) -> list[operations_pb2.Operation]:
+            return [
+                operations_pb2.Operation.FromString(row[0])
+                for row in connection.execute(statement, params)
+            ]
+
+        return await self._read(work)
+
+    async def _replace_running(self, operation: operations_pb2.Operation) -> bool:
+        data = operation.SerializeToString(deterministic=True)
+        now = time.time_ns() // 1000
+
+        def work(connection: sqlite3.Connection) -> bool:
+            cursor = connection.execute(
+                "UPDATE operations SET data = ?, done = ?, update_time = ? "
+                "WHERE name = ? AND done = 0",
+                (data, int(operation.done), now, operation.name),
+            )
+            return cursor.rowcount == 1
+
+        return await self._write(work)
+
+    async def finish_operation(self, operation: operations_pb2.Operation) -> bool:
+        return await self._replace_running(operation)
+
+    async def update_running_operation(self, operation: operations_pb2.Operation) -> bool:
+        return await self._replace_running(operation)
+
+    async def request_cancel(self, name: str) -> operations_pb2.Operation | None:
+        def work(connection: sqlite3.Connection) -> operations_pb2.Operation | None:
+            connection.execute(
+                "UPDATE operations SET cancel_requested = 1 WHERE name = ? AND done = 0", (name,)
+            )
+            row = connection.execute(
+                "SELECT data FROM operations WHERE name = ?", (name,)
+            ).fetchone()
+            return None if row is None else operations_pb2.Operation.FromString(row[0])
+
+        return await self._write(work)
+
+    async def cancel_requested(self, name: str) -> bool:
+        def work(connection: sqlite3.Connection) -> bool:
+            row = connection.execute(
+                "SELECT cancel_requested FROM operations WHERE name = ?", (name,)
+            ).fetchone()
+            return bool(row and row[0])
+
+        return await self._read(work)
+
+    async def delete_operation(self, name: str) -> bool:
+        def work(connection: sqlite3.Connection) -> bool:
+            return (
+                connection.execute("DELETE FROM operations WHERE name = ?", (name,)).rowcount == 1
+            )
+
+        return await self._write(work)
+
+    async def fail_unfinished(self, error: status_pb2.Status) -> int:
+        def work(connection: sqlite3.Connection) -> int:
+            rows = connection.execute("SELECT data FROM operations WHERE done = 0").fetchall()
+            for (data,) in rows:
+                operation = operations_pb2.Operation.FromString(data)
+                operation.done = True
+                operation.error.CopyFrom(error)
+                connection.execute(
+                    "UPDATE operations SET done = 1, data = ? WHERE name = ?",
+                    (operation.SerializeToString(deterministic=True), operation.name),
+                )
+            return len(rows)
+
+        return await self._write(work)
+
     async def reset_project(self, project: str) -> ResetCounts:
         prefix = f"projects/{project}/"
 
@@ -562,6 +734,11 @@ class SqliteStorage:
             evaluations = connection.execute(
                 "DELETE FROM evaluations WHERE name LIKE ? ESCAPE '\\'", (pattern,)
             ).rowcount
-            return ResetCounts(evaluations=evaluations, evaluation_results=int(results))
+            operations = connection.execute(
+                "DELETE FROM operations WHERE name LIKE ? ESCAPE '\\'", (pattern,)
+            ).rowcount
+            return ResetCounts(
+                evaluations=evaluations, evaluation_results=int(results), operations=operations
+            )
 
         return await self._write(work)

@@ -4,9 +4,11 @@
 isort:skip_file
 """
 
+from collections import abc as _abc
 from ....google.cloud.ces.v1beta import evaluation_pb2 as _evaluation_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf.internal import containers as _containers
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -53,6 +55,66 @@ class CreateEvaluationResultRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CreateEvaluationResultRequest: _TypeAlias = CreateEvaluationResultRequest  # noqa: Y015
+
+@_typing.final
+class ImportEvaluationsRequest(_message.Message):
+    """Request of EmulatorService.ImportEvaluations."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARENT_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    GCS_URI_FIELD_NUMBER: _builtins.int
+    parent: _builtins.str
+    """The app to import into. Format: projects/{project}/locations/{location}/apps/{app}"""
+    content: _builtins.bytes
+    """The document itself."""
+    gcs_uri: _builtins.str
+    """A `gs://bucket/path` URI an export wrote, read from the server's export root."""
+    def __init__(
+        self,
+        *,
+        parent: _builtins.str = ...,
+        content: _builtins.bytes = ...,
+        gcs_uri: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "gcs_uri", b"gcs_uri", "source", b"source"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "gcs_uri", b"gcs_uri", "parent", b"parent", "source", b"source"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_source: _TypeAlias = _typing.Literal["content", "gcs_uri"]  # noqa: Y015
+    _WhichOneofArgType_source: _TypeAlias = _typing.Literal["source", b"source"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_source) -> _WhichOneofReturnType_source | None: ...
+
+Global___ImportEvaluationsRequest: _TypeAlias = ImportEvaluationsRequest  # noqa: Y015
+
+@_typing.final
+class ImportEvaluationsResponse(_message.Message):
+    """Response of EmulatorService.ImportEvaluations."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVALUATIONS_FIELD_NUMBER: _builtins.int
+    IMPORTED_EVALUATION_RESULTS_FIELD_NUMBER: _builtins.int
+    imported_evaluation_results: _builtins.int
+    """How many evaluation results were imported."""
+    @_builtins.property
+    def evaluations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Resource names of the imported evaluations."""
+
+    def __init__(
+        self,
+        *,
+        evaluations: _abc.Iterable[_builtins.str] | None = ...,
+        imported_evaluation_results: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["evaluations", b"evaluations", "imported_evaluation_results", b"imported_evaluation_results"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImportEvaluationsResponse: _TypeAlias = ImportEvaluationsResponse  # noqa: Y015
 
 @_typing.final
 class ResetProjectRequest(_message.Message):

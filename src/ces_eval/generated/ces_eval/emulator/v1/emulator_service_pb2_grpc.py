@@ -44,6 +44,11 @@ class EmulatorServiceStub:
                 request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.CreateEvaluationResultRequest.SerializeToString,
                 response_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationResult.FromString,
                 _registered_method=True)
+        self.ImportEvaluations = channel.unary_unary(
+                '/ces_eval.emulator.v1.EmulatorService/ImportEvaluations',
+                request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ImportEvaluationsRequest.SerializeToString,
+                response_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ImportEvaluationsResponse.FromString,
+                _registered_method=True)
         self.ResetProject = channel.unary_unary(
                 '/ces_eval.emulator.v1.EmulatorService/ResetProject',
                 request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ResetProjectRequest.SerializeToString,
@@ -67,6 +72,17 @@ class EmulatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ImportEvaluations(self, request, context):
+        """Restores evaluations and results from an export document (the content of an
+        ExportEvaluations / ExportEvaluationResults operation, JSON or YAML; docs/export-format.md)
+        into an app, in one transaction. Resources keep their IDs and every field, including
+        server-maintained ones; they are renamed into `parent`. A name that exists already fails
+        the whole import with ALREADY_EXISTS.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ResetProject(self, request, context):
         """Deletes every evaluation, result and operation of one project.
         """
@@ -81,6 +97,11 @@ def add_EmulatorServiceServicer_to_server(servicer, server):
                     servicer.CreateEvaluationResult,
                     request_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.CreateEvaluationResultRequest.FromString,
                     response_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationResult.SerializeToString,
+            ),
+            'ImportEvaluations': grpc.unary_unary_rpc_method_handler(
+                    servicer.ImportEvaluations,
+                    request_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ImportEvaluationsRequest.FromString,
+                    response_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ImportEvaluationsResponse.SerializeToString,
             ),
             'ResetProject': grpc.unary_unary_rpc_method_handler(
                     servicer.ResetProject,
@@ -118,6 +139,33 @@ class EmulatorService:
             '/ces_eval.emulator.v1.EmulatorService/CreateEvaluationResult',
             ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.CreateEvaluationResultRequest.SerializeToString,
             google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ImportEvaluations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ces_eval.emulator.v1.EmulatorService/ImportEvaluations',
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ImportEvaluationsRequest.SerializeToString,
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ImportEvaluationsResponse.FromString,
             options,
             channel_credentials,
             insecure,

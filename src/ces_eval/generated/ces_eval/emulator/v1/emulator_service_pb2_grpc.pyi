@@ -44,6 +44,13 @@ class EmulatorServiceStub:
     are what a run would have written), except name, create_time and the evaluation's derived
     fields, which the server maintains.
     """
+    ImportEvaluations: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.ImportEvaluationsRequest, _emulator_service_pb2.ImportEvaluationsResponse]
+    """Restores evaluations and results from an export document (the content of an
+    ExportEvaluations / ExportEvaluationResults operation, JSON or YAML; docs/export-format.md)
+    into an app, in one transaction. Resources keep their IDs and every field, including
+    server-maintained ones; they are renamed into `parent`. A name that exists already fails
+    the whole import with ALREADY_EXISTS.
+    """
     ResetProject: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.ResetProjectRequest, _emulator_service_pb2.ResetProjectResponse]
     """Deletes every evaluation, result and operation of one project."""
 
@@ -60,6 +67,13 @@ class EmulatorServiceAsyncStub(EmulatorServiceStub):
     produced it. Output-only fields of the result are taken as given (that is the point: they
     are what a run would have written), except name, create_time and the evaluation's derived
     fields, which the server maintains.
+    """
+    ImportEvaluations: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.ImportEvaluationsRequest, _emulator_service_pb2.ImportEvaluationsResponse]  # type: ignore[assignment]
+    """Restores evaluations and results from an export document (the content of an
+    ExportEvaluations / ExportEvaluationResults operation, JSON or YAML; docs/export-format.md)
+    into an app, in one transaction. Resources keep their IDs and every field, including
+    server-maintained ones; they are renamed into `parent`. A name that exists already fails
+    the whole import with ALREADY_EXISTS.
     """
     ResetProject: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.ResetProjectRequest, _emulator_service_pb2.ResetProjectResponse]  # type: ignore[assignment]
     """Deletes every evaluation, result and operation of one project."""
@@ -80,6 +94,19 @@ class EmulatorServiceServicer(metaclass=_abc_1.ABCMeta):
         produced it. Output-only fields of the result are taken as given (that is the point: they
         are what a run would have written), except name, create_time and the evaluation's derived
         fields, which the server maintains.
+        """
+
+    @_abc_1.abstractmethod
+    def ImportEvaluations(
+        self,
+        request: _emulator_service_pb2.ImportEvaluationsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_emulator_service_pb2.ImportEvaluationsResponse, _abc.Awaitable[_emulator_service_pb2.ImportEvaluationsResponse]]:
+        """Restores evaluations and results from an export document (the content of an
+        ExportEvaluations / ExportEvaluationResults operation, JSON or YAML; docs/export-format.md)
+        into an app, in one transaction. Resources keep their IDs and every field, including
+        server-maintained ones; they are renamed into `parent`. A name that exists already fails
+        the whole import with ALREADY_EXISTS.
         """
 
     @_abc_1.abstractmethod

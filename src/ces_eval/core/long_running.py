@@ -1,0 +1,357 @@
+"""The long-running methods of the core: exports, metric runs, the Operations service, and the
+emulator's import. Mixed into :class:`ces_eval.core.service.Core`.
+
+ExportEvaluations / ExportEvaluationResults write the export document (docs/export-format.md)
+inline into the operation's response, or, with ``export_options.gcs_uri``, atomically into a
+file under the server's export root (``gs://bucket/path`` → ``<export root>/bucket/path``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from google.longrunning import operations_pb2
+from google.protobuf import empty_pb2
+
+from ces_eval.core import exchange, names, rerun
+from ces_eval.core.pages import PageTokens, page_size
+from ces_eval.core.stamps import new_etag
+from ces_eval.errors import FieldViolation, ServiceError
+from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from ces_eval.storage.base import Conflict, Cursor, ListQuery, Missing, OrderBy, SortKey
+
+if TYPE_CHECKING:
+    from ces_eval.core.operations import OperationRunner
+    from ces_eval.core.service import Caller
+    from ces_eval.storage.base import Storage
+
+__all__ = ["LOCATION", "OPERATION", "LongRunning"]
+
+LOCATION = names.ResourcePattern(
+    "ces.googleapis.com/Location", "projects/{project}/locations/{location}"
+)
+OPERATION = names.ResourcePattern(
+    "longrunning.googleapis.com/Operation",
+    "projects/{project}/locations/{location}/operations/{operation}",
+)
+_EXTENSIONS = {
+    service_pb2.ExportOptions.ExportFormat.YAML: "yaml",
+}
+_WAIT_DEFAULT = 60.0
+_WAIT_MAX = 600.0
+
+
+def _invalid(field: str, description: str) -> ServiceError:
+    return ServiceError.invalid_argument(
+        f"{field}: {description}", [FieldViolation(field, description)]
+    )
+
+
+class LongRunning:
+    """Methods that return or manage google.longrunning.Operation."""
+
+    _storage: Storage
+    _tokens: PageTokens
+    _runner: OperationRunner
+    _export_root: Path
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _export_target(self, options: service_pb2.ExportOptions) -> tuple[Path, str] | None:
+        """The local folder and URI prefix for ``options.gcs_uri``; None for inline content.
+        Also rejects export formats this server does not know (proto3 enums are open)."""
+        if options.export_format not in service_pb2.ExportOptions.ExportFormat.values():
+            raise _invalid("export_options.export_format", "Use JSON or YAML.")
+        if not options.gcs_uri:
+            return None
+        try:
+            folder = exchange.local_path(options.gcs_uri, self._export_root)
+        except exchange.ExchangeError as error:
+            raise _invalid("export_options.gcs_uri", error.message) from error
+        return folder, options.gcs_uri.rstrip("/")
+
+    async def _deliver(
+        self, bundle: exchange.Bundle, options: service_pb2.ExportOptions, prefix: str
+    ) -> tuple[bytes, str]:
+        """Render the export; write it when a target was given. (content, uri): one is empty."""
+        data = exchange.dump(bundle, options.export_format)
+        target = self._export_target(options)
+        if target is None:
+            return data, ""
+        folder, uri = target
+        file_name = f"{prefix}-{names.new_id()}.{_EXTENSIONS.get(options.export_format, 'json')}"
+        await asyncio.to_thread(exchange.write_atomically, folder / file_name, data)
+        return b"", f"{uri}/{file_name}"
+
+    async def _results_of(self, evaluation: str) -> list[evaluation_pb2.EvaluationResult]:
+        found: list[evaluation_pb2.EvaluationResult] = []
+        after: Cursor | None = None
+        while True:
+            page = await self._storage.list_results(
+                ListQuery(evaluation, OrderBy(SortKey.NAME, descending=False), 1000, after=after)
+            )
+            found += [result for result, _ in page]
+            if len(page) < 1000:
+                return found
+            after = page[-1][1]
+
+    @staticmethod
+    def _location(name: str) -> str:
+        return "/".join(name.split("/")[:4])
+
+    # -- EvaluationService ---------------------------------------------------------------------
+
+    async def export_evaluations(
+        self, request: service_pb2.ExportEvaluationsRequest, caller: Caller
+    ) -> operations_pb2.Operation:
+        names.APP.parse(request.parent, "parent", owned=0)
+        violations: list[FieldViolation] = []
+        if not request.include_evaluations and not request.include_evaluation_results:
+            violations.append(
+                FieldViolation(
+                    "include_evaluations",
+                    "Set include_evaluations, include_evaluation_results or both.",
+                )
+            )
+        if not request.names:
+            violations.append(FieldViolation("names", "Required.", "REQUIRED"))
+        for index, name in enumerate(request.names):
+            if not name.startswith(request.parent + "/evaluations/"):
+                violations.append(
+                    FieldViolation(f"names[{index}]", f"Must be an evaluation of {request.parent}.")
+                )
+            else:
+                try:
+                    names.EVALUATION.parse(name, f"names[{index}]")
+                except ServiceError as error:
+                    violations += error.violations
+        if violations:
+            raise ServiceError.invalid_argument("The export request is invalid.", violations)
+        self._export_target(request.export_options)  # validate the URI before starting
+        wanted = list(dict.fromkeys(request.names))
+
+        async def work() -> service_pb2.ExportEvaluationsResponse:
+            evaluations: list[evaluation_pb2.Evaluation] = []
+            results: list[evaluation_pb2.EvaluationResult] = []
+            failed: dict[str, str] = {}
+            for name in wanted:
+                evaluation = await self._storage.get_evaluation(name)
+                if evaluation is None:
+                    failed[name] = f"NOT_FOUND: Evaluation {name} not found."
+                    continue
+                if request.include_evaluations:
+                    evaluations.append(evaluation)
+                if request.include_evaluation_results:
+                    results += await self._results_of(name)
+            content, uri = await self._deliver(
+                exchange.Bundle(evaluations, results), request.export_options, "evaluations"
+            )
+            response = service_pb2.ExportEvaluationsResponse(failed_evaluations=failed)
+            if uri:
+                response.evaluations_uri = uri
+            else:
+                response.evaluations_content = content
+            return response
+
+        return await self._runner.start(
+            self._location(request.parent),
+            "ExportEvaluations",
+            service_pb2.OperationMetadata(),
+            work,
+        )
+
+    async def export_evaluation_results(
+        self, request: service_pb2.ExportEvaluationResultsRequest, caller: Caller
+    ) -> operations_pb2.Operation:
+        names.EVALUATION.parse(request.parent, "parent")
+        violations: list[FieldViolation] = []
+        if not request.names:
+            violations.append(FieldViolation("names", "Required.", "REQUIRED"))
+        for index, name in enumerate(request.names):
+            if not name.startswith(request.parent + "/results/"):
+                violations.append(
+                    FieldViolation(f"names[{index}]", f"Must be a result of {request.parent}.")
+                )
+        if violations:
+            raise ServiceError.invalid_argument("The export request is invalid.", violations)
+        if await self._storage.get_evaluation(request.parent) is None:
+            raise ServiceError.not_found(names.EVALUATION.type, request.parent)
+        self._export_target(request.export_options)
+        wanted = list(dict.fromkeys(request.names))
+
+        async def work() -> service_pb2.ExportEvaluationResultsResponse:
+            results: list[evaluation_pb2.EvaluationResult] = []
+            missing: list[str] = []
+            for name in wanted:
+                result = await self._storage.get_result(name)
+                if result is None:
+                    missing.append(name)
+                else:
+                    results.append(result)
+            if missing:
+                raise ServiceError.not_found(names.EVALUATION_RESULT.type, ", ".join(missing))
+            content, uri = await self._deliver(
+                exchange.Bundle([], results), request.export_options, "evaluation-results"
+            )
+            if uri:
+                return service_pb2.ExportEvaluationResultsResponse(evaluation_results_uri=uri)
+            return service_pb2.ExportEvaluationResultsResponse(evaluation_results_content=content)
+
+        return await self._runner.start(
+            self._location(request.parent),
+            "ExportEvaluationResults",
+            service_pb2.ExportEvaluationResultsOperationMetadata(),
+            work,
+        )
+
+    async def run_evaluation_result_metrics(
+        self, request: service_pb2.RunEvaluationResultMetricsRequest, caller: Caller
+    ) -> operations_pb2.Operation:
+        name = request.evaluation_result_id
+        names.EVALUATION_RESULT.parse(name, "evaluation_result_id", owned=2)
+        if await self._storage.get_result(name) is None:
+            raise ServiceError.not_found(names.EVALUATION_RESULT.type, name)
+
+        async def work() -> service_pb2.RunEvaluationResultMetricsResponse:
+            result = await self._storage.get_result(name)
+            evaluation = await self._storage.get_evaluation(name.rsplit("/results/", 1)[0])
+            if result is None or evaluation is None:
+                raise ServiceError.not_found(names.EVALUATION_RESULT.type, name)
+            updated = rerun.rerun(result, evaluation)
+            try:
+                await self._storage.replace_result(updated, new_etag())
+            except Missing as missing:
+                raise ServiceError.not_found(names.EVALUATION_RESULT.type, name) from missing
+            return service_pb2.RunEvaluationResultMetricsResponse(status=updated.evaluation_status)
+
+        return await self._runner.start(
+            self._location(name),
+            "RunEvaluationResultMetrics",
+            service_pb2.RunEvaluationResultMetricsOperationMetadata(),
+            work,
+        )
+
+    # -- google.longrunning.Operations ---------------------------------------------------------
+
+    async def get_operation(
+        self, request: operations_pb2.GetOperationRequest, caller: Caller
+    ) -> operations_pb2.Operation:
+        OPERATION.parse(request.name, "name", owned=0)
+        operation = await self._storage.get_operation(request.name)
+        if operation is None:
+            raise ServiceError.not_found(OPERATION.type, request.name)
+        return operation
+
+    async def list_operations(
+        self, request: operations_pb2.ListOperationsRequest, caller: Caller
+    ) -> operations_pb2.ListOperationsResponse:
+        LOCATION.parse(request.name, "name", owned=0)
+        size = page_size(request.page_size)
+        done: bool | None = None
+        text = " ".join(request.filter.split())
+        if text in {"done = true", "done=true", "done:true"}:
+            done = True
+        elif text in {"done = false", "done=false", "done:false"}:
+            done = False
+        elif text:
+            raise _invalid("filter", "Only `done = true` and `done = false` are supported.")
+        query_key = f"operations\x1f{request.name}\x1f{done}"
+        after = (
+            self._tokens.decode(request.page_token, query_key).name if request.page_token else None
+        )
+        found = await self._storage.list_operations(request.name, size + 1, after, done)
+        response = operations_pb2.ListOperationsResponse(operations=found[:size])
+        if len(found) > size:
+            last = found[size - 1].name
+            response.next_page_token = self._tokens.encode(query_key, Cursor(last, last))
+        return response
+
+    async def delete_operation(
+        self, request: operations_pb2.DeleteOperationRequest, caller: Caller
+    ) -> empty_pb2.Empty:
+        OPERATION.parse(request.name, "name", owned=0)
+        if not await self._storage.delete_operation(request.name):
+            raise ServiceError.not_found(OPERATION.type, request.name)
+        return empty_pb2.Empty()
+
+    async def cancel_operation(
+        self, request: operations_pb2.CancelOperationRequest, caller: Caller
+    ) -> empty_pb2.Empty:
+        OPERATION.parse(request.name, "name", owned=0)
+        if await self._runner.cancel(request.name) is None:
+            raise ServiceError.not_found(OPERATION.type, request.name)
+        return empty_pb2.Empty()
+
+    async def wait_operation(
+        self, request: operations_pb2.WaitOperationRequest, caller: Caller
+    ) -> operations_pb2.Operation:
+        OPERATION.parse(request.name, "name", owned=0)
+        timeout = _WAIT_DEFAULT
+        if request.HasField("timeout"):
+            timeout = min(max(request.timeout.ToNanoseconds() / 1e9, 0.0), _WAIT_MAX)
+        operation = await self._runner.wait(request.name, timeout)
+        if operation is None:
+            raise ServiceError.not_found(OPERATION.type, request.name)
+        return operation
+
+    # -- emulator ------------------------------------------------------------------------------
+
+    async def import_evaluations(
+        self, request: emulator_pb2.ImportEvaluationsRequest, caller: Caller
+    ) -> emulator_pb2.ImportEvaluationsResponse:
+        app = names.APP.parse(request.parent, "parent", owned=0)
+        source = request.WhichOneof("source")
+        if source is None:
+            raise _invalid("content", "Set content or gcs_uri.")
+        if source == "gcs_uri":
+            try:
+                path = exchange.local_path(request.gcs_uri, self._export_root)
+                data = await asyncio.to_thread(path.read_bytes)
+            except exchange.ExchangeError as error:
+                raise _invalid("gcs_uri", error.message) from error
+            except OSError as error:
+                raise _invalid(
+                    "gcs_uri", f"cannot read {request.gcs_uri}: {error.strerror}"
+                ) from error
+        else:
+            data = request.content
+        try:
+            bundle = exchange.load(data)
+        except exchange.ExchangeError as error:
+            field = f"{source}.{error.path}" if error.path else source
+            raise _invalid(field, error.message) from error
+        evaluations = []
+        for evaluation in bundle.evaluations:
+            renamed = evaluation_pb2.Evaluation()
+            renamed.CopyFrom(evaluation)
+            renamed.ClearField("last_ten_results")
+            renamed.name = names.EVALUATION.format(
+                **app, evaluation=evaluation.name.rsplit("/", 1)[-1]
+            )
+            evaluations.append(renamed)
+        results = []
+        for result in bundle.results:
+            parts = result.name.split("/")
+            renamed_result = evaluation_pb2.EvaluationResult()
+            renamed_result.CopyFrom(result)
+            renamed_result.name = names.EVALUATION_RESULT.format(
+                **app, evaluation=parts[-3], result=parts[-1]
+            )
+            results.append(renamed_result)
+        try:
+            await self._storage.import_bundle(evaluations, results)
+        except Conflict as conflict:
+            raise ServiceError.already_exists(
+                names.EVALUATION.type,
+                conflict.existing,
+                f"{conflict.field} clashes with {conflict.existing}; nothing was imported.",
+            ) from conflict
+        except Missing as missing:
+            raise ServiceError.not_found(names.EVALUATION.type, missing.name) from missing
+        return emulator_pb2.ImportEvaluationsResponse(
+            evaluations=[e.name for e in evaluations], imported_evaluation_results=len(results)
+        )

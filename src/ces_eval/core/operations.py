@@ -1,0 +1,164 @@
+"""Long-running operations (AIP-151): persisted, run in the background, cancellable.
+
+An operation is stored before its work starts, so a caller can always read it; its final state
+(response or error) is written once, when the work ends. Work runs as asyncio tasks of the
+server process, at most ``concurrency`` at a time. A process that dies leaves operations that
+nothing runs any more: :meth:`OperationRunner.recover` marks them failed at the next start, so
+no operation is ever left running forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from google.longrunning import operations_pb2
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, status_pb2
+
+from ces_eval.core import names
+from ces_eval.core.stamps import now
+from ces_eval.errors import Code, ServiceError
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from google.protobuf.message import Message
+
+    from ces_eval.storage.base import Storage
+
+__all__ = ["OperationRunner"]
+
+_log = logging.getLogger(__name__)
+_CRASHED = status_pb2.Status(
+    code=code_pb2.ABORTED,
+    message="The server stopped while this operation was running; start it again.",
+)
+_SHUTDOWN = status_pb2.Status(
+    code=code_pb2.UNAVAILABLE,
+    message="The server shut down before this operation finished; start it again.",
+)
+_CANCELLED = status_pb2.Status(code=code_pb2.CANCELLED, message="The operation was cancelled.")
+
+
+def _pack(message: Message) -> any_pb2.Any:
+    packed = any_pb2.Any()
+    packed.Pack(message)
+    return packed
+
+
+class OperationRunner:
+    """Starts, finishes, cancels and recovers operations over a :class:`Storage`."""
+
+    def __init__(self, storage: Storage, concurrency: int = 4) -> None:
+        self._storage = storage
+        self._slots = asyncio.Semaphore(concurrency)
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._metadata: dict[str, Message] = {}
+        self._stopping = False
+
+    async def recover(self) -> int:
+        """Fail every operation a previous process left unfinished."""
+        count = await self._storage.fail_unfinished(_CRASHED)
+        if count:
+            _log.warning("marked %d interrupted operation(s) as failed", count)
+        return count
+
+    async def start(
+        self,
+        parent: str,
+        method: str,
+        metadata: Message,
+        work: Callable[[], Awaitable[Message]],
+    ) -> operations_pb2.Operation:
+        """Persist a new operation under ``parent`` (``projects/p/locations/l``) and run
+        ``work`` in the background; its result becomes the operation's response."""
+        if "create_time" in metadata.DESCRIPTOR.fields_by_name:
+            getattr(metadata, "create_time").CopyFrom(now())  # noqa: B009 - optional field
+        operation = operations_pb2.Operation(
+            name=f"{parent}/operations/{names.new_id()}", metadata=_pack(metadata), done=False
+        )
+        await self._storage.insert_operation(operation, method)
+        self._metadata[operation.name] = metadata
+        task = asyncio.create_task(self._run(operation, work), name=operation.name)
+        self._tasks[operation.name] = task
+        task.add_done_callback(lambda _: self._tasks.pop(operation.name, None))
+        return operation
+
+    async def _run(
+        self, operation: operations_pb2.Operation, work: Callable[[], Awaitable[Message]]
+    ) -> None:
+        final = operations_pb2.Operation()
+        final.CopyFrom(operation)
+        final.done = True
+        try:
+            async with self._slots:
+                response = await work()
+            final.response.CopyFrom(_pack(response))
+        except asyncio.CancelledError:
+            final.error.CopyFrom(_SHUTDOWN if self._stopping else _CANCELLED)
+            self._mark_cancelled()
+        except ServiceError as error:
+            final.error.CopyFrom(error.to_status())
+        except Exception:  # noqa: BLE001 - a failed operation, never a crashed server
+            _log.exception("operation %s failed", operation.name)
+            final.error.CopyFrom(
+                ServiceError(
+                    Code.INTERNAL, "Internal error; see the server log.", "INTERNAL"
+                ).to_status()
+            )
+        metadata = self._metadata.pop(operation.name, None)
+        if metadata is not None:
+            if "end_time" in metadata.DESCRIPTOR.fields_by_name:
+                getattr(metadata, "end_time").CopyFrom(now())  # noqa: B009 - optional field
+            if final.error.code == code_pb2.CANCELLED and (
+                "requested_cancellation" in metadata.DESCRIPTOR.fields_by_name
+            ):
+                setattr(metadata, "requested_cancellation", True)  # noqa: B010 - optional field
+            final.metadata.CopyFrom(_pack(metadata))
+        await asyncio.shield(self._storage.finish_operation(final))
+
+    def _mark_cancelled(self) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+
+    async def cancel(self, name: str) -> operations_pb2.Operation | None:
+        """Request cancellation (AIP-151: best effort); the operation ends CANCELLED if its work
+        had not finished. None when there is no such operation."""
+        operation = await self._storage.request_cancel(name)
+        task = self._tasks.get(name)
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait([task], timeout=30)
+        return operation
+
+    async def wait(self, name: str, timeout: float) -> operations_pb2.Operation | None:
+        """The operation once done, or as it is when ``timeout`` seconds have passed."""
+        deadline = time.monotonic() + timeout
+        delay = 0.01
+        while True:
+            operation = await self._storage.get_operation(name)
+            if operation is None or operation.done or time.monotonic() >= deadline:
+                return operation
+            task = self._tasks.get(name)
+            remaining = max(0.0, deadline - time.monotonic())
+            if task is not None:
+                await asyncio.wait([task], timeout=min(remaining, 1.0))
+            else:
+                await asyncio.sleep(min(delay, remaining))
+                delay = min(delay * 2, 0.5)
+
+    async def shutdown(self) -> None:
+        """Stop running work; its operations end with UNAVAILABLE (SIGTERM path)."""
+        self._stopping = True
+        tasks = list(self._tasks.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=30)
+        await self._storage.fail_unfinished(_SHUTDOWN)
