@@ -78,7 +78,8 @@ class LongRunning:
         self, bundle: exchange.Bundle, options: service_pb2.ExportOptions, prefix: str
     ) -> tuple[bytes, str]:
         """Render the export; write it when a target was given. (content, uri): one is empty."""
-        data = exchange.dump(bundle, options.export_format)
+        # Rendering is CPU work: keep it off the event loop so the server stays responsive.
+        data = await asyncio.to_thread(exchange.dump, bundle, options.export_format)
         target = self._export_target(options)
         if target is None:
             return data, ""
@@ -320,7 +321,7 @@ class LongRunning:
         else:
             data = request.content
         try:
-            bundle = exchange.load(data)
+            bundle = await asyncio.to_thread(exchange.load, data)
         except exchange.ExchangeError as error:
             field = f"{source}.{error.path}" if error.path else source
             raise _invalid(field, error.message) from error
