@@ -30,6 +30,7 @@ from ces_eval.core.operations import OperationRunner
 from ces_eval.core.service import DEFAULT_EXPORT_ROOT, Core, handlers
 from ces_eval.surfaces.grpc_api import Dispatcher
 from ces_eval.surfaces.http_app import build_app
+from ces_eval.surfaces.mcp_tools import build_endpoint
 from ces_eval.transcoding.app import Transcoder
 from ces_eval.transcoding.router import Router
 
@@ -76,6 +77,9 @@ async def serve(config: ServerConfig) -> int:
     implementations = handlers(core)
     dispatcher = Dispatcher(implementations)
     rest = Transcoder(Router(schema.http_bindings()), implementations)
+    mcp = build_endpoint(implementations)
+    if config.http_port:
+        mcp.allow(config.host, config.http_port)
 
     server = grpc.aio.server()
     health_servicer = health.aio.HealthServicer()
@@ -98,11 +102,13 @@ async def serve(config: ServerConfig) -> int:
                 lambda: http.started and not draining.is_set(),
                 rest=rest,
                 openapi=openapi.build_openapi(),
+                mcp=mcp.app,
+                lifespan=lambda _app: mcp.manager.run(),
             ),
             host=config.host,
             port=config.http_port,
             log_level="warning",
-            lifespan="off",
+            lifespan="on",
         )
     )
     http_task = asyncio.create_task(http.serve())
@@ -120,6 +126,7 @@ async def serve(config: ServerConfig) -> int:
         http_task.result()  # raises the bind error
         return 1
     http_port = http.servers[0].sockets[0].getsockname()[1] if http.servers else config.http_port
+    mcp.allow(config.host, http_port)
     print(
         f"ces-eval serving gRPC on {config.host}:{grpc_port} and HTTP on "
         f"http://{config.host}:{http_port} (database {config.database})\n"

@@ -395,20 +395,22 @@ class Core(LongRunning):
         )
 
 
-def _snake(name: str) -> str:
+def snake_case(name: str) -> str:
+    """An RPC name in snake_case (``CreateEvaluation`` → ``create_evaluation``): the name of its
+    core method and of its MCP tool."""
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
 def implements(method: descriptor.MethodDescriptor) -> bool:
     """Whether the core serves ``method`` (surfaces answer UNIMPLEMENTED otherwise)."""
-    return hasattr(Core, _snake(method.name))
+    return hasattr(Core, snake_case(method.name))
 
 
 def handlers(core: Core) -> dict[str, Handler]:
     """``/package.Service/Method`` → the core's implementation, for every method the
     descriptors declare that the core implements."""
     return {
-        f"/{service.full_name}/{method.name}": getattr(core, _snake(method.name))
+        f"/{service.full_name}/{method.name}": getattr(core, snake_case(method.name))
         for service in schema.services()
         for method in service.methods
         if implements(method)

@@ -1,7 +1,7 @@
-"""The HTTP surface (ASGI, served by uvicorn): readiness, the OpenAPI document, and REST.
+"""The HTTP surface (ASGI, served by uvicorn): readiness, the OpenAPI document, MCP and REST.
 
-``/healthz`` and ``/openapi.json`` are plain routes; every other request goes to the REST
-transcoder, which owns its own 404/405 answers in Google's error format.
+``/healthz``, ``/openapi.json`` and ``/mcp`` (MCP Streamable HTTP) are plain routes; every other
+request goes to the REST transcoder, which owns its own 404/405 answers in Google's error format.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from starlette.routing import Route
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from contextlib import AbstractAsyncContextManager
 
     from starlette.requests import Request
     from starlette.types import ASGIApp
@@ -26,9 +27,12 @@ def build_app(
     ready: Callable[[], bool],
     rest: ASGIApp | None = None,
     openapi: dict[str, Any] | None = None,
+    mcp: ASGIApp | None = None,
+    lifespan: Callable[[Starlette], AbstractAsyncContextManager[None]] | None = None,
 ) -> Starlette:
     """``GET /healthz``: 200 once every listener accepts connections, 503 before and while
-    draining, so load balancers and test harnesses can poll it."""
+    draining, so load balancers and test harnesses can poll it. ``lifespan`` encloses serving
+    (the MCP session manager's run context)."""
 
     async def healthz(request: Request) -> JSONResponse:
         if ready():
@@ -43,7 +47,9 @@ def build_app(
             return Response(document, media_type="application/json")
 
         routes.append(Route("/openapi.json", openapi_json, methods=["GET"]))
-    app = Starlette(routes=routes)
+    if mcp is not None:
+        routes.append(Route("/mcp", mcp))
+    app = Starlette(routes=routes, lifespan=lifespan)
     if rest is not None:
         app.router.default = rest  # requests no route above matches
     return app

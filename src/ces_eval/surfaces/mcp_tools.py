@@ -1,0 +1,319 @@
+"""The MCP surface: every implemented RPC as an MCP tool at ``/mcp`` (GUIDE §4, issue 6).
+
+Built on the official ``mcp`` SDK's low-level :class:`~mcp.server.lowlevel.Server`, served by its
+Streamable HTTP session manager in stateless mode with JSON responses (the initialize handshake
+of 2025-06-18/2025-11-25 and the per-request 2026-07-28 protocol alike), in process over the
+same service core as gRPC and REST.
+
+Tools are generated from the descriptors of ``google.cloud.ces.v1beta.EvaluationService`` and
+``google.longrunning.Operations``: one per method the core implements, named by the RPC in
+snake_case (``CreateEvaluation`` → ``create_evaluation``). The title is the first sentence of the
+method's proto comment, the description the whole comment. ``inputSchema`` is the request
+message's proto3-JSON Schema (parser view), ``outputSchema`` the response message's (printer
+view; ``google.protobuf.Empty`` is ``{"type": "object"}``), both JSON Schema 2020-12 with a
+``type: object`` root and ``$defs`` for the messages they reference.
+
+Annotations (all four always present; openWorldHint is false everywhere: the tools act on this
+closed local server only). The reference pages fix two rows; the rest follow the HTTP binding:
+
+=============================  =========  ===========  ==========  ==========
+tool / HTTP binding            readOnly   destructive  idempotent  openWorld
+=============================  =========  ===========  ==========  ==========
+list_evaluation_results        true       false        true        false
+create_evaluation              false      false        false       false
+GET (get_*, list_*)            true       false        true        false
+no HTTP binding (wait_*)       true       false        true        false
+DELETE (delete_*)              false      true         true        false
+PATCH (update_*)               false      true         false       false
+POST ``:cancel``               false      false        true        false
+other POST (exports, run)      false      false        false       false
+=============================  =========  ===========  ==========  ==========
+
+``tools/call`` validates the arguments against the tool's ``inputSchema`` (the SDK does not),
+parses them as proto3 JSON into the request message and calls the core. A success carries
+``structuredContent`` (the response as proto3 JSON) and the same JSON as a text block. API errors
+are ``isError: true`` results whose text is Google's JSON error envelope (schema violations are
+INVALID_ARGUMENT with a BadRequest listing each field); an unexpected exception is logged and
+answered with a generic INTERNAL envelope, never its text. An unknown tool is a JSON-RPC error
+(``-32602``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+import mcp_types as types
+from google.protobuf import descriptor, json_format, message_factory
+from jsonschema import Draft202012Validator, ValidationError
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+
+from ces_eval import schema
+from ces_eval.comments import comment
+from ces_eval.core.service import Caller, Handler, implements, snake_case
+from ces_eval.errors import Code, FieldViolation, ServiceError
+from ces_eval.jsonschema import JsonSchema, document
+from ces_eval.transcoding.body import parse_body
+from ces_eval.transcoding.errors import envelope
+
+if TYPE_CHECKING:
+    from mcp.server.context import ServerRequestContext
+    from starlette.types import ASGIApp
+
+__all__ = ["McpEndpoint", "ToolSpec", "build_endpoint", "build_server", "tool_specs"]
+
+_log = logging.getLogger("ces_eval.mcp")
+
+TOOL_SERVICES = ("google.cloud.ces.v1beta.EvaluationService", "google.longrunning.Operations")
+_EMPTY = "google.protobuf.Empty"
+_LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
+
+
+@dataclass(frozen=True)
+class Hints:
+    read_only: bool
+    destructive: bool
+    idempotent: bool
+    open_world: bool = False
+
+
+# The two rows the reference pages state; every other tool follows its HTTP binding.
+_STATED = {
+    "list_evaluation_results": Hints(read_only=True, destructive=False, idempotent=True),
+    "create_evaluation": Hints(read_only=False, destructive=False, idempotent=False),
+}
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool: its MCP definition and how to call the core."""
+
+    tool: types.Tool
+    rpc: str  # "/package.Service/Method", the key of core.service.handlers()
+    request: descriptor.Descriptor
+    validator: Draft202012Validator
+
+
+def _hints(name: str, method: descriptor.MethodDescriptor) -> Hints:
+    if name in _STATED:
+        return _STATED[name]
+    rule = schema.http_rule(method)
+    verb = rule.WhichOneof("pattern") if rule is not None else None
+    if verb is None or verb == "get":  # GET, or no binding: WaitOperation only reads
+        return Hints(read_only=True, destructive=False, idempotent=True)
+    if verb == "delete":
+        return Hints(read_only=False, destructive=True, idempotent=True)
+    if verb == "patch":
+        return Hints(read_only=False, destructive=True, idempotent=False)
+    path = str(getattr(rule, verb))
+    if path.endswith(":cancel"):
+        return Hints(read_only=False, destructive=False, idempotent=True)
+    return Hints(read_only=False, destructive=False, idempotent=False)
+
+
+def _title(method: descriptor.MethodDescriptor) -> str:
+    text = " ".join(comment(method).split())
+    first = re.split(r"(?<=\.)\s", text, maxsplit=1)[0].rstrip(".")
+    return first or " ".join(re.findall(r"[A-Z][a-z0-9]*", method.name))
+
+
+def _schema(message: descriptor.Descriptor, *, output: bool) -> JsonSchema:
+    if output and message.full_name == _EMPTY:
+        return {"type": "object"}
+    return document(message, output=output)
+
+
+def _tool(service: descriptor.ServiceDescriptor, method: descriptor.MethodDescriptor) -> ToolSpec:
+    name = snake_case(method.name)
+    hints = _hints(name, method)
+    title = _title(method)
+    input_schema = _schema(method.input_type, output=False)
+    tool = types.Tool(
+        name=name,
+        title=title,
+        description=comment(method) or title,
+        input_schema=input_schema,
+        output_schema=_schema(method.output_type, output=True),
+        annotations=types.ToolAnnotations(
+            title=title,
+            read_only_hint=hints.read_only,
+            destructive_hint=hints.destructive,
+            idempotent_hint=hints.idempotent,
+            open_world_hint=hints.open_world,
+        ),
+    )
+    return ToolSpec(
+        tool=tool,
+        rpc=f"/{service.full_name}/{method.name}",
+        request=method.input_type,
+        validator=Draft202012Validator(input_schema),
+    )
+
+
+@cache
+def tool_specs() -> Mapping[str, ToolSpec]:
+    """Every tool by name, in descriptor order."""
+    specs: dict[str, ToolSpec] = {}
+    for service in schema.services():
+        if service.full_name not in TOOL_SERVICES:
+            continue
+        for method in service.methods:
+            if implements(method):
+                spec = _tool(service, method)
+                specs[spec.tool.name] = spec
+    return specs
+
+
+def _field_path(message: descriptor.Descriptor | None, path: Iterable[Any]) -> str:
+    """A JSON instance path (camelCase keys, indexes) as a request field path (``a.b[2].c``,
+    map keys as ``m["k"]``)."""
+    out = ""
+    current = message
+    map_value: descriptor.FieldDescriptor | None = None
+    for step in path:
+        if isinstance(step, int):
+            out += f"[{step}]"
+            continue
+        if map_value is not None:
+            out += f"[{json.dumps(step)}]"
+            current, map_value = map_value.message_type, None
+            continue
+        field = None
+        if current is not None:
+            field = next((f for f in current.fields if step in {f.json_name, f.name}), None)
+        name = field.name if field is not None else str(step)
+        out += f".{name}" if out else name
+        entry = field.message_type if field is not None else None
+        if entry is not None and entry.GetOptions().map_entry:
+            map_value, current = entry.fields_by_name["value"], None
+        else:
+            current = entry
+    return out
+
+
+def _violations(spec: ToolSpec, arguments: dict[str, Any]) -> list[FieldViolation]:
+    found: list[FieldViolation] = []
+    errors: list[ValidationError] = sorted(
+        spec.validator.iter_errors(arguments), key=lambda e: [str(p) for p in e.absolute_path]
+    )
+    for error in errors:
+        path = list(error.absolute_path)
+        required = error.validator_value
+        if error.validator == "required" and isinstance(error.instance, dict):
+            missing = (
+                [r for r in required if r not in error.instance]
+                if isinstance(required, list)
+                else []
+            )
+            for name in missing:
+                found.append(
+                    FieldViolation(
+                        _field_path(spec.request, [*path, name]), "This field is required."
+                    )
+                )
+            continue
+        found.append(FieldViolation(_field_path(spec.request, path) or "arguments", error.message))
+    return found
+
+
+def _error_result(error: ServiceError) -> types.CallToolResult:
+    _, body = envelope(error)
+    return types.CallToolResult(content=[types.TextContent(text=body.decode())], is_error=True)
+
+
+async def _call(
+    spec: ToolSpec, implementations: Mapping[str, Handler], arguments: dict[str, Any]
+) -> types.CallToolResult:
+    if violations := _violations(spec, arguments):
+        first = violations[0]
+        more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
+        raise ServiceError.invalid_argument(
+            f"The arguments of {spec.tool.name} are invalid: {first.field}: "
+            f"{first.description}{more}",
+            violations,
+        )
+    request = message_factory.GetMessageClass(spec.request)()
+    parse_body(json.dumps(arguments).encode(), request, "")
+    response = await implementations[spec.rpc](request, Caller())
+    structured = json_format.MessageToDict(response)
+    return types.CallToolResult(
+        content=[types.TextContent(text=json.dumps(structured, ensure_ascii=False))],
+        structured_content=structured,
+    )
+
+
+def build_server(implementations: Mapping[str, Handler]) -> Server[Any]:
+    """The low-level MCP server over the core's handlers."""
+    specs = tool_specs()
+    listing = types.ListToolsResult(tools=[spec.tool for spec in specs.values()])
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return listing
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        spec = specs.get(params.name)
+        if spec is None:
+            raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {params.name}")
+        try:
+            return await _call(spec, implementations, params.arguments or {})
+        except ServiceError as error:
+            return _error_result(error)
+        except Exception:  # noqa: BLE001 - never leak exception text to the client
+            _log.exception("MCP tool %s failed", spec.tool.name)
+            return _error_result(ServiceError(Code.INTERNAL, "Internal error.", "INTERNAL_ERROR"))
+
+    return Server(
+        "ces-eval",
+        title="CES EvaluationService (local)",
+        instructions=(
+            "Tools of the Customer Engagement Suite EvaluationService (google.cloud.ces.v1beta) "
+            "and its long-running operations, served by a local ces-eval server."
+        ),
+        get_tool_input_schema=lambda name: specs[name].tool.input_schema if name in specs else None,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+@dataclass(frozen=True)
+class McpEndpoint:
+    """The ``/mcp`` ASGI app, the session manager whose ``run()`` must enclose serving, and
+    the Host/Origin allow-list (filled in once the HTTP port is bound)."""
+
+    app: ASGIApp
+    manager: StreamableHTTPSessionManager
+    security: TransportSecuritySettings
+
+    def allow(self, host: str, port: int) -> None:
+        """Accept the server's own addresses: ``host`` and the loopback names, on ``port``."""
+        names = dict.fromkeys([f"[{host}]" if ":" in host else host, *_LOOPBACK])
+        self.security.allowed_hosts[:] = [f"{name}:{port}" for name in names]
+        self.security.allowed_origins[:] = [
+            f"{scheme}://{name}:{port}" for name in names for scheme in ("http", "https")
+        ]
+
+
+def build_endpoint(implementations: Mapping[str, Handler]) -> McpEndpoint:
+    """Stateless Streamable HTTP with JSON responses and DNS-rebinding protection on."""
+    # The SDK logs every stateless request at INFO ("Terminating session: None"): keep warnings.
+    logging.getLogger("mcp").setLevel(logging.WARNING)
+    security = TransportSecuritySettings(enable_dns_rebinding_protection=True)
+    manager = StreamableHTTPSessionManager(
+        app=build_server(implementations),
+        json_response=True,
+        stateless=True,
+        security_settings=security,
+    )
+    return McpEndpoint(StreamableHTTPASGIApp(manager), manager, security)

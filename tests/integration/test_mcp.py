@@ -1,0 +1,339 @@
+"""The MCP surface at /mcp against the real server: the SDK's own client and raw HTTP (issue 6)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import httpx
+import jsonschema
+import mcp_types as types
+import pytest
+from mcp import Client
+
+from ces_eval.surfaces.mcp_tools import build_server, tool_specs
+from tests.support.server import RunningServer
+
+APP = "projects/p/locations/l/apps/a"
+ACCEPT = "application/json, text/event-stream"
+
+EXPECTED_TOOLS = {
+    "create_evaluation",
+    "get_evaluation",
+    "list_evaluations",
+    "update_evaluation",
+    "delete_evaluation",
+    "export_evaluations",
+    "get_evaluation_result",
+    "list_evaluation_results",
+    "delete_evaluation_result",
+    "export_evaluation_results",
+    "run_evaluation_result_metrics",
+    "list_operations",
+    "get_operation",
+    "delete_operation",
+    "cancel_operation",
+    "wait_operation",
+}
+
+# (readOnly, destructive, idempotent, openWorld)
+EXPECTED_HINTS = {
+    "list_evaluation_results": (True, False, True, False),
+    "create_evaluation": (False, False, False, False),
+    "get_evaluation": (True, False, True, False),
+    "list_evaluations": (True, False, True, False),
+    "update_evaluation": (False, True, False, False),
+    "delete_evaluation": (False, True, True, False),
+    "export_evaluations": (False, False, False, False),
+    "run_evaluation_result_metrics": (False, False, False, False),
+    "cancel_operation": (False, False, True, False),
+    "get_operation": (True, False, True, False),
+}
+
+
+def golden(display_name: str) -> dict[str, Any]:
+    return {
+        "displayName": display_name,
+        "golden": {"turns": [{"steps": [{"userInput": {"text": "hi"}}]}]},
+    }
+
+
+def run_with_client(
+    server: RunningServer, scenario: Callable[[Client], Awaitable[None]], mode: str = "legacy"
+) -> None:
+    async def main() -> None:
+        async with Client(f"{server.http_base}/mcp", mode=mode) as client:  # type: ignore[arg-type]
+            await scenario(client)
+
+    anyio.run(main)
+
+
+def envelope_of(result: types.CallToolResult) -> dict[str, Any]:
+    assert result.is_error
+    assert result.structured_content is None
+    [block] = result.content
+    assert isinstance(block, types.TextContent)
+    body = json.loads(block.text)
+    assert set(body) == {"error"}
+    error: dict[str, Any] = body["error"]
+    assert error["details"][0]["@type"] == "type.googleapis.com/google.rpc.ErrorInfo"
+    return error
+
+
+def violations(error: dict[str, Any]) -> list[str]:
+    for detail in error["details"]:
+        if detail["@type"] == "type.googleapis.com/google.rpc.BadRequest":
+            return [v["field"] for v in detail["fieldViolations"]]
+    return []
+
+
+class Checked:
+    """Calls tools and checks every success against the tool's outputSchema."""
+
+    def __init__(self, client: Client, tools: list[types.Tool]) -> None:
+        self.client = client
+        self.tools = {tool.name: tool for tool in tools}
+
+    async def ok(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        result = await self.client.call_tool(name, arguments)
+        assert not result.is_error, result.content
+        structured = result.structured_content
+        assert isinstance(structured, dict)
+        [block] = result.content
+        assert isinstance(block, types.TextContent)
+        assert json.loads(block.text) == structured
+        schema = self.tools[name].output_schema
+        assert schema is not None
+        jsonschema.Draft202012Validator(schema).validate(structured)
+        return structured
+
+    async def error(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return envelope_of(await self.client.call_tool(name, arguments))
+
+
+def test_tools_list_names_annotations_and_schemas(server: RunningServer) -> None:
+    async def scenario(client: Client) -> None:
+        assert client.server_info is not None
+        listing = await client.list_tools()
+        tools = {tool.name: tool for tool in listing.tools}
+        assert set(tools) == EXPECTED_TOOLS
+        for name, tool in tools.items():
+            annotations = tool.annotations
+            assert annotations is not None, name
+            hints = (
+                annotations.read_only_hint,
+                annotations.destructive_hint,
+                annotations.idempotent_hint,
+                annotations.open_world_hint,
+            )
+            assert None not in hints, name
+            if name in EXPECTED_HINTS:
+                assert hints == EXPECTED_HINTS[name], name
+            assert tool.title, name
+            assert tool.description, name
+            assert tool.input_schema["type"] == "object", name
+            jsonschema.Draft202012Validator.check_schema(tool.input_schema)
+            assert tool.output_schema is not None, name
+            assert tool.output_schema["type"] == "object", name
+            jsonschema.Draft202012Validator.check_schema(tool.output_schema)
+        assert tools["delete_evaluation"].output_schema == {"type": "object"}
+        create = tools["create_evaluation"].input_schema
+        assert "parent" in create["required"]
+        assert "evaluation" in create["properties"]
+
+    run_with_client(server, scenario)
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+def test_evaluation_lifecycle_and_errors(server: RunningServer, mode: str) -> None:
+    async def scenario(client: Client) -> None:
+        expected = "2026-07-28" if mode == "auto" else "2025-11-25"
+        assert client.protocol_version == expected
+        call = Checked(client, (await client.list_tools()).tools)
+        created = await call.ok(
+            "create_evaluation",
+            {"parent": APP, "evaluationId": "e1", "evaluation": golden("First")},
+        )
+        assert created["name"] == f"{APP}/evaluations/e1"
+        assert created["displayName"] == "First"
+        fetched = await call.ok("get_evaluation", {"name": created["name"]})
+        assert fetched == created
+        listed = await call.ok("list_evaluations", {"parent": APP})
+        assert [e["name"] for e in listed["evaluations"]] == [created["name"]]
+        results = await call.ok("list_evaluation_results", {"parent": f"{APP}/evaluations/-"})
+        assert results.get("evaluationResults", []) == []
+
+        missing = await call.error("get_evaluation", {"name": f"{APP}/evaluations/nope"})
+        assert (missing["code"], missing["status"]) == (404, "NOT_FOUND")
+
+        # Schema violations: a wrong type, a missing required field, an unknown field.
+        bad = await call.error("get_evaluation", {"name": 5})
+        assert (bad["code"], bad["status"]) == (400, "INVALID_ARGUMENT")
+        assert violations(bad) == ["name"]
+        bad = await call.error("create_evaluation", {"evaluation": golden("x")})
+        assert bad["status"] == "INVALID_ARGUMENT"
+        assert "parent" in violations(bad)
+        bad = await call.error("list_evaluations", {"parent": APP, "pageSize": "many"})
+        assert violations(bad) == ["page_size"]
+        # Past the schema, the core's own validation answers the same way.
+        bad = await call.error("get_evaluation", {"name": "not-a-resource-name"})
+        assert bad["status"] == "INVALID_ARGUMENT"
+
+        assert await call.ok("delete_evaluation", {"name": created["name"]}) == {}
+        gone = await call.error("get_evaluation", {"name": created["name"]})
+        assert gone["status"] == "NOT_FOUND"
+
+    run_with_client(server, scenario, mode)
+
+
+def test_seeded_results_across_evaluations_with_filter(server: RunningServer) -> None:
+    run = f"{APP}/evaluationRuns/run-1"
+    with httpx.Client(base_url=server.http_base, timeout=30) as http:
+        base = f"/v1beta/{APP}/evaluations"
+        http.post(base, params={"evaluationId": "e"}, json=golden("E")).raise_for_status()
+        for result_id, evaluation_run in (("r1", run), ("r2", f"{APP}/evaluationRuns/other")):
+            http.post(
+                f"/emulator/v1/{APP}/evaluations/e/results",
+                params={"evaluationResultId": result_id},
+                json={"executionState": "COMPLETED", "evaluationRun": evaluation_run},
+            ).raise_for_status()
+
+    async def scenario(client: Client) -> None:
+        call = Checked(client, (await client.list_tools()).tools)
+        everything = await call.ok("list_evaluation_results", {"parent": f"{APP}/evaluations/-"})
+        assert len(everything["evaluationResults"]) == 2
+        filtered = await call.ok(
+            "list_evaluation_results",
+            {"parent": f"{APP}/evaluations/-", "filter": f'evaluation_run = "{run}"'},
+        )
+        assert [r["name"] for r in filtered["evaluationResults"]] == [
+            f"{APP}/evaluations/e/results/r1"
+        ]
+        one = await call.ok("get_evaluation_result", {"name": f"{APP}/evaluations/e/results/r1"})
+        assert one["executionState"] == "COMPLETED"
+
+    run_with_client(server, scenario)
+
+
+@pytest.mark.parametrize("version", ["2025-06-18", "2025-11-25"])
+def test_initialize_handshake(server: RunningServer, version: str) -> None:
+    with httpx.Client(base_url=server.http_base, timeout=30) as http:
+        response = http.post(
+            "/mcp",
+            headers={"accept": ACCEPT},
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": version,
+                    "capabilities": {},
+                    "clientInfo": {"name": "test", "version": "0"},
+                },
+            },
+        )
+    assert response.status_code == 200, response.text
+    result = response.json()["result"]
+    assert result["protocolVersion"] == version
+    assert "tools" in result["capabilities"]
+
+
+def test_unknown_tool_is_a_protocol_error(server: RunningServer) -> None:
+    with httpx.Client(base_url=server.http_base, timeout=30) as http:
+        response = http.post(
+            "/mcp",
+            headers={"accept": ACCEPT},
+            json={
+                "jsonrpc": "2.0",
+                "id": 7,
+                "method": "tools/call",
+                "params": {"name": "no_such_tool", "arguments": {}},
+            },
+        )
+    body = response.json()
+    assert body["id"] == 7
+    assert "result" not in body
+    assert body["error"]["code"] == types.INVALID_PARAMS
+
+
+def test_curl_request_of_the_reference_pages(server: RunningServer) -> None:
+    """tools/call without initialize, as the pages' curl example sends it."""
+    with httpx.Client(base_url=server.http_base, timeout=30) as http:
+        response = http.post(
+            "/mcp",
+            headers={"content-type": "application/json", "accept": ACCEPT},
+            content=json.dumps(
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "tools/call",
+                    "params": {
+                        "name": "list_evaluation_results",
+                        "arguments": {"parent": f"{APP}/evaluations/-"},
+                    },
+                }
+            ),
+        )
+        assert response.status_code == 200, response.text
+        assert response.headers["content-type"].startswith("application/json")
+        body = response.json()
+        assert body["id"] == 1
+        assert body["result"]["isError"] is False
+        assert body["result"]["structuredContent"] == {}
+
+        listing = http.post(
+            "/mcp",
+            headers={"accept": ACCEPT},
+            json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        ).json()
+        names = {tool["name"] for tool in listing["result"]["tools"]}
+        assert names == EXPECTED_TOOLS
+        tool = next(t for t in listing["result"]["tools"] if t["name"] == "create_evaluation")
+        assert tool["annotations"] == {
+            "title": tool["annotations"]["title"],
+            "readOnlyHint": False,
+            "destructiveHint": False,
+            "idempotentHint": False,
+            "openWorldHint": False,
+        }
+
+
+def test_bad_origin_is_403_and_own_origin_is_accepted(server: RunningServer) -> None:
+    request = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    with httpx.Client(base_url=server.http_base, timeout=30) as http:
+        bad = http.post(
+            "/mcp",
+            headers={"accept": ACCEPT, "origin": "http://evil.example"},
+            json=request,
+        )
+        assert bad.status_code == 403
+        own = http.post(
+            "/mcp",
+            headers={
+                "accept": ACCEPT,
+                "origin": server.http_base.replace("127.0.0.1", "localhost"),
+            },
+            json=request,
+        )
+        assert own.status_code == 200, own.text
+
+
+def test_unexpected_exceptions_never_leak(caplog: pytest.LogCaptureFixture) -> None:
+    """In process: a core failure is a generic INTERNAL result, its text only in the log."""
+
+    async def broken(request: Any, caller: Any) -> Any:
+        raise RuntimeError("secret database detail")
+
+    server = build_server({spec.rpc: broken for spec in tool_specs().values()})
+
+    async def main() -> None:
+        async with Client(server) as client:
+            result = await client.call_tool("get_evaluation", {"name": f"{APP}/evaluations/e"})
+            error = envelope_of(result)
+            assert (error["code"], error["status"]) == (500, "INTERNAL")
+            assert "secret" not in result.model_dump_json()
+
+    anyio.run(main)
+    assert "secret database detail" in caplog.text
