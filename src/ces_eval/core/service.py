@@ -117,14 +117,17 @@ class Core(LongRunning):
             raise self._conflict(conflict, names.EVALUATION, evaluation, "app") from conflict
         return evaluation
 
+    async def _existing_evaluation(self, name: str) -> evaluation_pb2.Evaluation:
+        evaluation = await self._storage.get_evaluation(name)
+        if evaluation is None:
+            raise ServiceError.not_found(names.EVALUATION.type, name)
+        return evaluation
+
     async def get_evaluation(
         self, request: service_pb2.GetEvaluationRequest, caller: Caller
     ) -> evaluation_pb2.Evaluation:
         names.EVALUATION.parse(request.name, "name")
-        evaluation = await self._storage.get_evaluation(request.name)
-        if evaluation is None:
-            raise ServiceError.not_found(names.EVALUATION.type, request.name)
-        return evaluation
+        return await self._existing_evaluation(request.name)
 
     async def list_evaluations(
         self, request: service_pb2.ListEvaluationsRequest, caller: Caller
@@ -192,9 +195,7 @@ class Core(LongRunning):
             )
         name = request.evaluation.name
         names.EVALUATION.parse(name, "evaluation.name")
-        current = await self._storage.get_evaluation(name)
-        if current is None:
-            raise ServiceError.not_found(names.EVALUATION.type, name)
+        current = await self._existing_evaluation(name)
         if request.evaluation.etag and request.evaluation.etag != current.etag:
             raise ServiceError.aborted_etag(names.EVALUATION.type, name)
         incoming = evaluation_pb2.Evaluation()
@@ -226,9 +227,7 @@ class Core(LongRunning):
         self, request: service_pb2.DeleteEvaluationRequest, caller: Caller
     ) -> empty_pb2.Empty:
         names.EVALUATION.parse(request.name, "name")
-        current = await self._storage.get_evaluation(request.name)
-        if current is None:
-            raise ServiceError.not_found(names.EVALUATION.type, request.name)
+        current = await self._existing_evaluation(request.name)
         if request.etag and request.etag != current.etag:
             raise ServiceError.aborted_etag(names.EVALUATION.type, request.name)
         if current.evaluation_datasets and not request.force:
@@ -264,8 +263,8 @@ class Core(LongRunning):
     ) -> service_pb2.ListEvaluationResultsResponse:
         parts = names.EVALUATION.parse(request.parent, "parent", allow_wildcard="evaluation")
         across = parts["evaluation"] == names.WILDCARD
-        if not across and await self._storage.get_evaluation(request.parent) is None:
-            raise ServiceError.not_found(names.EVALUATION.type, request.parent)
+        if not across:
+            await self._existing_evaluation(request.parent)
         size = pages.page_size(request.page_size)
         order = pages.order_by(request.order_by)
         query_key = "\x1f".join(
@@ -308,9 +307,7 @@ class Core(LongRunning):
         parts = names.EVALUATION.parse(request.parent, "parent")
         if request.evaluation_result_id:
             names.validate_id(request.evaluation_result_id, "evaluation_result_id")
-        evaluation = await self._storage.get_evaluation(request.parent)
-        if evaluation is None:
-            raise ServiceError.not_found(names.EVALUATION.type, request.parent)
+        evaluation = await self._existing_evaluation(request.parent)
         result = evaluation_pb2.EvaluationResult()
         result.CopyFrom(request.evaluation_result)
         created = now()

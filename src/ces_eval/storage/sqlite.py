@@ -145,6 +145,23 @@ def _page_sql(table: str, query: ListQuery) -> tuple[str, list[object], str]:
     return condition, params, order
 
 
+def _page_statement(
+    table: str, columns: str, where: list[str], params: list[object], query: ListQuery
+) -> str:
+    """``SELECT <columns>, name, <sort column>`` of one keyset page; appends the page's
+    parameters (cursor, limit) to ``params``."""
+    condition, cursor_params, order = _page_sql(table, query)
+    if condition:
+        where.append(condition)
+        params += cursor_params
+    params.append(query.limit)
+    sort = _SORT_COLUMNS[query.order.key]
+    return (
+        f"SELECT {columns}, name, {sort} FROM {table} "  # noqa: S608 - fixed identifiers, compiled clauses; values are parameters
+        f"WHERE {' AND '.join(where)} {order} LIMIT ?"
+    )
+
+
 def _compile(
     expr: filtering.Expr | None, fields: dict[str, filtering.FieldSpec], which: str
 ) -> tuple[str, list[object]]:
@@ -363,16 +380,7 @@ class SqliteStorage:
                 f"WHERE r.evaluation = evaluations.name AND ({sql}))"
             )
             params += values
-        condition, order_params, order = _page_sql("evaluations", query)
-        if condition:
-            where.append(condition)
-            params += order_params
-        sort = _SORT_COLUMNS[query.order.key]
-        statement = (
-            f"SELECT data, derived, etag, name, {sort} FROM evaluations "  # noqa: S608 - clauses are compiled, values are parameters
-            f"WHERE {' AND '.join(where)} {order} LIMIT ?"
-        )
-        params.append(query.limit)
+        statement = _page_statement("evaluations", "data, derived, etag", where, params, query)
 
         def work(connection: sqlite3.Connection) -> list[tuple[_Evaluation, Cursor]]:
             return [
@@ -581,16 +589,7 @@ class SqliteStorage:
         sql, values = _compile(query.filter, RESULT_FILTER_FIELDS, "filter")
         where.append(f"({sql})")
         params += values
-        condition, order_params, order = _page_sql("evaluation_results", query)
-        if condition:
-            where.append(condition)
-            params += order_params
-        sort = _SORT_COLUMNS[query.order.key]
-        statement = (
-            f"SELECT data, name, {sort} FROM evaluation_results "  # noqa: S608 - clauses are compiled, values are parameters
-            f"WHERE {' AND '.join(where)} {order} LIMIT ?"
-        )
-        params.append(query.limit)
+        statement = _page_statement("evaluation_results", "data", where, params, query)
 
         def work(connection: sqlite3.Connection) -> list[tuple[_Result, Cursor]]:
             return [
