@@ -337,26 +337,25 @@ class SqliteStorage:
         row = connection.execute(display_name_owner[0], display_name_owner[1]).fetchone()
         return Conflict("display_name", row[0] if row else "")
 
+    def _insert_evaluation(self, connection: sqlite3.Connection, evaluation: _Evaluation) -> None:
+        """Insert one evaluation (no derived fields yet) inside the caller's transaction."""
+        try:
+            connection.execute(
+                "INSERT INTO evaluations (name, app, display_name, description, create_time, "
+                "update_time, created_by, last_updated_by, tags, evaluation_datasets, etag, "
+                "data, derived) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, x'')",
+                self._evaluation_row(evaluation),
+            )
+        except sqlite3.IntegrityError as error:
+            raise self._conflict(
+                connection,
+                error,
+                evaluation.name,
+                _display_name_owner(evaluation.name, evaluation.display_name),
+            ) from error
+
     async def insert_evaluation(self, evaluation: _Evaluation) -> None:
-        row = self._evaluation_row(evaluation)
-
-        def work(connection: sqlite3.Connection) -> None:
-            try:
-                connection.execute(
-                    "INSERT INTO evaluations (name, app, display_name, description, create_time, "
-                    "update_time, created_by, last_updated_by, tags, evaluation_datasets, etag, "
-                    "data, derived) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, x'')",
-                    row,
-                )
-            except sqlite3.IntegrityError as error:
-                raise self._conflict(
-                    connection,
-                    error,
-                    evaluation.name,
-                    _display_name_owner(evaluation.name, evaluation.display_name),
-                ) from error
-
-        await self._write(work)
+        await self._write(lambda connection: self._insert_evaluation(connection, evaluation))
 
     async def get_evaluation(self, name: str) -> _Evaluation | None:
         def work(connection: sqlite3.Connection) -> _Evaluation | None:
@@ -540,28 +539,11 @@ class SqliteStorage:
     async def import_bundle(
         self, evaluations: Sequence[_Evaluation], results: Sequence[_Result]
     ) -> None:
-        rows = [self._evaluation_row(e) for e in evaluations]
-
         def work(connection: sqlite3.Connection) -> None:
-            for evaluation, row in zip(evaluations, rows, strict=True):
-                try:
-                    connection.execute(
-                        "INSERT INTO evaluations (name, app, display_name, description, "
-                        "create_time, update_time, created_by, last_updated_by, tags, "
-                        "evaluation_datasets, etag, data, derived) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, x'')",
-                        row,
-                    )
-                except sqlite3.IntegrityError as error:
-                    raise self._conflict(
-                        connection,
-                        error,
-                        evaluation.name,
-                        _display_name_owner(evaluation.name, evaluation.display_name),
-                    ) from error
-            touched: dict[str, str] = {}
-            for result in results:
-                touched[self._insert_result(connection, result)] = ""
+            for evaluation in evaluations:
+                self._insert_evaluation(connection, evaluation)
+            # Evaluations that received results, in order, each once.
+            touched = dict.fromkeys(self._insert_result(connection, r) for r in results)
             etags = {e.name: e.etag for e in evaluations}
             for evaluation_name in touched:
                 current = connection.execute(
