@@ -8,7 +8,7 @@ BUF := node_modules/.bin/buf
 # it cannot share a process with our generated modules (GUIDE §2).
 OFFICIAL_CLIENT := google-cloud-ces==0.7.2
 
-.PHONY: setup generate check-generated lint format typecheck unit test serve clean
+.PHONY: setup postgres generate check-generated lint format typecheck unit test serve clean
 
 setup: $(VENV)/.installed $(CLIENT_VENV)/.installed node_modules/.installed
 
@@ -27,6 +27,11 @@ $(CLIENT_VENV)/.installed: Makefile
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund
 	touch $@
+
+# PostgreSQL server binaries: the storage tests start throw-away servers from them. Installs Debian's
+# package when run as root and they are missing; otherwise says what to install.
+postgres:
+	tools/postgres.sh ensure
 
 build/third_party: $(VENV)/.installed
 	$(PY) tools/stage_protos.py build/third_party
@@ -52,7 +57,7 @@ format: setup
 typecheck: setup
 	$(VENV)/bin/mypy
 
-unit: setup build/third_party
+unit: setup build/third_party postgres
 	$(VENV)/bin/pytest
 
 test: check-generated lint typecheck unit

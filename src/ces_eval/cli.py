@@ -32,8 +32,16 @@ def _serve(args: argparse.Namespace) -> int:
         http_port=args.http_port,
         database=args.database,
         export_dir=Path(args.export_dir),
+        operation_lease=args.operation_lease,
     )
     return asyncio.run(serve(config))
+
+
+def _positive_seconds(text: str) -> float:
+    value = float(text)
+    if not 0.3 <= value <= 86_400:
+        raise argparse.ArgumentTypeError("must be between 0.3 and 86400 seconds")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,12 +61,21 @@ def main(argv: list[str] | None = None) -> int:
     serve_parser.add_argument(
         "--database",
         default=defaults.database,
-        help="database URL, e.g. sqlite:///./data/ces-eval.db (default)",
+        help="database URL: sqlite:///./data/ces-eval.db (default), or "
+        "postgresql://user:password@host:port/database shared by several replicas",
     )
     serve_parser.add_argument(
         "--export-dir",
         default=str(defaults.export_dir),
         help="folder standing in for Cloud Storage: gs://bucket/path is <export-dir>/bucket/path",
+    )
+    serve_parser.add_argument(
+        "--operation-lease",
+        type=_positive_seconds,
+        default=defaults.operation_lease,
+        metavar="SECONDS",
+        help="how long a long-running operation outlives a replica that stopped renewing it "
+        "(renewed every third of this; default %(default)s)",
     )
     serve_parser.set_defaults(run=_serve)
     args = parser.parse_args(argv)

@@ -2,9 +2,10 @@
 
 Start-up order: open the database (migrations), bind gRPC (EvaluationService, EmulatorService,
 grpc.health.v1, server reflection), start the HTTP listener; ``/healthz`` turns 200 only when
-both accept. SIGTERM or SIGINT stops accepting, drains in-flight calls (bounded grace period),
-stops running operations (they end UNAVAILABLE), closes the database and returns normally (exit
-status 0). Operations a crashed process left running are marked failed at the next start.
+both accept and the database answers. SIGTERM or SIGINT stops accepting, drains in-flight calls
+(bounded grace period), stops this process's running operations (they end UNAVAILABLE), closes
+the database and returns normally (exit status 0). Operations a crashed process left running are
+marked failed at the next start (SQLite) or when their lease runs out (PostgreSQL replicas).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from ces_eval import storage as storage_backends
 from ces_eval.core import exchange, pages
 from ces_eval.core.operations import OperationRunner
 from ces_eval.core.service import DEFAULT_EXPORT_ROOT, Core, handlers
+from ces_eval.storage.base import InUse, Unavailable
 from ces_eval.surfaces.grpc_api import Dispatcher
 from ces_eval.surfaces.http_app import build_app
 from ces_eval.surfaces.mcp_tools import build_endpoint
@@ -38,6 +40,7 @@ __all__ = ["ServerConfig", "serve"]
 
 _log = logging.getLogger("ces_eval")
 DRAIN_SECONDS = 10.0
+HEALTH_PING_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class ServerConfig:
     http_port: int = 8080
     database: str = "sqlite:///./data/ces-eval.db"
     export_dir: Path = DEFAULT_EXPORT_ROOT
+    operation_lease: float = 30.0
 
 
 class _Uvicorn(uvicorn.Server):
@@ -66,21 +70,10 @@ def _hint(config: ServerConfig, grpc_port: int) -> str:
     )
 
 
-async def serve(config: ServerConfig) -> int:
-    database = storage_backends.from_url(config.database)
-    await database.open()
-    runner = OperationRunner(database)
-    await runner.recover()
-    if swept := exchange.sweep_temporary(config.export_dir):
-        _log.warning("removed %d partial export file(s) of interrupted operations", swept)
-    core = Core(database, pages.PageTokens(await database.secret()), runner, config.export_dir)
-    implementations = handlers(core)
-    dispatcher = Dispatcher(implementations)
-    rest = Transcoder(Router(schema.http_bindings()), implementations)
-    mcp = build_endpoint(implementations)
-    if config.http_port:
-        mcp.allow(config.host, config.http_port)
-
+async def _start_grpc(
+    config: ServerConfig, dispatcher: Dispatcher
+) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
+    """The gRPC listener: our services, grpc.health.v1 (SERVING) and reflection."""
     server = grpc.aio.server()
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -94,12 +87,47 @@ async def serve(config: ServerConfig) -> int:
     await server.start()
     for name in ["", *dispatcher.service_names]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return server, health_servicer, grpc_port
+
+
+async def serve(config: ServerConfig) -> int:
+    database = storage_backends.from_url(config.database)
+    try:
+        await database.open()
+    except (InUse, Unavailable) as error:
+        print(f"ces-eval: cannot open the database: {error}", file=sys.stderr, flush=True)
+        return 1
+    runner = OperationRunner(database, lease=config.operation_lease)
+    await runner.recover()
+    if swept := exchange.sweep_temporary(config.export_dir):
+        _log.warning("removed %d partial export file(s) of interrupted operations", swept)
+    core = Core(database, pages.PageTokens(await database.secret()), runner, config.export_dir)
+    implementations = handlers(core)
+    dispatcher = Dispatcher(implementations)
+    rest = Transcoder(Router(schema.http_bindings()), implementations)
+    mcp = build_endpoint(implementations)
+    if config.http_port:
+        mcp.allow(config.host, config.http_port)
+
+    server, health_servicer, grpc_port = await _start_grpc(config, dispatcher)
 
     draining = asyncio.Event()
+
+    async def ready() -> str | None:
+        if not http.started:
+            return "starting"
+        if draining.is_set():
+            return "draining"
+        try:
+            await asyncio.wait_for(database.ping(), HEALTH_PING_SECONDS)
+        except (Unavailable, TimeoutError):
+            return "database unavailable"
+        return None
+
     http = _Uvicorn(
         uvicorn.Config(
             build_app(
-                lambda: http.started and not draining.is_set(),
+                ready,
                 rest=rest,
                 openapi=openapi.build_openapi(),
                 mcp=mcp.app,

@@ -1,6 +1,8 @@
-"""The storage contract, run against every backend (SQLite now; PostgreSQL joins later).
+"""The storage contract, run against every backend.
 
-Backends are real: a SQLite file in a temporary folder. Tests speak only the Storage protocol.
+Backends are real: a SQLite file in a temporary folder, and a fresh database on a throw-away
+PostgreSQL server (tests/conftest.py). Tests speak only the Storage protocol, except the last
+ones, which look at each backend's query plans and schema guards.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
+import psycopg
 import pytest
 from google.protobuf import timestamp_pb2
 
@@ -25,20 +28,27 @@ from ces_eval.storage.base import (
     SortKey,
     Storage,
 )
+from ces_eval.storage.postgresql import PostgresStorage
 from ces_eval.storage.sqlite import SqliteStorage
 
 APP = "projects/p1/locations/l/apps/a"
 OTHER_APP = "projects/p2/locations/l/apps/a"
 Result = evaluation_pb2.EvaluationResult
 
-BACKENDS: dict[str, Callable[[Path], Storage]] = {
-    "sqlite": lambda tmp: SqliteStorage(tmp / "db.sqlite", derive=derive),
-}
+BACKENDS = ("sqlite", "postgresql")
 
 
-@pytest.fixture(params=sorted(BACKENDS))
+def storage_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Storage]:
+    """New Storage objects (one per call) over one database of the backend ``request.param``."""
+    if request.param == "sqlite":
+        return lambda: SqliteStorage(tmp_path / "db.sqlite", derive=derive)
+    url = request.getfixturevalue("postgres_url")
+    return lambda: PostgresStorage(url, derive=derive)
+
+
+@pytest.fixture(params=BACKENDS)
 def make_storage(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Storage]:
-    return lambda: BACKENDS[request.param](tmp_path)
+    return storage_factory(request, tmp_path)
 
 
 def run(coroutine: object) -> object:
@@ -283,3 +293,39 @@ def test_sqlite_list_queries_use_indexes(tmp_path: Path) -> None:
             )
             assert "USING INDEX" in plan or "USING COVERING INDEX" in plan, plan
             assert "TEMP B-TREE" not in plan, plan
+
+
+def test_postgresql_refuses_a_newer_schema(postgres_url: str) -> None:
+    run(_with(PostgresStorage(postgres_url, derive=derive), lambda s: asyncio.sleep(0)))
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        connection.execute("INSERT INTO schema_migrations (version, name) VALUES (999, 'future')")
+    with pytest.raises(RuntimeError, match="999"):
+        run(_with(PostgresStorage(postgres_url, derive=derive), lambda s: asyncio.sleep(0)))
+
+
+def test_postgresql_list_queries_use_indexes_without_sorting(postgres_url: str) -> None:
+    """The same page statements as on SQLite: an index scan in the page's order, no Sort node
+    (sequential scans are disabled so the tiny test tables do not hide the plan)."""
+    run(_with(PostgresStorage(postgres_url, derive=derive), lambda s: asyncio.sleep(0)))
+    statements = [
+        "SELECT data FROM evaluation_results WHERE evaluation_results.app = %s AND "
+        "evaluation_results.evaluation_run = %s AND (evaluation_results.update_time < %s OR "
+        "(evaluation_results.update_time = %s AND evaluation_results.name < %s)) "
+        "ORDER BY evaluation_results.update_time DESC, evaluation_results.name DESC LIMIT 101",
+        "SELECT data FROM evaluation_results WHERE evaluation_results.evaluation = %s "
+        "ORDER BY evaluation_results.create_time DESC, evaluation_results.name DESC LIMIT 51",
+        "SELECT data FROM evaluations WHERE evaluations.app = %s AND evaluations.name > %s "
+        "ORDER BY evaluations.name ASC LIMIT 51",
+    ]
+    params = {
+        0: ("a", "r", 1, 1, "n"),
+        1: ("e",),
+        2: ("a", "n"),
+    }
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        connection.execute("SET enable_seqscan = off")
+        for index, statement in enumerate(statements):
+            rows = connection.execute(("EXPLAIN " + statement).encode(), params[index]).fetchall()
+            plan = " | ".join(str(row[0]) for row in rows)
+            assert "Index Scan" in plan, plan
+            assert "Sort" not in plan, plan

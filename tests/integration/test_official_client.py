@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -20,11 +21,12 @@ APP = "projects/demo-project/locations/us-central1/apps/support-bot"
 TOOL = APP + "/tools/lookup-order"
 
 
-def run_scenario(server: RunningServer, transport: str) -> dict[str, dict[str, object]]:
+def run_scenario(servers: list[RunningServer], transport: str) -> dict[str, dict[str, object]]:
+    """The scenario's steps by name; with several servers (replicas), calls alternate."""
     arguments = (
-        [server.grpc_target, str(contract.DESCRIPTOR_SET)]
+        [",".join(s.grpc_target for s in servers), str(contract.DESCRIPTOR_SET)]
         if transport == "grpc"
-        else [server.http_base]
+        else [",".join(s.http_base for s in servers)]
     )
     completed = subprocess.run(
         [
@@ -38,14 +40,20 @@ def run_scenario(server: RunningServer, transport: str) -> dict[str, dict[str, o
         timeout=300,
         check=False,
     )
-    assert completed.returncode == 0, completed.stdout + completed.stderr + server.output()
+    assert completed.returncode == 0, (
+        completed.stdout + completed.stderr + "".join(s.output() for s in servers)
+    )
     steps = [json.loads(line) for line in completed.stdout.splitlines()]
     return {step.pop("step"): step for step in steps}
 
 
 @pytest.mark.parametrize("transport", ["grpc", "rest"])
 def test_official_client_scenario(server: RunningServer, transport: str) -> None:
-    steps = run_scenario(server, transport)
+    check_steps(run_scenario([server], transport), transport, server.export_dir)
+
+
+def check_steps(steps: dict[str, dict[str, object]], transport: str, export_dir: Path) -> None:
+    """What the official client must have seen at each step of the scenario."""
 
     names = steps["create"]["names"]
     assert isinstance(names, list)
@@ -123,7 +131,7 @@ def test_official_client_scenario(server: RunningServer, transport: str) -> None
     assert uri.startswith("gs://ces-exports/nightly/evaluations-")
     assert uri.endswith(".yaml")
     assert steps["export_file"]["content"] == 0
-    written = server.export_dir / uri.removeprefix("gs://")
+    written = export_dir / uri.removeprefix("gs://")
     assert names[1] in written.read_text(encoding="utf-8")
     assert [p.name for p in written.parent.iterdir()] == [written.name]  # no temp files left
     assert steps["export_results"] == {"results": [f"{names[0]}/results/r1"]}

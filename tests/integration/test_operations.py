@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import time
 from pathlib import Path
@@ -21,46 +20,15 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
 )
 from ces_eval.storage.sqlite import SqliteStorage
 from tests.support import samples
+from tests.support.datasets import seed_large
 from tests.support.server import RunningServer, start_server
 
 APP = "projects/big/locations/l/apps/a"
 
 
-def _seed_large(database: Path, evaluations: int, results_each: int) -> list[str]:
-    """A large data set written straight through the storage layer (fast, one transaction)."""
-    bundle_evaluations = []
-    bundle_results = []
-    for e in range(evaluations):
-        evaluation = evaluation_pb2.Evaluation(
-            name=f"{APP}/evaluations/e{e}", display_name=f"E{e}", etag=f"etag{e}"
-        )
-        evaluation.golden.turns.add().steps.add().user_input.text = "hello"
-        evaluation.create_time.FromSeconds(1_700_000_000 + e)
-        evaluation.update_time.FromSeconds(1_700_000_000 + e)
-        bundle_evaluations.append(evaluation)
-        for r in range(results_each):
-            result = samples.populate(evaluation_pb2.EvaluationResult(), r % 3)
-            result.name = f"{evaluation.name}/results/r{r}"
-            result.display_name = f"R{r}"
-            result.evaluation_run = f"{APP}/evaluationRuns/run-{r % 7}"
-            result.app_version = f"{APP}/versions/v{r % 2}"
-            bundle_results.append(result)
-
-    async def write() -> None:
-        storage = SqliteStorage(database, derive=derive)
-        await storage.open()
-        try:
-            await storage.import_bundle(bundle_evaluations, bundle_results)
-        finally:
-            await storage.close()
-
-    asyncio.run(write())
-    return [e.name for e in bundle_evaluations]
-
-
 def test_export_interrupted_by_sigkill_is_failed_after_restart(tmp_path: Path) -> None:
     database = tmp_path / "db.sqlite"
-    names = _seed_large(database, evaluations=30, results_each=100)
+    names = seed_large(SqliteStorage(database, derive=derive), APP, 30, 100)
     running = start_server(database)
     with grpc.insecure_channel(running.grpc_target) as channel:
         operation = service_grpc.EvaluationServiceStub(channel).ExportEvaluations(

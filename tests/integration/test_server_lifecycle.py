@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -151,3 +153,30 @@ def test_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:
         again.kill()
     assert sorted(listed) == sorted(names)
     assert len(listed) == count
+
+
+def test_a_second_server_on_the_same_sqlite_file_is_refused(server: RunningServer) -> None:
+    second = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ces_eval.cli",
+            "serve",
+            "--grpc-port",
+            "0",
+            "--http-port",
+            "0",
+            "--database",
+            f"sqlite:///{server.database}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert second.returncode == 1
+    assert "in use by another ces-eval server" in second.stderr
+    assert "Traceback" not in second.stderr
+    with grpc.insecure_channel(server.grpc_target) as channel:  # the first one is unharmed
+        health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
+    assert health.status == health_pb2.HealthCheckResponse.SERVING

@@ -2,7 +2,8 @@
 
 Runs in the official client's own environment (``.venv-client``), never beside ``ces_eval``
 (GUIDE §2). Usage: ``client_scenario.py grpc HOST:PORT DESCRIPTOR_SET`` or
-``client_scenario.py rest http://HOST:PORT``. Every step asserts what the official client
+``client_scenario.py rest http://HOST:PORT``. Several comma-separated targets (replicas sharing
+one database) are called in turn, one call each. Every step asserts what the official client
 observes; the script prints one JSON line per step and exits non-zero on the first failure. The
 emulator service (ours, absent from the official client) is called over gRPC with messages built
 from our descriptor set loaded into a private DescriptorPool, or over its REST binding.
@@ -164,22 +165,44 @@ def details_of(error: exceptions.GoogleAPICallError) -> dict[str, Any]:
     return found
 
 
-def main(transport: str, target: str, descriptor_set: str = "") -> int:
-    channel: grpc.Channel | None = None
-    emulator: Emulator | RestEmulator
-    if transport == "grpc":
-        channel = grpc.insecure_channel(target)
-        client = ces_v1beta.EvaluationServiceClient(
-            transport=grpc_transport.EvaluationServiceGrpcTransport(channel=channel)
-        )
-        emulator = Emulator(channel, descriptor_set)
-    else:
-        client = ces_v1beta.EvaluationServiceClient(
-            transport="rest",
-            client_options={"api_endpoint": target},
-            credentials=AnonymousCredentials(),
-        )
-        emulator = RestEmulator(target)
+class RoundRobin:
+    """Each method call goes to the next of several equivalent objects (replicas' clients)."""
+
+    def __init__(self, targets: list[Any]) -> None:
+        self._targets = targets
+        self._next = 0
+
+    def __getattr__(self, name: str) -> Any:
+        target = self._targets[self._next % len(self._targets)]
+        self._next += 1
+        return getattr(target, name)
+
+
+def main(transport: str, targets: str, descriptor_set: str = "") -> int:
+    channels: list[grpc.Channel] = []
+    clients: list[ces_v1beta.EvaluationServiceClient] = []
+    emulators: list[Emulator | RestEmulator] = []
+    for target in targets.split(","):
+        if transport == "grpc":
+            channel = grpc.insecure_channel(target)
+            channels.append(channel)
+            clients.append(
+                ces_v1beta.EvaluationServiceClient(
+                    transport=grpc_transport.EvaluationServiceGrpcTransport(channel=channel)
+                )
+            )
+            emulators.append(Emulator(channel, descriptor_set))
+        else:
+            clients.append(
+                ces_v1beta.EvaluationServiceClient(
+                    transport="rest",
+                    client_options={"api_endpoint": target},
+                    credentials=AnonymousCredentials(),
+                )
+            )
+            emulators.append(RestEmulator(target))
+    client: Any = RoundRobin(clients) if len(clients) > 1 else clients[0]
+    emulator: Any = RoundRobin(emulators) if len(emulators) > 1 else emulators[0]
 
     # Create with and without an ID.
     first = client.create_evaluation(
@@ -362,7 +385,7 @@ def main(transport: str, target: str, descriptor_set: str = "") -> int:
         step("unknown", message=error.message, reason=error.reason)
     except exceptions.NotFound as error:
         step("unknown", message=error.message.rsplit(": ", 1)[-1], reason=error.reason)
-    if channel is not None:
+    for channel in channels:
         channel.close()
     return 0
 

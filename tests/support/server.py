@@ -31,6 +31,7 @@ class RunningServer:
     http_base: str
     log: list[str] = field(default_factory=list)
     reader: threading.Thread | None = None
+    exports: Path | None = None
 
     def _closed(self) -> None:
         if self.reader is not None:
@@ -56,7 +57,7 @@ class RunningServer:
 
     @property
     def export_dir(self) -> Path:
-        return self.database.parent / "exports"
+        return self.exports or self.database.parent / "exports"
 
 
 def _drain(stream: object, sink: list[str], ready: threading.Event, found: list[str]) -> None:
@@ -68,8 +69,17 @@ def _drain(stream: object, sink: list[str], ready: threading.Event, found: list[
     ready.set()
 
 
-def start_server(database: Path, *extra: str, timeout: float = 60) -> RunningServer:
-    """Start ``ces-eval serve`` on ``database``; exports go to ``<database folder>/exports``."""
+def start_server(
+    database: Path,
+    *extra: str,
+    timeout: float = 60,
+    database_url: str | None = None,
+    export_dir: Path | None = None,
+) -> RunningServer:
+    """Start ``ces-eval serve`` on the SQLite file ``database``, or on ``database_url`` (then
+    ``database`` only names the folder for exports); exports go to ``export_dir`` (default
+    ``<database folder>/exports``)."""
+    exports = export_dir or database.parent / "exports"
     command = [
         sys.executable,
         "-m",
@@ -80,9 +90,9 @@ def start_server(database: Path, *extra: str, timeout: float = 60) -> RunningSer
         "--http-port",
         "0",
         "--database",
-        f"sqlite:///{database}",
+        database_url or f"sqlite:///{database}",
         "--export-dir",
-        str(database.parent / "exports"),
+        str(exports),
         *extra,
     ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -105,6 +115,7 @@ def start_server(database: Path, *extra: str, timeout: float = 60) -> RunningSer
         f"http://{http_host}:{http_port}",
         log,
         reader,
+        exports,
     )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -1,10 +1,12 @@
-"""The operation runner over a real SQLite file: completion, failure, cancellation, recovery."""
+"""The operation runner over a real SQLite file: completion, failure, cancellation, recovery,
+and the leases through which runners of several processes see each other's operations."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
 
+from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2
 from google.rpc import code_pb2
 
@@ -66,13 +68,64 @@ def test_lifecycle(tmp_path: Path) -> None:
             PARENT, "M", service_pb2.OperationMetadata(), asyncio.Event().wait
         )
         await asyncio.sleep(0)
-        assert await OperationRunner(storage).recover() == 1
+        restarted = OperationRunner(storage)
+        assert await restarted.recover() == 1
         recovered = await storage.get_operation(orphan.name)
         assert recovered is not None
         assert recovered.error.code == code_pb2.ABORTED
         await runner.shutdown()
+        await restarted.shutdown()
         listed = await storage.list_operations(PARENT, 10, None, done=False)
         assert listed == []
+        await storage.close()
+
+    asyncio.run(scenario())
+
+
+def test_leases_carry_cancellation_and_expiry_between_runners(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        storage = SqliteStorage(tmp_path / "db.sqlite", derive=derive)
+        await storage.open()
+        owner = OperationRunner(storage, lease=60)
+        other = OperationRunner(storage, lease=60)
+        running = await owner.start(
+            PARENT, "M", service_pb2.OperationMetadata(), asyncio.Event().wait
+        )
+        # Cancelling through a runner that does not run it only records the request ...
+        await other.cancel(running.name)
+        pending = await storage.get_operation(running.name)
+        assert pending is not None
+        assert not pending.done
+        # ... which the owner acts on at its next heartbeat.
+        await owner.tend()
+        cancelled = await owner.wait(running.name, timeout=10)
+        assert cancelled is not None
+        assert cancelled.error.code == code_pb2.CANCELLED
+
+        # An operation whose owner stopped renewing is failed by whichever runner looks next.
+        orphan = await owner.start(
+            PARENT, "M", service_pb2.OperationMetadata(), asyncio.Event().wait
+        )
+        await storage.insert_operation(
+            operations_pb2.Operation(name=f"{PARENT}/operations/ghost"),
+            "M",
+            owner="gone",
+            lease=0.05,
+        )
+        await asyncio.sleep(0.1)
+        await other.tend()
+        ghost = await storage.get_operation(f"{PARENT}/operations/ghost")
+        assert ghost is not None
+        assert ghost.done
+        assert ghost.error.code == code_pb2.ABORTED
+        alive = await storage.get_operation(orphan.name)  # renewed by its owner: untouched
+        assert alive is not None
+        assert not alive.done
+        await owner.shutdown()
+        await other.shutdown()
+        stopped = await storage.get_operation(orphan.name)
+        assert stopped is not None
+        assert stopped.error.code == code_pb2.UNAVAILABLE
         await storage.close()
 
     asyncio.run(scenario())

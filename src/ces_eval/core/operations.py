@@ -2,9 +2,14 @@
 
 An operation is stored before its work starts, so a caller can always read it; its final state
 (response or error) is written once, when the work ends. Work runs as asyncio tasks of the
-server process, at most ``concurrency`` at a time. A process that dies leaves operations that
-nothing runs any more: :meth:`OperationRunner.recover` marks them failed at the next start, so
-no operation is ever left running forever.
+server process, at most ``concurrency`` at a time.
+
+Each operation belongs to the process that started it (its ``owner``), which renews a lease on
+it every third of the lease while it runs, and in the same round trip learns which of its
+operations another process was asked to cancel. A process that dies stops renewing: every
+process fails the operations whose lease ran out, so no operation is ever left running forever.
+With a database only one process uses (SQLite), :meth:`OperationRunner.recover` fails every
+unfinished operation at start-up instead of waiting for leases.
 """
 
 from __future__ import annotations
@@ -12,7 +17,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import time
+import uuid
 from typing import TYPE_CHECKING
 
 from google.longrunning import operations_pb2
@@ -53,19 +61,47 @@ def _pack(message: Message) -> any_pb2.Any:
 class OperationRunner:
     """Starts, finishes, cancels and recovers operations over a :class:`Storage`."""
 
-    def __init__(self, storage: Storage, concurrency: int = 4) -> None:
+    def __init__(self, storage: Storage, concurrency: int = 4, lease: float = 30.0) -> None:
         self._storage = storage
         self._slots = asyncio.Semaphore(concurrency)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._metadata: dict[str, Message] = {}
         self._stopping = False
+        self._lease = lease
+        self.owner = f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:12]}"
+        self._keeper: asyncio.Task[None] | None = None
 
     async def recover(self) -> int:
-        """Fail every operation a previous process left unfinished."""
-        count = await self._storage.fail_unfinished(_CRASHED)
+        """Fail the operations nothing runs any more (all unfinished ones when no other process
+        shares the database, else those whose lease ran out), then keep this process's leases
+        alive in the background."""
+        if self._storage.shared:
+            count = await self._storage.fail_expired(_CRASHED)
+        else:
+            count = await self._storage.fail_unfinished(_CRASHED)
         if count:
             _log.warning("marked %d interrupted operation(s) as failed", count)
+        if self._keeper is None:
+            self._keeper = asyncio.create_task(self._keep_leases(), name="operation-leases")
         return count
+
+    async def _keep_leases(self) -> None:
+        while True:
+            await asyncio.sleep(self._lease / 3)
+            try:
+                await self.tend()
+            except Exception:  # noqa: BLE001 - the database may be away for a moment; retry
+                _log.exception("could not renew operation leases")
+
+    async def tend(self) -> None:
+        """One heartbeat: renew this process's leases, cancel the work others asked to cancel,
+        and fail operations whose owner stopped renewing."""
+        for name in await self._storage.renew_leases(self.owner, self._lease):
+            task = self._tasks.get(name)
+            if task is not None and not task.done():
+                task.cancel()
+        if count := await self._storage.fail_expired(_CRASHED):
+            _log.warning("marked %d operation(s) of stopped processes as failed", count)
 
     async def start(
         self,
@@ -81,7 +117,7 @@ class OperationRunner:
         operation = operations_pb2.Operation(
             name=f"{parent}/operations/{names.new_id()}", metadata=_pack(metadata), done=False
         )
-        await self._storage.insert_operation(operation, method)
+        await self._storage.insert_operation(operation, method, self.owner, self._lease)
         self._metadata[operation.name] = metadata
         task = asyncio.create_task(self._run(operation, work), name=operation.name)
         self._tasks[operation.name] = task
@@ -156,9 +192,12 @@ class OperationRunner:
     async def shutdown(self) -> None:
         """Stop running work; its operations end with UNAVAILABLE (SIGTERM path)."""
         self._stopping = True
+        if self._keeper is not None:
+            self._keeper.cancel()
+            await asyncio.wait([self._keeper])
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=30)
-        await self._storage.fail_unfinished(_SHUTDOWN)
+        await self._storage.fail_unfinished(_SHUTDOWN, owner=self.owner)

@@ -25,7 +25,14 @@ from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
-from ces_eval.storage.base import Conflict, EtagMismatch, InvalidFilter, ListQuery, Missing
+from ces_eval.storage.base import (
+    Conflict,
+    EtagMismatch,
+    InvalidFilter,
+    ListQuery,
+    Missing,
+    Unavailable,
+)
 
 if TYPE_CHECKING:
     from google.protobuf import descriptor
@@ -46,6 +53,10 @@ __all__ = [
 DEFAULT_USER = "local-user@ces-eval.localhost"
 DEFAULT_EXPORT_ROOT = Path("./data/exports")
 _RECENT_RESULTS = 10
+# Read-modify-write rounds of an update or delete without an etag before it gives up
+# (ABORTED). Every lost round is another writer's success, so this bounds the contention it
+# rides out: 15 concurrent writers of one evaluation.
+_UNCONDITIONAL_ATTEMPTS = 16
 _PROJECT = re.compile(r"projects/([A-Za-z0-9][A-Za-z0-9._~-]{0,127})")
 
 Handler = Callable[["Message", "Caller"], Awaitable["Message"]]
@@ -195,9 +206,34 @@ class Core(LongRunning):
             )
         name = request.evaluation.name
         names.EVALUATION.parse(name, "evaluation.name")
-        current = await self._existing_evaluation(name)
-        if request.evaluation.etag and request.evaluation.etag != current.etag:
-            raise ServiceError.aborted_etag(names.EVALUATION.type, name)
+        # Without an etag the caller asked for the last write to win: a concurrent writer
+        # (another call, another replica) between our read and our write is no conflict, so
+        # read again and reapply. With an etag, a concurrent write is the caller's conflict.
+        for attempt in range(_UNCONDITIONAL_ATTEMPTS):
+            current = await self._existing_evaluation(name)
+            if request.evaluation.etag and request.evaluation.etag != current.etag:
+                raise ServiceError.aborted_etag(names.EVALUATION.type, name)
+            updated = self._updated_evaluation(current, request, caller)
+            try:
+                await self._storage.replace_evaluation(updated, expected_etag=current.etag)
+            except Missing as missing:
+                raise ServiceError.not_found(names.EVALUATION.type, name) from missing
+            except EtagMismatch as mismatch:
+                if request.evaluation.etag or attempt == _UNCONDITIONAL_ATTEMPTS - 1:
+                    raise ServiceError.aborted_etag(names.EVALUATION.type, name) from mismatch
+                continue
+            except Conflict as conflict:
+                raise self._conflict(conflict, names.EVALUATION, updated, "app") from conflict
+            return updated
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @staticmethod
+    def _updated_evaluation(
+        current: evaluation_pb2.Evaluation,
+        request: service_pb2.UpdateEvaluationRequest,
+        caller: Caller,
+    ) -> evaluation_pb2.Evaluation:
+        """``current`` with the request's masked fields applied, validated, newly stamped."""
         incoming = evaluation_pb2.Evaluation()
         incoming.CopyFrom(request.evaluation)
         fields.clear_output_only(incoming)
@@ -213,39 +249,39 @@ class Core(LongRunning):
         updated.update_time.CopyFrom(now())
         updated.last_updated_by = caller.user
         updated.etag = new_etag()
-        try:
-            await self._storage.replace_evaluation(updated, expected_etag=current.etag)
-        except Missing as missing:
-            raise ServiceError.not_found(names.EVALUATION.type, name) from missing
-        except EtagMismatch as mismatch:
-            raise ServiceError.aborted_etag(names.EVALUATION.type, name) from mismatch
-        except Conflict as conflict:
-            raise self._conflict(conflict, names.EVALUATION, updated, "app") from conflict
         return updated
 
     async def delete_evaluation(
         self, request: service_pb2.DeleteEvaluationRequest, caller: Caller
     ) -> empty_pb2.Empty:
         names.EVALUATION.parse(request.name, "name")
-        current = await self._existing_evaluation(request.name)
-        if request.etag and request.etag != current.etag:
-            raise ServiceError.aborted_etag(names.EVALUATION.type, request.name)
-        if current.evaluation_datasets and not request.force:
-            raise ServiceError(
-                Code.FAILED_PRECONDITION,
-                f"{request.name} still belongs to evaluation datasets "
-                f"({', '.join(current.evaluation_datasets)}); set force to delete it anyway.",
-                "EVALUATION_IN_USE",
-                {"resource": request.name},
-                resource=(names.EVALUATION.type, request.name),
-            )
-        try:
-            await self._storage.delete_evaluation(request.name, request.etag or current.etag)
-        except Missing as missing:
-            raise ServiceError.not_found(names.EVALUATION.type, request.name) from missing
-        except EtagMismatch as mismatch:
-            raise ServiceError.aborted_etag(names.EVALUATION.type, request.name) from mismatch
-        return empty_pb2.Empty()
+        # As in update: without an etag, a concurrent change is re-read, not a conflict; the
+        # delete applies to the version whose datasets were checked.
+        for attempt in range(_UNCONDITIONAL_ATTEMPTS):
+            current = await self._existing_evaluation(request.name)
+            if request.etag and request.etag != current.etag:
+                raise ServiceError.aborted_etag(names.EVALUATION.type, request.name)
+            if current.evaluation_datasets and not request.force:
+                raise ServiceError(
+                    Code.FAILED_PRECONDITION,
+                    f"{request.name} still belongs to evaluation datasets "
+                    f"({', '.join(current.evaluation_datasets)}); set force to delete it anyway.",
+                    "EVALUATION_IN_USE",
+                    {"resource": request.name},
+                    resource=(names.EVALUATION.type, request.name),
+                )
+            try:
+                await self._storage.delete_evaluation(request.name, current.etag)
+            except Missing as missing:
+                raise ServiceError.not_found(names.EVALUATION.type, request.name) from missing
+            except EtagMismatch as mismatch:
+                if request.etag or attempt == _UNCONDITIONAL_ATTEMPTS - 1:
+                    raise ServiceError.aborted_etag(
+                        names.EVALUATION.type, request.name
+                    ) from mismatch
+                continue
+            return empty_pb2.Empty()
+        raise AssertionError("unreachable")  # pragma: no cover
 
     # -- results -------------------------------------------------------------------------------
 
@@ -403,11 +439,27 @@ def implements(method: descriptor.MethodDescriptor) -> bool:
     return hasattr(Core, snake_case(method.name))
 
 
+def _guarded(implementation: Handler) -> Handler:
+    """``implementation`` answering UNAVAILABLE (retryable) while the database is away."""
+
+    async def call(request: Message, caller: Caller) -> Message:
+        try:
+            return await implementation(request, caller)
+        except Unavailable as error:
+            raise ServiceError(
+                Code.UNAVAILABLE,
+                "The database is unavailable; retry later.",
+                "DATABASE_UNAVAILABLE",
+            ) from error
+
+    return call
+
+
 def handlers(core: Core) -> dict[str, Handler]:
     """``/package.Service/Method`` → the core's implementation, for every method the
     descriptors declare that the core implements."""
     return {
-        f"/{service.full_name}/{method.name}": getattr(core, snake_case(method.name))
+        f"/{service.full_name}/{method.name}": _guarded(getattr(core, snake_case(method.name)))
         for service in schema.services()
         for method in service.methods
         if implements(method)

@@ -11,10 +11,20 @@ from ces_eval.storage.sqlite import SqliteStorage
 __all__ = ["Storage", "from_url"]
 
 _SQLITE = "sqlite:///"
+_POSTGRESQL = ("postgresql://", "postgres://")
 
 
 def from_url(url: str) -> Storage:
-    """``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db`` (SQLAlchemy's form)."""
+    """``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db`` (SQLAlchemy's form), or
+    a libpq URL ``postgresql://user:password@host:port/database`` (shared by replicas)."""
     if url.startswith(_SQLITE):
         return SqliteStorage(Path(url[len(_SQLITE) :]), derive=derive)
-    raise ValueError(f"unsupported database URL {url!r}; use sqlite:///path/to/file.db")
+    if url.startswith(_POSTGRESQL):
+        # Imported here: the SQLite default does not need the PostgreSQL driver loaded.
+        from ces_eval.storage.postgresql import PostgresStorage  # noqa: PLC0415
+
+        return PostgresStorage(url, derive=derive)
+    raise ValueError(
+        f"unsupported database URL {url!r}; use sqlite:///path/to/file.db or "
+        "postgresql://user@host:port/database"
+    )

@@ -24,6 +24,7 @@ __all__ = [
     "Conflict",
     "Cursor",
     "EtagMismatch",
+    "InUse",
     "InvalidFilter",
     "ListQuery",
     "Missing",
@@ -31,6 +32,7 @@ __all__ = [
     "ResetCounts",
     "SortKey",
     "Storage",
+    "Unavailable",
 ]
 
 
@@ -116,6 +118,15 @@ class EtagMismatch(Exception):
         self.name = name
 
 
+class InUse(Exception):
+    """The database belongs to another process that does not share it (``open`` refuses)."""
+
+
+class Unavailable(Exception):
+    """The database cannot serve the call now (unreachable, locked, out of space); nothing of
+    the call was committed, and retrying later may succeed."""
+
+
 class Storage(Protocol):
     """Persistence of evaluations and results. Every write is durable when the call returns."""
 
@@ -126,6 +137,13 @@ class Storage(Protocol):
 
     async def secret(self) -> bytes:
         """A random key created once per database, shared by every process using it."""
+
+    @property
+    def shared(self) -> bool:
+        """Whether several server processes may use this database at once (replicas)."""
+
+    async def ping(self) -> None:
+        """Raise if the database cannot answer a trivial query now."""
 
     async def insert_evaluation(self, evaluation: evaluation_pb2.Evaluation) -> None:
         """Store a new evaluation (name, times and etag already set).
@@ -193,8 +211,11 @@ class Storage(Protocol):
 
     # -- long-running operations -----------------------------------------------------------
 
-    async def insert_operation(self, operation: operations_pb2.Operation, method: str) -> None:
-        """Store a new operation (not done) started by ``method``."""
+    async def insert_operation(
+        self, operation: operations_pb2.Operation, method: str, owner: str, lease: float
+    ) -> None:
+        """Store a new operation (not done) started by ``method``, run by the process
+        ``owner``, whose lease on it lasts ``lease`` seconds unless renewed."""
 
     async def get_operation(self, name: str) -> operations_pb2.Operation | None: ...
 
@@ -218,6 +239,15 @@ class Storage(Protocol):
     async def delete_operation(self, name: str) -> bool:
         """Forget an operation; False if it does not exist."""
 
-    async def fail_unfinished(self, error: status_pb2.Status) -> int:
-        """Mark every operation that is not done as done with ``error`` (start-up recovery
-        after a crash: nothing else is running it any more). Returns how many."""
+    async def renew_leases(self, owner: str, lease: float) -> list[str]:
+        """Extend to ``lease`` seconds from now the lease of every running operation of
+        ``owner``; return the names of those whose cancellation was requested (by any process)."""
+
+    async def fail_expired(self, error: status_pb2.Status) -> int:
+        """Mark every running operation whose lease ran out as done with ``error``: the process
+        that ran it is gone. Returns how many. Lease times are the database's clock where the
+        database has one shared by every process."""
+
+    async def fail_unfinished(self, error: status_pb2.Status, owner: str | None = None) -> int:
+        """Mark every running operation of ``owner`` (of any owner when None: start-up recovery
+        of a database no other process uses) as done with ``error``. Returns how many."""

@@ -9,35 +9,33 @@ pool of threads with their own connections and see the last committed state.
 from __future__ import annotations
 
 import asyncio
-import json
+import fcntl
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TextIO, TypeVar
 
 from google.longrunning import operations_pb2
 
 from ces_eval import filtering
-from ces_eval.generated.google.cloud.ces.v1beta import common_pb2, evaluation_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
+from ces_eval.storage import _tables
 from ces_eval.storage._migrations import migrations
 from ces_eval.storage.base import (
     Conflict,
     Cursor,
     EtagMismatch,
-    InvalidFilter,
+    InUse,
     ListQuery,
     Missing,
     ResetCounts,
-    SortKey,
+    Unavailable,
 )
 
 if TYPE_CHECKING:
-    from google.protobuf import timestamp_pb2
-    from google.protobuf.descriptor import EnumDescriptor
     from google.rpc import status_pb2
 
     from ces_eval.core.derived import Derived
@@ -48,141 +46,12 @@ T = TypeVar("T")
 _Result = evaluation_pb2.EvaluationResult
 _Evaluation = evaluation_pb2.Evaluation
 _READERS = 4
-
-
-def micros(timestamp: timestamp_pb2.Timestamp) -> int:
-    return int(timestamp.seconds) * 1_000_000 + int(timestamp.nanos) // 1000
-
-
-def _enum_values(enum: EnumDescriptor) -> dict[str, int]:
-    return {value.name: value.number for value in enum.values}
-
-
-def _specs(
-    table: str, specs: dict[str, tuple[str, filtering.FieldKind, dict[str, int]]]
-) -> dict[str, filtering.FieldSpec]:
-    """Filter fields by proto name and by JSON name, with columns qualified by ``table``."""
-    out: dict[str, filtering.FieldSpec] = {}
-    for name, (column, kind, values) in specs.items():
-        spec = filtering.FieldSpec(column=f"{table}.{column}", kind=kind, enum_values=values)
-        out[name] = spec
-        head, *rest = name.split("_")
-        out[head + "".join(part.title() for part in rest)] = spec
-    return out
-
-
-_K = filtering.FieldKind
-EVALUATION_FILTER_FIELDS = _specs(
-    "evaluations",
-    {
-        "name": ("name", _K.STRING, {}),
-        "display_name": ("display_name", _K.STRING, {}),
-        "description": ("description", _K.STRING, {}),
-        "create_time": ("create_time", _K.TIMESTAMP, {}),
-        "update_time": ("update_time", _K.TIMESTAMP, {}),
-        "created_by": ("created_by", _K.STRING, {}),
-        "last_updated_by": ("last_updated_by", _K.STRING, {}),
-        "tags": ("tags", _K.STRING_LIST, {}),
-        "evaluation_datasets": ("evaluation_datasets", _K.STRING_LIST, {}),
-    },
-)
-_RESULT_SPECS: dict[str, tuple[str, filtering.FieldKind, dict[str, int]]] = {
-    "name": ("name", _K.STRING, {}),
-    "evaluation": ("evaluation", _K.STRING, {}),
-    "display_name": ("display_name", _K.STRING, {}),
-    "create_time": ("create_time", _K.TIMESTAMP, {}),
-    "evaluation_run": ("evaluation_run", _K.STRING, {}),
-    "execution_state": (
-        "execution_state",
-        _K.ENUM,
-        _enum_values(_Result.DESCRIPTOR.enum_types_by_name["ExecutionState"]),
-    ),
-    "evaluation_status": (
-        "evaluation_status",
-        _K.ENUM,
-        _enum_values(_Result.DESCRIPTOR.enum_types_by_name["Outcome"]),
-    ),
-    "app_version": ("app_version", _K.STRING, {}),
-    "initiated_by": ("initiated_by", _K.STRING, {}),
-    "golden_run_method": (
-        "golden_run_method",
-        _K.ENUM,
-        _enum_values(common_pb2.DESCRIPTOR.enum_types_by_name["GoldenRunMethod"]),
-    ),
-}
-RESULT_FILTER_FIELDS = _specs("evaluation_results", _RESULT_SPECS)
-# evaluation_run_filter: the same result fields, over the results of the evaluation in the row.
-RUN_FILTER_FIELDS = _specs("r", _RESULT_SPECS)
-
-_SORT_COLUMNS = {
-    SortKey.NAME: "name",
-    SortKey.CREATE_TIME: "create_time",
-    SortKey.UPDATE_TIME: "update_time",
-}
-
-
-def _page_sql(table: str, query: ListQuery) -> tuple[str, list[object], str]:
-    """ORDER BY and keyset condition: (sort column, name) strictly after the cursor.
-
-    The name breaks ties in the same direction as the sort column, so one index scan in one
-    direction serves the page with no sort step, however deep the page is.
-    """
-    column = f"{table}.{_SORT_COLUMNS[query.order.key]}"
-    direction = "DESC" if query.order.descending else "ASC"
-    compare = "<" if query.order.descending else ">"
-    params: list[object] = []
-    condition = ""
-    after = query.after
-    if query.order.key is SortKey.NAME:
-        order = f"ORDER BY {table}.name {direction}"
-        if after is not None:
-            condition, params = f"{table}.name {compare} ?", [after.name]
-    else:
-        order = f"ORDER BY {column} {direction}, {table}.name {direction}"
-        if after is not None:
-            condition = f"({column} {compare} ? OR ({column} = ? AND {table}.name {compare} ?))"
-            params = [after.value, after.value, after.name]
-    return condition, params, order
-
-
-def _page_statement(
-    table: str, columns: str, where: list[str], params: list[object], query: ListQuery
-) -> str:
-    """``SELECT <columns>, name, <sort column>`` of one keyset page; appends the page's
-    parameters (cursor, limit) to ``params``."""
-    condition, cursor_params, order = _page_sql(table, query)
-    if condition:
-        where.append(condition)
-        params += cursor_params
-    params.append(query.limit)
-    sort = _SORT_COLUMNS[query.order.key]
-    return (
-        f"SELECT {columns}, name, {sort} FROM {table} "  # noqa: S608 - fixed identifiers, compiled clauses; values are parameters
-        f"WHERE {' AND '.join(where)} {order} LIMIT ?"
-    )
-
-
-def _compile(
-    expr: filtering.Expr | None, fields: dict[str, filtering.FieldSpec], which: str
-) -> tuple[str, list[object]]:
-    try:
-        return filtering.compile_filter(expr, fields, filtering.SQLITE)
-    except filtering.FilterError as error:
-        raise InvalidFilter(which, error) from error
-
-
-def _display_name_owner(name: str, display_name: str) -> tuple[str, tuple[str, str]]:
-    """SQL finding the resource that holds ``display_name`` in the scope of ``name``: the app
-    for evaluations, the evaluation for results."""
-    if "/results/" in name:
-        return (
-            "SELECT name FROM evaluation_results WHERE evaluation = ? AND display_name = ?",
-            (name.rsplit("/results/", 1)[0], display_name),
-        )
-    return (
-        "SELECT name FROM evaluations WHERE app = ? AND display_name = ?",
-        (name.rsplit("/evaluations/", 1)[0], display_name),
-    )
+_SQL = _tables.Sql(filtering.SQLITE, json_param="?")
+_INSERT_EVALUATION = _SQL.insert("evaluations", _tables.EVALUATION_COLUMNS, {"derived": "x''"})
+_UPDATE_EVALUATION = _SQL.update("evaluations", _tables.EVALUATION_COLUMNS[2:], "name = ?")
+_INSERT_RESULT = _SQL.insert("evaluation_results", _tables.RESULT_COLUMNS, {})
+_UPDATE_RESULT = _SQL.update("evaluation_results", _tables.RESULT_COLUMNS[3:], "name = ?")
+_now = _tables.now_micros
 
 
 class SqliteStorage:
@@ -197,6 +66,7 @@ class SqliteStorage:
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._secret = b""
+        self._lock_handle: TextIO | None = None
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -221,7 +91,10 @@ class SqliteStorage:
 
     async def _read(self, work: Callable[[sqlite3.Connection], T]) -> T:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._readers, lambda: work(self._connection()))
+        try:
+            return await loop.run_in_executor(self._readers, lambda: work(self._connection()))
+        except sqlite3.OperationalError as error:
+            raise Unavailable(str(error)) from error
 
     async def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
         def run() -> T:
@@ -236,11 +109,31 @@ class SqliteStorage:
             return result
 
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._writer, run)
+        try:
+            return await loop.run_in_executor(self._writer, run)
+        except sqlite3.OperationalError as error:
+            # Locked by another program, disk full, I/O error: nothing was committed.
+            raise Unavailable(str(error)) from error
+
+    def _claim(self) -> None:
+        """Hold an exclusive lock on ``<file>.lock`` while open: a SQLite file serves one
+        process (its operations and recovery assume so), so a second one is refused."""
+        lock_path = Path(self._path + ".lock")
+        handle = lock_path.open("a")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise InUse(
+                f"{self._path} is in use by another ces-eval server; a SQLite database serves "
+                "one process (use PostgreSQL to run several replicas)"
+            ) from None
+        self._lock_handle = handle
 
     async def open(self) -> None:
         if self._path != ":memory:":
             Path(self._path).parent.mkdir(parents=True, exist_ok=True)
+            self._claim()
 
         def migrate(connection: sqlite3.Connection) -> bytes:
             connection.execute(
@@ -275,7 +168,11 @@ class SqliteStorage:
             ).fetchone()
             return bytes(row[0])
 
-        self._secret = await self._write(migrate)
+        try:
+            self._secret = await self._write(migrate)
+        except BaseException:
+            await self.close()  # releases the file for whoever fixes the cause
+            raise
 
     async def close(self) -> None:
         self._writer.shutdown(wait=True)
@@ -284,74 +181,41 @@ class SqliteStorage:
             for connection in self._connections:
                 connection.close()
             self._connections.clear()
+        if self._lock_handle is not None:
+            self._lock_handle.close()  # releases the lock
+            self._lock_handle = None
 
     async def secret(self) -> bytes:
         return self._secret
 
+    @property
+    def shared(self) -> bool:
+        """One process owns a SQLite file: nothing else runs its operations."""
+        return False
+
+    async def ping(self) -> None:
+        await self._read(lambda connection: connection.execute("SELECT 1").fetchone())
+
     # -- evaluations -----------------------------------------------------------------------------
 
     @staticmethod
-    def _evaluation_row(evaluation: _Evaluation) -> tuple[object, ...]:
-        base = _Evaluation()
-        base.CopyFrom(evaluation)
-        for derived in (
-            "aggregated_metrics",
-            "evaluation_runs",
-            "last_completed_result",
-            "last_ten_results",
-            "etag",
-        ):
-            base.ClearField(derived)
-        app = evaluation.name.rsplit("/evaluations/", 1)[0]
-        return (
-            evaluation.name,
-            app,
-            evaluation.display_name,
-            evaluation.description,
-            micros(evaluation.create_time),
-            micros(evaluation.update_time),
-            evaluation.created_by,
-            evaluation.last_updated_by,
-            json.dumps(list(evaluation.tags)),
-            json.dumps(list(evaluation.evaluation_datasets)),
-            evaluation.etag,
-            base.SerializeToString(deterministic=True),
-        )
-
-    @staticmethod
-    def _evaluation(data: bytes, derived: bytes, etag: str) -> _Evaluation:
-        # Serialized protobuf messages merge when concatenated.
-        return _Evaluation.FromString(data + derived + _Evaluation(etag=etag).SerializeToString())
-
-    @staticmethod
     def _conflict(
-        connection: sqlite3.Connection,
-        error: sqlite3.IntegrityError,
-        name: str,
-        display_name_owner: tuple[str, tuple[str, str]],
+        connection: sqlite3.Connection, error: sqlite3.IntegrityError, name: str, display_name: str
     ) -> Conflict:
-        """Which uniqueness rule ``error`` broke: the name, or the display name within its
-        scope (``display_name_owner`` is the SQL that finds the resource holding it)."""
+        """Which uniqueness rule ``error`` broke: the name, or the display name in its scope."""
         if "display_name" not in str(error):
             return Conflict("name", name)
-        row = connection.execute(display_name_owner[0], display_name_owner[1]).fetchone()
+        statement, params = _SQL.display_name_owner(name, display_name)
+        row = connection.execute(statement, params).fetchone()
         return Conflict("display_name", row[0] if row else "")
 
     def _insert_evaluation(self, connection: sqlite3.Connection, evaluation: _Evaluation) -> None:
         """Insert one evaluation (no derived fields yet) inside the caller's transaction."""
         try:
-            connection.execute(
-                "INSERT INTO evaluations (name, app, display_name, description, create_time, "
-                "update_time, created_by, last_updated_by, tags, evaluation_datasets, etag, "
-                "data, derived) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, x'')",
-                self._evaluation_row(evaluation),
-            )
+            connection.execute(_INSERT_EVALUATION, _tables.evaluation_row(evaluation))
         except sqlite3.IntegrityError as error:
             raise self._conflict(
-                connection,
-                error,
-                evaluation.name,
-                _display_name_owner(evaluation.name, evaluation.display_name),
+                connection, error, evaluation.name, evaluation.display_name
             ) from error
 
     async def insert_evaluation(self, evaluation: _Evaluation) -> None:
@@ -362,35 +226,35 @@ class SqliteStorage:
             row = connection.execute(
                 "SELECT data, derived, etag FROM evaluations WHERE name = ?", (name,)
             ).fetchone()
-            return None if row is None else self._evaluation(row[0], row[1], row[2])
+            return None if row is None else _tables.evaluation_from_row(*row)
 
         return await self._read(work)
 
     async def list_evaluations(self, query: ListQuery) -> list[tuple[_Evaluation, Cursor]]:
         where = ["evaluations.app = ?"]
         params: list[object] = [query.parent]
-        sql, values = _compile(query.filter, EVALUATION_FILTER_FIELDS, "filter")
+        sql, values = _SQL.compile(query.filter, _tables.EVALUATION_FILTER_FIELDS, "filter")
         where.append(f"({sql})")
         params += values
         if query.run_filter is not None:
-            sql, values = _compile(query.run_filter, RUN_FILTER_FIELDS, "run_filter")
+            sql, values = _SQL.compile(query.run_filter, _tables.RUN_FILTER_FIELDS, "run_filter")
             where.append(
                 "EXISTS (SELECT 1 FROM evaluation_results r "  # noqa: S608 - compiled clause, values are parameters
                 f"WHERE r.evaluation = evaluations.name AND ({sql}))"
             )
             params += values
-        statement = _page_statement("evaluations", "data, derived, etag", where, params, query)
+        statement = _SQL.page("evaluations", "data, derived, etag", where, params, query)
 
         def work(connection: sqlite3.Connection) -> list[tuple[_Evaluation, Cursor]]:
             return [
-                (self._evaluation(data, derived, etag), Cursor(value, name))
+                (_tables.evaluation_from_row(data, derived, etag), Cursor(value, name))
                 for data, derived, etag, name, value in connection.execute(statement, params)
             ]
 
         return await self._read(work)
 
     async def replace_evaluation(self, evaluation: _Evaluation, expected_etag: str) -> None:
-        row = self._evaluation_row(evaluation)
+        row = _tables.evaluation_row(evaluation)
 
         def work(connection: sqlite3.Connection) -> None:
             current = connection.execute(
@@ -401,18 +265,10 @@ class SqliteStorage:
             if current[0] != expected_etag:
                 raise EtagMismatch(evaluation.name)
             try:
-                connection.execute(
-                    "UPDATE evaluations SET display_name = ?, description = ?, create_time = ?, "
-                    "update_time = ?, created_by = ?, last_updated_by = ?, tags = ?, "
-                    "evaluation_datasets = ?, etag = ?, data = ? WHERE name = ?",
-                    (*row[2:], evaluation.name),
-                )
+                connection.execute(_UPDATE_EVALUATION, (*row[2:], evaluation.name))
             except sqlite3.IntegrityError as error:
                 raise self._conflict(
-                    connection,
-                    error,
-                    evaluation.name,
-                    _display_name_owner(evaluation.name, evaluation.display_name),
+                    connection, error, evaluation.name, evaluation.display_name
                 ) from error
 
         await self._write(work)
@@ -457,39 +313,13 @@ class SqliteStorage:
                 "SELECT data FROM evaluation_results WHERE evaluation = ?", (evaluation,)
             )
         ]
-        derived = self._derive(results)
-        message = _Evaluation(
-            aggregated_metrics=derived.aggregated_metrics,
-            evaluation_runs=derived.evaluation_runs,
-        )
-        if derived.last_completed_result is not None:
-            message.last_completed_result.CopyFrom(derived.last_completed_result)
         connection.execute(
             "UPDATE evaluations SET derived = ?, etag = ? WHERE name = ?",
-            (message.SerializeToString(deterministic=True), etag, evaluation),
-        )
-
-    @staticmethod
-    def _result_row(result: _Result) -> tuple[object, ...]:
-        evaluation = result.name.rsplit("/results/", 1)[0]
-        return (
-            result.name,
-            evaluation,
-            evaluation.rsplit("/evaluations/", 1)[0],
-            result.display_name,
-            micros(result.create_time),
-            time.time_ns() // 1000,
-            result.evaluation_run,
-            int(result.execution_state),
-            int(result.evaluation_status),
-            result.app_version,
-            result.initiated_by,
-            int(result.golden_run_method),
-            result.SerializeToString(deterministic=True),
+            (_tables.derived_blob(self._derive(results)), etag, evaluation),
         )
 
     def _insert_result(self, connection: sqlite3.Connection, result: _Result) -> str:
-        row = self._result_row(result)
+        row = _tables.result_row(result)
         evaluation = str(row[1])
         if (
             connection.execute("SELECT 1 FROM evaluations WHERE name = ?", (evaluation,)).fetchone()
@@ -497,20 +327,9 @@ class SqliteStorage:
         ):
             raise Missing(evaluation)
         try:
-            connection.execute(
-                "INSERT INTO evaluation_results (name, evaluation, app, display_name, "
-                "create_time, update_time, evaluation_run, execution_state, evaluation_status, "
-                "app_version, initiated_by, golden_run_method, data) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                row,
-            )
+            connection.execute(_INSERT_RESULT, row)
         except sqlite3.IntegrityError as error:
-            raise self._conflict(
-                connection,
-                error,
-                result.name,
-                _display_name_owner(result.name, result.display_name),
-            ) from error
+            raise self._conflict(connection, error, result.name, result.display_name) from error
         return evaluation
 
     async def insert_result(self, result: _Result, parent_etag: str) -> None:
@@ -521,15 +340,10 @@ class SqliteStorage:
         await self._write(work)
 
     async def replace_result(self, result: _Result, parent_etag: str) -> None:
-        row = self._result_row(result)
+        row = _tables.result_row(result)
 
         def work(connection: sqlite3.Connection) -> None:
-            cursor = connection.execute(
-                "UPDATE evaluation_results SET display_name = ?, update_time = ?, "
-                "evaluation_run = ?, execution_state = ?, evaluation_status = ?, app_version = ?, "
-                "initiated_by = ?, golden_run_method = ?, data = ? WHERE name = ?",
-                (row[3], *row[5:], result.name),
-            )
+            cursor = connection.execute(_UPDATE_RESULT, (*row[3:], result.name))
             if cursor.rowcount != 1:
                 raise Missing(result.name)
             self._refresh_derived(connection, str(row[1]), parent_etag)
@@ -568,10 +382,10 @@ class SqliteStorage:
         scope = "app" if query.across_evaluations else "evaluation"
         where = [f"evaluation_results.{scope} = ?"]
         params: list[object] = [query.parent]
-        sql, values = _compile(query.filter, RESULT_FILTER_FIELDS, "filter")
+        sql, values = _SQL.compile(query.filter, _tables.RESULT_FILTER_FIELDS, "filter")
         where.append(f"({sql})")
         params += values
-        statement = _page_statement("evaluation_results", "data", where, params, query)
+        statement = _SQL.page("evaluation_results", "data", where, params, query)
 
         def work(connection: sqlite3.Connection) -> list[tuple[_Result, Cursor]]:
             return [
@@ -595,16 +409,28 @@ class SqliteStorage:
 
     # -- operations ----------------------------------------------------------------------------
 
-    async def insert_operation(self, operation: operations_pb2.Operation, method: str) -> None:
+    async def insert_operation(
+        self, operation: operations_pb2.Operation, method: str, owner: str, lease: float
+    ) -> None:
         parent = operation.name.rsplit("/operations/", 1)[0]
-        now = time.time_ns() // 1000
+        now = _now()
         data = operation.SerializeToString(deterministic=True)
 
         def work(connection: sqlite3.Connection) -> None:
             connection.execute(
                 "INSERT INTO operations (name, parent, method, done, create_time, update_time, "
-                "data) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (operation.name, parent, method, int(operation.done), now, now, data),
+                "data, owner, lease_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    operation.name,
+                    parent,
+                    method,
+                    int(operation.done),
+                    now,
+                    now,
+                    data,
+                    owner,
+                    now + int(lease * 1_000_000),
+                ),
             )
 
         await self._write(work)
@@ -642,7 +468,7 @@ class SqliteStorage:
 
     async def _replace_running(self, operation: operations_pb2.Operation) -> bool:
         data = operation.SerializeToString(deterministic=True)
-        now = time.time_ns() // 1000
+        now = _now()
 
         def work(connection: sqlite3.Connection) -> bool:
             cursor = connection.execute(
@@ -689,20 +515,55 @@ class SqliteStorage:
 
         return await self._write(work)
 
-    async def fail_unfinished(self, error: status_pb2.Status) -> int:
-        def work(connection: sqlite3.Connection) -> int:
-            rows = connection.execute("SELECT data FROM operations WHERE done = 0").fetchall()
-            for (data,) in rows:
-                operation = operations_pb2.Operation.FromString(data)
-                operation.done = True
-                operation.error.CopyFrom(error)
-                connection.execute(
-                    "UPDATE operations SET done = 1, data = ? WHERE name = ?",
-                    (operation.SerializeToString(deterministic=True), operation.name),
+    async def renew_leases(self, owner: str, lease: float) -> list[str]:
+        def work(connection: sqlite3.Connection) -> list[str]:
+            connection.execute(
+                "UPDATE operations SET lease_until = ? WHERE done = 0 AND owner = ?",
+                (_now() + int(lease * 1_000_000), owner),
+            )
+            return [
+                row[0]
+                for row in connection.execute(
+                    "SELECT name FROM operations WHERE done = 0 AND owner = ? "
+                    "AND cancel_requested = 1",
+                    (owner,),
                 )
-            return len(rows)
+            ]
 
         return await self._write(work)
+
+    @staticmethod
+    def _fail(
+        connection: sqlite3.Connection,
+        condition: str,
+        params: tuple[object, ...],
+        error: status_pb2.Status,
+    ) -> int:
+        rows = connection.execute(
+            f"SELECT data FROM operations WHERE done = 0 AND {condition}",  # noqa: S608 - fixed conditions
+            params,
+        ).fetchall()
+        for (data,) in rows:
+            operation = operations_pb2.Operation.FromString(data)
+            operation.done = True
+            operation.error.CopyFrom(error)
+            connection.execute(
+                "UPDATE operations SET done = 1, data = ?, update_time = ? WHERE name = ?",
+                (operation.SerializeToString(deterministic=True), _now(), operation.name),
+            )
+        return len(rows)
+
+    async def fail_expired(self, error: status_pb2.Status) -> int:
+        return await self._write(
+            lambda connection: self._fail(connection, "lease_until < ?", (_now(),), error)
+        )
+
+    async def fail_unfinished(self, error: status_pb2.Status, owner: str | None = None) -> int:
+        if owner is None:
+            return await self._write(lambda connection: self._fail(connection, "1", (), error))
+        return await self._write(
+            lambda connection: self._fail(connection, "owner = ?", (owner,), error)
+        )
 
     async def reset_project(self, project: str) -> ResetCounts:
         prefix = f"projects/{project}/"

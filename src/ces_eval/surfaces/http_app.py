@@ -14,7 +14,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
     from contextlib import AbstractAsyncContextManager
 
     from starlette.requests import Request
@@ -24,20 +24,22 @@ __all__ = ["build_app"]
 
 
 def build_app(
-    ready: Callable[[], bool],
+    ready: Callable[[], Awaitable[str | None]],
     rest: ASGIApp | None = None,
     openapi: dict[str, Any] | None = None,
     mcp: ASGIApp | None = None,
     lifespan: Callable[[Starlette], AbstractAsyncContextManager[None]] | None = None,
 ) -> Starlette:
-    """``GET /healthz``: 200 once every listener accepts connections, 503 before and while
-    draining, so load balancers and test harnesses can poll it. ``lifespan`` encloses serving
-    (the MCP session manager's run context)."""
+    """``GET /healthz``: 200 once every listener accepts connections and the database answers,
+    503 otherwise (before start-up ends, while draining, while the database is away), so load
+    balancers and test harnesses can poll it. ``ready`` returns None when serving, else why
+    not. ``lifespan`` encloses serving (the MCP session manager's run context)."""
 
     async def healthz(request: Request) -> JSONResponse:
-        if ready():
+        problem = await ready()
+        if problem is None:
             return JSONResponse({"status": "SERVING"})
-        return JSONResponse({"status": "NOT_SERVING"}, status_code=503)
+        return JSONResponse({"status": "NOT_SERVING", "reason": problem}, status_code=503)
 
     routes = [Route("/healthz", healthz, methods=["GET"])]
     if openapi is not None:

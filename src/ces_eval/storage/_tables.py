@@ -1,0 +1,310 @@
+"""How resources map to table rows, shared by the SQL backends.
+
+Both backends keep the same tables (``evaluations``, ``evaluation_results``, ``operations``) with
+the same columns; they differ in column types, placeholders and transaction plumbing. This module
+holds what does not differ: the filterable columns, the keyset page clauses, and the conversion of
+messages to rows and back. SQL text is built with the backend's placeholder.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ces_eval import filtering
+from ces_eval.generated.google.cloud.ces.v1beta import common_pb2, evaluation_pb2
+from ces_eval.storage.base import InvalidFilter, ListQuery, SortKey
+
+if TYPE_CHECKING:
+    from google.protobuf import timestamp_pb2
+    from google.protobuf.descriptor import EnumDescriptor
+
+    from ces_eval.core.derived import Derived
+
+__all__ = [
+    "EVALUATION_COLUMNS",
+    "EVALUATION_FILTER_FIELDS",
+    "RESULT_COLUMNS",
+    "RESULT_FILTER_FIELDS",
+    "RUN_FILTER_FIELDS",
+    "Sql",
+    "derived_blob",
+    "evaluation_from_row",
+    "evaluation_row",
+    "micros",
+    "now_micros",
+    "result_row",
+]
+
+_Result = evaluation_pb2.EvaluationResult
+_Evaluation = evaluation_pb2.Evaluation
+
+
+def micros(timestamp: timestamp_pb2.Timestamp) -> int:
+    return int(timestamp.seconds) * 1_000_000 + int(timestamp.nanos) // 1000
+
+
+def now_micros() -> int:
+    """This process's clock, in the unit of the time columns."""
+    return time.time_ns() // 1000
+
+
+def _enum_values(enum: EnumDescriptor) -> dict[str, int]:
+    return {value.name: value.number for value in enum.values}
+
+
+def _specs(
+    table: str, specs: dict[str, tuple[str, filtering.FieldKind, dict[str, int]]]
+) -> dict[str, filtering.FieldSpec]:
+    """Filter fields by proto name and by JSON name, with columns qualified by ``table``."""
+    out: dict[str, filtering.FieldSpec] = {}
+    for name, (column, kind, values) in specs.items():
+        spec = filtering.FieldSpec(column=f"{table}.{column}", kind=kind, enum_values=values)
+        out[name] = spec
+        head, *rest = name.split("_")
+        out[head + "".join(part.title() for part in rest)] = spec
+    return out
+
+
+_K = filtering.FieldKind
+EVALUATION_FILTER_FIELDS = _specs(
+    "evaluations",
+    {
+        "name": ("name", _K.STRING, {}),
+        "display_name": ("display_name", _K.STRING, {}),
+        "description": ("description", _K.STRING, {}),
+        "create_time": ("create_time", _K.TIMESTAMP, {}),
+        "update_time": ("update_time", _K.TIMESTAMP, {}),
+        "created_by": ("created_by", _K.STRING, {}),
+        "last_updated_by": ("last_updated_by", _K.STRING, {}),
+        "tags": ("tags", _K.STRING_LIST, {}),
+        "evaluation_datasets": ("evaluation_datasets", _K.STRING_LIST, {}),
+    },
+)
+_RESULT_SPECS: dict[str, tuple[str, filtering.FieldKind, dict[str, int]]] = {
+    "name": ("name", _K.STRING, {}),
+    "evaluation": ("evaluation", _K.STRING, {}),
+    "display_name": ("display_name", _K.STRING, {}),
+    "create_time": ("create_time", _K.TIMESTAMP, {}),
+    "evaluation_run": ("evaluation_run", _K.STRING, {}),
+    "execution_state": (
+        "execution_state",
+        _K.ENUM,
+        _enum_values(_Result.DESCRIPTOR.enum_types_by_name["ExecutionState"]),
+    ),
+    "evaluation_status": (
+        "evaluation_status",
+        _K.ENUM,
+        _enum_values(_Result.DESCRIPTOR.enum_types_by_name["Outcome"]),
+    ),
+    "app_version": ("app_version", _K.STRING, {}),
+    "initiated_by": ("initiated_by", _K.STRING, {}),
+    "golden_run_method": (
+        "golden_run_method",
+        _K.ENUM,
+        _enum_values(common_pb2.DESCRIPTOR.enum_types_by_name["GoldenRunMethod"]),
+    ),
+}
+RESULT_FILTER_FIELDS = _specs("evaluation_results", _RESULT_SPECS)
+# evaluation_run_filter: the same result fields, over the results of the evaluation in the row.
+RUN_FILTER_FIELDS = _specs("r", _RESULT_SPECS)
+
+_JSON_COLUMNS = frozenset({"tags", "evaluation_datasets"})
+_SORT_COLUMNS = {
+    SortKey.NAME: "name",
+    SortKey.CREATE_TIME: "create_time",
+    SortKey.UPDATE_TIME: "update_time",
+}
+
+
+@dataclass(frozen=True)
+class Sql:
+    """Statement text shared by the backends, in one backend's dialect.
+
+    ``json_param`` is the placeholder of a JSON array column (string lists), with whatever cast
+    the backend's column type needs.
+    """
+
+    dialect: filtering.Dialect
+    json_param: str
+
+    @property
+    def p(self) -> str:
+        """The placeholder."""
+        return self.dialect.placeholder
+
+    def _param(self, column: str) -> str:
+        return self.json_param if column in _JSON_COLUMNS else self.p
+
+    def insert(self, table: str, columns: Sequence[str], extra: dict[str, str]) -> str:
+        """``INSERT`` of ``columns`` (parameters) and ``extra`` (column → SQL expression)."""
+        names = [*columns, *extra]
+        values = [self._param(column) for column in columns] + list(extra.values())
+        return f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join(values)})"  # noqa: S608 - fixed identifiers; values are parameters
+
+    def update(self, table: str, columns: Sequence[str], where: str) -> str:
+        """``UPDATE`` setting ``columns`` (parameters, in order) for rows matching ``where``."""
+        assignments = ", ".join(f"{column} = {self._param(column)}" for column in columns)
+        return f"UPDATE {table} SET {assignments} WHERE {where}"  # noqa: S608 - fixed identifiers; values are parameters
+
+    def compile(
+        self, expr: filtering.Expr | None, fields: dict[str, filtering.FieldSpec], which: str
+    ) -> tuple[str, list[object]]:
+        """A filter as a condition and its parameters; InvalidFilter names ``which``."""
+        try:
+            return filtering.compile_filter(expr, fields, self.dialect)
+        except filtering.FilterError as error:
+            raise InvalidFilter(which, error) from error
+
+    def page(
+        self, table: str, columns: str, where: list[str], params: list[object], query: ListQuery
+    ) -> str:
+        """``SELECT <columns>, name, <sort column>`` of one keyset page; appends the page's
+        parameters (cursor, limit) to ``params``.
+
+        The page starts strictly after the cursor's (sort column, name); the name breaks ties in
+        the same direction as the sort column, so one index scan in one direction serves the page
+        with no sort step, however deep the page is.
+        """
+        sort = _SORT_COLUMNS[query.order.key]
+        column = f"{table}.{sort}"
+        direction = "DESC" if query.order.descending else "ASC"
+        compare = "<" if query.order.descending else ">"
+        p = self.p
+        after = query.after
+        if query.order.key is SortKey.NAME:
+            order = f"ORDER BY {table}.name {direction}"
+            if after is not None:
+                where.append(f"{table}.name {compare} {p}")
+                params.append(after.name)
+        else:
+            order = f"ORDER BY {column} {direction}, {table}.name {direction}"
+            if after is not None:
+                where.append(
+                    f"({column} {compare} {p} OR ({column} = {p} AND {table}.name {compare} {p}))"
+                )
+                params += [after.value, after.value, after.name]
+        params.append(query.limit)
+        return (
+            f"SELECT {columns}, name, {sort} FROM {table} "  # noqa: S608 - fixed identifiers, compiled clauses; values are parameters
+            f"WHERE {' AND '.join(where)} {order} LIMIT {p}"
+        )
+
+    def display_name_owner(self, name: str, display_name: str) -> tuple[str, tuple[str, str]]:
+        """SQL finding the resource that holds ``display_name`` in the scope of ``name``: the
+        app for evaluations, the evaluation for results."""
+        p = self.p
+        if "/results/" in name:
+            return (
+                f"SELECT name FROM evaluation_results WHERE evaluation = {p} "  # noqa: S608 - placeholder only
+                f"AND display_name = {p}",
+                (name.rsplit("/results/", 1)[0], display_name),
+            )
+        return (
+            f"SELECT name FROM evaluations WHERE app = {p} AND display_name = {p}",  # noqa: S608 - placeholder only
+            (name.rsplit("/evaluations/", 1)[0], display_name),
+        )
+
+
+# Column order of evaluation_row / result_row, for INSERT and UPDATE statements. The first two
+# (evaluations) or three (results) are the identity, never updated.
+EVALUATION_COLUMNS = (
+    "name",
+    "app",
+    "display_name",
+    "description",
+    "create_time",
+    "update_time",
+    "created_by",
+    "last_updated_by",
+    "tags",
+    "evaluation_datasets",
+    "etag",
+    "data",
+)
+RESULT_COLUMNS = (
+    "name",
+    "evaluation",
+    "app",
+    "display_name",
+    "create_time",
+    "update_time",
+    "evaluation_run",
+    "execution_state",
+    "evaluation_status",
+    "app_version",
+    "initiated_by",
+    "golden_run_method",
+    "data",
+)
+
+
+def evaluation_row(evaluation: _Evaluation) -> tuple[object, ...]:
+    """The values of EVALUATION_COLUMNS; string lists are JSON arrays."""
+    base = _Evaluation()
+    base.CopyFrom(evaluation)
+    # Fields computed from results (stored apart, in ``derived``, or read on demand) and the
+    # etag (a column of its own) are never part of the ``data`` blob.
+    for field in (
+        "aggregated_metrics",
+        "evaluation_runs",
+        "last_completed_result",
+        "last_ten_results",
+        "etag",
+    ):
+        base.ClearField(field)
+    return (
+        evaluation.name,
+        evaluation.name.rsplit("/evaluations/", 1)[0],
+        evaluation.display_name,
+        evaluation.description,
+        micros(evaluation.create_time),
+        micros(evaluation.update_time),
+        evaluation.created_by,
+        evaluation.last_updated_by,
+        json.dumps(list(evaluation.tags)),
+        json.dumps(list(evaluation.evaluation_datasets)),
+        evaluation.etag,
+        base.SerializeToString(deterministic=True),
+    )
+
+
+def evaluation_from_row(data: bytes, derived: bytes, etag: str) -> _Evaluation:
+    # Serialized protobuf messages merge when concatenated.
+    return _Evaluation.FromString(
+        bytes(data) + bytes(derived) + _Evaluation(etag=etag).SerializeToString()
+    )
+
+
+def derived_blob(derived: Derived) -> bytes:
+    """The ``derived`` column: the evaluation fields computed from its results."""
+    message = _Evaluation(
+        aggregated_metrics=derived.aggregated_metrics,
+        evaluation_runs=derived.evaluation_runs,
+    )
+    if derived.last_completed_result is not None:
+        message.last_completed_result.CopyFrom(derived.last_completed_result)
+    return message.SerializeToString(deterministic=True)
+
+
+def result_row(result: _Result) -> tuple[object, ...]:
+    """The values of RESULT_COLUMNS; update_time is the moment of the write."""
+    evaluation = result.name.rsplit("/results/", 1)[0]
+    return (
+        result.name,
+        evaluation,
+        evaluation.rsplit("/evaluations/", 1)[0],
+        result.display_name,
+        micros(result.create_time),
+        now_micros(),
+        result.evaluation_run,
+        int(result.execution_state),
+        int(result.evaluation_status),
+        result.app_version,
+        result.initiated_by,
+        int(result.golden_run_method),
+        result.SerializeToString(deterministic=True),
+    )

@@ -1,0 +1,48 @@
+"""Fixtures shared by every test folder.
+
+PostgreSQL: ``postgres_cluster`` is one throw-away server for the whole session, started the first
+time a test asks for it (a run that never does pays nothing); ``postgres_url`` is a fresh, empty
+database on it for one test, dropped afterwards. Without server binaries the tests asking for them
+fail and say to run ``tools/postgres.sh ensure``; ``CES_EVAL_SKIP_POSTGRES=1`` skips them instead.
+``CES_EVAL_TEST_POSTGRES_URL`` (a superuser URL) uses a server you already run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.postgres import (
+    PostgresCluster,
+    PostgresStartFailed,
+    PostgresUnavailable,
+)
+
+SKIP_POSTGRES = "CES_EVAL_SKIP_POSTGRES"
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[PostgresCluster]:
+    if os.environ.get(SKIP_POSTGRES) == "1":
+        pytest.skip(f"PostgreSQL tests skipped ({SKIP_POSTGRES}=1)")
+    problem = ""
+    try:
+        cluster = PostgresCluster.from_environment()
+        cluster.start()
+    except (PostgresUnavailable, PostgresStartFailed) as error:
+        problem = str(error)
+    if problem:  # outside the except block: the message alone, without a chained traceback
+        pytest.fail(problem, pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_cluster: PostgresCluster) -> Iterator[str]:
+    url = postgres_cluster.create_database()
+    yield url
+    postgres_cluster.drop_database(url)

@@ -1,0 +1,86 @@
+"""AIP-160 filters compiled for PostgreSQL and run on a real PostgreSQL server.
+
+The same table, behavioural cases and hypothesis model as tests/unit/test_filtering.py (which runs
+them on SQLite): both backends must select exactly the same rows for every filter.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from hypothesis import given, settings
+
+from ces_eval.filtering import POSTGRESQL, Expr, Not, compile_filter, parse
+from tests.support.postgres import PostgresCluster
+from tests.unit.test_filtering import (
+    ALL,
+    FIELDS,
+    MATCH_CASES,
+    ROWS,
+    assert_structural,
+    model,
+    valid_trees,
+)
+
+Connection = psycopg.Connection[tuple[object, ...]]
+
+
+@pytest.fixture(scope="module")
+def database(postgres_cluster: PostgresCluster) -> Iterator[Connection]:
+    url = postgres_cluster.create_database()
+    connection: Connection = psycopg.connect(url, autocommit=True)
+    connection.execute(
+        'CREATE TABLE evals (name TEXT COLLATE "C" NOT NULL, display TEXT COLLATE "C" NOT NULL, '
+        "state INTEGER NOT NULL, created BIGINT, turns BIGINT NOT NULL, done BOOLEAN NOT NULL, "
+        "tags JSONB NOT NULL)"
+    )
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            "INSERT INTO evals VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb)",
+            [
+                (
+                    row["id"],
+                    row["display"],
+                    row["state"],
+                    row["created"],
+                    row["turns"],
+                    row["done"],
+                    json.dumps(row["tags"]),
+                )
+                for row in ROWS
+            ],
+        )
+    yield connection
+    connection.close()
+    postgres_cluster.drop_database(url)
+
+
+def _run(connection: Connection, sql: str, params: list[object]) -> frozenset[str]:
+    # The condition is compile_filter's output: the subject under test, not user text.
+    statement = f"SELECT name FROM evals WHERE {sql}"  # noqa: S608
+    rows = connection.execute(statement.encode(), params).fetchall()
+    return frozenset(str(row[0]) for row in rows)
+
+
+def _select(connection: Connection, tree: Expr | None) -> frozenset[str]:
+    sql, params = compile_filter(tree, FIELDS, POSTGRESQL)
+    assert_structural(sql, POSTGRESQL)
+    return _run(connection, sql, params)
+
+
+@pytest.mark.parametrize(("text", "expected"), MATCH_CASES)
+def test_filter_selects_rows_on_postgresql(
+    database: Connection, text: str, expected: set[str]
+) -> None:
+    assert _select(database, parse(text)) == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(tree=valid_trees)
+def test_postgresql_agrees_with_the_model(database: Connection, tree: Expr) -> None:
+    selected = _select(database, tree)
+    assert selected == {row["id"] for row in ROWS if model(tree, row)}
+    assert _select(database, Not(tree)) == ALL - selected

@@ -1,0 +1,427 @@
+"""Two ``ces-eval serve`` replicas on one PostgreSQL database (issue: stateless replicas).
+
+Nothing about correctness may depend on which replica serves a request: the official client's
+scenario alternates between them, conditional writes race across them, page tokens and
+operations cross them, and a replica killed with SIGKILL loses no acknowledged write and leaves
+no operation running.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import grpc
+import psycopg
+import pytest
+from google.longrunning import operations_pb2, operations_pb2_grpc
+from google.protobuf import field_mask_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from psycopg import sql
+
+from ces_eval.core.derived import derive
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import (
+    evaluation_service_pb2_grpc as service_grpc,
+)
+from ces_eval.storage.postgresql import PostgresStorage
+from tests.integration.test_official_client import check_steps, run_scenario
+from tests.support.datasets import seed_large
+from tests.support.postgres import PostgresCluster
+from tests.support.server import RunningServer, start_server
+
+APP = "projects/replicas/locations/l/apps/a"
+LEASE = "1.5"  # seconds: how long an operation outlives a replica that stopped renewing it
+
+
+def _start(tmp_path: Path, url: str, label: str) -> RunningServer:
+    return start_server(
+        tmp_path / label / "unused.db",
+        "--operation-lease",
+        LEASE,
+        database_url=url,
+        export_dir=tmp_path / "exports",  # shared, as a bucket would be
+    )
+
+
+@pytest.fixture
+def replicas(tmp_path: Path, postgres_url: str) -> Iterator[tuple[RunningServer, RunningServer]]:
+    """Two replicas started at the same moment (their migrations race)."""
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        first, second = pool.map(lambda label: _start(tmp_path, postgres_url, label), "ab")
+    try:
+        yield first, second
+    finally:
+        first.kill()
+        second.kill()
+
+
+def _evaluation(display_name: str) -> evaluation_pb2.Evaluation:
+    message = evaluation_pb2.Evaluation(display_name=display_name)
+    message.golden.turns.add().steps.add().user_input.text = "hello"
+    return message
+
+
+def _reason(error: grpc.RpcError) -> str:
+    status = status_pb2.Status()
+    for key, value in error.trailing_metadata() or ():  # type: ignore[attr-defined]
+        if key == "grpc-status-details-bin":
+            status.ParseFromString(value)
+    for detail in status.details:
+        info = error_details_pb2.ErrorInfo()
+        if detail.Unpack(info):
+            return info.reason
+    return ""
+
+
+@pytest.mark.parametrize("transport", ["grpc", "rest"])
+def test_official_client_scenario_alternating_between_replicas(
+    replicas: tuple[RunningServer, RunningServer], transport: str
+) -> None:
+    first, second = replicas
+    check_steps(run_scenario([first, second], transport), transport, first.export_dir)
+
+
+def test_writes_page_tokens_and_etags_cross_replicas(
+    replicas: tuple[RunningServer, RunningServer],
+) -> None:
+    with (
+        grpc.insecure_channel(replicas[0].grpc_target) as a,
+        grpc.insecure_channel(replicas[1].grpc_target) as b,
+    ):
+        stubs = [service_grpc.EvaluationServiceStub(a), service_grpc.EvaluationServiceStub(b)]
+        created = [
+            stubs[i % 2].CreateEvaluation(
+                service_pb2.CreateEvaluationRequest(parent=APP, evaluation=_evaluation(f"E{i}")),
+                timeout=10,
+            )
+            for i in range(7)
+        ]
+        # Each page from the other replica, resuming from the previous one's token.
+        listed: list[str] = []
+        token = ""
+        turn = 0
+        while True:
+            page = stubs[turn % 2].ListEvaluations(
+                service_pb2.ListEvaluationsRequest(
+                    parent=APP, page_size=2, page_token=token, order_by="name"
+                ),
+                timeout=10,
+            )
+            listed += [e.name for e in page.evaluations]
+            token, turn = page.next_page_token, turn + 1
+            if not token:
+                break
+        assert listed == sorted(e.name for e in created)
+        assert turn == 4
+
+        # An etag read on one replica is honoured, and then stale, on the other.
+        read = stubs[0].GetEvaluation(
+            service_pb2.GetEvaluationRequest(name=created[0].name), timeout=10
+        )
+        change = evaluation_pb2.Evaluation(name=read.name, etag=read.etag, description="new")
+        mask = field_mask_pb2.FieldMask(paths=["description"])
+        stubs[1].UpdateEvaluation(
+            service_pb2.UpdateEvaluationRequest(evaluation=change, update_mask=mask), timeout=10
+        )
+        with pytest.raises(grpc.RpcError) as stale:
+            stubs[0].UpdateEvaluation(
+                service_pb2.UpdateEvaluationRequest(evaluation=change, update_mask=mask),
+                timeout=10,
+            )
+        assert stale.value.code() == grpc.StatusCode.ABORTED
+        assert _reason(stale.value) == "ETAG_MISMATCH"
+
+
+def test_concurrent_updates_one_winner_per_etag_and_no_lost_update(
+    replicas: tuple[RunningServer, RunningServer],
+) -> None:
+    rounds, writers = 5, 8
+    with (
+        grpc.insecure_channel(replicas[0].grpc_target) as a,
+        grpc.insecure_channel(replicas[1].grpc_target) as b,
+        concurrent.futures.ThreadPoolExecutor(writers) as pool,
+    ):
+        stubs = [service_grpc.EvaluationServiceStub(a), service_grpc.EvaluationServiceStub(b)]
+        name = (
+            stubs[0]
+            .CreateEvaluation(
+                service_pb2.CreateEvaluationRequest(parent=APP, evaluation=_evaluation("Race")),
+                timeout=10,
+            )
+            .name
+        )
+        winners: list[str] = []
+        for round_index in range(rounds):
+            etag = stubs[1].GetEvaluation(service_pb2.GetEvaluationRequest(name=name)).etag
+            start = threading.Barrier(writers)
+
+            def update(
+                writer: int,
+                etag: str = etag,
+                round_index: int = round_index,
+                start: threading.Barrier = start,
+            ) -> str:
+                description = f"round {round_index} writer {writer}"
+                change = evaluation_pb2.Evaluation(name=name, etag=etag, description=description)
+                start.wait(10)
+                try:
+                    stubs[writer % 2].UpdateEvaluation(
+                        service_pb2.UpdateEvaluationRequest(
+                            evaluation=change,
+                            update_mask=field_mask_pb2.FieldMask(paths=["description"]),
+                        ),
+                        timeout=10,
+                    )
+                except grpc.RpcError as error:
+                    assert error.code() == grpc.StatusCode.ABORTED, error
+                    assert _reason(error) == "ETAG_MISMATCH"
+                    return ""
+                return description
+
+            outcomes = [o for o in pool.map(update, range(writers)) if o]
+            assert len(outcomes) == 1, outcomes
+            winners += outcomes
+            for stub in stubs:  # the winner's write is what both replicas read
+                stored = stub.GetEvaluation(service_pb2.GetEvaluationRequest(name=name))
+                assert stored.description == outcomes[0]
+                assert stored.etag != etag
+        assert len(winners) == rounds
+
+        # Without an etag the last write wins: every writer succeeds, none is ABORTED.
+        blind_start = threading.Barrier(writers)
+
+        def blind(writer: int) -> None:
+            change = evaluation_pb2.Evaluation(name=name, description=f"blind {writer}")
+            blind_start.wait(10)
+            stubs[writer % 2].UpdateEvaluation(
+                service_pb2.UpdateEvaluationRequest(
+                    evaluation=change, update_mask=field_mask_pb2.FieldMask(paths=["description"])
+                ),
+                timeout=10,
+            )
+
+        list(pool.map(blind, range(writers)))
+        final = stubs[0].GetEvaluation(service_pb2.GetEvaluationRequest(name=name))
+        assert final.description in {f"blind {writer}" for writer in range(writers)}
+
+
+def test_parallel_creates_with_one_display_name_one_succeeds(
+    replicas: tuple[RunningServer, RunningServer],
+) -> None:
+    count = 20
+    with (
+        grpc.insecure_channel(replicas[0].grpc_target) as a,
+        grpc.insecure_channel(replicas[1].grpc_target) as b,
+        concurrent.futures.ThreadPoolExecutor(count) as pool,
+    ):
+        stubs = [service_grpc.EvaluationServiceStub(a), service_grpc.EvaluationServiceStub(b)]
+        start = threading.Barrier(count)
+
+        def create(index: int) -> str:
+            start.wait(10)
+            try:
+                return (
+                    stubs[index % 2]
+                    .CreateEvaluation(
+                        service_pb2.CreateEvaluationRequest(
+                            parent=APP,
+                            evaluation=_evaluation("Same name"),
+                            evaluation_id=f"e{index}",
+                        ),
+                        timeout=10,
+                    )
+                    .name
+                )
+            except grpc.RpcError as error:
+                assert error.code() == grpc.StatusCode.ALREADY_EXISTS, error
+                return ""
+
+        created = [name for name in pool.map(create, range(count)) if name]
+        assert len(created) == 1
+        listed = stubs[1].ListEvaluations(service_pb2.ListEvaluationsRequest(parent=APP))
+        assert [e.name for e in listed.evaluations] == created
+
+
+def test_sigkill_of_a_replica_during_writes_loses_no_acknowledged_write(
+    replicas: tuple[RunningServer, RunningServer],
+) -> None:
+    doomed, survivor = replicas
+    acknowledged: list[str] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def write(server: RunningServer, prefix: str) -> None:
+        with grpc.insecure_channel(server.grpc_target) as channel:
+            stub = service_grpc.EvaluationServiceStub(channel)
+            index = 0
+            while not stop.is_set():
+                try:
+                    created = stub.CreateEvaluation(
+                        service_pb2.CreateEvaluationRequest(
+                            parent=APP, evaluation=_evaluation(f"{prefix}{index}")
+                        ),
+                        timeout=5,
+                    )
+                except grpc.RpcError:
+                    if server is doomed:
+                        return  # the replica is gone: its unacknowledged writes may be lost
+                    raise
+                with lock:
+                    acknowledged.append(created.name)
+                index += 1
+
+    threads = [
+        threading.Thread(target=write, args=(server, prefix))
+        for server, prefix in ((doomed, "a"), (doomed, "b"), (survivor, "c"))
+    ]
+    for thread in threads:
+        thread.start()
+    while len(acknowledged) < 60:
+        time.sleep(0.02)
+    doomed.process.send_signal(signal.SIGKILL)
+    time.sleep(0.3)  # the survivor keeps writing after the kill
+    stop.set()
+    for thread in threads:
+        thread.join(30)
+    doomed.kill()
+
+    with grpc.insecure_channel(survivor.grpc_target) as channel:
+        stub = service_grpc.EvaluationServiceStub(channel)
+        for name in acknowledged:
+            stub.GetEvaluation(service_pb2.GetEvaluationRequest(name=name), timeout=10)
+
+
+def _get_operation(server: RunningServer, name: str) -> operations_pb2.Operation:
+    with grpc.insecure_channel(server.grpc_target) as channel:
+        return operations_pb2_grpc.OperationsStub(channel).GetOperation(
+            operations_pb2.GetOperationRequest(name=name), timeout=10
+        )
+
+
+def _start_export(server: RunningServer, names: list[str]) -> operations_pb2.Operation:
+    with grpc.insecure_channel(server.grpc_target) as channel:
+        operation = service_grpc.EvaluationServiceStub(channel).ExportEvaluations(
+            service_pb2.ExportEvaluationsRequest(
+                parent=APP,
+                names=names,
+                include_evaluations=True,
+                include_evaluation_results=True,
+                export_options=service_pb2.ExportOptions(gcs_uri="gs://bucket/big"),
+            ),
+            timeout=30,
+        )
+    assert not operation.done
+    return operation
+
+
+def _wait_done(server: RunningServer, name: str, seconds: float) -> operations_pb2.Operation:
+    deadline = time.monotonic() + seconds
+    while True:
+        operation = _get_operation(server, name)
+        if operation.done or time.monotonic() > deadline:
+            return operation
+        time.sleep(0.1)
+
+
+def test_export_of_a_killed_replica_ends_and_cancel_crosses_replicas(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    names = seed_large(PostgresStorage(postgres_url, derive=derive), APP, 30, 100)
+    doomed, survivor = _start(tmp_path, postgres_url, "a"), _start(tmp_path, postgres_url, "b")
+    try:
+        # Cancelling through the other replica reaches the owner at its next lease renewal.
+        cancelled = _start_export(doomed, names)
+        with grpc.insecure_channel(survivor.grpc_target) as channel:
+            operations_pb2_grpc.OperationsStub(channel).CancelOperation(
+                operations_pb2.CancelOperationRequest(name=cancelled.name), timeout=10
+            )
+        ended = _wait_done(survivor, cancelled.name, 30)
+        assert ended.done
+        assert ended.error.code == code_pb2.CANCELLED
+
+        # The owner dies mid-export: the survivor fails the operation once the lease runs out.
+        orphan = _start_export(doomed, names)
+        time.sleep(0.3)
+        doomed.process.send_signal(signal.SIGKILL)
+        doomed.kill()
+        killed_at = time.monotonic()
+        failed = _wait_done(survivor, orphan.name, 30)
+        assert failed.done, "the export of the killed replica was left running"
+        assert failed.error.code == code_pb2.ABORTED
+        assert time.monotonic() - killed_at < 10
+
+        # The survivor's own export still works, and the load balancer sees it healthy.
+        fresh = _start_export(survivor, names[:2])
+        assert _wait_done(survivor, fresh.name, 60).response.value
+        with urllib.request.urlopen(survivor.http_base + "/healthz", timeout=5) as response:
+            assert response.status == 200
+    finally:
+        doomed.kill()
+        survivor.kill()
+
+
+def _health(server: RunningServer) -> tuple[int, dict[str, str]]:
+    try:
+        with urllib.request.urlopen(server.http_base + "/healthz", timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read())
+
+
+def test_database_outage_answers_unavailable_then_recovers(
+    tmp_path: Path, postgres_url: str, postgres_cluster: PostgresCluster
+) -> None:
+    server = _start(tmp_path, postgres_url, "a")
+    database = urlsplit(postgres_url).path.lstrip("/")
+    admin = psycopg.connect(postgres_cluster.admin_url, autocommit=True)
+    try:
+        with grpc.insecure_channel(server.grpc_target) as channel:
+            stub = service_grpc.EvaluationServiceStub(channel)
+            created = stub.CreateEvaluation(
+                service_pb2.CreateEvaluationRequest(parent=APP, evaluation=_evaluation("Kept")),
+                timeout=10,
+            )
+            # The database goes away: no new connections, existing ones cut.
+            admin.execute(
+                sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(
+                    sql.Identifier(database)
+                )
+            )
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s",
+                (database,),
+            )
+            assert _health(server) == (
+                503,
+                {"status": "NOT_SERVING", "reason": "database unavailable"},
+            )
+            with pytest.raises(grpc.RpcError) as outage:
+                stub.GetEvaluation(service_pb2.GetEvaluationRequest(name=created.name), timeout=30)
+            assert outage.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert _reason(outage.value) == "DATABASE_UNAVAILABLE"
+
+            # It comes back: the replica serves again without a restart, data intact.
+            admin.execute(
+                sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(sql.Identifier(database))
+            )
+            deadline = time.monotonic() + 30
+            while _health(server)[0] != 200 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert _health(server) == (200, {"status": "SERVING"})
+            again = stub.GetEvaluation(
+                service_pb2.GetEvaluationRequest(name=created.name), timeout=30
+            )
+            assert again == created
+    finally:
+        admin.close()
+        server.kill()
