@@ -51,15 +51,70 @@ def _is_map(field: descriptor.FieldDescriptor) -> bool:
     return field.message_type is not None and field.message_type.GetOptions().map_entry
 
 
-def _children(message: Message) -> Iterator[tuple[descriptor.FieldDescriptor, str, Message]]:
-    """Set sub-messages of ``message`` with their path suffix (``.f``, ``.f[2]``, ``.f["k"]``)."""
+def _target(field: descriptor.FieldDescriptor) -> descriptor.Descriptor | None:
+    """The message type a field holds (a map's value type), or None for scalars."""
+    if field.message_type is None:
+        return None
+    if _is_map(field):
+        value_type: descriptor.Descriptor | None = field.message_type.fields_by_name[
+            "value"
+        ].message_type
+        return value_type
+    return field.message_type
+
+
+def _search(
+    message_descriptor: descriptor.Descriptor,
+    behavior: int,
+    seen: frozenset[descriptor.Descriptor],
+) -> bool:
+    if message_descriptor.full_name.startswith("google.protobuf.") or message_descriptor in seen:
+        return False
+    seen = seen | {message_descriptor}
+    for field in message_descriptor.fields:
+        if behavior in _behaviors(field):
+            return True
+        target = _target(field)
+        if target is not None and _search(target, behavior, seen):
+            return True
+    return False
+
+
+@cache
+def _subtree_has(message_descriptor: descriptor.Descriptor, behavior: int) -> bool:
+    """Whether any field of this type or of a type reachable from it has ``behavior``: walks
+    skip sub-trees where it cannot occur (most of a large golden conversation)."""
+    return _search(message_descriptor, behavior, frozenset())
+
+
+@cache
+def _leads_to(field: descriptor.FieldDescriptor, behavior: int) -> bool:
+    target = _target(field)
+    return target is not None and _subtree_has(target, behavior)
+
+
+@cache
+def _required_fields(
+    message_descriptor: descriptor.Descriptor,
+) -> tuple[descriptor.FieldDescriptor, ...]:
+    return tuple(
+        field
+        for field in message_descriptor.fields
+        if has_behavior(field, REQUIRED) and not has_behavior(field, OUTPUT_ONLY)
+    )
+
+
+def _children(
+    message: Message, behavior: int
+) -> Iterator[tuple[descriptor.FieldDescriptor, str, Message]]:
+    """Set sub-messages of ``message`` with their path suffix (``.f``, ``.f[2]``, ``.f["k"]``),
+    only those whose type can contain a field with ``behavior``."""
     for field, value in message.ListFields():
-        if field.message_type is None:
+        if not _leads_to(field, behavior):
             continue
         if _is_map(field):
-            if field.message_type.fields_by_name["value"].message_type is not None:
-                for key, item in value.items():
-                    yield field, f'{field.name}["{key}"]', item
+            for key, item in value.items():
+                yield field, f'{field.name}["{key}"]', item
         elif field.is_repeated:
             for index, item in enumerate(value):
                 yield field, f"{field.name}[{index}]", item
@@ -72,9 +127,8 @@ def clear_output_only(message: Message) -> None:
     for field, _ in message.ListFields():
         if has_behavior(field, OUTPUT_ONLY):
             message.ClearField(field.name)
-    for _, _, child in _children(message):
-        if not child.DESCRIPTOR.full_name.startswith("google.protobuf."):
-            clear_output_only(child)
+    for _, _, child in _children(message, OUTPUT_ONLY):
+        clear_output_only(child)
 
 
 def _is_set(message: Message, field: descriptor.FieldDescriptor) -> bool:
@@ -92,9 +146,7 @@ def required_violations(message: Message, path: str) -> list[FieldViolation]:
     member of a oneof is satisfied by any member of that oneof.
     """
     violations: list[FieldViolation] = []
-    for field in _descriptor(message).fields:
-        if not has_behavior(field, REQUIRED) or has_behavior(field, OUTPUT_ONLY):
-            continue
+    for field in _required_fields(_descriptor(message)):
         oneof = field.containing_oneof
         if oneof is not None and len(oneof.fields) > 1:
             if message.WhichOneof(oneof.name) is None:
@@ -106,10 +158,8 @@ def required_violations(message: Message, path: str) -> list[FieldViolation]:
             continue
         if not _is_set(message, field):
             violations.append(FieldViolation(f"{path}.{field.name}", "Required.", "REQUIRED"))
-    for field, suffix, child in _children(message):
-        if has_behavior(field, OUTPUT_ONLY) or child.DESCRIPTOR.full_name.startswith(
-            "google.protobuf."
-        ):
+    for field, suffix, child in _children(message, REQUIRED):
+        if has_behavior(field, OUTPUT_ONLY):
             continue
         violations += required_violations(child, f"{path}.{suffix}")
     # Deduplicate oneof violations reported once per REQUIRED member.

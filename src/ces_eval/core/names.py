@@ -34,6 +34,26 @@ _VARIABLE = re.compile(r"\{([a-z_]+)\}")
 WILDCARD = "-"
 
 
+@cache
+def _matcher(pattern: str, owned: int, allow_wildcard: str) -> re.Pattern[str]:
+    """One regular expression accepting exactly the names :meth:`ResourcePattern.parse` accepts
+    (its fast path); each variable is a named group."""
+    variables = _VARIABLE.findall(pattern)
+    owned_names = set(variables[len(variables) - owned :]) if owned else set()
+    parts = []
+    for expected in pattern.split("/"):
+        variable = _VARIABLE.fullmatch(expected)
+        if variable is None:
+            parts.append(re.escape(expected))
+            continue
+        key = variable.group(1)
+        rule = (_ID if key in owned_names else _FOREIGN_SEGMENT).pattern.replace("(", "(?:")
+        if key == allow_wildcard:
+            rule = f"{rule}|{re.escape(WILDCARD)}"
+        parts.append(f"(?P<{key}>{rule})")
+    return re.compile("/".join(parts))
+
+
 @dataclass(frozen=True)
 class ResourcePattern:
     """One resource type and its single name pattern, e.g. ``projects/{project}/...``."""
@@ -57,6 +77,10 @@ class ResourcePattern:
         The last ``owned`` variables are IDs this service assigns and must follow AIP-122; the
         variable named ``allow_wildcard`` may be ``-`` (AIP-159 reading across collections).
         """
+        fast = _matcher(self.pattern, owned, allow_wildcard).fullmatch(name)
+        if fast is not None:
+            return fast.groupdict()
+        # Not a valid name: walk it segment by segment to say what is wrong.
         segments = name.split("/")
         template = self.pattern.split("/")
         values: dict[str, str] = {}

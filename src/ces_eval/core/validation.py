@@ -7,6 +7,7 @@ Every problem in one request is reported together, as the field violations of a 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import cache
 from typing import TYPE_CHECKING
 
 from ces_eval.core import fields
@@ -14,6 +15,7 @@ from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_config_pb2, evaluation_pb2
 
 if TYPE_CHECKING:
+    from google.protobuf.descriptor import Descriptor
     from google.protobuf.message import Message
 
 __all__ = ["MAX_GOLDEN_TURNS", "MAX_SCENARIO_TURNS", "raise_if_invalid", "validate_evaluation"]
@@ -41,14 +43,38 @@ _RANGES: dict[tuple[str, str], tuple[float, float]] = {
 }
 
 
+_RANGED_TYPES = frozenset(message for message, _ in _RANGES)
+
+
+def _reaches_ranged(
+    message_descriptor: Descriptor, seen: frozenset[Descriptor] = frozenset()
+) -> bool:
+    """Whether a message of this type can contain (or be) one with a bounded field."""
+    if message_descriptor.full_name in _RANGED_TYPES:
+        return True
+    if message_descriptor in seen or message_descriptor.full_name.startswith("google.protobuf."):
+        return False
+    seen = seen | {message_descriptor}
+    return any(
+        field.message_type is not None
+        and not field.message_type.GetOptions().map_entry
+        and _reaches_ranged(field.message_type, seen)
+        for field in message_descriptor.fields
+    )
+
+
+_reaches = cache(_reaches_ranged)
+
+
 def _walk(message: Message, path: str) -> Iterator[tuple[Message, str]]:
+    """``message`` and its sub-messages that can hold a bounded field, with their paths."""
     yield message, path
     for field, value in message.ListFields():
-        if field.message_type is None or field.message_type.full_name.startswith(
-            "google.protobuf."
+        if (
+            field.message_type is None
+            or field.message_type.GetOptions().map_entry
+            or not _reaches(field.message_type)
         ):
-            continue
-        if field.message_type.GetOptions().map_entry:
             continue
         if field.is_repeated:
             for index, item in enumerate(value):

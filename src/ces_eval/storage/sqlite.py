@@ -23,6 +23,7 @@ from google.longrunning import operations_pb2
 from ces_eval import filtering
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.storage import _tables
+from ces_eval.storage._group_commit import GroupCommitWriter
 from ces_eval.storage._migrations import migrations
 from ces_eval.storage.base import (
     Conflict,
@@ -57,16 +58,26 @@ _now = _tables.now_micros
 class SqliteStorage:
     """The :class:`~ces_eval.storage.base.Storage` contract over one SQLite file."""
 
-    def __init__(self, path: str | Path, derive: Callable[[Iterable[_Result]], Derived]) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        derive: Callable[[Iterable[_Result]], Derived],
+        *,
+        shared: bool = False,
+    ) -> None:
+        """``shared``: one of several worker processes of one ``ces-eval serve --workers``
+        group, whose supervisor holds the file's lock; operations then use leases."""
         self._path = str(path)
         self._derive = derive
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-writer")
+        self._shared = shared
+        self._writer = GroupCommitWriter(self._connect)
         self._readers = ThreadPoolExecutor(max_workers=_READERS, thread_name_prefix="sqlite-reader")
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._secret = b""
         self._lock_handle: TextIO | None = None
+        self._point_reader: sqlite3.Connection | None = None
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -96,21 +107,25 @@ class SqliteStorage:
         except sqlite3.OperationalError as error:
             raise Unavailable(str(error)) from error
 
-    async def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        def run() -> T:
-            connection = self._connection()
-            connection.execute("BEGIN IMMEDIATE")
-            try:
-                result = work(connection)
-            except BaseException:
-                connection.execute("ROLLBACK")
-                raise
-            connection.execute("COMMIT")
-            return result
+    def _read_now(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run a point read (one row by primary key) on the calling thread, the event loop's.
 
-        loop = asyncio.get_running_loop()
+        A WAL reader never waits for the writer, and a point read takes microseconds, far less
+        than handing it to a thread and back; lists and scans go through :meth:`_read`.
+        """
+        connection = self._point_reader
+        if connection is None:
+            connection = self._point_reader = self._connect()
         try:
-            return await loop.run_in_executor(self._writer, run)
+            return work(connection)
+        except sqlite3.OperationalError as error:
+            raise Unavailable(str(error)) from error
+
+    async def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``work`` in a write transaction (grouped with concurrent writes into one commit);
+        returns once it is on disk."""
+        try:
+            return await self._writer.submit(work)
         except sqlite3.OperationalError as error:
             # Locked by another program, disk full, I/O error: nothing was committed.
             raise Unavailable(str(error)) from error
@@ -133,7 +148,9 @@ class SqliteStorage:
     async def open(self) -> None:
         if self._path != ":memory:":
             Path(self._path).parent.mkdir(parents=True, exist_ok=True)
-            self._claim()
+            if not self._shared:  # a worker: its supervisor holds the lock for the group
+                self._claim()
+        self._writer.start()
 
         def migrate(connection: sqlite3.Connection) -> bytes:
             connection.execute(
@@ -175,12 +192,13 @@ class SqliteStorage:
             raise
 
     async def close(self) -> None:
-        self._writer.shutdown(wait=True)
+        self._writer.stop()
         self._readers.shutdown(wait=True)
         with self._lock:
             for connection in self._connections:
                 connection.close()
             self._connections.clear()
+        self._point_reader = None
         if self._lock_handle is not None:
             self._lock_handle.close()  # releases the lock
             self._lock_handle = None
@@ -190,8 +208,9 @@ class SqliteStorage:
 
     @property
     def shared(self) -> bool:
-        """One process owns a SQLite file: nothing else runs its operations."""
-        return False
+        """One process owns a SQLite file (nothing else runs its operations), unless it is one
+        of the worker processes of a group (``shared``)."""
+        return self._shared
 
     async def ping(self) -> None:
         await self._read(lambda connection: connection.execute("SELECT 1").fetchone())
@@ -228,7 +247,7 @@ class SqliteStorage:
             ).fetchone()
             return None if row is None else _tables.evaluation_from_row(*row)
 
-        return await self._read(work)
+        return self._read_now(work)
 
     async def list_evaluations(self, query: ListQuery) -> list[tuple[_Evaluation, Cursor]]:
         where = ["evaluations.app = ?"]
@@ -376,7 +395,7 @@ class SqliteStorage:
             ).fetchone()
             return None if row is None else _Result.FromString(row[0])
 
-        return await self._read(work)
+        return self._read_now(work)
 
     async def list_results(self, query: ListQuery) -> list[tuple[_Result, Cursor]]:
         scope = "app" if query.across_evaluations else "evaluation"
@@ -442,7 +461,7 @@ class SqliteStorage:
             ).fetchone()
             return None if row is None else operations_pb2.Operation.FromString(row[0])
 
-        return await self._read(work)
+        return self._read_now(work)
 
     async def list_operations(
         self, parent: str, limit: int, after: str | None, done: bool | None
@@ -505,7 +524,7 @@ class SqliteStorage:
             ).fetchone()
             return bool(row and row[0])
 
-        return await self._read(work)
+        return self._read_now(work)
 
     async def delete_operation(self, name: str) -> bool:
         def work(connection: sqlite3.Connection) -> bool:

@@ -1,0 +1,134 @@
+"""Group commit for SQLite: one writer thread commits every waiting write in one transaction.
+
+With ``synchronous=FULL`` each commit waits for the disk, and a disk syncs a few hundred times a
+second at best: committing writes one by one caps writes per second at that rate, however fast
+the rest is. The writer thread instead takes every write waiting in its queue (up to
+``max_batch``), runs each inside its own SAVEPOINT of one transaction, commits once, and only
+then answers each caller. A write that fails rolls back to its savepoint alone; the others
+commit. Every answered write is therefore on disk, and a batch of N writes costs one sync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+__all__ = ["GroupCommitWriter"]
+
+T = TypeVar("T")
+
+
+@dataclass
+class _Job:
+    work: Callable[[sqlite3.Connection], Any]
+    future: asyncio.Future[Any]
+    loop: asyncio.AbstractEventLoop
+    outcome: tuple[bool, Any] = (False, None)
+
+
+def _settle(job: _Job) -> None:
+    if job.future.cancelled():
+        return
+    ok, value = job.outcome
+    if ok:
+        job.future.set_result(value)
+    else:
+        job.future.set_exception(value)
+
+
+class GroupCommitWriter:
+    """Runs write transactions on one dedicated thread and connection, batching commits."""
+
+    def __init__(self, connect: Callable[[], sqlite3.Connection], max_batch: int = 256) -> None:
+        self._connect = connect
+        self._max_batch = max_batch
+        # None asks the thread to stop once the jobs before it are done.
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="sqlite-writer", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Finish the writes already submitted, then end the thread."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+
+    async def submit(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``work`` in a transaction; return its result once the transaction committed.
+        An exception from ``work`` (or from the commit) is raised here; nothing of it stays."""
+        if self._thread is None:
+            raise RuntimeError("the SQLite writer is not running")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._queue.put(_Job(work, future, loop))
+        return await future
+
+    def _take(self, first: _Job) -> tuple[list[_Job], bool]:
+        """``first`` and every job already waiting (up to the batch size); True when the
+        stop marker was among them."""
+        batch = [first]
+        while len(batch) < self._max_batch:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                return batch, True
+            batch.append(item)
+        return batch, False
+
+    def _run(self) -> None:
+        connection = self._connect()
+        stopping = False
+        while not stopping:
+            item = self._queue.get()
+            if item is None:
+                break
+            batch, stopping = self._take(item)
+            try:
+                self._commit(connection, batch)
+            except Exception as error:  # noqa: BLE001 - the thread must outlive any failure
+                for job in batch:
+                    job.outcome = (False, error)
+            for job in batch:
+                job.loop.call_soon_threadsafe(_settle, job)
+
+    @staticmethod
+    def _commit(connection: sqlite3.Connection, batch: list[_Job]) -> None:
+        """Run the batch in one transaction; every job's outcome is final once this returns."""
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+            for job in batch:
+                connection.execute("SAVEPOINT job")
+                try:
+                    job.outcome = (True, job.work(connection))
+                except BaseException as error:  # noqa: BLE001 - handed to the caller
+                    job.outcome = (False, error)
+                    if connection.in_transaction:
+                        connection.execute("ROLLBACK TO job")
+                if not connection.in_transaction:
+                    # SQLite rolled the whole transaction back (disk full, I/O error):
+                    # the jobs before this one are undone too.
+                    failure = job.outcome[1]
+                    raise (
+                        failure
+                        if isinstance(failure, sqlite3.Error)
+                        else sqlite3.OperationalError(str(failure))
+                    )
+                connection.execute("RELEASE job")
+            connection.execute("COMMIT")
+        except sqlite3.Error as error:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            for job in batch:
+                job.outcome = (False, error)
