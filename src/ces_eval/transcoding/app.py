@@ -8,18 +8,16 @@ official client sends), as numbers. Errors: Google's JSON envelope (AIP-193).
 
 from __future__ import annotations
 
-import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
-
-from google.protobuf import json_format
 
 from ces_eval.core.service import DEFAULT_USER, Caller
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.transcoding import errors
 from ces_eval.transcoding.body import parse_body
 from ces_eval.transcoding.query import SYSTEM_PARAMETERS, QueryError, apply_query
+from ces_eval.transcoding.rendering import JsonRenderer
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -82,6 +80,7 @@ class Transcoder:
     def __init__(self, router: Router, handlers: Mapping[str, Handler]) -> None:
         self._router = router
         self._handlers = handlers
+        self._renderer = JsonRenderer()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -151,7 +150,7 @@ class Transcoder:
         if handler is None:
             raise ServiceError.unimplemented(route.path.lstrip("/"))
         response = await handler(request, _caller(scope))
-        return 200, _render(response, int_enums)
+        return 200, self._renderer.render(response, int_enums)
 
     @staticmethod
     def _request(
@@ -206,8 +205,3 @@ def _caller(scope: Scope) -> Caller:
         if key == CALLER_HEADER and value.strip():
             return Caller(user=value.decode("utf-8", "replace").strip())
     return Caller(user=DEFAULT_USER)
-
-
-def _render(message: Message, int_enums: bool) -> bytes:
-    document: Any = json_format.MessageToDict(message, use_integers_for_enums=int_enums)
-    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
