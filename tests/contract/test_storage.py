@@ -30,6 +30,7 @@ from ces_eval.storage.base import (
 )
 from ces_eval.storage.postgresql import PostgresStorage
 from ces_eval.storage.sqlite import SqliteStorage
+from tests.support import samples
 
 APP = "projects/p1/locations/l/apps/a"
 OTHER_APP = "projects/p2/locations/l/apps/a"
@@ -329,3 +330,102 @@ def test_postgresql_list_queries_use_indexes_without_sorting(postgres_url: str) 
             plan = " | ".join(str(row[0]) for row in rows)
             assert "Index Scan" in plan, plan
             assert "Sort" not in plan, plan
+
+
+def _varied_result(evaluation_name: str, index: int) -> Result:
+    """A fully populated result (golden or scenario by ``index``) with varied state, outcome,
+    app version, run and a distinct create_time."""
+    message = samples.populate(Result(), index)
+    assert isinstance(message, Result)
+    message.name = f"{evaluation_name}/results/r{index:02d}"
+    message.display_name = f"result {index}"
+    message.execution_state = (
+        Result.ExecutionState.COMPLETED if index % 4 else Result.ExecutionState.RUNNING
+    )
+    message.evaluation_status = Result.Outcome.PASS if index % 3 else Result.Outcome.FAIL
+    message.app_version = f"{APP}/versions/v{index % 2}"
+    message.evaluation_run = f"{APP}/evaluationRuns/run-{index % 5}" if index % 7 else ""
+    message.create_time.CopyFrom(ts(1_000_000 + index * 7_919 % 50 * 1_000))
+    return message
+
+
+def _assert_derived(stored: evaluation_pb2.Evaluation | None, results: list[Result]) -> None:
+    expected = derive(results)
+    assert stored is not None
+    assert stored.aggregated_metrics == expected.aggregated_metrics
+    assert list(stored.evaluation_runs) == expected.evaluation_runs
+    if expected.last_completed_result is None:
+        assert not stored.HasField("last_completed_result")
+    else:
+        assert stored.last_completed_result == expected.last_completed_result
+
+
+def test_derived_fields_follow_every_result_write(make_storage: Callable[[], Storage]) -> None:
+    """Inserts, replacements (new outcome and state) and deletions update the evaluation's
+    derived fields incrementally; after each the stored fields equal ``derive`` of every
+    result left, as if recomputed from scratch."""
+
+    async def body(storage: Storage) -> None:
+        parent = evaluation(APP, "e1", "One", 1)
+        await storage.insert_evaluation(parent)
+        current = {}
+        for index in range(16):
+            written = _varied_result(parent.name, index)
+            await storage.insert_result(written, parent_etag=f"i{index}")
+            current[written.name] = written
+        _assert_derived(await storage.get_evaluation(parent.name), list(current.values()))
+        for index in (1, 4, 9):
+            changed = Result()
+            changed.CopyFrom(current[f"{parent.name}/results/r{index:02d}"])
+            changed.evaluation_status = Result.Outcome.FAIL
+            changed.execution_state = Result.ExecutionState.COMPLETED
+            await storage.replace_result(changed, parent_etag=f"u{index}")
+            current[changed.name] = changed
+            _assert_derived(await storage.get_evaluation(parent.name), list(current.values()))
+        for index in (2, 3, 5, 11, 15):
+            name = f"{parent.name}/results/r{index:02d}"
+            await storage.delete_result(name, parent_etag=f"d{index}")
+            del current[name]
+            _assert_derived(await storage.get_evaluation(parent.name), list(current.values()))
+        for name in list(current):
+            await storage.delete_result(name, parent_etag="empty")
+        emptied = await storage.get_evaluation(parent.name)
+        assert emptied is not None
+        assert emptied.etag == "empty"
+        _assert_derived(emptied, [])
+
+    run(_with(make_storage(), body))
+
+
+def test_evaluations_from_before_incremental_upkeep_are_summed_once(
+    request: pytest.FixtureRequest, make_storage: Callable[[], Storage], tmp_path: Path
+) -> None:
+    """A NULL tally (rows written before migration 0004/0002) is rebuilt from every result at
+    the next write, then kept up to date as usual."""
+    parent = evaluation(APP, "e1", "One", 1)
+    first = [_varied_result(parent.name, index) for index in range(1, 6)]
+
+    async def seed(storage: Storage) -> None:
+        await storage.insert_evaluation(parent)
+        for result_message in first:
+            await storage.insert_result(result_message, parent_etag="x")
+
+    run(_with(make_storage(), seed))
+    backend = request.node.callspec.params["make_storage"]
+    if backend == "sqlite":
+        with sqlite3.connect(tmp_path / "db.sqlite") as connection:
+            connection.execute("UPDATE evaluations SET metrics_tally = NULL")
+        connection.close()
+    else:
+        url = request.getfixturevalue("postgres_url")
+        with psycopg.connect(url, autocommit=True) as connection:
+            connection.execute("UPDATE evaluations SET metrics_tally = NULL")
+    later = _varied_result(parent.name, 6)
+
+    async def write(storage: Storage) -> None:
+        await storage.insert_result(later, parent_etag="y")
+        _assert_derived(await storage.get_evaluation(parent.name), [*first, later])
+        await storage.delete_result(first[0].name, parent_etag="z")
+        _assert_derived(await storage.get_evaluation(parent.name), [*first[1:], later])
+
+    run(_with(make_storage(), write))

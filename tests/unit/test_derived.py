@@ -6,6 +6,7 @@ number in a comment, so that they do not share any logic with the code under tes
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import pytest
@@ -13,7 +14,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ces_eval.core.derived import Derived, derive
+from ces_eval.core.derived import Derived, Tally, add_tally, contribution, derive, render_tally
 from ces_eval.generated.google.cloud.ces.v1beta import common_pb2, content_pb2, evaluation_pb2
 
 R = evaluation_pb2.EvaluationResult
@@ -644,3 +645,20 @@ def test_averages_lie_within_their_inputs(results: list[R]) -> None:
         for tool_metric in group.tool_call_latency_metrics:
             nanos = tool_metric.average_latency.ToNanoseconds()
             assert _within(nanos, tool_latency[tool_metric.tool])
+
+
+@given(RESULT_LISTS, RESULT_LISTS)
+def test_incremental_tallies_equal_recomputing_from_scratch(
+    kept: list[R], removed: list[R]
+) -> None:
+    """Storage adds a result's tally on insert and subtracts it on delete; after any such
+    sequence (and a JSON round trip, as stored) the metrics equal ``derive`` of what is left."""
+    total: Tally = {}
+    for result in [*removed, *kept]:
+        add_tally(total, contribution(result))
+    for result in removed:
+        add_tally(total, contribution(result), sign=-1)
+    stored = json.loads(json.dumps(total))
+    assert render_tally(stored) == derive(kept).aggregated_metrics
+    if not any(result.execution_state == R.COMPLETED for result in kept):
+        assert stored == {}

@@ -77,11 +77,21 @@ Grouping (``AggregatedMetrics.metrics_by_app_version``)
 
 ``derive`` is a pure function without I/O: its output depends only on the multiset of input
 results, never on their order, and the input messages are not modified.
+
+Incremental upkeep
+    Every number behind ``aggregated_metrics`` is a sum or a count of integers, so a result's
+    share of them is a *tally* (:func:`contribution`: counter name -> integer), and the metrics
+    of an evaluation are rendered from the sum of its results' tallies (:func:`render_tally`).
+    Storage keeps that sum per evaluation and adds or subtracts one result's tally per write,
+    so a write costs the same however many results the evaluation has. ``derive`` itself is the
+    rendering of the summed tallies, so both paths give identical metrics.
 """
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -96,7 +106,9 @@ if TYPE_CHECKING:
 
     from ces_eval.generated.google.cloud.ces.v1beta import content_pb2
 
-__all__ = ["Derived", "derive"]
+__all__ = ["Derived", "Tally", "add_tally", "contribution", "derive", "render_tally"]
+
+Tally = dict[str, int]
 
 _Result = evaluation_pb2.EvaluationResult
 _Metrics = evaluation_pb2.AggregatedMetrics
@@ -274,13 +286,103 @@ def _nanos(timestamp: timestamp_pb2.Timestamp) -> int:
     return timestamp.seconds * 1_000_000_000 + timestamp.nanos
 
 
-def _aggregate(completed: list[_Result]) -> _Metrics:
+def _key(group: str, turn: int | None, kind: str, tool: str = "") -> str:
+    return json.dumps([group, turn, kind, tool], ensure_ascii=False, separators=(",", ":"))
+
+
+def _mean_entries(
+    out: Counter[str], group: str, turn: int | None, kind: str, mean: _Mean, *, tool: str = ""
+) -> None:
+    if mean.count:
+        out[_key(group, turn, kind + ".total", tool)] += mean.total
+        out[_key(group, turn, kind + ".count", tool)] += mean.count
+
+
+def _flatten_accumulator(
+    out: Counter[str], group: str, turn: int | None, metrics: _Accumulator
+) -> None:
+    for tool, count in metrics.tool_pass.items():
+        out[_key(group, turn, "tool.pass", tool)] += count
+    for tool, count in metrics.tool_fail.items():
+        out[_key(group, turn, "tool.fail", tool)] += count
+    _mean_entries(out, group, turn, "similarity", metrics.semantic_similarity)
+    _mean_entries(out, group, turn, "hallucination", metrics.hallucination)
+    for tool, mean in metrics.tool_call_latency.items():
+        _mean_entries(out, group, turn, "tool_latency", mean, tool=tool)
+    _mean_entries(out, group, turn, "turn_latency", metrics.turn_latency)
+
+
+def contribution(result: _Result) -> Tally:
+    """What ``result`` adds to its evaluation's metrics tally (nothing unless COMPLETED)."""
+    if result.execution_state != _Result.COMPLETED:
+        return {}
+    group_id = _app_version_id(result.app_version)
+    group = _AppVersionGroup()
+    group.add(result)
+    out: Counter[str] = Counter({_key(group_id, None, "results"): 1})
+    out[_key(group_id, None, "pass")] += group.pass_count
+    out[_key(group_id, None, "fail")] += group.fail_count
+    _flatten_accumulator(out, group_id, None, group.metrics)
+    for index, turn in group.turns.items():
+        _flatten_accumulator(out, group_id, index, turn)
+    return {name: value for name, value in out.items() if value}
+
+
+def add_tally(total: Tally, change: Mapping[str, int], sign: int = 1) -> None:
+    """``total += sign * change`` in place; counters that reach zero are removed."""
+    for name, value in change.items():
+        updated = total.get(name, 0) + sign * value
+        if updated:
+            total[name] = updated
+        else:
+            total.pop(name, None)
+
+
+def _accumulator(groups: dict[str, _AppVersionGroup], group: str, turn: int | None) -> _Accumulator:
+    target = groups.setdefault(group, _AppVersionGroup())
+    return target.metrics if turn is None else target.turns.setdefault(turn, _Accumulator())
+
+
+def _mean(metrics: _Accumulator, kind: str, tool: str) -> _Mean:
+    if kind == "tool_latency":
+        return metrics.tool_call_latency.setdefault(tool, _Mean())
+    means = {
+        "similarity": metrics.semantic_similarity,
+        "hallucination": metrics.hallucination,
+        "turn_latency": metrics.turn_latency,
+    }
+    return means[kind]
+
+
+def render_tally(tally: Mapping[str, int]) -> _Metrics:
+    """The AggregatedMetrics of an evaluation whose results' tallies sum to ``tally``."""
     groups: dict[str, _AppVersionGroup] = {}
-    for result in completed:
-        groups.setdefault(_app_version_id(result.app_version), _AppVersionGroup()).add(result)
+    present: set[str] = set()
+    for name, value in tally.items():
+        group, turn, kind, tool = json.loads(name)
+        if kind == "results":
+            present.add(group)
+            groups.setdefault(group, _AppVersionGroup())
+        elif kind in ("pass", "fail"):
+            target = groups.setdefault(group, _AppVersionGroup())
+            setattr(target, f"{kind}_count", value)
+        elif kind.startswith("tool."):
+            metrics = _accumulator(groups, group, turn)
+            counter = metrics.tool_pass if kind == "tool.pass" else metrics.tool_fail
+            counter[tool] = value
+        else:
+            measure, part = kind.rsplit(".", 1)
+            setattr(_mean(_accumulator(groups, group, turn), measure, tool), part, value)
     return _Metrics(
-        metrics_by_app_version=[groups[version].message(version) for version in sorted(groups)]
+        metrics_by_app_version=[groups[version].message(version) for version in sorted(present)]
     )
+
+
+def _aggregate(completed: list[_Result]) -> _Metrics:
+    total: Tally = {}
+    for result in completed:
+        add_tally(total, contribution(result))
+    return render_tally(total)
 
 
 def _evaluation_runs(results: list[_Result]) -> list[str]:

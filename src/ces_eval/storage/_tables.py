@@ -15,14 +15,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ces_eval import filtering
+from ces_eval.core import derived
 from ces_eval.generated.google.cloud.ces.v1beta import common_pb2, evaluation_pb2
 from ces_eval.storage.base import InvalidFilter, ListQuery, SortKey
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
     from google.protobuf import timestamp_pb2
     from google.protobuf.descriptor import EnumDescriptor
 
-    from ces_eval.core.derived import Derived
+    from ces_eval.core.derived import Tally
 
 __all__ = [
     "EVALUATION_COLUMNS",
@@ -37,6 +40,10 @@ __all__ = [
     "micros",
     "now_micros",
     "result_row",
+    "tally_change",
+    "tally_json",
+    "tally_of",
+    "updated_tally",
 ]
 
 _Result = evaluation_pb2.EvaluationResult
@@ -193,6 +200,26 @@ class Sql:
             f"WHERE {' AND '.join(where)} {order} LIMIT {p}"
         )
 
+    def runs_of(self) -> str:
+        """The evaluation's distinct non-empty runs, most recent first (by their results'
+        latest create_time, then name); one parameter: the evaluation."""
+        p = self.p
+        return (
+            "SELECT evaluation_run FROM evaluation_results "  # noqa: S608 - placeholder only
+            f"WHERE evaluation = {p} AND evaluation_run <> '' GROUP BY evaluation_run "
+            "ORDER BY max(create_time) DESC, evaluation_run ASC"
+        )
+
+    def last_completed_of(self) -> str:
+        """The data of the evaluation's newest COMPLETED result (by create_time, then name);
+        parameters: the evaluation, the COMPLETED enum number."""
+        p = self.p
+        return (
+            "SELECT data FROM evaluation_results "  # noqa: S608 - placeholder only
+            f"WHERE evaluation = {p} AND execution_state = {p} "
+            "ORDER BY create_time DESC, name DESC LIMIT 1"
+        )
+
     def display_name_owner(self, name: str, display_name: str) -> tuple[str, tuple[str, str]]:
         """SQL finding the resource that holds ``display_name`` in the scope of ``name``: the
         app for evaluations, the evaluation for results."""
@@ -279,15 +306,48 @@ def evaluation_from_row(data: bytes, derived: bytes, etag: str) -> _Evaluation:
     )
 
 
-def derived_blob(derived: Derived) -> bytes:
-    """The ``derived`` column: the evaluation fields computed from its results."""
-    message = _Evaluation(
-        aggregated_metrics=derived.aggregated_metrics,
-        evaluation_runs=derived.evaluation_runs,
-    )
-    if derived.last_completed_result is not None:
-        message.last_completed_result.CopyFrom(derived.last_completed_result)
+def derived_blob(tally: Tally, runs: list[str], last_completed: bytes | None) -> bytes:
+    """The ``derived`` column: the evaluation fields computed from its results — metrics
+    rendered from the summed tallies, runs newest first, the newest completed result."""
+    message = _Evaluation(aggregated_metrics=derived.render_tally(tally), evaluation_runs=runs)
+    if last_completed is not None:
+        message.last_completed_result.MergeFromString(last_completed)
     return message.SerializeToString(deterministic=True)
+
+
+def tally_change(new: _Result | None, old: _Result | None) -> Tally:
+    """How a write changes its evaluation's metrics tally: ``new`` stored, ``old`` gone."""
+    change: Tally = {}
+    if new is not None:
+        derived.add_tally(change, derived.contribution(new))
+    if old is not None:
+        derived.add_tally(change, derived.contribution(old), sign=-1)
+    return change
+
+
+def tally_of(results: Iterable[bytes]) -> Tally:
+    """The summed tally of serialized results (rows stored before incremental upkeep)."""
+    total: Tally = {}
+    for data in results:
+        derived.add_tally(total, derived.contribution(_Result.FromString(bytes(data))))
+    return total
+
+
+def updated_tally(
+    stored: str | None, change: Tally, results: Callable[[], Iterable[bytes]]
+) -> Tally:
+    """The tally after ``change``: the stored JSON plus the change, or — for an evaluation
+    from before incremental upkeep (NULL) — the sum over ``results`` (which already reflect the
+    write)."""
+    if stored is None:
+        return tally_of(results())
+    tally: Tally = json.loads(stored)
+    derived.add_tally(tally, change)
+    return tally
+
+
+def tally_json(tally: Tally) -> str:
+    return json.dumps(tally, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
 
 
 def result_row(result: _Result) -> tuple[object, ...]:

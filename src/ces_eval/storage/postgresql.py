@@ -26,6 +26,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ces_eval import filtering
+from ces_eval.core.derived import Tally, add_tally, contribution
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.storage import _tables
 from ces_eval.storage._migrations import migrations
@@ -59,11 +60,16 @@ _RETRIES = 5
 _POOL_OPTIONS = {"pool_min_size": 1, "pool_max_size": 16}
 _CONNECTION_WAIT = 10.0
 _INSERT_EVALUATION = _SQL.insert(
-    "evaluations", _tables.EVALUATION_COLUMNS, {"derived": "''::bytea"}
+    "evaluations",
+    _tables.EVALUATION_COLUMNS,
+    {"derived": "''::bytea", "metrics_tally": "'{}'"},
 ).encode()
 _UPDATE_EVALUATION = _SQL.update(
     "evaluations", _tables.EVALUATION_COLUMNS[2:], "name = %s AND etag = %s"
 ).encode()
+_RUNS = _SQL.runs_of()
+_LAST_COMPLETED = _SQL.last_completed_of()
+_COMPLETED = int(_Result.ExecutionState.COMPLETED)
 _INSERT_RESULT = _SQL.insert("evaluation_results", _tables.RESULT_COLUMNS, {}).encode()
 _UPDATE_RESULT = _SQL.update("evaluation_results", _tables.RESULT_COLUMNS[3:], "name = %s").encode()
 
@@ -343,14 +349,34 @@ class PostgresStorage:
             raise Missing(evaluation)
         return str(row[0])
 
-    async def _refresh_derived(self, connection: _Connection, evaluation: str, etag: str) -> None:
-        rows = await self._all(
-            connection, "SELECT data FROM evaluation_results WHERE evaluation = %s", (evaluation,)
+    async def _refresh_derived(
+        self, connection: _Connection, evaluation: str, etag: str, change: Tally
+    ) -> None:
+        """Apply a result write's ``change`` to the evaluation's metrics tally and store its
+        derived fields with ``etag`` (the caller holds the evaluation's row lock)."""
+        row = await self._one(
+            connection, "SELECT metrics_tally FROM evaluations WHERE name = %s", (evaluation,)
         )
-        results = [_Result.FromString(row[0]) for row in rows]
+        stored = None if row is None else row[0]
+        if stored is None:  # from before incremental upkeep: sum every result once
+            rows = await self._all(
+                connection,
+                "SELECT data FROM evaluation_results WHERE evaluation = %s",
+                (evaluation,),
+            )
+            tally = _tables.tally_of(data for (data,) in rows)
+        else:
+            tally = _tables.updated_tally(stored, change, list)
+        runs = [str(run) for (run,) in await self._all(connection, _RUNS, (evaluation,))]
+        last = await self._one(connection, _LAST_COMPLETED, (evaluation, _COMPLETED))
         await connection.execute(
-            "UPDATE evaluations SET derived = %s, etag = %s WHERE name = %s",
-            (_tables.derived_blob(self._derive(results)), etag, evaluation),
+            "UPDATE evaluations SET derived = %s, etag = %s, metrics_tally = %s WHERE name = %s",
+            (
+                _tables.derived_blob(tally, runs, last[0] if last else None),
+                etag,
+                _tables.tally_json(tally),
+                evaluation,
+            ),
         )
 
     async def _insert_result(self, connection: _Connection, result: _Result) -> str:
@@ -365,7 +391,9 @@ class PostgresStorage:
         async def work(connection: _Connection) -> None:
             await self._lock_evaluation(connection, evaluation)
             await self._insert_result(connection, result)
-            await self._refresh_derived(connection, evaluation, parent_etag)
+            await self._refresh_derived(
+                connection, evaluation, parent_etag, _tables.tally_change(result, None)
+            )
 
         try:
             await self._write(work)
@@ -378,10 +406,14 @@ class PostgresStorage:
 
         async def work(connection: _Connection) -> None:
             await self._lock_evaluation(connection, evaluation)
-            cursor = await connection.execute(_UPDATE_RESULT, (*row[3:], result.name))
-            if cursor.rowcount != 1:
+            before = await self._one(
+                connection, "SELECT data FROM evaluation_results WHERE name = %s", (result.name,)
+            )
+            if before is None:
                 raise Missing(result.name)
-            await self._refresh_derived(connection, evaluation, parent_etag)
+            await connection.execute(_UPDATE_RESULT, (*row[3:], result.name))
+            change = _tables.tally_change(result, _Result.FromString(before[0]))
+            await self._refresh_derived(connection, evaluation, parent_etag, change)
 
         try:
             await self._write(work)
@@ -404,11 +436,15 @@ class PostgresStorage:
             stored = {
                 name: await self._lock_evaluation(connection, name) for name in sorted(touched)
             }
+            changes: dict[str, Tally] = {name: {} for name in touched}
             for result in results:
                 current.update(name=result.name, display_name=result.display_name)
-                await self._insert_result(connection, result)
+                name = await self._insert_result(connection, result)
+                add_tally(changes[name], contribution(result))
             for name in touched:
-                await self._refresh_derived(connection, name, etags.get(name, stored[name]))
+                await self._refresh_derived(
+                    connection, name, etags.get(name, stored[name]), changes[name]
+                )
 
         try:
             await self._write(work)
@@ -449,12 +485,13 @@ class PostgresStorage:
                 await self._lock_evaluation(connection, evaluation)
             except Missing as missing:
                 raise Missing(name) from missing
-            cursor = await connection.execute(
-                "DELETE FROM evaluation_results WHERE name = %s", (name,)
+            gone = await self._one(
+                connection, "DELETE FROM evaluation_results WHERE name = %s RETURNING data", (name,)
             )
-            if cursor.rowcount != 1:
+            if gone is None:
                 raise Missing(name)
-            await self._refresh_derived(connection, evaluation, parent_etag)
+            change = _tables.tally_change(None, _Result.FromString(gone[0]))
+            await self._refresh_derived(connection, evaluation, parent_etag, change)
 
         await self._write(work)
 

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, TextIO, TypeVar
 from google.longrunning import operations_pb2
 
 from ces_eval import filtering
+from ces_eval.core.derived import Tally, add_tally, contribution
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.storage import _tables
 from ces_eval.storage._group_commit import GroupCommitWriter
@@ -48,7 +49,12 @@ _Result = evaluation_pb2.EvaluationResult
 _Evaluation = evaluation_pb2.Evaluation
 _READERS = 4
 _SQL = _tables.Sql(filtering.SQLITE, json_param="?")
-_INSERT_EVALUATION = _SQL.insert("evaluations", _tables.EVALUATION_COLUMNS, {"derived": "x''"})
+_INSERT_EVALUATION = _SQL.insert(
+    "evaluations", _tables.EVALUATION_COLUMNS, {"derived": "x''", "metrics_tally": "'{}'"}
+)
+_RUNS = _SQL.runs_of()
+_LAST_COMPLETED = _SQL.last_completed_of()
+_COMPLETED = int(_Result.ExecutionState.COMPLETED)
 _UPDATE_EVALUATION = _SQL.update("evaluations", _tables.EVALUATION_COLUMNS[2:], "name = ?")
 _INSERT_RESULT = _SQL.insert("evaluation_results", _tables.RESULT_COLUMNS, {})
 _UPDATE_RESULT = _SQL.update("evaluation_results", _tables.RESULT_COLUMNS[3:], "name = ?")
@@ -325,16 +331,35 @@ class SqliteStorage:
 
         return await self._read(work)
 
-    def _refresh_derived(self, connection: sqlite3.Connection, evaluation: str, etag: str) -> None:
-        results = [
-            _Result.FromString(row[0])
-            for row in connection.execute(
-                "SELECT data FROM evaluation_results WHERE evaluation = ?", (evaluation,)
-            )
-        ]
+    @staticmethod
+    def _refresh_derived(
+        connection: sqlite3.Connection, evaluation: str, etag: str, change: Tally
+    ) -> None:
+        """Apply a result write's ``change`` to the evaluation's metrics tally and store its
+        derived fields with ``etag``: a few indexed reads, whatever the number of results."""
+        row = connection.execute(
+            "SELECT metrics_tally FROM evaluations WHERE name = ?", (evaluation,)
+        ).fetchone()
+        tally = _tables.updated_tally(
+            row[0],
+            change,
+            lambda: (
+                data
+                for (data,) in connection.execute(
+                    "SELECT data FROM evaluation_results WHERE evaluation = ?", (evaluation,)
+                )
+            ),
+        )
+        runs = [run for (run,) in connection.execute(_RUNS, (evaluation,))]
+        last = connection.execute(_LAST_COMPLETED, (evaluation, _COMPLETED)).fetchone()
         connection.execute(
-            "UPDATE evaluations SET derived = ?, etag = ? WHERE name = ?",
-            (_tables.derived_blob(self._derive(results)), etag, evaluation),
+            "UPDATE evaluations SET derived = ?, etag = ?, metrics_tally = ? WHERE name = ?",
+            (
+                _tables.derived_blob(tally, runs, last[0] if last else None),
+                etag,
+                _tables.tally_json(tally),
+                evaluation,
+            ),
         )
 
     def _insert_result(self, connection: sqlite3.Connection, result: _Result) -> str:
@@ -354,7 +379,9 @@ class SqliteStorage:
     async def insert_result(self, result: _Result, parent_etag: str) -> None:
         def work(connection: sqlite3.Connection) -> None:
             evaluation = self._insert_result(connection, result)
-            self._refresh_derived(connection, evaluation, parent_etag)
+            self._refresh_derived(
+                connection, evaluation, parent_etag, _tables.tally_change(result, None)
+            )
 
         await self._write(work)
 
@@ -362,10 +389,14 @@ class SqliteStorage:
         row = _tables.result_row(result)
 
         def work(connection: sqlite3.Connection) -> None:
-            cursor = connection.execute(_UPDATE_RESULT, (*row[3:], result.name))
-            if cursor.rowcount != 1:
+            before = connection.execute(
+                "SELECT data FROM evaluation_results WHERE name = ?", (result.name,)
+            ).fetchone()
+            if before is None:
                 raise Missing(result.name)
-            self._refresh_derived(connection, str(row[1]), parent_etag)
+            connection.execute(_UPDATE_RESULT, (*row[3:], result.name))
+            change = _tables.tally_change(result, _Result.FromString(before[0]))
+            self._refresh_derived(connection, str(row[1]), parent_etag, change)
 
         await self._write(work)
 
@@ -375,15 +406,18 @@ class SqliteStorage:
         def work(connection: sqlite3.Connection) -> None:
             for evaluation in evaluations:
                 self._insert_evaluation(connection, evaluation)
-            # Evaluations that received results, in order, each once.
-            touched = dict.fromkeys(self._insert_result(connection, r) for r in results)
+            # The tally change of each evaluation that received results, in order.
+            changes: dict[str, Tally] = {}
+            for result in results:
+                evaluation_name = self._insert_result(connection, result)
+                add_tally(changes.setdefault(evaluation_name, {}), contribution(result))
             etags = {e.name: e.etag for e in evaluations}
-            for evaluation_name in touched:
+            for evaluation_name, change in changes.items():
                 current = connection.execute(
                     "SELECT etag FROM evaluations WHERE name = ?", (evaluation_name,)
                 ).fetchone()[0]
                 self._refresh_derived(
-                    connection, evaluation_name, etags.get(evaluation_name, current)
+                    connection, evaluation_name, etags.get(evaluation_name, current), change
                 )
 
         await self._write(work)
@@ -417,12 +451,13 @@ class SqliteStorage:
     async def delete_result(self, name: str, parent_etag: str) -> None:
         def work(connection: sqlite3.Connection) -> None:
             row = connection.execute(
-                "SELECT evaluation FROM evaluation_results WHERE name = ?", (name,)
+                "SELECT evaluation, data FROM evaluation_results WHERE name = ?", (name,)
             ).fetchone()
             if row is None:
                 raise Missing(name)
             connection.execute("DELETE FROM evaluation_results WHERE name = ?", (name,))
-            self._refresh_derived(connection, row[0], parent_etag)
+            change = _tables.tally_change(None, _Result.FromString(row[1]))
+            self._refresh_derived(connection, row[0], parent_etag, change)
 
         await self._write(work)
 
