@@ -223,7 +223,7 @@ def test_results_listed_per_evaluation_or_across_the_app(
         order = OrderBy(SortKey.NAME, descending=False)
         one = await storage.list_results(ListQuery(f"{APP}/evaluations/e1", order, 10))
         every = await storage.list_results(ListQuery(APP, order, 10, across_evaluations=True))
-        assert [r.name.rsplit("/evaluations/", 1)[1] for r, _ in one] == [
+        assert [Result.FromString(r).name.rsplit("/evaluations/", 1)[1] for r, _ in one] == [
             "e1/results/r1",
             "e1/results/r2",
         ]

@@ -95,7 +95,7 @@ class LongRunning:
             page = await self._storage.list_results(
                 ListQuery(evaluation, OrderBy(SortKey.NAME, descending=False), 1000, after=after)
             )
-            found += [result for result, _ in page]
+            found += [evaluation_pb2.EvaluationResult.FromString(data) for data, _ in page]
             if len(page) < 1000:
                 return found
             after = page[-1][1]

@@ -320,7 +320,9 @@ class Core(LongRunning):
         except InvalidFilter as invalid:
             raise _filter_error(invalid.error, "filter") from invalid
         response = service_pb2.ListEvaluationResultsResponse()
-        response.evaluation_results.extend(row for row, _ in rows[:size])
+        for data, _ in rows[:size]:
+            # Parsed straight into the response: no intermediate message to copy.
+            response.evaluation_results.add().MergeFromString(data)
         if len(rows) > size:
             response.next_page_token = self._tokens.encode(query_key, rows[size - 1][1])
         return response

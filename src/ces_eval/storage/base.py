@@ -198,10 +198,9 @@ class Storage(Protocol):
         Raises Conflict (nothing stored) on a taken name or display name, Missing when a
         result's evaluation is neither stored nor imported."""
 
-    async def list_results(
-        self, query: ListQuery
-    ) -> list[tuple[evaluation_pb2.EvaluationResult, Cursor]]:
-        """Up to ``query.limit`` results after ``query.after``, each with its cursor."""
+    async def list_results(self, query: ListQuery) -> list[tuple[bytes, Cursor]]:
+        """Up to ``query.limit`` results after ``query.after``, each serialized as stored
+        (pages are copied into responses without parsing every result twice), with its cursor."""
 
     async def delete_result(self, name: str, parent_etag: str) -> None:
         """Delete a result and recompute its evaluation's derived fields. Raises Missing."""

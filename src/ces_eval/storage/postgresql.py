@@ -460,7 +460,7 @@ class PostgresStorage:
         row = await self._read(work)
         return None if row is None else _Result.FromString(row[0])
 
-    async def list_results(self, query: ListQuery) -> list[tuple[_Result, Cursor]]:
+    async def list_results(self, query: ListQuery) -> list[tuple[bytes, Cursor]]:
         scope = "app" if query.across_evaluations else "evaluation"
         where = [f"evaluation_results.{scope} = %s"]
         params: list[object] = [query.parent]
@@ -473,7 +473,7 @@ class PostgresStorage:
             return await self._all(connection, statement, params)
 
         return [
-            (_Result.FromString(data), Cursor(value, name))
+            (bytes(data), Cursor(value, name))
             for data, name, value in await self._read(work)
         ]
 

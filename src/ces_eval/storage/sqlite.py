@@ -431,7 +431,7 @@ class SqliteStorage:
 
         return self._read_now(work)
 
-    async def list_results(self, query: ListQuery) -> list[tuple[_Result, Cursor]]:
+    async def list_results(self, query: ListQuery) -> list[tuple[bytes, Cursor]]:
         scope = "app" if query.across_evaluations else "evaluation"
         where = [f"evaluation_results.{scope} = ?"]
         params: list[object] = [query.parent]
@@ -440,9 +440,9 @@ class SqliteStorage:
         params += values
         statement = _SQL.page("evaluation_results", "data", where, params, query)
 
-        def work(connection: sqlite3.Connection) -> list[tuple[_Result, Cursor]]:
+        def work(connection: sqlite3.Connection) -> list[tuple[bytes, Cursor]]:
             return [
-                (_Result.FromString(data), Cursor(value, name))
+                (data, Cursor(value, name))
                 for data, name, value in connection.execute(statement, params)
             ]
 
