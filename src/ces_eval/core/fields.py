@@ -7,7 +7,8 @@ and applied against the fields a caller may change.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, cast
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from google.protobuf.message import Message
 
 __all__ = [
+    "InputRules",
     "apply_update_mask",
     "clear_output_only",
     "has_behavior",
@@ -139,12 +141,7 @@ def _is_set(message: Message, field: descriptor.FieldDescriptor) -> bool:
     return bool(getattr(message, field.name))
 
 
-def required_violations(message: Message, path: str) -> list[FieldViolation]:
-    """One violation per REQUIRED field left empty in ``message`` or any sub-message it sets.
-
-    Sub-trees marked OUTPUT_ONLY are not checked: the caller does not write them. A REQUIRED
-    member of a oneof is satisfied by any member of that oneof.
-    """
+def _own_required_violations(message: Message, path: str) -> list[FieldViolation]:
     violations: list[FieldViolation] = []
     for field in _required_fields(_descriptor(message)):
         oneof = field.containing_oneof
@@ -158,6 +155,141 @@ def required_violations(message: Message, path: str) -> list[FieldViolation]:
             continue
         if not _is_set(message, field):
             violations.append(FieldViolation(f"{path}.{field.name}", "Required.", "REQUIRED"))
+    return violations
+
+
+Bounds = dict[tuple[str, str], tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What one pass over a message of one type does: OUTPUT_ONLY fields to clear, bounded
+    fields, and the fields to descend into: (whether their sub-tree holds REQUIRED fields,
+    whether they are maps)."""
+
+    output_only: frozenset[str]
+    bounded: dict[str, tuple[float, float]]
+    descend: dict[str, tuple[bool, bool]]
+
+
+def _reaches_bounded(
+    message_descriptor: descriptor.Descriptor,
+    types: frozenset[str],
+    seen: frozenset[descriptor.Descriptor],
+) -> bool:
+    if message_descriptor.full_name in types:
+        return True
+    if message_descriptor in seen or message_descriptor.full_name.startswith("google.protobuf."):
+        return False
+    seen = seen | {message_descriptor}
+    return any(
+        (target := _target(field)) is not None and _reaches_bounded(target, types, seen)
+        for field in message_descriptor.fields
+    )
+
+
+class InputRules:
+    """One pass over caller input (:meth:`inspect`) with the bounds of some numeric fields
+    (``bounds``: (message type, field) → inclusive range); plans are built once per type."""
+
+    def __init__(self, bounds: Bounds) -> None:
+        self._bounds = dict(bounds)
+        self._types = frozenset(message for message, _ in bounds)
+        self._plans: dict[descriptor.Descriptor, _Plan] = {}
+
+    def _plan(self, message_descriptor: descriptor.Descriptor) -> _Plan:
+        plan = self._plans.get(message_descriptor)
+        if plan is not None:
+            return plan
+        descend: dict[str, tuple[bool, bool]] = {}
+        for field in message_descriptor.fields:
+            target = _target(field)
+            if target is None or target.full_name.startswith("google.protobuf."):
+                continue
+            required = not has_behavior(field, OUTPUT_ONLY) and _subtree_has(target, REQUIRED)
+            if (
+                required
+                or _subtree_has(target, OUTPUT_ONLY)
+                or _reaches_bounded(target, self._types, frozenset())
+            ):
+                descend[field.name] = (required, _is_map(field))
+        plan = _Plan(
+            output_only=frozenset(
+                f.name for f in message_descriptor.fields if has_behavior(f, OUTPUT_ONLY)
+            ),
+            bounded={
+                field: bounds
+                for (message, field), bounds in self._bounds.items()
+                if message == message_descriptor.full_name
+            },
+            descend=descend,
+        )
+        self._plans[message_descriptor] = plan
+        return plan
+
+    def inspect(
+        self, message: Message, path: str
+    ) -> tuple[list[FieldViolation], list[FieldViolation]]:
+        """Clear every OUTPUT_ONLY field of ``message`` in place (as :func:`clear_output_only`)
+        and return its REQUIRED violations (as :func:`required_violations`) and its bounded
+        fields out of range, in one pass."""
+        required: list[FieldViolation] = []
+        ranges: list[FieldViolation] = []
+        self._inspect(message, path, required, ranges, check_required=True)
+        return list(dict.fromkeys(required)), ranges
+
+    def _inspect(
+        self,
+        message: Message,
+        path: str,
+        required: list[FieldViolation],
+        ranges: list[FieldViolation],
+        *,
+        check_required: bool,
+    ) -> None:
+        plan = self._plan(_descriptor(message))
+        present = message.ListFields()
+        if plan.output_only:
+            for field, _ in present:
+                if field.name in plan.output_only:
+                    message.ClearField(field.name)
+        if check_required:
+            required += _own_required_violations(message, path)
+        for field, value in present:
+            name = field.name
+            if name in plan.output_only:
+                continue
+            bounds = plan.bounded.get(name)
+            if bounds is not None and not bounds[0] <= value <= bounds[1]:
+                ranges.append(
+                    FieldViolation(
+                        f"{path}.{name}",
+                        f"Must be between {bounds[0]:g} and {bounds[1]:g}; got {value:g}.",
+                        "OUT_OF_RANGE",
+                    )
+                )
+            below = plan.descend.get(name)
+            if below is None:
+                continue
+            check = check_required and below[0]
+            items: Iterable[tuple[str, Message]]
+            if below[1]:
+                items = ((f'{path}.{name}["{key}"]', item) for key, item in value.items())
+            elif field.is_repeated:
+                items = ((f"{path}.{name}[{index}]", item) for index, item in enumerate(value))
+            else:
+                items = ((f"{path}.{name}", value),)
+            for item_path, item in items:
+                self._inspect(item, item_path, required, ranges, check_required=check)
+
+
+def required_violations(message: Message, path: str) -> list[FieldViolation]:
+    """One violation per REQUIRED field left empty in ``message`` or any sub-message it sets.
+
+    Sub-trees marked OUTPUT_ONLY are not checked: the caller does not write them. A REQUIRED
+    member of a oneof is satisfied by any member of that oneof.
+    """
+    violations = _own_required_violations(message, path)
     for field, suffix, child in _children(message, REQUIRED):
         if has_behavior(field, OUTPUT_ONLY):
             continue

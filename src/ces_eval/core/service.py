@@ -108,7 +108,6 @@ class Core(LongRunning):
             names.validate_id(request.evaluation_id, "evaluation_id")
         evaluation = evaluation_pb2.Evaluation()
         evaluation.CopyFrom(request.evaluation)
-        fields.clear_output_only(evaluation)
         evaluation.ClearField("name")
         violations = validation.validate_evaluation(evaluation, "evaluation")
         if not request.HasField("evaluation"):
@@ -242,7 +241,6 @@ class Core(LongRunning):
         fields.apply_update_mask(updated, incoming, list(request.update_mask.paths), "update_mask")
         editable = evaluation_pb2.Evaluation()
         editable.CopyFrom(updated)
-        fields.clear_output_only(editable)
         validation.raise_if_invalid(
             validation.validate_evaluation(editable, "evaluation"), "evaluation"
         )

@@ -3,11 +3,27 @@
 from __future__ import annotations
 
 import os
+import random
 import time
 
 from google.protobuf import timestamp_pb2
 
-__all__ = ["new_etag", "now"]
+__all__ = ["new_etag", "now", "random_bits"]
+
+# IDs and etags need uniqueness, not secrecy: a generator seeded once per process from the OS
+# (and again in a forked child) draws them without a system call each time.
+_random = random.Random(os.urandom(32))  # noqa: S311 - not used for secrets
+
+
+def _reseed() -> None:
+    _random.seed(os.urandom(32))
+
+
+os.register_at_fork(after_in_child=_reseed)
+
+
+def random_bits(count: int) -> int:
+    return _random.getrandbits(count)
 
 
 def now() -> timestamp_pb2.Timestamp:
@@ -20,4 +36,4 @@ def now() -> timestamp_pb2.Timestamp:
 
 def new_etag() -> str:
     """A fresh etag: random, so equal content written twice still gets a new one."""
-    return os.urandom(12).hex()
+    return f"{random_bits(96):024x}"

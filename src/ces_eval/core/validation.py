@@ -6,17 +6,9 @@ Every problem in one request is reported together, as the field violations of a 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from functools import cache
-from typing import TYPE_CHECKING
-
 from ces_eval.core import fields
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_config_pb2, evaluation_pb2
-
-if TYPE_CHECKING:
-    from google.protobuf.descriptor import Descriptor
-    from google.protobuf.message import Message
 
 __all__ = ["MAX_GOLDEN_TURNS", "MAX_SCENARIO_TURNS", "raise_if_invalid", "validate_evaluation"]
 
@@ -43,65 +35,13 @@ _RANGES: dict[tuple[str, str], tuple[float, float]] = {
 }
 
 
-_RANGED_TYPES = frozenset(message for message, _ in _RANGES)
-
-
-def _reaches_ranged(
-    message_descriptor: Descriptor, seen: frozenset[Descriptor] = frozenset()
-) -> bool:
-    """Whether a message of this type can contain (or be) one with a bounded field."""
-    if message_descriptor.full_name in _RANGED_TYPES:
-        return True
-    if message_descriptor in seen or message_descriptor.full_name.startswith("google.protobuf."):
-        return False
-    seen = seen | {message_descriptor}
-    return any(
-        field.message_type is not None
-        and not field.message_type.GetOptions().map_entry
-        and _reaches_ranged(field.message_type, seen)
-        for field in message_descriptor.fields
-    )
-
-
-_reaches = cache(_reaches_ranged)
-
-
-def _walk(message: Message, path: str) -> Iterator[tuple[Message, str]]:
-    """``message`` and its sub-messages that can hold a bounded field, with their paths."""
-    yield message, path
-    for field, value in message.ListFields():
-        if (
-            field.message_type is None
-            or field.message_type.GetOptions().map_entry
-            or not _reaches(field.message_type)
-        ):
-            continue
-        if field.is_repeated:
-            for index, item in enumerate(value):
-                yield from _walk(item, f"{path}.{field.name}[{index}]")
-        else:
-            yield from _walk(value, f"{path}.{field.name}")
-
-
-def _range_violations(message: Message, path: str) -> list[FieldViolation]:
-    found: list[FieldViolation] = []
-    for node, node_path in _walk(message, path):
-        for field, value in node.ListFields():
-            bounds = _RANGES.get((node.DESCRIPTOR.full_name, field.name))
-            if bounds is not None and not bounds[0] <= value <= bounds[1]:
-                found.append(
-                    FieldViolation(
-                        f"{node_path}.{field.name}",
-                        f"Must be between {bounds[0]:g} and {bounds[1]:g}; got {value:g}.",
-                        "OUT_OF_RANGE",
-                    )
-                )
-    return found
+_INPUT = fields.InputRules(_RANGES)
 
 
 def validate_evaluation(evaluation: evaluation_pb2.Evaluation, path: str) -> list[FieldViolation]:
-    """Violations of an Evaluation as written by a caller (output-only fields already cleared)."""
-    violations = fields.required_violations(evaluation, path)
+    """Violations of an Evaluation as written by a caller; clears its OUTPUT_ONLY fields in the
+    same pass (AIP-203: ignored, not rejected)."""
+    violations, out_of_range = _INPUT.inspect(evaluation, path)
     if evaluation.WhichOneof("inputs") is None:
         violations.append(
             FieldViolation(f"{path}.inputs", "Set either golden or scenario.", "REQUIRED")
@@ -120,7 +60,7 @@ def validate_evaluation(evaluation: evaluation_pb2.Evaluation, path: str) -> lis
                 f"{path}.display_name", f"At most {MAX_DISPLAY_NAME} characters.", "TOO_LONG"
             )
         )
-    return violations + _range_violations(evaluation, path)
+    return violations + out_of_range
 
 
 def raise_if_invalid(violations: list[FieldViolation], what: str) -> None:
