@@ -472,10 +472,7 @@ class PostgresStorage:
         async def work(connection: _Connection) -> list[TupleRow]:
             return await self._all(connection, statement, params)
 
-        return [
-            (bytes(data), Cursor(value, name))
-            for data, name, value in await self._read(work)
-        ]
+        return [(bytes(data), Cursor(value, name)) for data, name, value in await self._read(work)]
 
     async def delete_result(self, name: str, parent_etag: str) -> None:
         evaluation = name.rsplit("/results/", 1)[0]
