@@ -16,8 +16,10 @@ import psycopg
 import pytest
 from google.protobuf import timestamp_pb2
 
+from ces_eval import filtering
 from ces_eval.core.derived import derive
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
+from ces_eval.storage import _tables
 from ces_eval.storage.base import (
     Conflict,
     Cursor,
@@ -30,7 +32,6 @@ from ces_eval.storage.base import (
 )
 from ces_eval.storage.postgresql import PostgresStorage
 from ces_eval.storage.sqlite import SqliteStorage
-from tests.support import samples
 
 APP = "projects/p1/locations/l/apps/a"
 OTHER_APP = "projects/p2/locations/l/apps/a"
@@ -270,30 +271,63 @@ def test_sqlite_refuses_a_newer_schema(tmp_path: Path) -> None:
         run(_with(SqliteStorage(tmp_path / "db.sqlite", derive=derive), lambda s: asyncio.sleep(0)))
 
 
+def _page_statements(sql: _tables.Sql) -> list[tuple[str, list[object]]]:
+    """The backends' own page statements (``Sql.page``) for three list shapes, each resuming
+    after a cursor: results of an app filtered by run, newest first; results of one evaluation
+    by create time; evaluations of an app by name."""
+    shapes = [
+        (
+            "evaluation_results",
+            "app",
+            ListQuery(
+                APP,
+                OrderBy(SortKey.UPDATE_TIME, descending=True),
+                101,
+                filter=filtering.parse('evaluation_run = "r"'),
+                after=Cursor(5, "n"),
+                across_evaluations=True,
+            ),
+            _tables.RESULT_FILTER_FIELDS,
+        ),
+        (
+            "evaluation_results",
+            "evaluation",
+            ListQuery(APP, OrderBy(SortKey.CREATE_TIME, descending=True), 51, after=Cursor(5, "n")),
+            _tables.RESULT_FILTER_FIELDS,
+        ),
+        (
+            "evaluations",
+            "app",
+            ListQuery(APP, OrderBy(SortKey.NAME, descending=False), 51, after=Cursor("n", "n")),
+            _tables.EVALUATION_FILTER_FIELDS,
+        ),
+    ]
+    statements = []
+    for table, scope, query, fields in shapes:
+        where = [f"{table}.{scope} = {sql.p}"]
+        params: list[object] = [APP]
+        condition, values = sql.compile(query.filter, fields, "filter")
+        where.append(f"({condition})")
+        params += values
+        statements.append((sql.page(table, "data", where, params, query), params))
+    return statements
+
+
 def test_sqlite_list_queries_use_indexes(tmp_path: Path) -> None:
-    """Filtering and ordering run in SQLite on indexes: no full scan, no temporary sort."""
+    """Filtering, ordering and the page cursor run in SQLite as one index range: no full scan,
+    no temporary sort, and a deep page starts at its cursor instead of walking up to it."""
     storage = SqliteStorage(tmp_path / "db.sqlite", derive=derive)
     run(_with(storage, lambda s: asyncio.sleep(0)))
-    statements = [
-        "SELECT data FROM evaluation_results WHERE evaluation_results.app = ? AND "
-        "evaluation_results.evaluation_run = ? AND (evaluation_results.update_time < ? OR "
-        "(evaluation_results.update_time = ? AND evaluation_results.name < ?)) "
-        "ORDER BY evaluation_results.update_time DESC, evaluation_results.name DESC LIMIT 101",
-        "SELECT data FROM evaluation_results WHERE evaluation_results.evaluation = ? "
-        "ORDER BY evaluation_results.create_time DESC, evaluation_results.name DESC LIMIT 51",
-        "SELECT data FROM evaluations WHERE evaluations.app = ? AND evaluations.name > ? "
-        "ORDER BY evaluations.name ASC LIMIT 51",
-    ]
     with sqlite3.connect(tmp_path / "db.sqlite") as connection:
-        for statement in statements:
+        for statement, params in _page_statements(_tables.Sql(filtering.SQLITE, "?")):
             plan = " | ".join(
-                row[3]
-                for row in connection.execute(
-                    "EXPLAIN QUERY PLAN " + statement, [1] * statement.count("?")
-                )
+                row[3] for row in connection.execute("EXPLAIN QUERY PLAN " + statement, params)
             )
-            assert "USING INDEX" in plan or "USING COVERING INDEX" in plan, plan
+            assert "SEARCH" in plan and "USING" in plan and "INDEX" in plan, plan
             assert "TEMP B-TREE" not in plan, plan
+            cursor = "name>?" if "evaluations.name >" in statement else ",name)<(?,?)"
+            assert cursor in plan, plan  # the cursor bounds the index range
+    connection.close()
 
 
 def test_postgresql_refuses_a_newer_schema(postgres_url: str) -> None:
@@ -305,127 +339,15 @@ def test_postgresql_refuses_a_newer_schema(postgres_url: str) -> None:
 
 
 def test_postgresql_list_queries_use_indexes_without_sorting(postgres_url: str) -> None:
-    """The same page statements as on SQLite: an index scan in the page's order, no Sort node
-    (sequential scans are disabled so the tiny test tables do not hide the plan)."""
+    """The same page statements as on SQLite: an index scan in the page's order whose index
+    condition includes the cursor, no Sort node (sequential scans are disabled so the tiny test
+    tables do not hide the plan)."""
     run(_with(PostgresStorage(postgres_url, derive=derive), lambda s: asyncio.sleep(0)))
-    statements = [
-        "SELECT data FROM evaluation_results WHERE evaluation_results.app = %s AND "
-        "evaluation_results.evaluation_run = %s AND (evaluation_results.update_time < %s OR "
-        "(evaluation_results.update_time = %s AND evaluation_results.name < %s)) "
-        "ORDER BY evaluation_results.update_time DESC, evaluation_results.name DESC LIMIT 101",
-        "SELECT data FROM evaluation_results WHERE evaluation_results.evaluation = %s "
-        "ORDER BY evaluation_results.create_time DESC, evaluation_results.name DESC LIMIT 51",
-        "SELECT data FROM evaluations WHERE evaluations.app = %s AND evaluations.name > %s "
-        "ORDER BY evaluations.name ASC LIMIT 51",
-    ]
-    params = {
-        0: ("a", "r", 1, 1, "n"),
-        1: ("e",),
-        2: ("a", "n"),
-    }
     with psycopg.connect(postgres_url, autocommit=True) as connection:
         connection.execute("SET enable_seqscan = off")
-        for index, statement in enumerate(statements):
-            rows = connection.execute(("EXPLAIN " + statement).encode(), params[index]).fetchall()
+        for statement, params in _page_statements(_tables.Sql(filtering.POSTGRESQL, "%s")):
+            rows = connection.execute(("EXPLAIN " + statement).encode(), params).fetchall()
             plan = " | ".join(str(row[0]) for row in rows)
             assert "Index Scan" in plan, plan
             assert "Sort" not in plan, plan
-
-
-def _varied_result(evaluation_name: str, index: int) -> Result:
-    """A fully populated result (golden or scenario by ``index``) with varied state, outcome,
-    app version, run and a distinct create_time."""
-    message = samples.populate(Result(), index)
-    assert isinstance(message, Result)
-    message.name = f"{evaluation_name}/results/r{index:02d}"
-    message.display_name = f"result {index}"
-    message.execution_state = (
-        Result.ExecutionState.COMPLETED if index % 4 else Result.ExecutionState.RUNNING
-    )
-    message.evaluation_status = Result.Outcome.PASS if index % 3 else Result.Outcome.FAIL
-    message.app_version = f"{APP}/versions/v{index % 2}"
-    message.evaluation_run = f"{APP}/evaluationRuns/run-{index % 5}" if index % 7 else ""
-    message.create_time.CopyFrom(ts(1_000_000 + index * 7_919 % 50 * 1_000))
-    return message
-
-
-def _assert_derived(stored: evaluation_pb2.Evaluation | None, results: list[Result]) -> None:
-    expected = derive(results)
-    assert stored is not None
-    assert stored.aggregated_metrics == expected.aggregated_metrics
-    assert list(stored.evaluation_runs) == expected.evaluation_runs
-    if expected.last_completed_result is None:
-        assert not stored.HasField("last_completed_result")
-    else:
-        assert stored.last_completed_result == expected.last_completed_result
-
-
-def test_derived_fields_follow_every_result_write(make_storage: Callable[[], Storage]) -> None:
-    """Inserts, replacements (new outcome and state) and deletions update the evaluation's
-    derived fields incrementally; after each the stored fields equal ``derive`` of every
-    result left, as if recomputed from scratch."""
-
-    async def body(storage: Storage) -> None:
-        parent = evaluation(APP, "e1", "One", 1)
-        await storage.insert_evaluation(parent)
-        current = {}
-        for index in range(16):
-            written = _varied_result(parent.name, index)
-            await storage.insert_result(written, parent_etag=f"i{index}")
-            current[written.name] = written
-        _assert_derived(await storage.get_evaluation(parent.name), list(current.values()))
-        for index in (1, 4, 9):
-            changed = Result()
-            changed.CopyFrom(current[f"{parent.name}/results/r{index:02d}"])
-            changed.evaluation_status = Result.Outcome.FAIL
-            changed.execution_state = Result.ExecutionState.COMPLETED
-            await storage.replace_result(changed, parent_etag=f"u{index}")
-            current[changed.name] = changed
-            _assert_derived(await storage.get_evaluation(parent.name), list(current.values()))
-        for index in (2, 3, 5, 11, 15):
-            name = f"{parent.name}/results/r{index:02d}"
-            await storage.delete_result(name, parent_etag=f"d{index}")
-            del current[name]
-            _assert_derived(await storage.get_evaluation(parent.name), list(current.values()))
-        for name in list(current):
-            await storage.delete_result(name, parent_etag="empty")
-        emptied = await storage.get_evaluation(parent.name)
-        assert emptied is not None
-        assert emptied.etag == "empty"
-        _assert_derived(emptied, [])
-
-    run(_with(make_storage(), body))
-
-
-def test_evaluations_from_before_incremental_upkeep_are_summed_once(
-    request: pytest.FixtureRequest, make_storage: Callable[[], Storage], tmp_path: Path
-) -> None:
-    """A NULL tally (rows written before migration 0004/0002) is rebuilt from every result at
-    the next write, then kept up to date as usual."""
-    parent = evaluation(APP, "e1", "One", 1)
-    first = [_varied_result(parent.name, index) for index in range(1, 6)]
-
-    async def seed(storage: Storage) -> None:
-        await storage.insert_evaluation(parent)
-        for result_message in first:
-            await storage.insert_result(result_message, parent_etag="x")
-
-    run(_with(make_storage(), seed))
-    backend = request.node.callspec.params["make_storage"]
-    if backend == "sqlite":
-        with sqlite3.connect(tmp_path / "db.sqlite") as connection:
-            connection.execute("UPDATE evaluations SET metrics_tally = NULL")
-        connection.close()
-    else:
-        url = request.getfixturevalue("postgres_url")
-        with psycopg.connect(url, autocommit=True) as connection:
-            connection.execute("UPDATE evaluations SET metrics_tally = NULL")
-    later = _varied_result(parent.name, 6)
-
-    async def write(storage: Storage) -> None:
-        await storage.insert_result(later, parent_etag="y")
-        _assert_derived(await storage.get_evaluation(parent.name), [*first, later])
-        await storage.delete_result(first[0].name, parent_etag="z")
-        _assert_derived(await storage.get_evaluation(parent.name), [*first[1:], later])
-
-    run(_with(make_storage(), write))
+            assert "Index Cond" in plan and "name" in plan.split("Index Cond", 1)[1], plan

@@ -190,10 +190,10 @@ class Sql:
         else:
             order = f"ORDER BY {column} {direction}, {table}.name {direction}"
             if after is not None:
-                where.append(
-                    f"({column} {compare} {p} OR ({column} = {p} AND {table}.name {compare} {p}))"
-                )
-                params += [after.value, after.value, after.name]
+                # A row-value comparison, which both engines turn into one index range (the
+                # equivalent OR of two conditions makes SQLite walk every row before the cursor).
+                where.append(f"({column}, {table}.name) {compare} ({p}, {p})")
+                params += [after.value, after.name]
         params.append(query.limit)
         return (
             f"SELECT {columns}, name, {sort} FROM {table} "  # noqa: S608 - fixed identifiers, compiled clauses; values are parameters
