@@ -8,7 +8,7 @@ BUF := node_modules/.bin/buf
 # it cannot share a process with our generated modules (GUIDE §2).
 OFFICIAL_CLIENT := google-cloud-ces==0.7.2
 
-.PHONY: setup postgres generate check-generated lint format typecheck unit test serve clean
+.PHONY: setup postgres generate check-generated lint format typecheck unit test serve bench clean
 
 setup: $(VENV)/.installed $(CLIENT_VENV)/.installed node_modules/.installed
 
@@ -43,15 +43,15 @@ check-generated: setup
 	$(PY) tools/generate.py --check
 
 lint: setup build/third_party
-	$(VENV)/bin/ruff check src tests tools
-	$(VENV)/bin/ruff format --check src tests tools
+	$(VENV)/bin/ruff check src tests tools bench
+	$(VENV)/bin/ruff format --check src tests tools bench
 	$(BUF) lint
 	$(BUF) format -d --exit-code protos
 	tools/buf_breaking.sh
 
 format: setup
-	$(VENV)/bin/ruff format src tests tools
-	$(VENV)/bin/ruff check --fix src tests tools
+	$(VENV)/bin/ruff format src tests tools bench
+	$(VENV)/bin/ruff check --fix src tests tools bench
 	$(BUF) format -w protos
 
 typecheck: setup
@@ -64,6 +64,14 @@ test: check-generated lint typecheck unit
 
 serve: setup
 	$(VENV)/bin/ces-eval serve
+
+# Throughput and latency of ces-eval against bare floors on this machine (bench/README.md): loads
+# 1,000 and 1,000,000 results (about 10 GB in a temporary folder, removed afterwards), installs
+# h2load and wrk when run as root, writes bench/results/latest.{json,md}. Options go in
+# BENCH_ARGS, e.g. make bench BENCH_ARGS='--large 100000 --duration 5'.
+bench: setup
+	bench/tools.sh ensure
+	$(PY) -m bench.run $(BENCH_ARGS)
 
 clean:
 	rm -rf build $(VENV) $(CLIENT_VENV) node_modules .mypy_cache .ruff_cache .pytest_cache

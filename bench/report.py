@@ -1,0 +1,208 @@
+"""Ratios, targets and the two report files (latest.json, latest.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["markdown", "ratios", "targets", "write_reports"]
+
+
+def _find(scenarios: list[dict[str, Any]], name: str, data_set: str) -> dict[str, Any] | None:
+    return next((s for s in scenarios if s["scenario"] == name and s["data_set"] == data_set), None)
+
+
+def _ratio(a: dict[str, Any] | None, b: dict[str, Any] | None) -> float | None:
+    if a is None or b is None or not b["requests_per_s"]:
+        return None
+    return round(float(a["requests_per_s"]) / float(b["requests_per_s"]), 3)
+
+
+def ratios(scenarios: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Throughput ratios: against the floor, LARGE against SMALL, deep page against first."""
+    out: dict[str, float | None] = {}
+    for surface in ("grpc", "rest"):
+        for set_name in ("small", "large"):
+            out[f"get-{surface}-{set_name}-vs-floor"] = _ratio(
+                _find(scenarios, f"get-{surface}", set_name),
+                _find(scenarios, f"get-{surface}", "floor"),
+            )
+            for page in ("first", "deep"):
+                out[f"list-{page}-{surface}-{set_name}-vs-floor"] = _ratio(
+                    _find(scenarios, f"list-{page}-{surface}", set_name),
+                    _find(scenarios, f"list-first-{surface}", "floor"),
+                )
+            out[f"list-deep-vs-first-{surface}-{set_name}"] = _ratio(
+                _find(scenarios, f"list-deep-{surface}", set_name),
+                _find(scenarios, f"list-first-{surface}", set_name),
+            )
+            out[f"create-{surface}-{set_name}-vs-floor"] = _ratio(
+                _find(scenarios, f"create-{surface}", set_name),
+                _find(scenarios, f"create-{surface}", "floor"),
+            )
+        for page in ("first", "deep"):
+            out[f"list-{page}-{surface}-large-vs-small"] = _ratio(
+                _find(scenarios, f"list-{page}-{surface}", "large"),
+                _find(scenarios, f"list-{page}-{surface}", "small"),
+            )
+    return out
+
+
+def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The issue's targets, each met or not."""
+    r = report["ratios"]
+    scenarios = report["scenarios"]
+    rows: list[dict[str, Any]] = []
+
+    def add(target: str, value: float | None, threshold: float, unit: str = "x") -> None:
+        rows.append(
+            {
+                "target": target,
+                "value": value,
+                "threshold": threshold,
+                "unit": unit,
+                "met": value is not None and value >= threshold,
+            }
+        )
+
+    for set_name in ("small", "large"):
+        add(
+            f"gRPC GetEvaluation ≥ 0.8x floor ({set_name})", r[f"get-grpc-{set_name}-vs-floor"], 0.8
+        )
+        add(
+            f"REST GetEvaluation ≥ 0.6x floor ({set_name})", r[f"get-rest-{set_name}-vs-floor"], 0.6
+        )
+    for surface, label in (("grpc", "gRPC"), ("rest", "REST")):
+        for page in ("first", "deep"):
+            add(
+                f"{label} list {page} page: LARGE ≥ 0.85x SMALL",
+                r[f"list-{page}-{surface}-large-vs-small"],
+                0.85,
+            )
+        add(
+            f"{label} list at LARGE: deep page ≥ 0.85x first page",
+            r[f"list-deep-vs-first-{surface}-large"],
+            0.85,
+        )
+    for set_name in ("small", "large"):
+        for surface, label in (("grpc", "gRPC"), ("rest", "REST")):
+            found = _find(scenarios, f"create-{surface}", set_name)
+            add(
+                f"{label} CreateEvaluation (durable) ≥ 1000/s ({set_name})",
+                found["requests_per_s"] if found else None,
+                1000,
+                "req/s",
+            )
+    lost = sum(d["missing"] for d in report["durability"].values())
+    rows.append(
+        {
+            "target": "no acknowledged create lost",
+            "value": lost,
+            "threshold": 0,
+            "unit": "lost",
+            "met": all(d["ok"] for d in report["durability"].values()),
+        }
+    )
+    errors = sum(s["errors"] for s in scenarios)
+    rows.append(
+        {
+            "target": "every request succeeded",
+            "value": errors,
+            "threshold": 0,
+            "unit": "errors",
+            "met": errors == 0,
+        }
+    )
+    return rows
+
+
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+BUSY_SHARE = 0.05
+
+
+def _busy(report: dict[str, Any]) -> list[str]:
+    """A warning when other processes used the CPUs during the measurements."""
+    shares = [s["cpu"]["other_cpu_share"] for s in report["scenarios"]]
+    busiest = max(shares, default=0.0)
+    if busiest <= BUSY_SHARE:
+        return []
+    busy = sum(share > BUSY_SHARE for share in shares)
+    return [
+        f"**Warning: the machine was busy.** Other processes used up to {busiest:.0%} of the "
+        f"CPUs during {busy} of {len(shares)} measurements (column `other CPU`); their numbers "
+        "and ratios are unreliable. Rerun on a quiet machine.",
+        "",
+    ]
+
+
+def markdown(report: dict[str, Any]) -> str:
+    machine = report["machine"]
+    options = report["options"]
+    lines = [
+        "# ces-eval benchmark",
+        "",
+        f"{report['date']}, commit {machine['commit']}: {machine['cpu_count']} CPUs "
+        f"({machine['cpu_model']}), Python {machine['python']}, grpcio {machine['grpcio']}, "
+        f"uvicorn {machine['uvicorn']}, {machine['h2load']}, {machine['wrk']}. Server on CPU "
+        f"{options['server_cpu']}, load generator on CPU {options['client_cpu']}; "
+        f"{options['duration']:g} s per measurement after {options['warmup']:g} s warm-up; "
+        f"{options['connections']} connections x {options['streams']} streams (gRPC), "
+        f"{options['connections'] * options['streams']} connections (REST)"
+        + (f"; --workers {options['workers']}" if options["workers"] else "")
+        + ".",
+        "",
+        *_busy(report),
+        "| data set | results | evaluations | load s | disk GiB | deep page |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, info in report["data_sets"].items():
+        disk = info.get("disk_bytes")
+        lines.append(
+            f"| {name} | {info['results']:,} | {info['evaluations']:,} | {info['load_s']:.1f} | "
+            f"{_fmt(disk / 2**30 if disk else None)} | {info.get('deep_page', '-')} |"
+        )
+    lines += [
+        "",
+        "| scenario | data set | req/s | p50 ms | p99 ms | errors | peak RSS MiB | x floor "
+        "| other CPU |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    ratios_ = report["ratios"]
+    for s in report["scenarios"]:
+        surface = s["surface"]
+        what = s["scenario"].rsplit("-", 1)[0]
+        key = f"{what}-{surface}-{s['data_set']}-vs-floor"
+        lines.append(
+            f"| {s['scenario']} | {s['data_set']} | {_fmt(s['requests_per_s'], 0)} | "
+            f"{_fmt(s['p50_ms'])} | {_fmt(s['p99_ms'])} | {s['errors']} | "
+            f"{_fmt(s['peak_rss_mb'], 0)} | {_fmt(ratios_.get(key))} | "
+            f"{s['cpu']['other_cpu_share']:.0%} |"
+        )
+    lines += ["", "| target | value | met |", "| --- | ---: | --- |"]
+    for t in report["targets"]:
+        value = t["value"]
+        shown = (
+            f"{value:,.0f} {t['unit']}"
+            if t["unit"] in {"req/s", "lost", "errors"} and value is not None
+            else f"{_fmt(value)}x"
+        )
+        lines.append(f"| {t['target']} | {shown} | {'met' if t['met'] else '**not met**'} |")
+    lines += ["", "Durability (creates acknowledged → found in the database after the run):", ""]
+    for name, d in report["durability"].items():
+        lines.append(
+            f"- {name}: {d['acknowledged']:,} acknowledged, {d['stored']:,} stored, "
+            f"{d['missing']} missing"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
+def write_reports(report: dict[str, Any], output: Path) -> None:
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "latest.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    (output / "latest.md").write_text(markdown(report))
+    print(f"[bench] wrote {output / 'latest.json'} and {output / 'latest.md'}")
