@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import socket
 import sys
 from pathlib import Path
 
@@ -23,8 +24,12 @@ def _describe(_: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    several = args.workers > 1 or args.worker_of is not None
     logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s"
+        + ("[%(process)d]" if several else "")
+        + ": %(message)s",
     )
     config = ServerConfig(
         host=args.host,
@@ -34,7 +39,23 @@ def _serve(args: argparse.Namespace) -> int:
         export_dir=Path(args.export_dir),
         operation_lease=args.operation_lease,
     )
+    if args.worker_of is not None:  # started by a supervisor (below), never by hand
+        return asyncio.run(serve(config, worker_of=socket.socket(fileno=args.worker_of)))
+    if args.workers > 1:
+        # Imported here: a single-process server does not need the supervisor.
+        from ces_eval.workers import supervise  # noqa: PLC0415
+
+        return asyncio.run(supervise(config, args.workers))
     return asyncio.run(serve(config))
+
+
+def _worker_count(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 256:
+        raise argparse.ArgumentTypeError("must be between 1 and 256")
+    if value > 1 and not hasattr(socket, "SO_REUSEPORT"):
+        raise argparse.ArgumentTypeError("needs SO_REUSEPORT, which this system lacks")
+    return value
 
 
 def _positive_seconds(text: str) -> float:
@@ -77,6 +98,15 @@ def main(argv: list[str] | None = None) -> int:
         help="how long a long-running operation outlives a replica that stopped renewing it "
         "(renewed every third of this; default %(default)s)",
     )
+    serve_parser.add_argument(
+        "--workers",
+        type=_worker_count,
+        default=1,
+        metavar="N",
+        help="serve from N worker processes sharing both ports (SO_REUSEPORT; Linux spreads "
+        "connections over them) under one supervisor; default 1: a single process",
+    )
+    serve_parser.add_argument("--worker-of", type=int, help=argparse.SUPPRESS)
     serve_parser.set_defaults(run=_serve)
     args = parser.parse_args(argv)
     result: int = args.run(args)

@@ -6,6 +6,12 @@ both accept and the database answers. SIGTERM or SIGINT stops accepting, drains 
 (bounded grace period), stops this process's running operations (they end UNAVAILABLE), closes
 the database and returns normally (exit status 0). Operations a crashed process left running are
 marked failed at the next start (SQLite) or when their lease runs out (PostgreSQL replicas).
+
+With ``worker_of`` (``ces-eval serve --workers N``, see :mod:`ces_eval.workers`) this process is
+one of N workers of a supervisor: it opens the database shared (the supervisor holds a SQLite
+file's lock and did the start-up recovery and the export sweep), binds the ports the supervisor
+chose with SO_REUSEPORT, reports readiness to the supervisor over the inherited socket instead of
+printing the ready line, and stops (as on SIGTERM) when that socket closes (the supervisor died).
 """
 
 from __future__ import annotations
@@ -13,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import socket
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,14 +37,14 @@ from ces_eval import storage as storage_backends
 from ces_eval.core import exchange, pages
 from ces_eval.core.operations import OperationRunner
 from ces_eval.core.service import DEFAULT_EXPORT_ROOT, Core, handlers
-from ces_eval.storage.base import InUse, Unavailable
+from ces_eval.storage.base import InUse, Storage, Unavailable
 from ces_eval.surfaces.grpc_api import Dispatcher
 from ces_eval.surfaces.http_app import build_app
 from ces_eval.surfaces.mcp_tools import build_endpoint
 from ces_eval.transcoding.app import Transcoder
 from ces_eval.transcoding.router import Router
 
-__all__ = ["ServerConfig", "serve"]
+__all__ = ["ServerConfig", "ready_message", "reuseport_sockets", "serve"]
 
 _log = logging.getLogger("ces_eval")
 DRAIN_SECONDS = 10.0
@@ -70,11 +78,48 @@ def _hint(config: ServerConfig, grpc_port: int) -> str:
     )
 
 
+def ready_message(config: ServerConfig, grpc_port: int, http_port: int) -> str:
+    """The start-up line (and the client hint under it) on stderr; harnesses read the ports
+    from it."""
+    return (
+        f"ces-eval serving gRPC on {config.host}:{grpc_port} and HTTP on "
+        f"http://{config.host}:{http_port} (database {config.database})\n"
+        f"  {_hint(config, grpc_port)}"
+    )
+
+
+def reuseport_sockets(host: str, port: int) -> list[socket.socket]:
+    """TCP sockets bound (not listening) with SO_REUSEPORT to every address ``host`` names, all
+    on one port (``port``, or the one the kernel picks for the first address when 0). Workers
+    listen on such sockets and share the port; the supervisor holds them to keep the port."""
+    addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    sockets: list[socket.socket] = []
+    seen: set[tuple[int, str]] = set()
+    try:
+        for family, kind, proto, _, address in addresses:
+            if (family, str(address[0])) in seen:
+                continue
+            seen.add((family, str(address[0])))
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            if family == socket.AF_INET6:  # as asyncio does: IPv4 gets its own socket
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind((address[0], port, *address[2:]))
+            port = sock.getsockname()[1]  # the kernel's pick, for the other addresses too
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
 async def _start_grpc(
-    config: ServerConfig, dispatcher: Dispatcher
+    config: ServerConfig, dispatcher: Dispatcher, *, reuse_port: bool = False
 ) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
     """The gRPC listener: our services, grpc.health.v1 (SERVING) and reflection."""
-    server = grpc.aio.server()
+    server = grpc.aio.server(options=[("grpc.so_reuseport", 1)] if reuse_port else None)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
@@ -90,16 +135,90 @@ async def _start_grpc(
     return server, health_servicer, grpc_port
 
 
-async def serve(config: ServerConfig) -> int:
-    database = storage_backends.from_url(config.database)
+class _Role:
+    """What differs between a server serving alone and a worker of ``serve --workers``, whose
+    ``link`` is its socket to the supervisor."""
+
+    def __init__(self, link: socket.socket | None) -> None:
+        self.link = link
+        self.worker = link is not None
+
+    def http_sockets(self, config: ServerConfig) -> list[socket.socket] | None:
+        """A worker's HTTP sockets, shared with the other workers; None: uvicorn binds."""
+        return reuseport_sockets(config.host, config.http_port) if self.worker else None
+
+    def watch(self, stop: asyncio.Event) -> None:
+        """Set ``stop`` once the supervisor's end of the link closes (it exited or was
+        killed)."""
+        link = self.link
+        if link is None:
+            return
+        loop = asyncio.get_running_loop()
+
+        def readable() -> None:
+            try:
+                data = link.recv(64)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                loop.remove_reader(link.fileno())
+                if not stop.is_set():
+                    _log.warning("the supervisor is gone; stopping")
+                    stop.set()
+
+        link.setblocking(False)
+        loop.add_reader(link.fileno(), readable)
+
+    async def serving(self, config: ServerConfig, grpc_port: int, http_port: int) -> None:
+        """Print the ready line, or tell the supervisor (which prints it for the group)."""
+        if self.link is None:
+            print(ready_message(config, grpc_port, http_port), file=sys.stderr, flush=True)
+            return
+        _log.info("worker %d serving", os.getpid())
+        with contextlib.suppress(OSError):  # a gone supervisor has already set ``stop``
+            await asyncio.get_running_loop().sock_sendall(self.link, b"ready\n")
+
+    def stopped(self) -> None:
+        if self.link is None:
+            print("ces-eval stopped", file=sys.stderr, flush=True)
+        else:
+            _log.info("worker %d stopped", os.getpid())
+
+
+async def _open(
+    config: ServerConfig, role: _Role
+) -> tuple[Storage, list[socket.socket] | None] | None:
+    """A worker's HTTP sockets and the opened database; None once the reason was printed."""
+    try:
+        http_sockets = role.http_sockets(config)
+    except OSError as error:
+        print(f"ces-eval: cannot bind HTTP to {config.host}: {error}", file=sys.stderr, flush=True)
+        return None
+    database = storage_backends.from_url(config.database, shared=role.worker)
     try:
         await database.open()
     except (InUse, Unavailable) as error:
         print(f"ces-eval: cannot open the database: {error}", file=sys.stderr, flush=True)
+        for sock in http_sockets or []:
+            sock.close()
+        return None
+    return database, http_sockets
+
+
+async def serve(config: ServerConfig, worker_of: socket.socket | None = None) -> int:
+    """Serve until SIGTERM/SIGINT; ``worker_of``: run as a worker of ``serve --workers``, with
+    this socket to the supervisor."""
+    role = _Role(worker_of)
+    opened = await _open(config, role)
+    if opened is None:
         return 1
+    database, http_sockets = opened
     runner = OperationRunner(database, lease=config.operation_lease)
     await runner.recover()
-    if swept := exchange.sweep_temporary(config.export_dir):
+    # A worker leaves the sweep to its supervisor: other workers' exports may be under way.
+    if not role.worker and (swept := exchange.sweep_temporary(config.export_dir)):
         _log.warning("removed %d partial export file(s) of interrupted operations", swept)
     core = Core(database, pages.PageTokens(await database.secret()), runner, config.export_dir)
     implementations = handlers(core)
@@ -109,7 +228,9 @@ async def serve(config: ServerConfig) -> int:
     if config.http_port:
         mcp.allow(config.host, config.http_port)
 
-    server, health_servicer, grpc_port = await _start_grpc(config, dispatcher)
+    server, health_servicer, grpc_port = await _start_grpc(
+        config, dispatcher, reuse_port=role.worker
+    )
 
     draining = asyncio.Event()
 
@@ -139,12 +260,13 @@ async def serve(config: ServerConfig) -> int:
             lifespan="on",
         )
     )
-    http_task = asyncio.create_task(http.serve())
+    http_task = asyncio.create_task(http.serve(sockets=http_sockets))
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    role.watch(stop)
 
     while not http.started and not http_task.done():
         await asyncio.sleep(0.01)
@@ -155,13 +277,7 @@ async def serve(config: ServerConfig) -> int:
         return 1
     http_port = http.servers[0].sockets[0].getsockname()[1] if http.servers else config.http_port
     mcp.allow(config.host, http_port)
-    print(
-        f"ces-eval serving gRPC on {config.host}:{grpc_port} and HTTP on "
-        f"http://{config.host}:{http_port} (database {config.database})\n"
-        f"  {_hint(config, grpc_port)}",
-        file=sys.stderr,
-        flush=True,
-    )
+    await role.serving(config, grpc_port, http_port)
 
     await stop.wait()
     draining.set()
@@ -172,5 +288,5 @@ async def serve(config: ServerConfig) -> int:
     await http_task
     await runner.shutdown()
     await database.close()
-    print("ces-eval stopped", file=sys.stderr, flush=True)
+    role.stopped()
     return 0

@@ -14,11 +14,14 @@ _SQLITE = "sqlite:///"
 _POSTGRESQL = ("postgresql://", "postgres://")
 
 
-def from_url(url: str) -> Storage:
+def from_url(url: str, *, shared: bool = False) -> Storage:
     """``sqlite:///relative/path.db``, ``sqlite:////absolute/path.db`` (SQLAlchemy's form), or
-    a libpq URL ``postgresql://user:password@host:port/database`` (shared by replicas)."""
+    a libpq URL ``postgresql://user:password@host:port/database`` (shared by replicas).
+
+    ``shared``: open a SQLite file as one worker process of a ``serve --workers`` group (whose
+    supervisor holds the file's lock); PostgreSQL is always shared."""
     if url.startswith(_SQLITE):
-        return SqliteStorage(Path(url[len(_SQLITE) :]), derive=derive)
+        return SqliteStorage(Path(url[len(_SQLITE) :]), derive=derive, shared=shared)
     if url.startswith(_POSTGRESQL):
         # Imported here: the SQLite default does not need the PostgreSQL driver loaded.
         from ces_eval.storage.postgresql import PostgresStorage  # noqa: PLC0415
