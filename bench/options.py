@@ -31,6 +31,7 @@ class Options:
     install: bool = True
     server_cpu: int | None = None
     client_cpu: int | None = None
+    unpinned: bool = False
 
     @property
     def concurrency(self) -> int:

@@ -147,9 +147,14 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"{report['date']}, commit {machine['commit']}: {machine['cpu_count']} CPUs "
         f"({machine['cpu_model']}), Python {machine['python']}, grpcio {machine['grpcio']}, "
-        f"uvicorn {machine['uvicorn']}, {machine['h2load']}, {machine['wrk']}. Server on CPU "
-        f"{options['server_cpu']}, load generator on CPU {options['client_cpu']}; "
-        f"{options['duration']:g} s per measurement after {options['warmup']:g} s warm-up; "
+        f"uvicorn {machine['uvicorn']}, {machine['h2load']}, {machine['wrk']}. "
+        + (
+            "Server and load generator unpinned (sharing every CPU); "
+            if options.get("unpinned")
+            else f"Server on CPU {options['server_cpu']}, "
+            f"load generator on CPU {options['client_cpu']}; "
+        )
+        + f"{options['duration']:g} s per measurement after {options['warmup']:g} s warm-up; "
         f"{options['connections']} connections x {options['streams']} streams (gRPC), "
         f"{options['connections'] * options['streams']} connections (REST)"
         + (f"; --workers {options['workers']}" if options["workers"] else "")

@@ -443,7 +443,12 @@ def _serve_command(options: Options, url: str, exports: Path) -> list[str]:
 
 
 def _cpus(options: Options) -> None:
+    """Server on one core, load generator on another, unless ``--unpinned`` (both free to use
+    every core: how ``--workers N`` scaling is measured on a machine with few cores)."""
     available = sorted(os.sched_getaffinity(0))
+    if options.unpinned:
+        options.server_cpu = options.client_cpu = None
+        return
     if options.server_cpu is None and options.client_cpu is None and len(available) >= 2:
         options.server_cpu, options.client_cpu = available[0], available[1]
 
@@ -644,6 +649,9 @@ def _options(argv: list[str] | None) -> Options:
     )
     parser.add_argument("--server-cpu", type=int)
     parser.add_argument("--client-cpu", type=int)
+    parser.add_argument(
+        "--unpinned", action="store_true", help="pin neither the server nor the load generator"
+    )
     args = parser.parse_args(argv)
     return Options(**vars(args))
 
