@@ -200,6 +200,52 @@ class Sql:
             f"WHERE {' AND '.join(where)} {order} LIMIT {p}"
         )
 
+    def list_evaluations(self, query: ListQuery) -> tuple[str, list[object]]:
+        """One page of an app's evaluations: ``data, derived, etag, name, <sort value>``."""
+        where = [f"evaluations.app = {self.p}"]
+        params: list[object] = [query.parent]
+        sql, values = self.compile(query.filter, EVALUATION_FILTER_FIELDS, "filter")
+        where.append(f"({sql})")
+        params += values
+        if query.run_filter is not None:
+            sql, values = self.compile(query.run_filter, RUN_FILTER_FIELDS, "run_filter")
+            where.append(
+                "EXISTS (SELECT 1 FROM evaluation_results r "  # noqa: S608 - compiled clause, values are parameters
+                f"WHERE r.evaluation = evaluations.name AND ({sql}))"
+            )
+            params += values
+        return self.page("evaluations", "data, derived, etag", where, params, query), params
+
+    def list_results(self, query: ListQuery) -> tuple[str, list[object]]:
+        """One page of an evaluation's (or an app's) results: ``data, name, <sort value>``."""
+        scope = "app" if query.across_evaluations else "evaluation"
+        where = [f"evaluation_results.{scope} = {self.p}"]
+        params: list[object] = [query.parent]
+        sql, values = self.compile(query.filter, RESULT_FILTER_FIELDS, "filter")
+        where.append(f"({sql})")
+        params += values
+        return self.page("evaluation_results", "data", where, params, query), params
+
+    def list_operations(
+        self, parent: str, limit: int, after: str | None, done: bool | None
+    ) -> tuple[str, list[object]]:
+        """Operations under ``parent`` by name after ``after``, done or running or both."""
+        p = self.p
+        where = [f"parent = {p}"]
+        params: list[object] = [parent]
+        if after is not None:
+            where.append(f"name > {p}")
+            params.append(after)
+        if done is not None:
+            where.append(f"done = {p}")
+            params.append(done)
+        params.append(limit)
+        statement = (
+            f"SELECT data FROM operations WHERE {' AND '.join(where)} "  # noqa: S608 - fixed clauses
+            f"ORDER BY name LIMIT {p}"
+        )
+        return statement, params
+
     def runs_of(self) -> str:
         """The evaluation's distinct non-empty runs, most recent first (by their results'
         latest create_time, then name); one parameter: the evaluation."""

@@ -261,19 +261,7 @@ class PostgresStorage:
         return None if row is None else _tables.evaluation_from_row(*row)
 
     async def list_evaluations(self, query: ListQuery) -> list[tuple[_Evaluation, Cursor]]:
-        where = ["evaluations.app = %s"]
-        params: list[object] = [query.parent]
-        sql, values = _SQL.compile(query.filter, _tables.EVALUATION_FILTER_FIELDS, "filter")
-        where.append(f"({sql})")
-        params += values
-        if query.run_filter is not None:
-            sql, values = _SQL.compile(query.run_filter, _tables.RUN_FILTER_FIELDS, "run_filter")
-            where.append(
-                "EXISTS (SELECT 1 FROM evaluation_results r "  # noqa: S608 - compiled clause, values are parameters
-                f"WHERE r.evaluation = evaluations.name AND ({sql}))"
-            )
-            params += values
-        statement = _SQL.page("evaluations", "data, derived, etag", where, params, query)
+        statement, params = _SQL.list_evaluations(query)
 
         async def work(connection: _Connection) -> list[TupleRow]:
             return await self._all(connection, statement, params)
@@ -461,13 +449,7 @@ class PostgresStorage:
         return None if row is None else _Result.FromString(row[0])
 
     async def list_results(self, query: ListQuery) -> list[tuple[bytes, Cursor]]:
-        scope = "app" if query.across_evaluations else "evaluation"
-        where = [f"evaluation_results.{scope} = %s"]
-        params: list[object] = [query.parent]
-        sql, values = _SQL.compile(query.filter, _tables.RESULT_FILTER_FIELDS, "filter")
-        where.append(f"({sql})")
-        params += values
-        statement = _SQL.page("evaluation_results", "data", where, params, query)
+        statement, params = _SQL.list_results(query)
 
         async def work(connection: _Connection) -> list[TupleRow]:
             return await self._all(connection, statement, params)
@@ -532,19 +514,7 @@ class PostgresStorage:
     async def list_operations(
         self, parent: str, limit: int, after: str | None, done: bool | None
     ) -> list[operations_pb2.Operation]:
-        where = ["parent = %s"]
-        params: list[object] = [parent]
-        if after is not None:
-            where.append("name > %s")
-            params.append(after)
-        if done is not None:
-            where.append("done = %s")
-            params.append(done)
-        params.append(limit)
-        statement = (
-            f"SELECT data FROM operations WHERE {' AND '.join(where)} "  # noqa: S608 - fixed clauses
-            "ORDER BY name LIMIT %s"
-        )
+        statement, params = _SQL.list_operations(parent, limit, after, done)
 
         async def work(connection: _Connection) -> list[TupleRow]:
             return await self._all(connection, statement, params)

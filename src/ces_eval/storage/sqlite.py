@@ -256,19 +256,7 @@ class SqliteStorage:
         return self._read_now(work)
 
     async def list_evaluations(self, query: ListQuery) -> list[tuple[_Evaluation, Cursor]]:
-        where = ["evaluations.app = ?"]
-        params: list[object] = [query.parent]
-        sql, values = _SQL.compile(query.filter, _tables.EVALUATION_FILTER_FIELDS, "filter")
-        where.append(f"({sql})")
-        params += values
-        if query.run_filter is not None:
-            sql, values = _SQL.compile(query.run_filter, _tables.RUN_FILTER_FIELDS, "run_filter")
-            where.append(
-                "EXISTS (SELECT 1 FROM evaluation_results r "  # noqa: S608 - compiled clause, values are parameters
-                f"WHERE r.evaluation = evaluations.name AND ({sql}))"
-            )
-            params += values
-        statement = _SQL.page("evaluations", "data, derived, etag", where, params, query)
+        statement, params = _SQL.list_evaluations(query)
 
         def work(connection: sqlite3.Connection) -> list[tuple[_Evaluation, Cursor]]:
             return [
@@ -432,13 +420,7 @@ class SqliteStorage:
         return self._read_now(work)
 
     async def list_results(self, query: ListQuery) -> list[tuple[bytes, Cursor]]:
-        scope = "app" if query.across_evaluations else "evaluation"
-        where = [f"evaluation_results.{scope} = ?"]
-        params: list[object] = [query.parent]
-        sql, values = _SQL.compile(query.filter, _tables.RESULT_FILTER_FIELDS, "filter")
-        where.append(f"({sql})")
-        params += values
-        statement = _SQL.page("evaluation_results", "data", where, params, query)
+        statement, params = _SQL.list_results(query)
 
         def work(connection: sqlite3.Connection) -> list[tuple[bytes, Cursor]]:
             return [
@@ -501,16 +483,7 @@ class SqliteStorage:
     async def list_operations(
         self, parent: str, limit: int, after: str | None, done: bool | None
     ) -> list[operations_pb2.Operation]:
-        where = ["parent = ?"]
-        params: list[object] = [parent]
-        if after is not None:
-            where.append("name > ?")
-            params.append(after)
-        if done is not None:
-            where.append("done = ?")
-            params.append(int(done))
-        params.append(limit)
-        statement = f"SELECT data FROM operations WHERE {' AND '.join(where)} ORDER BY name LIMIT ?"  # noqa: S608 - fixed clauses
+        statement, params = _SQL.list_operations(parent, limit, after, done)
 
         def work(connection: sqlite3.Connection) -> list[operations_pb2.Operation]:
             return [
