@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-__all__ = ["Migration", "migrations"]
+__all__ = ["Migration", "migrations", "pending"]
 
 _FILE = re.compile(r"(\d{4})_[a-z0-9_]+\.sql")
 
@@ -39,3 +39,16 @@ def migrations(dialect: str) -> list[Migration]:
     if versions != list(range(1, len(found) + 1)):
         raise RuntimeError(f"{dialect} migrations must be numbered 1..n without gaps: {versions}")
     return found
+
+
+def pending(dialect: str, applied: set[int], database: str) -> list[Migration]:
+    """The migrations of ``dialect`` not yet in ``applied``, in order; a RuntimeError naming
+    ``database`` when it has versions this code does not know (it is newer than us)."""
+    known = migrations(dialect)
+    unknown = applied - {m.version for m in known}
+    if unknown:
+        raise RuntimeError(
+            f"{database} has schema versions {sorted(unknown)} that this ces-eval does not "
+            "know; upgrade ces-eval"
+        )
+    return [m for m in known if m.version not in applied]

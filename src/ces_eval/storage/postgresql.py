@@ -29,7 +29,7 @@ from ces_eval import filtering
 from ces_eval.core.derived import Tally, add_tally, contribution
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.storage import _tables
-from ces_eval.storage._migrations import migrations
+from ces_eval.storage._migrations import pending
 from ces_eval.storage.base import (
     Conflict,
     Cursor,
@@ -158,16 +158,7 @@ class PostgresStorage:
             )
             cursor = await connection.execute("SELECT version FROM schema_migrations")
             applied = {int(row[0]) for row in await cursor.fetchall()}
-            known = migrations("postgresql")
-            unknown = applied - {m.version for m in known}
-            if unknown:
-                raise RuntimeError(
-                    f"the database has schema versions {sorted(unknown)} that this ces-eval "
-                    "does not know; upgrade ces-eval"
-                )
-            for migration in known:
-                if migration.version in applied:
-                    continue
+            for migration in pending("postgresql", applied, "the database"):
                 for statement in migration.statements():
                     await connection.execute(statement.encode())
                 await connection.execute(

@@ -25,7 +25,7 @@ from ces_eval.core.derived import Tally, add_tally, contribution
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.storage import _tables
 from ces_eval.storage._group_commit import GroupCommitWriter
-from ces_eval.storage._migrations import migrations
+from ces_eval.storage._migrations import pending
 from ces_eval.storage.base import (
     Conflict,
     Cursor,
@@ -166,16 +166,7 @@ class SqliteStorage:
             applied = {
                 row[0] for row in connection.execute("SELECT version FROM schema_migrations")
             }
-            known = migrations("sqlite")
-            unknown = applied - {m.version for m in known}
-            if unknown:
-                raise RuntimeError(
-                    f"{self._path} has schema versions {sorted(unknown)} that this ces-eval does "
-                    "not know; upgrade ces-eval"
-                )
-            for migration in known:
-                if migration.version in applied:
-                    continue
+            for migration in pending("sqlite", applied, self._path):
                 for statement in migration.statements():
                     connection.execute(statement)
                 connection.execute(
