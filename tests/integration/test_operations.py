@@ -21,6 +21,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
 from ces_eval.storage.sqlite import SqliteStorage
 from tests.support import samples
 from tests.support.datasets import seed_large
+from tests.support.load import start_export
 from tests.support.server import RunningServer, start_server
 
 APP = "projects/big/locations/l/apps/a"
@@ -30,17 +31,7 @@ def test_export_interrupted_by_sigkill_is_failed_after_restart(tmp_path: Path) -
     database = tmp_path / "db.sqlite"
     names = seed_large(SqliteStorage(database, derive=derive), APP, 30, 100)
     running = start_server(database)
-    with grpc.insecure_channel(running.grpc_target) as channel:
-        operation = service_grpc.EvaluationServiceStub(channel).ExportEvaluations(
-            service_pb2.ExportEvaluationsRequest(
-                parent=APP,
-                names=names,
-                include_evaluations=True,
-                include_evaluation_results=True,
-                export_options=service_pb2.ExportOptions(gcs_uri="gs://bucket/big"),
-            ),
-            timeout=30,
-        )
+    operation = start_export(running.grpc_target, APP, names)
     assert not operation.done
     time.sleep(0.3)
     running.process.send_signal(signal.SIGKILL)

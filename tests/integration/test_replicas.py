@@ -36,6 +36,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
 from ces_eval.storage.postgresql import PostgresStorage
 from tests.integration.test_official_client import check_steps, run_scenario
 from tests.support.datasets import seed_large
+from tests.support.load import CreateLoad, start_export
 from tests.support.postgres import PostgresCluster
 from tests.support.server import RunningServer, start_server
 
@@ -256,43 +257,17 @@ def test_sigkill_of_a_replica_during_writes_loses_no_acknowledged_write(
     replicas: tuple[RunningServer, RunningServer],
 ) -> None:
     doomed, survivor = replicas
-    acknowledged: list[str] = []
-    lock = threading.Lock()
-    stop = threading.Event()
-
-    def write(server: RunningServer, prefix: str) -> None:
-        with grpc.insecure_channel(server.grpc_target) as channel:
-            stub = service_grpc.EvaluationServiceStub(channel)
-            index = 0
-            while not stop.is_set():
-                try:
-                    created = stub.CreateEvaluation(
-                        service_pb2.CreateEvaluationRequest(
-                            parent=APP, evaluation=_evaluation(f"{prefix}{index}")
-                        ),
-                        timeout=5,
-                    )
-                except grpc.RpcError:
-                    if server is doomed:
-                        return  # the replica is gone: its unacknowledged writes may be lost
-                    raise
-                with lock:
-                    acknowledged.append(created.name)
-                index += 1
-
-    threads = [
-        threading.Thread(target=write, args=(server, prefix))
-        for server, prefix in ((doomed, "a"), (doomed, "b"), (survivor, "c"))
-    ]
-    for thread in threads:
-        thread.start()
-    while len(acknowledged) < 60:
-        time.sleep(0.02)
+    # Two writers on the replica that dies (their errors after the kill are expected), one on
+    # the survivor (any error fails the test).
+    load = CreateLoad(
+        [doomed.grpc_target, doomed.grpc_target, survivor.grpc_target],
+        APP,
+        tolerate=[doomed.grpc_target],
+    )
+    load.wait_for(60)
     doomed.process.send_signal(signal.SIGKILL)
     time.sleep(0.3)  # the survivor keeps writing after the kill
-    stop.set()
-    for thread in threads:
-        thread.join(30)
+    acknowledged = load.stop()
     doomed.kill()
 
     with grpc.insecure_channel(survivor.grpc_target) as channel:
@@ -309,17 +284,7 @@ def _get_operation(server: RunningServer, name: str) -> operations_pb2.Operation
 
 
 def _start_export(server: RunningServer, names: list[str]) -> operations_pb2.Operation:
-    with grpc.insecure_channel(server.grpc_target) as channel:
-        operation = service_grpc.EvaluationServiceStub(channel).ExportEvaluations(
-            service_pb2.ExportEvaluationsRequest(
-                parent=APP,
-                names=names,
-                include_evaluations=True,
-                include_evaluation_results=True,
-                export_options=service_pb2.ExportOptions(gcs_uri="gs://bucket/big"),
-            ),
-            timeout=30,
-        )
+    operation = start_export(server.grpc_target, APP, names)
     assert not operation.done
     return operation
 

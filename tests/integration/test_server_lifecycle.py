@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import sys
-import threading
 from pathlib import Path
 
 import grpc
@@ -19,7 +17,8 @@ from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as
 from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
 )
-from tests.support.server import RunningServer, start_server
+from tests.support.load import CreateLoad
+from tests.support.server import RunningServer, serve_command, start_server
 
 APP = "projects/p/locations/l/apps/a"
 
@@ -78,33 +77,10 @@ def test_unserved_methods_are_unimplemented_with_error_info(
 
 def test_sigterm_drains_and_exits_zero(tmp_path: Path) -> None:
     running = start_server(tmp_path / "db.sqlite")
-    acknowledged: list[str] = []
-    stop_writing = threading.Event()
-
-    def write() -> None:
-        with grpc.insecure_channel(running.grpc_target) as channel:
-            stub = service_grpc.EvaluationServiceStub(channel)
-            index = 0
-            while not stop_writing.is_set():
-                try:
-                    created = stub.CreateEvaluation(
-                        service_pb2.CreateEvaluationRequest(
-                            parent=APP, evaluation=evaluation(f"e{index}")
-                        ),
-                        timeout=10,
-                    )
-                except grpc.RpcError:
-                    return  # the server stopped accepting: expected during shutdown
-                acknowledged.append(created.name)
-                index += 1
-
-    writer = threading.Thread(target=write)
-    writer.start()
-    while len(acknowledged) < 20:
-        writer.join(0.05)
+    load = CreateLoad([running.grpc_target], APP, tolerate=[running.grpc_target])
+    load.wait_for(20)
     assert running.stop(signal.SIGTERM) == 0
-    stop_writing.set()
-    writer.join(30)
+    acknowledged = load.stop()
     assert "ces-eval stopped" in running.output()
 
     again = start_server(tmp_path / "db.sqlite")
@@ -157,18 +133,7 @@ def test_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:
 
 def test_a_second_server_on_the_same_sqlite_file_is_refused(server: RunningServer) -> None:
     second = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ces_eval.cli",
-            "serve",
-            "--grpc-port",
-            "0",
-            "--http-port",
-            "0",
-            "--database",
-            f"sqlite:///{server.database}",
-        ],
+        serve_command(f"sqlite:///{server.database}"),
         capture_output=True,
         text=True,
         timeout=60,

@@ -15,7 +15,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,7 +36,8 @@ from ces_eval.storage.sqlite import SqliteStorage
 from ces_eval.workers import RESTART_LIMIT
 from tests.integration.test_official_client import check_steps, run_scenario
 from tests.support.datasets import seed_large
-from tests.support.server import RunningServer, start_server
+from tests.support.load import FRESH_CONNECTION, CreateLoad
+from tests.support.server import RunningServer, serve_command, start_server
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="SO_REUSEPORT balancing and /proc are Linux's"
@@ -46,7 +46,6 @@ pytestmark = pytest.mark.skipif(
 APP = "projects/workers/locations/l/apps/a"
 BIG = "projects/big/locations/l/apps/a"
 LEASE = "1.5"  # seconds: how long an operation outlives a worker that stopped renewing it
-FRESH = [("grpc.use_local_subchannel_pool", 1)]  # a channel of its own: a new connection
 
 
 @pytest.fixture
@@ -157,7 +156,9 @@ def test_connections_spread_over_workers_and_every_write_is_seen_by_every_worker
     assert "2 worker processes" in group.output()
 
     # Writes over 16 connections of their own: the kernel spreads them over both workers.
-    channels = [grpc.insecure_channel(group.grpc_target, options=FRESH) for _ in range(16)]
+    channels = [
+        grpc.insecure_channel(group.grpc_target, options=FRESH_CONNECTION) for _ in range(16)
+    ]
     try:
         names: list[str] = []
         for index, channel in enumerate(channels):
@@ -176,7 +177,9 @@ def test_connections_spread_over_workers_and_every_write_is_seen_by_every_worker
 
     # Every write, read back over new connections (again on both workers): by name, in
     # pages whose tokens cross workers, and over REST.
-    channels = [grpc.insecure_channel(group.grpc_target, options=FRESH) for _ in range(16)]
+    channels = [
+        grpc.insecure_channel(group.grpc_target, options=FRESH_CONNECTION) for _ in range(16)
+    ]
     try:
         for channel in channels:
             stub = service_grpc.EvaluationServiceStub(channel)
@@ -236,37 +239,11 @@ def test_official_client_scenario_on_two_workers(group: RunningServer, transport
 def test_sigterm_drains_every_worker_and_exits_zero(tmp_path: Path) -> None:
     running = start_server(tmp_path / "db.sqlite", "--workers", "2")
     workers = _workers(running)
-    acknowledged: list[str] = []
-    stop_writing = threading.Event()
-
-    def write(offset: int) -> None:
-        with grpc.insecure_channel(running.grpc_target, options=FRESH) as channel:
-            stub = service_grpc.EvaluationServiceStub(channel)
-            index = 0
-            while not stop_writing.is_set():
-                try:
-                    created = stub.CreateEvaluation(
-                        service_pb2.CreateEvaluationRequest(
-                            parent=APP, evaluation=_evaluation(f"E{offset}-{index}")
-                        ),
-                        timeout=10,
-                    )
-                except grpc.RpcError:
-                    return  # the group stopped accepting: expected during shutdown
-                acknowledged.append(created.name)
-                index += 1
-
-    writers = [threading.Thread(target=write, args=(n,)) for n in range(4)]
-    for writer in writers:
-        writer.start()
-    deadline = time.monotonic() + 60
-    while len(acknowledged) < 40:
-        assert time.monotonic() < deadline, running.output()
-        time.sleep(0.05)
+    targets = [running.grpc_target] * 4
+    load = CreateLoad(targets, APP, tolerate=targets, options=FRESH_CONNECTION)
+    load.wait_for(40)
     assert running.stop(signal.SIGTERM, timeout=60) == 0
-    stop_writing.set()
-    for writer in writers:
-        writer.join(30)
+    acknowledged = load.stop()
     output = running.output()
     assert output.count("stopped") >= 3  # each worker, then the supervisor
     assert output.rstrip().endswith("ces-eval stopped")
@@ -285,19 +262,7 @@ def test_sigterm_drains_every_worker_and_exits_zero(tmp_path: Path) -> None:
 def test_a_second_server_on_the_same_sqlite_file_is_refused(group: RunningServer) -> None:
     for extra in ([], ["--workers", "2"]):
         second = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "ces_eval.cli",
-                "serve",
-                "--grpc-port",
-                "0",
-                "--http-port",
-                "0",
-                "--database",
-                f"sqlite:///{group.database}",
-                *extra,
-            ],
+            serve_command(f"sqlite:///{group.database}", *extra),
             capture_output=True,
             text=True,
             timeout=60,
@@ -314,7 +279,7 @@ def test_a_second_server_on_the_same_sqlite_file_is_refused(group: RunningServer
 
 def _start_export(target: str, names: list[str]) -> tuple[grpc.Channel, str]:
     """An export of ``names`` started over a connection of its own (left open)."""
-    channel = grpc.insecure_channel(target, options=FRESH)
+    channel = grpc.insecure_channel(target, options=FRESH_CONNECTION)
     operation = service_grpc.EvaluationServiceStub(channel).ExportEvaluations(
         service_pb2.ExportEvaluationsRequest(
             parent=BIG,
@@ -330,7 +295,7 @@ def _start_export(target: str, names: list[str]) -> tuple[grpc.Channel, str]:
 
 
 def _operation(target: str, name: str) -> operations_pb2.Operation:
-    with grpc.insecure_channel(target, options=FRESH) as channel:
+    with grpc.insecure_channel(target, options=FRESH_CONNECTION) as channel:
         stored: operations_pb2.Operation = operations_pb2_grpc.OperationsStub(channel).GetOperation(
             operations_pb2.GetOperationRequest(name=name), timeout=30
         )
@@ -380,7 +345,9 @@ def test_a_killed_worker_is_replaced_and_its_operation_fails_when_its_lease_runs
         ):
             assert time.monotonic() < deadline, running.output()
             time.sleep(0.05)
-        channels = [grpc.insecure_channel(running.grpc_target, options=FRESH) for _ in range(16)]
+        channels = [
+            grpc.insecure_channel(running.grpc_target, options=FRESH_CONNECTION) for _ in range(16)
+        ]
         try:
             for index, each in enumerate(channels):
                 service_grpc.EvaluationServiceStub(each).CreateEvaluation(
@@ -505,7 +472,9 @@ def test_workers_on_postgresql_share_the_database(tmp_path: Path, postgres_url: 
     try:
         workers = _workers(running)
         assert len(workers) == 2
-        channels = [grpc.insecure_channel(running.grpc_target, options=FRESH) for _ in range(16)]
+        channels = [
+            grpc.insecure_channel(running.grpc_target, options=FRESH_CONNECTION) for _ in range(16)
+        ]
         try:
             names = [
                 service_grpc.EvaluationServiceStub(channel)

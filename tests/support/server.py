@@ -18,7 +18,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["RunningServer", "start_server"]
+__all__ = ["RunningServer", "serve_command", "start_server"]
 
 _READY_LINE = re.compile(r"serving gRPC on (\S+):(\d+) and HTTP on http://(\S+):(\d+)")
 
@@ -69,6 +69,23 @@ def _drain(stream: object, sink: list[str], ready: threading.Event, found: list[
     ready.set()
 
 
+def serve_command(database_url: str, *extra: str) -> list[str]:
+    """``ces-eval serve`` on ``database_url`` with ports chosen by the system."""
+    return [
+        sys.executable,
+        "-m",
+        "ces_eval.cli",
+        "serve",
+        "--grpc-port",
+        "0",
+        "--http-port",
+        "0",
+        "--database",
+        database_url,
+        *extra,
+    ]
+
+
 def start_server(
     database: Path,
     *extra: str,
@@ -80,21 +97,9 @@ def start_server(
     ``database`` only names the folder for exports); exports go to ``export_dir`` (default
     ``<database folder>/exports``)."""
     exports = export_dir or database.parent / "exports"
-    command = [
-        sys.executable,
-        "-m",
-        "ces_eval.cli",
-        "serve",
-        "--grpc-port",
-        "0",
-        "--http-port",
-        "0",
-        "--database",
-        database_url or f"sqlite:///{database}",
-        "--export-dir",
-        str(exports),
-        *extra,
-    ]
+    command = serve_command(
+        database_url or f"sqlite:///{database}", "--export-dir", str(exports), *extra
+    )
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
