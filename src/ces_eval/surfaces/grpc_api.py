@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf import message_factory
+from google.protobuf.message import DecodeError
 from grpc_status import rpc_status
 
 from ces_eval import schema
@@ -43,17 +44,27 @@ async def _abort(context: grpc.aio.ServicerContext[Any, Any], error: ServiceErro
     await context.abort_with_status(rpc_status.to_status(error.to_status()))
 
 
+def _decode(request_class: type[Message], raw: bytes) -> Message:
+    try:
+        return request_class.FromString(raw)
+    except DecodeError as error:
+        # Malformed bytes, invalid UTF-8 in a string, or messages nested deeper than protobuf's
+        # recursion limit (100).
+        description = f"The request is not a valid {request_class.DESCRIPTOR.full_name}."
+        raise ServiceError(Code.INVALID_ARGUMENT, description, "MALFORMED_REQUEST") from error
+
+
 def _unary(
     method: descriptor.MethodDescriptor, implementation: Handler | None
 ) -> grpc.RpcMethodHandler:
     path = f"{method.containing_service.full_name}/{method.name}"
     request_class = message_factory.GetMessageClass(method.input_type)
 
-    async def behavior(request: Message, context: grpc.aio.ServicerContext[Any, Any]) -> Message:
+    async def behavior(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Message:
         try:
             if implementation is None:
                 raise ServiceError.unimplemented(path)
-            return await implementation(request, caller_of(context))
+            return await implementation(_decode(request_class, raw), caller_of(context))
         except ServiceError as error:
             await _abort(context, error)
         except Exception:  # noqa: BLE001 - the surface boundary: any bug becomes INTERNAL, logged
@@ -65,9 +76,9 @@ def _unary(
         raise AssertionError("abort_with_status returned")  # pragma: no cover
 
     serialize: Callable[[Message], bytes] = lambda m: m.SerializeToString()  # noqa: E731
-    return grpc.unary_unary_rpc_method_handler(
-        behavior, request_deserializer=request_class.FromString, response_serializer=serialize
-    )
+    # Requests are parsed inside ``behavior``: a malformed one is INVALID_ARGUMENT in our error
+    # model, where a failing request_deserializer would answer UNKNOWN with the exception text.
+    return grpc.unary_unary_rpc_method_handler(behavior, response_serializer=serialize)
 
 
 def _unknown(path: str) -> grpc.RpcMethodHandler:

@@ -181,6 +181,12 @@ def _check_message(
         _check_field(field, value, where, out)
 
 
+# Messages (a Struct and each Value in it count as one level each) nested in a request body, as
+# protobuf's parsers allow.
+MAX_NESTING = 100
+_TOO_DEEP = f"The request body nests messages more than {MAX_NESTING} levels deep."
+
+
 def parse_body(data: bytes, message: Message, path: str) -> None:
     """Merge the JSON document ``data`` into ``message``.
 
@@ -189,14 +195,19 @@ def parse_body(data: bytes, message: Message, path: str) -> None:
     """
     try:
         document = json.loads(data)
+        violations: list[FieldViolation] = []
+        if message.DESCRIPTOR.full_name not in _OPAQUE:
+            _check_message(message.DESCRIPTOR, document, path, violations)  # type: ignore[arg-type]
+    except RecursionError as error:
+        # Deeper than any message json_format accepts (MAX_NESTING): refused before it is walked.
+        raise ServiceError.invalid_argument(
+            _TOO_DEEP, [FieldViolation(path or "body", _TOO_DEEP, "TOO_DEEP")]
+        ) from error
     except (ValueError, UnicodeDecodeError) as error:
         description = f"The request body is not valid JSON: {error}."
         raise ServiceError.invalid_argument(
             description, [FieldViolation(path or "body", description)]
         ) from error
-    violations: list[FieldViolation] = []
-    if message.DESCRIPTOR.full_name not in _OPAQUE:
-        _check_message(message.DESCRIPTOR, document, path, violations)  # type: ignore[arg-type]
     if violations:
         raise ServiceError.invalid_argument(
             f"The request body is invalid: {violations[0].field}: {violations[0].description}"
@@ -204,7 +215,11 @@ def parse_body(data: bytes, message: Message, path: str) -> None:
             violations,
         )
     try:
-        json_format.ParseDict(document, message)
+        json_format.ParseDict(document, message, max_recursion_depth=MAX_NESTING)
+    except RecursionError as error:
+        raise ServiceError.invalid_argument(
+            _TOO_DEEP, [FieldViolation(path or "body", _TOO_DEEP, "TOO_DEEP")]
+        ) from error
     except (json_format.ParseError, ValueError, TypeError) as error:
         description = str(error).split("\n", 1)[0]
         raise ServiceError.invalid_argument(
