@@ -64,6 +64,7 @@ from typing import Any, Literal
 from google.api import resource_pb2
 from google.protobuf import descriptor
 
+from ces_eval import schema
 from ces_eval.comments import comment
 from ces_eval.core.fields import OUTPUT_ONLY, REQUIRED, has_behavior
 
@@ -120,20 +121,8 @@ _TIMESTAMP_IN = _DATE_TIME + "(\\.[0-9]{1,9})?(Z|[+-][0-9]{2}:[0-9]{2})$"
 _DURATION = "^-?[0-9]+(\\.[0-9]{1,9})?s$"
 
 _TIMESTAMP = "google.protobuf.Timestamp"
-_WRAPPERS = frozenset(
-    f"google.protobuf.{name}Value"
-    for name in ("Double", "Float", "Int64", "UInt64", "Int32", "UInt32", "Bool", "String", "Bytes")
-)
-_WELL_KNOWN = _WRAPPERS | {
-    _TIMESTAMP,
-    "google.protobuf.Duration",
-    "google.protobuf.FieldMask",
-    "google.protobuf.Struct",
-    "google.protobuf.Value",
-    "google.protobuf.ListValue",
-    "google.protobuf.Any",
-    "google.protobuf.Empty",
-}
+_WRAPPERS = schema.WRAPPER_TYPES
+_WELL_KNOWN = schema.SPECIAL_JSON_TYPES | {"google.protobuf.Empty"}
 
 
 def _map_entry(

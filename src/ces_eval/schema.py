@@ -19,7 +19,31 @@ from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2
 if TYPE_CHECKING:
     from google.protobuf import descriptor
 
-__all__ = ["OPERATIONS", "HttpBinding", "http_bindings", "http_rule", "services"]
+__all__ = [
+    "OPERATIONS",
+    "SPECIAL_JSON_TYPES",
+    "WRAPPER_TYPES",
+    "HttpBinding",
+    "http_bindings",
+    "http_rule",
+    "services",
+]
+
+# google.protobuf wrapper messages: JSON and query parameters carry their bare value.
+WRAPPER_TYPES = frozenset(
+    f"google.protobuf.{name}Value"
+    for name in ("Double", "Float", "Int64", "UInt64", "Int32", "UInt32", "Bool", "String", "Bytes")
+)
+# Well-known types whose proto3 JSON form is not an object of their fields.
+SPECIAL_JSON_TYPES = WRAPPER_TYPES | {
+    "google.protobuf.Timestamp",
+    "google.protobuf.Duration",
+    "google.protobuf.FieldMask",
+    "google.protobuf.Struct",
+    "google.protobuf.Value",
+    "google.protobuf.ListValue",
+    "google.protobuf.Any",
+}
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from google.protobuf import descriptor, json_format
 
+from ces_eval import schema
 from ces_eval.errors import FieldViolation, ServiceError
 
 if TYPE_CHECKING:
@@ -36,24 +37,7 @@ _INTEGERS = {
     _F.TYPE_FIXED64: (0, 2**64 - 1),
 }
 # Well-known types whose JSON form is not an object of their fields; json_format checks them.
-_OPAQUE = {
-    "google.protobuf.Timestamp",
-    "google.protobuf.Duration",
-    "google.protobuf.FieldMask",
-    "google.protobuf.Struct",
-    "google.protobuf.Value",
-    "google.protobuf.ListValue",
-    "google.protobuf.Any",
-    "google.protobuf.DoubleValue",
-    "google.protobuf.FloatValue",
-    "google.protobuf.Int64Value",
-    "google.protobuf.UInt64Value",
-    "google.protobuf.Int32Value",
-    "google.protobuf.UInt32Value",
-    "google.protobuf.BoolValue",
-    "google.protobuf.StringValue",
-    "google.protobuf.BytesValue",
-}
+_OPAQUE = schema.SPECIAL_JSON_TYPES
 
 
 def _join(path: str, name: str) -> str:

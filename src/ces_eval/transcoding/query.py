@@ -55,6 +55,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
+from ces_eval import schema
+
 if TYPE_CHECKING:
     from google.protobuf import duration_pb2, field_mask_pb2, timestamp_pb2
     from google.protobuf.message import Message
@@ -448,18 +450,5 @@ _WELL_KNOWN: dict[str, Callable[[Message, str], None]] = {
     "google.protobuf.Timestamp": _timestamp,
     "google.protobuf.Duration": _duration,
     "google.protobuf.FieldMask": _field_mask,
-    **{
-        f"google.protobuf.{wrapper}": _wrapper
-        for wrapper in (
-            "DoubleValue",
-            "FloatValue",
-            "Int64Value",
-            "UInt64Value",
-            "Int32Value",
-            "UInt32Value",
-            "BoolValue",
-            "StringValue",
-            "BytesValue",
-        )
-    },
+    **dict.fromkeys(schema.WRAPPER_TYPES, _wrapper),
 }
