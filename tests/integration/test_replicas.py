@@ -36,7 +36,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
 from ces_eval.storage.postgresql import PostgresStorage
 from tests.integration.test_official_client import check_steps, run_scenario
 from tests.support.datasets import seed_large
-from tests.support.load import CreateLoad, start_export
+from tests.support.load import CreateLoad, golden_evaluation, start_export
 from tests.support.postgres import PostgresCluster
 from tests.support.server import RunningServer, start_server
 
@@ -64,12 +64,6 @@ def replicas(tmp_path: Path, postgres_url: str) -> Iterator[tuple[RunningServer,
     finally:
         first.kill()
         second.kill()
-
-
-def _evaluation(display_name: str) -> evaluation_pb2.Evaluation:
-    message = evaluation_pb2.Evaluation(display_name=display_name)
-    message.golden.turns.add().steps.add().user_input.text = "hello"
-    return message
 
 
 def _reason(error: grpc.RpcError) -> str:
@@ -102,7 +96,9 @@ def test_writes_page_tokens_and_etags_cross_replicas(
         stubs = [service_grpc.EvaluationServiceStub(a), service_grpc.EvaluationServiceStub(b)]
         created = [
             stubs[i % 2].CreateEvaluation(
-                service_pb2.CreateEvaluationRequest(parent=APP, evaluation=_evaluation(f"E{i}")),
+                service_pb2.CreateEvaluationRequest(
+                    parent=APP, evaluation=golden_evaluation(f"E{i}")
+                ),
                 timeout=10,
             )
             for i in range(7)
@@ -156,7 +152,9 @@ def test_concurrent_updates_one_winner_per_etag_and_no_lost_update(
         name = (
             stubs[0]
             .CreateEvaluation(
-                service_pb2.CreateEvaluationRequest(parent=APP, evaluation=_evaluation("Race")),
+                service_pb2.CreateEvaluationRequest(
+                    parent=APP, evaluation=golden_evaluation("Race")
+                ),
                 timeout=10,
             )
             .name
@@ -236,7 +234,7 @@ def test_parallel_creates_with_one_display_name_one_succeeds(
                     .CreateEvaluation(
                         service_pb2.CreateEvaluationRequest(
                             parent=APP,
-                            evaluation=_evaluation("Same name"),
+                            evaluation=golden_evaluation("Same name"),
                             evaluation_id=f"e{index}",
                         ),
                         timeout=10,
@@ -353,7 +351,9 @@ def test_database_outage_answers_unavailable_then_recovers(
         with grpc.insecure_channel(server.grpc_target) as channel:
             stub = service_grpc.EvaluationServiceStub(channel)
             created = stub.CreateEvaluation(
-                service_pb2.CreateEvaluationRequest(parent=APP, evaluation=_evaluation("Kept")),
+                service_pb2.CreateEvaluationRequest(
+                    parent=APP, evaluation=golden_evaluation("Kept")
+                ),
                 timeout=10,
             )
             # The database goes away: no new connections, existing ones cut.

@@ -12,21 +12,14 @@ from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
 )
-from tests.support.load import CreateLoad
+from tests.support.load import CreateLoad, golden_evaluation, list_names
 from tests.support.server import RunningServer, serve_command, start_server
 
 APP = "projects/p/locations/l/apps/a"
-
-
-def evaluation(display_name: str) -> evaluation_pb2.Evaluation:
-    message = evaluation_pb2.Evaluation(display_name=display_name)
-    message.golden.turns.add().steps.add().user_input.text = "hello"
-    return message
 
 
 def test_health_and_reflection(server: RunningServer) -> None:
@@ -100,7 +93,9 @@ def test_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:
         stub = service_grpc.EvaluationServiceStub(channel)
         names = [
             stub.CreateEvaluation(
-                service_pb2.CreateEvaluationRequest(parent=APP, evaluation=evaluation(f"e{i}")),
+                service_pb2.CreateEvaluationRequest(
+                    parent=APP, evaluation=golden_evaluation(f"e{i}")
+                ),
                 timeout=10,
             ).name
             for i in range(count)
@@ -111,20 +106,7 @@ def test_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:
     again = start_server(tmp_path / "db.sqlite")
     try:
         with grpc.insecure_channel(again.grpc_target) as channel:
-            stub = service_grpc.EvaluationServiceStub(channel)
-            listed: list[str] = []
-            token = ""
-            while True:
-                page = stub.ListEvaluations(
-                    service_pb2.ListEvaluationsRequest(
-                        parent=APP, page_size=25, page_token=token, order_by="name"
-                    ),
-                    timeout=10,
-                )
-                listed += [e.name for e in page.evaluations]
-                token = page.next_page_token
-                if not token:
-                    break
+            listed = list_names(service_grpc.EvaluationServiceStub(channel), APP, page_size=25)
     finally:
         again.kill()
     assert sorted(listed) == sorted(names)

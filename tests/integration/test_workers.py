@@ -27,7 +27,6 @@ from google.rpc import code_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ces_eval.core.derived import derive
-from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
@@ -36,7 +35,7 @@ from ces_eval.storage.sqlite import SqliteStorage
 from ces_eval.workers import RESTART_LIMIT
 from tests.integration.test_official_client import check_steps, run_scenario
 from tests.support.datasets import seed_large
-from tests.support.load import FRESH_CONNECTION, CreateLoad
+from tests.support.load import FRESH_CONNECTION, CreateLoad, golden_evaluation, list_names
 from tests.support.server import RunningServer, serve_command, start_server
 
 pytestmark = pytest.mark.skipif(
@@ -126,28 +125,6 @@ def _port(target: str) -> int:
     return int(target.rsplit(":", 1)[1])
 
 
-def _evaluation(display_name: str) -> evaluation_pb2.Evaluation:
-    message = evaluation_pb2.Evaluation(display_name=display_name)
-    message.golden.turns.add().steps.add().user_input.text = "hello"
-    return message
-
-
-def _list_all(stub: service_grpc.EvaluationServiceStub, parent: str) -> list[str]:
-    listed: list[str] = []
-    token = ""
-    while True:
-        page = stub.ListEvaluations(
-            service_pb2.ListEvaluationsRequest(
-                parent=parent, page_size=7, page_token=token, order_by="name"
-            ),
-            timeout=10,
-        )
-        listed += [e.name for e in page.evaluations]
-        token = page.next_page_token
-        if not token:
-            return listed
-
-
 def test_connections_spread_over_workers_and_every_write_is_seen_by_every_worker(
     group: RunningServer,
 ) -> None:
@@ -165,7 +142,7 @@ def test_connections_spread_over_workers_and_every_write_is_seen_by_every_worker
             stub = service_grpc.EvaluationServiceStub(channel)
             for turn in range(3):
                 request = service_pb2.CreateEvaluationRequest(
-                    parent=APP, evaluation=_evaluation(f"E{index}-{turn}")
+                    parent=APP, evaluation=golden_evaluation(f"E{index}-{turn}")
                 )
                 names.append(stub.CreateEvaluation(request, timeout=10).name)
         writers = _connections(workers, _port(group.grpc_target))
@@ -253,7 +230,7 @@ def test_sigterm_drains_every_worker_and_exits_zero(tmp_path: Path) -> None:
     again = start_server(tmp_path / "db.sqlite")  # the file is free again
     try:
         with grpc.insecure_channel(again.grpc_target) as channel:
-            listed = _list_all(service_grpc.EvaluationServiceStub(channel), APP)
+            listed = list_names(service_grpc.EvaluationServiceStub(channel), APP)
     finally:
         again.kill()
     assert set(acknowledged) <= set(listed)
@@ -352,7 +329,7 @@ def test_a_killed_worker_is_replaced_and_its_operation_fails_when_its_lease_runs
             for index, each in enumerate(channels):
                 service_grpc.EvaluationServiceStub(each).CreateEvaluation(
                     service_pb2.CreateEvaluationRequest(
-                        parent=APP, evaluation=_evaluation(f"after{index}")
+                        parent=APP, evaluation=golden_evaluation(f"after{index}")
                     ),
                     timeout=10,
                 )
@@ -480,7 +457,7 @@ def test_workers_on_postgresql_share_the_database(tmp_path: Path, postgres_url: 
                 service_grpc.EvaluationServiceStub(channel)
                 .CreateEvaluation(
                     service_pb2.CreateEvaluationRequest(
-                        parent=APP, evaluation=_evaluation(f"P{index}")
+                        parent=APP, evaluation=golden_evaluation(f"P{index}")
                     ),
                     timeout=10,
                 )
@@ -489,7 +466,7 @@ def test_workers_on_postgresql_share_the_database(tmp_path: Path, postgres_url: 
             ]
             spread = _connections(workers, _port(running.grpc_target))
             for channel in channels:  # each connection reads what all the others wrote
-                assert _list_all(service_grpc.EvaluationServiceStub(channel), APP) == sorted(names)
+                assert list_names(service_grpc.EvaluationServiceStub(channel), APP) == sorted(names)
         finally:
             for channel in channels:
                 channel.close()

@@ -16,7 +16,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
 )
 
-__all__ = ["FRESH_CONNECTION", "CreateLoad", "golden_evaluation", "start_export"]
+__all__ = ["FRESH_CONNECTION", "CreateLoad", "golden_evaluation", "list_names", "start_export"]
 
 # Channel options giving each writer a connection of its own (several server processes).
 FRESH_CONNECTION = (("grpc.use_local_subchannel_pool", 1),)
@@ -26,6 +26,25 @@ def golden_evaluation(display_name: str) -> evaluation_pb2.Evaluation:
     message = evaluation_pb2.Evaluation(display_name=display_name)
     message.golden.turns.add().steps.add().user_input.text = "hello"
     return message
+
+
+def list_names(
+    stub: service_grpc.EvaluationServiceStub, parent: str, page_size: int = 7
+) -> list[str]:
+    """Every evaluation under ``parent`` by name, page by page (tokens may cross servers)."""
+    listed: list[str] = []
+    token = ""
+    while True:
+        page = stub.ListEvaluations(
+            service_pb2.ListEvaluationsRequest(
+                parent=parent, page_size=page_size, page_token=token, order_by="name"
+            ),
+            timeout=10,
+        )
+        listed += [e.name for e in page.evaluations]
+        token = page.next_page_token
+        if not token:
+            return listed
 
 
 def start_export(
