@@ -17,7 +17,6 @@ import pytest
 from google.protobuf import timestamp_pb2
 
 from ces_eval import filtering
-from ces_eval.core.derived import derive
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.storage import _tables
 from ces_eval.storage.base import (
@@ -43,9 +42,9 @@ BACKENDS = ("sqlite", "postgresql")
 def storage_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Storage]:
     """New Storage objects (one per call) over one database of the backend ``request.param``."""
     if request.param == "sqlite":
-        return lambda: SqliteStorage(tmp_path / "db.sqlite", derive=derive)
+        return lambda: SqliteStorage(tmp_path / "db.sqlite")
     url = request.getfixturevalue("postgres_url")
-    return lambda: PostgresStorage(url, derive=derive)
+    return lambda: PostgresStorage(url)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -263,12 +262,12 @@ def test_data_survives_reopening(make_storage: Callable[[], Storage]) -> None:
 
 
 def test_sqlite_refuses_a_newer_schema(tmp_path: Path) -> None:
-    storage = SqliteStorage(tmp_path / "db.sqlite", derive=derive)
+    storage = SqliteStorage(tmp_path / "db.sqlite")
     run(_with(storage, lambda s: asyncio.sleep(0)))
     with sqlite3.connect(tmp_path / "db.sqlite") as connection:
         connection.execute("INSERT INTO schema_migrations VALUES (999, 'future', 0)")
     with pytest.raises(RuntimeError, match="999"):
-        run(_with(SqliteStorage(tmp_path / "db.sqlite", derive=derive), lambda s: asyncio.sleep(0)))
+        run(_with(SqliteStorage(tmp_path / "db.sqlite"), lambda s: asyncio.sleep(0)))
 
 
 def _page_statements(sql: _tables.Sql) -> list[tuple[str, list[object]]]:
@@ -316,7 +315,7 @@ def _page_statements(sql: _tables.Sql) -> list[tuple[str, list[object]]]:
 def test_sqlite_list_queries_use_indexes(tmp_path: Path) -> None:
     """Filtering, ordering and the page cursor run in SQLite as one index range: no full scan,
     no temporary sort, and a deep page starts at its cursor instead of walking up to it."""
-    storage = SqliteStorage(tmp_path / "db.sqlite", derive=derive)
+    storage = SqliteStorage(tmp_path / "db.sqlite")
     run(_with(storage, lambda s: asyncio.sleep(0)))
     with sqlite3.connect(tmp_path / "db.sqlite") as connection:
         for statement, params in _page_statements(_tables.Sql(filtering.SQLITE, "?")):
@@ -331,18 +330,18 @@ def test_sqlite_list_queries_use_indexes(tmp_path: Path) -> None:
 
 
 def test_postgresql_refuses_a_newer_schema(postgres_url: str) -> None:
-    run(_with(PostgresStorage(postgres_url, derive=derive), lambda s: asyncio.sleep(0)))
+    run(_with(PostgresStorage(postgres_url), lambda s: asyncio.sleep(0)))
     with psycopg.connect(postgres_url, autocommit=True) as connection:
         connection.execute("INSERT INTO schema_migrations (version, name) VALUES (999, 'future')")
     with pytest.raises(RuntimeError, match="999"):
-        run(_with(PostgresStorage(postgres_url, derive=derive), lambda s: asyncio.sleep(0)))
+        run(_with(PostgresStorage(postgres_url), lambda s: asyncio.sleep(0)))
 
 
 def test_postgresql_list_queries_use_indexes_without_sorting(postgres_url: str) -> None:
     """The same page statements as on SQLite: an index scan in the page's order whose index
     condition includes the cursor, no Sort node (sequential scans are disabled so the tiny test
     tables do not hide the plan)."""
-    run(_with(PostgresStorage(postgres_url, derive=derive), lambda s: asyncio.sleep(0)))
+    run(_with(PostgresStorage(postgres_url), lambda s: asyncio.sleep(0)))
     with psycopg.connect(postgres_url, autocommit=True) as connection:
         connection.execute("SET enable_seqscan = off")
         for statement, params in _page_statements(_tables.Sql(filtering.POSTGRESQL, "%s")):

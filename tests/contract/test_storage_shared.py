@@ -15,7 +15,6 @@ import pytest
 from google.longrunning import operations_pb2
 from google.rpc import code_pb2, status_pb2
 
-from ces_eval.core.derived import derive
 from ces_eval.storage.base import Conflict, EtagMismatch, InUse, Storage
 from ces_eval.storage.sqlite import SqliteStorage
 from tests.contract.test_storage import (
@@ -37,9 +36,9 @@ def make_storage(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[],
 
 def test_a_sqlite_file_serves_one_process_at_a_time(tmp_path: Path) -> None:
     async def scenario() -> None:
-        first = SqliteStorage(tmp_path / "db.sqlite", derive=derive)
+        first = SqliteStorage(tmp_path / "db.sqlite")
         await first.open()
-        second = SqliteStorage(tmp_path / "db.sqlite", derive=derive)
+        second = SqliteStorage(tmp_path / "db.sqlite")
         with pytest.raises(InUse, match="in use by another ces-eval server"):
             await second.open()
         await first.close()

@@ -10,7 +10,6 @@ import grpc
 from google.longrunning import operations_pb2, operations_pb2_grpc
 from google.rpc import code_pb2
 
-from ces_eval.core.derived import derive
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2_grpc as emulator_grpc
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
@@ -29,7 +28,7 @@ APP = "projects/big/locations/l/apps/a"
 
 def test_export_interrupted_by_sigkill_is_failed_after_restart(tmp_path: Path) -> None:
     database = tmp_path / "db.sqlite"
-    names = seed_large(SqliteStorage(database, derive=derive), APP, 30, 100)
+    names = seed_large(SqliteStorage(database), APP, 30, 100)
     running = start_server(database)
     operation = start_export(running.grpc_target, APP, names)
     assert not operation.done

@@ -27,7 +27,6 @@ from google.protobuf import field_mask_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from psycopg import sql
 
-from ces_eval.core.derived import derive
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import (
@@ -299,7 +298,7 @@ def _wait_done(server: RunningServer, name: str, seconds: float) -> operations_p
 def test_export_of_a_killed_replica_ends_and_cancel_crosses_replicas(
     tmp_path: Path, postgres_url: str
 ) -> None:
-    names = seed_large(PostgresStorage(postgres_url, derive=derive), APP, 30, 100)
+    names = seed_large(PostgresStorage(postgres_url), APP, 30, 100)
     doomed, survivor = _start(tmp_path, postgres_url, "a"), _start(tmp_path, postgres_url, "b")
     try:
         # Cancelling through the other replica reaches the owner at its next lease renewal.

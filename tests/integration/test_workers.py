@@ -26,7 +26,6 @@ from google.longrunning import operations_pb2, operations_pb2_grpc
 from google.rpc import code_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from ces_eval.core.derived import derive
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
@@ -283,7 +282,7 @@ def test_a_killed_worker_is_replaced_and_its_operation_fails_when_its_lease_runs
     tmp_path: Path,
 ) -> None:
     database = tmp_path / "db.sqlite"
-    names = seed_large(SqliteStorage(database, derive=derive), BIG, 30, 100)
+    names = seed_large(SqliteStorage(database), BIG, 30, 100)
     running = start_server(database, "--workers", "2", "--operation-lease", LEASE)
     try:
         workers = _workers(running)
@@ -347,7 +346,7 @@ def test_a_group_killed_outright_has_its_operations_failed_at_the_next_start(
     tmp_path: Path,
 ) -> None:
     database = tmp_path / "db.sqlite"
-    names = seed_large(SqliteStorage(database, derive=derive), BIG, 30, 100)
+    names = seed_large(SqliteStorage(database), BIG, 30, 100)
     running = start_server(database, "--workers", "2")
     workers = _workers(running)
     channel, operation = _start_export(running.grpc_target, names)

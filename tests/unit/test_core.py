@@ -11,7 +11,6 @@ import pytest
 from google.protobuf import field_mask_pb2
 
 from ces_eval.core import pages
-from ces_eval.core.derived import derive
 from ces_eval.core.service import Caller, Core
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
@@ -29,7 +28,7 @@ class Harness:
 
     def __init__(self, path: Path) -> None:
         self.loop = asyncio.new_event_loop()
-        self.storage = SqliteStorage(path, derive=derive)
+        self.storage = SqliteStorage(path)
         self.run(self.storage.open())
         self.core = Core(self.storage, pages.PageTokens(self.run(self.storage.secret())))
 

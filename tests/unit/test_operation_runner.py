@@ -10,7 +10,6 @@ from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2
 from google.rpc import code_pb2
 
-from ces_eval.core.derived import derive
 from ces_eval.core.operations import OperationRunner
 from ces_eval.errors import ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
@@ -21,7 +20,7 @@ PARENT = "projects/p/locations/l"
 
 def test_lifecycle(tmp_path: Path) -> None:
     async def scenario() -> None:
-        storage = SqliteStorage(tmp_path / "db.sqlite", derive=derive)
+        storage = SqliteStorage(tmp_path / "db.sqlite")
         await storage.open()
         runner = OperationRunner(storage, concurrency=1)
         release = asyncio.Event()
@@ -84,7 +83,7 @@ def test_lifecycle(tmp_path: Path) -> None:
 
 def test_leases_carry_cancellation_and_expiry_between_runners(tmp_path: Path) -> None:
     async def scenario() -> None:
-        storage = SqliteStorage(tmp_path / "db.sqlite", derive=derive)
+        storage = SqliteStorage(tmp_path / "db.sqlite")
         await storage.open()
         owner = OperationRunner(storage, lease=60)
         other = OperationRunner(storage, lease=60)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ces_eval.core.derived import derive
 from ces_eval.storage.base import Storage
 from ces_eval.storage.sqlite import SqliteStorage
 
@@ -21,12 +20,12 @@ def from_url(url: str, *, shared: bool = False) -> Storage:
     ``shared``: open a SQLite file as one worker process of a ``serve --workers`` group (whose
     supervisor holds the file's lock); PostgreSQL is always shared."""
     if url.startswith(_SQLITE):
-        return SqliteStorage(Path(url[len(_SQLITE) :]), derive=derive, shared=shared)
+        return SqliteStorage(Path(url[len(_SQLITE) :]), shared=shared)
     if url.startswith(_POSTGRESQL):
         # Imported here: the SQLite default does not need the PostgreSQL driver loaded.
         from ces_eval.storage.postgresql import PostgresStorage  # noqa: PLC0415
 
-        return PostgresStorage(url, derive=derive)
+        return PostgresStorage(url)
     raise ValueError(
         f"unsupported database URL {url!r}; use sqlite:///path/to/file.db or "
         "postgresql://user@host:port/database"

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -43,7 +43,6 @@ from ces_eval.storage.base import (
 if TYPE_CHECKING:
     from google.rpc import status_pb2
 
-    from ces_eval.core.derived import Derived
 
 __all__ = ["PostgresStorage"]
 
@@ -95,9 +94,8 @@ class PostgresStorage:
     1 and 16).
     """
 
-    def __init__(self, url: str, derive: Callable[[Iterable[_Result]], Derived]) -> None:
+    def __init__(self, url: str) -> None:
         conninfo, options = _split_url(url)
-        self._derive = derive
         self._pool = AsyncConnectionPool(
             conninfo,
             min_size=options["pool_min_size"],

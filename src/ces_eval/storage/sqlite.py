@@ -13,7 +13,7 @@ import fcntl
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO, TypeVar
@@ -40,7 +40,6 @@ from ces_eval.storage.base import (
 if TYPE_CHECKING:
     from google.rpc import status_pb2
 
-    from ces_eval.core.derived import Derived
 
 __all__ = ["SqliteStorage"]
 
@@ -67,14 +66,12 @@ class SqliteStorage:
     def __init__(
         self,
         path: str | Path,
-        derive: Callable[[Iterable[_Result]], Derived],
         *,
         shared: bool = False,
     ) -> None:
         """``shared``: one of several worker processes of one ``ces-eval serve --workers``
         group, whose supervisor holds the file's lock; operations then use leases."""
         self._path = str(path)
-        self._derive = derive
         self._shared = shared
         self._writer = GroupCommitWriter(self._connect)
         self._readers = ThreadPoolExecutor(max_workers=_READERS, thread_name_prefix="sqlite-reader")
