@@ -1,0 +1,302 @@
+"""Token table, method access and authorization (access.py), in process."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ces_eval import schema
+from ces_eval.access import (
+    Principal,
+    TokenFileError,
+    Tokens,
+    authorize,
+    authorize_json,
+    authorize_values,
+    bearer,
+    method_access,
+)
+from ces_eval.core.service import Caller, implements
+from ces_eval.errors import Code, ServiceError
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from ces_eval.server import ServerConfig, exposure_problem, loopback_only, preflight
+from tests.support.tokens import ADMIN as TOKEN_ADMIN
+from tests.support.tokens import ALICE as TOKEN_A
+from tests.support.tokens import READER as TOKEN_R
+
+METHODS = {
+    method.name: method
+    for service in schema.services()
+    for method in service.methods
+    if implements(method)
+}
+APP_A = "projects/proj-a/locations/l/apps/app"
+
+
+def _tokens() -> Tokens:
+    return Tokens.parse(
+        {
+            "tokens": [
+                {"name": "alice", "token": TOKEN_A, "projects": ["proj-a"]},
+                {
+                    "name": "reader",
+                    "token": TOKEN_R,
+                    "projects": ["proj-a"],
+                    "access": "read-only",
+                },
+                {
+                    "name": "admin",
+                    "token_sha256": hashlib.sha256(TOKEN_ADMIN.encode()).hexdigest(),
+                    "projects": ["*"],
+                },
+            ]
+        }
+    )
+
+
+def test_authenticate_answers_the_principal_of_each_token_form() -> None:
+    tokens = _tokens()
+    assert len(tokens) == 3
+    assert tokens.authenticate(TOKEN_A, presented=True) == Principal(
+        "alice", frozenset({"proj-a"}), writable=True
+    )
+    assert not tokens.authenticate(TOKEN_R, presented=True).writable
+    assert tokens.authenticate(TOKEN_ADMIN, presented=True).projects == frozenset({"*"})
+
+
+@pytest.mark.parametrize(
+    ("credential", "presented", "reason"),
+    [
+        (None, False, "CREDENTIALS_MISSING"),
+        (None, True, "ACCESS_TOKEN_INVALID"),  # sent, but not a bearer token
+        ("token-for-alice-0002", True, "ACCESS_TOKEN_INVALID"),
+        (TOKEN_A + " ", True, "ACCESS_TOKEN_INVALID"),
+    ],
+)
+def test_authenticate_refuses_missing_and_wrong_tokens(
+    credential: str | None, presented: bool, reason: str
+) -> None:
+    with pytest.raises(ServiceError) as caught:
+        _tokens().authenticate(credential, presented=presented)
+    assert caught.value.code is Code.UNAUTHENTICATED
+    assert caught.value.reason == reason
+    assert TOKEN_A not in caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("header", "token"),
+    [
+        ("Bearer abc", "abc"),
+        ("bearer   abc ", "abc"),
+        ("BEARER abc", "abc"),
+        ("Basic YWxhZGRpbjpvcGVuc2VzYW1l", None),
+        ("Bearer", None),
+        ("Bearer ", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_bearer_reads_the_token_of_an_authorization_value(
+    header: str | None, token: str | None
+) -> None:
+    assert bearer(header) == token
+
+
+def test_identify_records_the_principal_not_the_claimed_user() -> None:
+    caller = Caller.identify(_tokens(), f"Bearer {TOKEN_A}", "mallory@example.com")
+    assert caller.user == "alice"
+    assert caller.principal is not None
+    open_caller = Caller.identify(None, None, " someone@example.com ")
+    assert (open_caller.user, open_caller.principal) == ("someone@example.com", None)
+
+
+@pytest.mark.parametrize(
+    ("document", "problem"),
+    [
+        ([], "one key, tokens"),
+        ({"tokens": [], "extra": 1}, "one key, tokens"),
+        ({"tokens": []}, "non-empty list"),
+        ({"tokens": ["x"]}, "expected a mapping"),
+        ({"tokens": [{"token": TOKEN_A, "projects": ["p"]}]}, "name is required"),
+        ({"tokens": [{"name": "n", "projects": ["p"]}]}, "exactly one of token"),
+        (
+            {"tokens": [{"name": "n", "token": TOKEN_A, "token_sha256": "0" * 64, "projects": []}]},
+            "exactly one of token",
+        ),
+        ({"tokens": [{"name": "n", "token": "short", "projects": ["p"]}]}, "at least 16"),
+        ({"tokens": [{"name": "n", "token_sha256": "xyz", "projects": ["p"]}]}, "64 hexadecimal"),
+        ({"tokens": [{"name": "n", "token": TOKEN_A, "projects": []}]}, "projects must be"),
+        ({"tokens": [{"name": "n", "token": TOKEN_A, "projects": ["a/b"]}]}, "projects must be"),
+        (
+            {"tokens": [{"name": "n", "token": TOKEN_A, "projects": ["p"], "access": "admin"}]},
+            "access must be",
+        ),
+        ({"tokens": [{"name": "n", "token": TOKEN_A, "projects": ["p"], "role": 1}]}, "unknown"),
+        (
+            {
+                "tokens": [
+                    {"name": "n", "token": TOKEN_A, "projects": ["p"]},
+                    {"name": "m", "token": TOKEN_A, "projects": ["q"]},
+                ]
+            },
+            "same token appears twice",
+        ),
+        (
+            {
+                "tokens": [
+                    {"name": "n", "token": TOKEN_A, "projects": ["p"]},
+                    {"name": "n", "token": TOKEN_R, "projects": ["q"]},
+                ]
+            },
+            "appears twice",
+        ),
+    ],
+)
+def test_token_file_problems_are_named(document: Any, problem: str) -> None:
+    with pytest.raises(TokenFileError, match=problem):
+        Tokens.parse(document)
+
+
+def test_a_token_file_with_plain_tokens_must_not_be_readable_by_others(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.yaml"
+    path.write_text(f"tokens:\n  - name: alice\n    token: {TOKEN_A}\n    projects: [proj-a]\n")
+    path.chmod(0o644)
+    with pytest.raises(TokenFileError, match="chmod 600"):
+        Tokens.load(path)
+    path.chmod(0o600)
+    assert len(Tokens.load(path)) == 1
+    hashed = tmp_path / "hashed.json"  # JSON is YAML too; digests may be world-readable
+    digest = hashlib.sha256(TOKEN_A.encode()).hexdigest()
+    hashed.write_text(
+        f'{{"tokens": [{{"name": "a", "token_sha256": "{digest}", "projects": ["*"]}}]}}'
+    )
+    hashed.chmod(0o644)
+    assert Tokens.load(hashed).authenticate(TOKEN_A, presented=True).name == "a"
+    with pytest.raises(TokenFileError, match="No such file"):
+        Tokens.load(tmp_path / "missing.yaml")
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("tokens: [\n")
+    with pytest.raises(TokenFileError, match="not valid YAML"):
+        Tokens.load(broken)
+
+
+def test_every_method_addresses_resources_and_only_get_bindings_are_reads() -> None:
+    for name, method in METHODS.items():
+        needs = method_access(method)
+        assert needs.fields, name
+        rule = schema.http_rule(method)
+        verb = rule.WhichOneof("pattern") if rule is not None else None
+        assert needs.write == (verb not in {None, "get"}), name
+    assert method_access(METHODS["UpdateEvaluation"]).fields == (("evaluation", "name"),)
+    assert method_access(METHODS["WaitOperation"]).fields == (("name",),)
+
+
+def _principal(projects: set[str], *, writable: bool = True) -> Principal:
+    return Principal("p", frozenset(projects), writable)
+
+
+def test_authorize_allows_own_projects_and_denies_the_rest_alike() -> None:
+    get = METHODS["GetEvaluation"]
+    alice = _principal({"proj-a"})
+    authorize(alice, get, service_pb2.GetEvaluationRequest(name=f"{APP_A}/evaluations/e"))
+    messages = []
+    for name in (
+        "projects/proj-b/locations/l/apps/app/evaluations/e",
+        "projects/proj-b/locations/l/apps/app/evaluations/does-not-exist",
+        "projects/proj-a-suffix/locations/l/apps/app/evaluations/e",
+        "",
+        "proj-a",
+        "//projects/proj-a",
+    ):
+        with pytest.raises(ServiceError) as caught:
+            authorize(alice, get, service_pb2.GetEvaluationRequest(name=name))
+        assert caught.value.code is Code.PERMISSION_DENIED
+        assert caught.value.reason == "IAM_PERMISSION_DENIED"
+        assert "(or it may not exist)" in caught.value.message
+        messages.append(caught.value.message.replace(repr(name), "NAME"))
+    assert len(set(messages)) == 1  # existence never changes the answer
+
+
+def test_authorize_checks_the_nested_name_of_an_update_and_write_access() -> None:
+    update = METHODS["UpdateEvaluation"]
+    request = service_pb2.UpdateEvaluationRequest()
+    request.evaluation.name = f"{APP_A}/evaluations/e"
+    authorize(_principal({"proj-a"}), update, request)
+    with pytest.raises(ServiceError, match="denied"):
+        authorize(_principal({"proj-a"}, writable=False), update, request)
+    with pytest.raises(ServiceError, match="denied"):
+        authorize(_principal({"proj-b"}), update, request)
+    # A read-only principal still reads.
+    authorize(
+        _principal({"proj-a"}, writable=False),
+        METHODS["ListEvaluationResults"],
+        service_pb2.ListEvaluationResultsRequest(parent=f"{APP_A}/evaluations/-"),
+    )
+
+
+def test_wildcard_principals_reach_every_project_and_leave_bad_names_to_validation() -> None:
+    admin = _principal({"*"})
+    get = METHODS["GetEvaluation"]
+    authorize(admin, get, service_pb2.GetEvaluationRequest(name="projects/any/x"))
+    authorize(admin, get, service_pb2.GetEvaluationRequest(name="not-a-name"))
+    with pytest.raises(ServiceError, match="denied"):
+        authorize(
+            _principal({"*"}, writable=False),
+            METHODS["DeleteEvaluation"],
+            service_pb2.DeleteEvaluationRequest(name="not-a-name"),
+        )
+
+
+def test_rest_variables_and_mcp_arguments_are_authorized_like_messages() -> None:
+    update = METHODS["UpdateEvaluation"]
+    alice = _principal({"proj-a"})
+    authorize_values(alice, update, {"evaluation.name": f"{APP_A}/evaluations/e"})
+    with pytest.raises(ServiceError, match="denied"):
+        authorize_values(alice, update, {"evaluation.name": "projects/proj-b/x"})
+    with pytest.raises(ServiceError, match="denied"):
+        authorize_values(alice, update, {})
+    authorize_json(alice, update, {"evaluation": {"name": f"{APP_A}/evaluations/e"}})
+    authorize_json(
+        alice,
+        METHODS["ListEvaluationResults"],
+        {"parent": f"{APP_A}/evaluations/-", "pageSize": 3},
+    )
+    for arguments in (
+        {"evaluation": {"name": "projects/proj-b/locations/l/apps/a/evaluations/e"}},
+        {"evaluation": "projects/proj-a"},
+        {"evaluation": {"name": 7}},
+        {},
+    ):
+        with pytest.raises(ServiceError, match="denied"):
+            authorize_json(alice, update, arguments)
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("::1", True), ("localhost", True), ("0.0.0.0", False)],  # noqa: S104
+)
+def test_only_loopback_hosts_serve_without_authentication(host: str, loopback: bool) -> None:
+    assert loopback_only(host) is loopback
+    problem = exposure_problem(ServerConfig(host=host))
+    assert (problem is None) is loopback
+    if problem is not None:
+        assert "--auth-tokens" in problem
+        assert "--allow-unauthenticated" in problem
+    assert exposure_problem(ServerConfig(host=host, allow_unauthenticated=True)) is None
+
+
+def test_preflight_loads_the_token_file_or_says_what_is_wrong(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.yaml"
+    path.write_text("tokens: []\n")
+    path.chmod(0o600)
+    tokens, problem = preflight(ServerConfig(host="0.0.0.0", auth_tokens=path))  # noqa: S104
+    assert tokens is None
+    assert problem is not None
+    assert "non-empty list" in problem
+    path.write_text(f"tokens:\n  - name: a\n    token: {TOKEN_A}\n    projects: ['*']\n")
+    tokens, problem = preflight(ServerConfig(host="0.0.0.0", auth_tokens=path))  # noqa: S104
+    assert problem is None
+    assert tokens is not None
