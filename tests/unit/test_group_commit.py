@@ -87,3 +87,113 @@ def test_an_answered_write_is_committed_and_the_writer_survives_errors(tmp_path:
 
     asyncio.run(scenario())
     writer.stop()
+
+
+def _capped(path: Path, pages: int) -> sqlite3.Connection:
+    """A writer connection whose database may not grow past ``pages`` pages: SQLite answers
+    SQLITE_FULL ("database or disk is full") as on a full disk, without needing one."""
+    connection = _opener(path, [])
+    connection.execute(f"PRAGMA max_page_count = {pages}")
+    return connection
+
+
+def _stored(path: Path) -> set[int]:
+    with sqlite3.connect(path) as check:
+        keys = {row[0] for row in check.execute("SELECT k FROM t")}
+        assert check.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    check.close()
+    return keys
+
+
+def test_a_full_database_fails_every_write_of_the_batch_and_the_writer_recovers(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "db.sqlite"
+    with sqlite3.connect(path) as setup:
+        setup.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB NOT NULL)")
+    setup.close()
+    writer = GroupCommitWriter(lambda: _capped(path, 12))
+    writer.start()
+
+    def insert(key: int) -> Callable[[sqlite3.Connection], int]:
+        def work(connection: sqlite3.Connection) -> int:
+            connection.execute("INSERT INTO t VALUES (?, ?)", (key, bytes(3000)))
+            return key
+
+        return work
+
+    async def scenario() -> tuple[list[int], list[object], list[object]]:
+        answered: list[int] = []
+        for key in range(100):  # one at a time until the database is full
+            try:
+                answered.append(await writer.submit(insert(key)))
+            except sqlite3.OperationalError:
+                break
+        # Concurrent writes share batches; each batch fails as a whole, every waiter hears.
+        full = await asyncio.gather(
+            *(writer.submit(insert(k)) for k in range(200, 240)), return_exceptions=True
+        )
+        # Space returns (the cap is per connection: the writer's own is raised).
+        await writer.submit(lambda c: c.execute("PRAGMA max_page_count = 100000"))
+        later = await asyncio.gather(*(writer.submit(insert(k)) for k in range(300, 310)))
+        return answered, full, later
+
+    answered, full, later = asyncio.run(scenario())
+    writer.stop()
+    assert 0 < len(answered) < 100, "some writes fit, then the database was full"
+    for error in full:
+        assert isinstance(error, sqlite3.OperationalError)
+        assert error.sqlite_errorname == "SQLITE_FULL"
+    assert later == list(range(300, 310))
+    # Every answered write is stored, no failed one is, and the file is sound.
+    assert _stored(path) == {*answered, *later}
+
+
+def test_a_database_that_cannot_be_opened_fails_the_call_instead_of_hanging(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "later" / "db.sqlite"  # its folder does not exist yet
+    writer = GroupCommitWriter(lambda: _opener(path, []))
+    writer.start()
+
+    async def scenario() -> None:
+        with pytest.raises(sqlite3.OperationalError, match="unable to open"):
+            await asyncio.wait_for(writer.submit(lambda c: None), 60)
+        path.parent.mkdir()
+        await asyncio.wait_for(
+            writer.submit(lambda c: c.execute("CREATE TABLE t (k INTEGER PRIMARY KEY)")), 60
+        )
+        await writer.submit(lambda c: c.execute("INSERT INTO t VALUES (7)"))
+
+    asyncio.run(scenario())
+    writer.stop()
+    assert _stored(path) == {7}
+
+
+def test_a_connection_that_breaks_is_replaced_for_the_next_batch(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite"
+    with sqlite3.connect(path) as setup:
+        setup.execute("CREATE TABLE t (k INTEGER PRIMARY KEY)")
+    setup.close()
+    opened: list[sqlite3.Connection] = []
+
+    def connect() -> sqlite3.Connection:
+        opened.append(_opener(path, []))
+        return opened[-1]
+
+    writer = GroupCommitWriter(connect)
+    writer.start()
+
+    def insert_then_close(connection: sqlite3.Connection) -> None:
+        connection.execute("INSERT INTO t VALUES (1)")
+        connection.close()  # as a connection whose file failed under it: unusable
+
+    async def scenario() -> None:
+        with pytest.raises(sqlite3.ProgrammingError):
+            await writer.submit(insert_then_close)
+        await writer.submit(lambda c: c.execute("INSERT INTO t VALUES (2)"))
+
+    asyncio.run(scenario())
+    writer.stop()
+    assert len(opened) == 2
+    assert _stored(path) == {2}

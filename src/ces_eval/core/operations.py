@@ -30,6 +30,7 @@ from google.rpc import code_pb2, status_pb2
 from ces_eval.core import names
 from ces_eval.core.stamps import now
 from ces_eval.errors import Code, ServiceError
+from ces_eval.storage.base import Unavailable
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -50,6 +51,7 @@ _SHUTDOWN = status_pb2.Status(
     message="The server shut down before this operation finished; start it again.",
 )
 _CANCELLED = status_pb2.Status(code=code_pb2.CANCELLED, message="The operation was cancelled.")
+_FINISH_RETRY_MAX = 2.0  # seconds between attempts to record an operation's end
 
 
 def _pack(message: Message) -> any_pb2.Any:
@@ -155,7 +157,22 @@ class OperationRunner:
             ):
                 setattr(metadata, "requested_cancellation", True)  # noqa: B010 - optional field
             final.metadata.CopyFrom(_pack(metadata))
-        await asyncio.shield(self._storage.finish_operation(final))
+        await self._finish(final)
+
+    async def _finish(self, final: operations_pb2.Operation) -> None:
+        """Store ``final``, again and again while the database cannot take it (disk full, an
+        outage): work that ended must not leave its operation running until the next start."""
+        delay = 0.0
+        while True:
+            try:
+                await asyncio.shield(self._storage.finish_operation(final))
+            except Unavailable as error:
+                if not delay:  # the first failure; the log need not repeat it
+                    _log.warning("cannot record the end of %s (%s); retrying", final.name, error)
+                delay = min(delay * 2 or 0.05, _FINISH_RETRY_MAX)
+                await asyncio.sleep(delay)
+            else:
+                return
 
     def _mark_cancelled(self) -> None:
         task = asyncio.current_task()

@@ -6,11 +6,17 @@ the rest is. The writer thread instead takes every write waiting in its queue (u
 ``max_batch``), runs each inside its own SAVEPOINT of one transaction, commits once, and only
 then answers each caller. A write that fails rolls back to its savepoint alone; the others
 commit. Every answered write is therefore on disk, and a batch of N writes costs one sync.
+
+A batch the database cannot store (disk full, I/O error) fails as a whole: every waiter of it
+gets the error, nothing of it stays, and the thread goes on with the next batch, on a fresh
+connection if the old one could not even roll back. The thread never dies with callers waiting:
+a connection that cannot be opened fails the batch and is tried again for the next one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import sqlite3
 import threading
@@ -32,7 +38,7 @@ class _Job:
 
 
 def _settle(job: _Job) -> None:
-    if job.future.cancelled():
+    if job.future.done():  # cancelled by its caller
         return
     ok, value = job.outcome
     if ok:
@@ -88,7 +94,7 @@ class GroupCommitWriter:
         return batch, False
 
     def _run(self) -> None:
-        connection = self._connect()
+        connection: sqlite3.Connection | None = None
         stopping = False
         while not stopping:
             item = self._queue.get()
@@ -96,12 +102,34 @@ class GroupCommitWriter:
                 break
             batch, stopping = self._take(item)
             try:
+                if connection is None:
+                    connection = self._connect()
                 self._commit(connection, batch)
             except Exception as error:  # noqa: BLE001 - the thread must outlive any failure
                 for job in batch:
                     job.outcome = (False, error)
+            if connection is not None and not self._usable(connection):
+                connection = None
             for job in batch:
-                job.loop.call_soon_threadsafe(_settle, job)
+                with contextlib.suppress(RuntimeError):  # the caller's loop is closed: no one waits
+                    job.loop.call_soon_threadsafe(_settle, job)
+        if connection is not None:
+            with contextlib.suppress(sqlite3.Error):
+                connection.close()
+
+    @staticmethod
+    def _usable(connection: sqlite3.Connection) -> bool:
+        """Whether ``connection`` is outside any transaction, as the next batch needs it; one
+        that cannot roll back (its file failing, or closed) is closed so the next batch opens
+        another."""
+        try:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+        except sqlite3.Error:
+            with contextlib.suppress(sqlite3.Error):
+                connection.close()
+            return False
+        return True
 
     @staticmethod
     def _commit(connection: sqlite3.Connection, batch: list[_Job]) -> None:
@@ -128,7 +156,7 @@ class GroupCommitWriter:
                 connection.execute("RELEASE job")
             connection.execute("COMMIT")
         except sqlite3.Error as error:
-            if connection.in_transaction:
-                connection.execute("ROLLBACK")
+            # Every job fails with the error that broke the transaction; the rollback is left
+            # to _usable, so a failing rollback cannot hide that error.
             for job in batch:
                 job.outcome = (False, error)

@@ -4,12 +4,18 @@ Durability: ``synchronous=FULL`` in WAL mode, so a write returns only after its 
 the disk; a crash (even power loss) never loses an acknowledged write. All writes run on one
 dedicated thread and connection (SQLite has one writer at a time anyway); reads run on a small
 pool of threads with their own connections and see the last committed state.
+
+Out of space: a write SQLite cannot store (``database or disk is full``, ``disk I/O error``, the
+file size limit) raises :class:`~ces_eval.storage.base.Unavailable` with nothing of it kept, so
+callers get a retryable UNAVAILABLE; reads go on, and writes succeed again as soon as there is
+room, without a restart. The log says when writes start failing (and why) and when they recover.
 """
 
 from __future__ import annotations
 
 import asyncio
 import fcntl
+import logging
 import os
 import sqlite3
 import threading
@@ -43,6 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SqliteStorage"]
 
+_log = logging.getLogger(__name__)
 T = TypeVar("T")
 _Result = evaluation_pb2.EvaluationResult
 _Evaluation = evaluation_pb2.Evaluation
@@ -81,6 +88,7 @@ class SqliteStorage:
         self._secret = b""
         self._lock_handle: TextIO | None = None
         self._point_reader: sqlite3.Connection | None = None
+        self._writes_failing = False
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -128,10 +136,26 @@ class SqliteStorage:
         """Run ``work`` in a write transaction (grouped with concurrent writes into one commit);
         returns once it is on disk."""
         try:
-            return await self._writer.submit(work)
+            result = await self._writer.submit(work)
         except sqlite3.OperationalError as error:
             # Locked by another program, disk full, I/O error: nothing was committed.
-            raise Unavailable(str(error)) from error
+            raise self._write_failed(error) from error
+        if self._writes_failing:
+            self._writes_failing = False
+            _log.warning("SQLite stores writes to %s again", self._path)
+        return result
+
+    def _write_failed(self, error: sqlite3.OperationalError) -> Unavailable:
+        """The storage error for a write SQLite refused; logged once when writes start failing,
+        so the server log says why callers get UNAVAILABLE (the API answer does not)."""
+        if not self._writes_failing:
+            self._writes_failing = True
+            _log.error(
+                "SQLite cannot store writes to %s (%s); writes answer UNAVAILABLE until it can",
+                self._path,
+                error,
+            )
+        return Unavailable(str(error))
 
     def _claim(self) -> None:
         """Hold an exclusive lock on ``<file>.lock`` while open: a SQLite file serves one
