@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from google.protobuf import descriptor
     from google.protobuf.message import Message
 
+    from ces_eval.core.limits import Limits, Rules, Walk
+
 __all__ = [
     "InputRules",
     "apply_update_mask",
@@ -164,12 +166,13 @@ Bounds = dict[tuple[str, str], tuple[float, float]]
 @dataclass(frozen=True)
 class _Plan:
     """What one pass over a message of one type does: OUTPUT_ONLY fields to clear, bounded
-    fields, and the fields to descend into: (whether their sub-tree holds REQUIRED fields,
-    whether they are maps)."""
+    fields, the fields to descend into: (whether their sub-tree holds REQUIRED fields,
+    whether they are maps), and what the request limits check here (empty: nothing)."""
 
     output_only: frozenset[str]
     bounded: dict[str, tuple[float, float]]
     descend: dict[str, tuple[bool, bool]]
+    limits: Rules
 
 
 def _reaches_bounded(
@@ -190,9 +193,12 @@ def _reaches_bounded(
 
 class InputRules:
     """One pass over caller input (:meth:`inspect`) with the bounds of some numeric fields
-    (``bounds``: (message type, field) → inclusive range); plans are built once per type."""
+    (``bounds``: (message type, field) → inclusive range) and, when given, the request
+    ``limits`` (checked in the same pass: each message is listed once); plans are built once
+    per type."""
 
-    def __init__(self, bounds: Bounds) -> None:
+    def __init__(self, bounds: Bounds, limits: Limits | None = None) -> None:
+        self._limits = limits
         self._bounds = dict(bounds)
         self._types = frozenset(message for message, _ in bounds)
         self._plans: dict[descriptor.Descriptor, _Plan] = {}
@@ -213,16 +219,20 @@ class InputRules:
                 or _reaches_bounded(target, self._types, frozenset())
             ):
                 descend[field.name] = (required, _is_map(field))
+        output_only = frozenset(
+            f.name for f in message_descriptor.fields if has_behavior(f, OUTPUT_ONLY)
+        )
         plan = _Plan(
-            output_only=frozenset(
-                f.name for f in message_descriptor.fields if has_behavior(f, OUTPUT_ONLY)
-            ),
+            output_only=output_only,
             bounded={
                 field: bounds
                 for (message, field), bounds in self._bounds.items()
                 if message == message_descriptor.full_name
             },
             descend=descend,
+            limits=self._limits.rules(message_descriptor, output_only, frozenset(descend))
+            if self._limits is not None
+            else {},
         )
         self._plans[message_descriptor] = plan
         return plan
@@ -231,19 +241,21 @@ class InputRules:
         self, message: Message, path: str
     ) -> tuple[list[FieldViolation], list[FieldViolation]]:
         """Clear every OUTPUT_ONLY field of ``message`` in place (as :func:`clear_output_only`)
-        and return its REQUIRED violations (as :func:`required_violations`) and its bounded
-        fields out of range, in one pass."""
+        and return its REQUIRED violations (as :func:`required_violations`), and its bounded
+        fields out of range followed by the limits it exceeds, in one pass."""
         required: list[FieldViolation] = []
         ranges: list[FieldViolation] = []
-        self._inspect(message, path, required, ranges, check_required=True)
-        return list(dict.fromkeys(required)), ranges
+        walk = self._limits.walk(message) if self._limits is not None else None
+        self._inspect(message, path, required, ranges, walk, check_required=True)
+        return list(dict.fromkeys(required)), ranges + (walk.violations if walk else [])
 
-    def _inspect(
+    def _inspect(  # noqa: PLR0912 - one pass does four jobs; a helper would cost a call per message
         self,
         message: Message,
         path: str,
         required: list[FieldViolation],
         ranges: list[FieldViolation],
+        walk: Walk | None,
         *,
         check_required: bool,
     ) -> None:
@@ -255,6 +267,8 @@ class InputRules:
                     message.ClearField(field.name)
         if check_required:
             required += _own_required_violations(message, path)
+        if walk is not None and plan.limits:
+            walk.fields(plan.limits, present, path)
         for field, value in present:
             name = field.name
             if name in plan.output_only:
@@ -280,7 +294,7 @@ class InputRules:
             else:
                 items = ((f"{path}.{name}", value),)
             for item_path, item in items:
-                self._inspect(item, item_path, required, ranges, check_required=check)
+                self._inspect(item, item_path, required, ranges, walk, check_required=check)
 
 
 def required_violations(message: Message, path: str) -> list[FieldViolation]:

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2
 
-from ces_eval.core import exchange, names, rerun
+from ces_eval.core import exchange, limits, names, rerun
 from ces_eval.core.pages import PageTokens, page_size
 from ces_eval.core.stamps import new_etag
+from ces_eval.core.validation import raise_if_invalid
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
@@ -43,6 +44,21 @@ _EXTENSIONS = {
 }
 _WAIT_DEFAULT = 60.0
 _WAIT_MAX = 600.0
+
+
+def _limit_violations(
+    source: str,
+    evaluations: list[evaluation_pb2.Evaluation],
+    results: list[evaluation_pb2.EvaluationResult],
+) -> list[FieldViolation]:
+    """The limits each imported evaluation and result exceeds, located in the document
+    (``content.evaluations[2].golden.turns``); at most :data:`limits.MAX_VIOLATIONS`."""
+    violations: list[FieldViolation] = []
+    for index, evaluation in enumerate(evaluations):
+        violations += limits.check(evaluation, f"{source}.evaluations[{index}]")
+    for index, result in enumerate(results):
+        violations += limits.check(result, f"{source}.evaluationResults[{index}]")
+    return violations[: limits.MAX_VIOLATIONS]
 
 
 def _invalid(field: str, description: str) -> ServiceError:
@@ -343,6 +359,10 @@ class LongRunning:
                 **app, evaluation=parts[-3], result=parts[-1]
             )
             results.append(renamed_result)
+        # The limits of every write (docs/security.md), per evaluation and result; off the event
+        # loop like the parse, since a document may hold many.
+        violations = await asyncio.to_thread(_limit_violations, source, evaluations, results)
+        raise_if_invalid(violations, "import")
         try:
             await self._storage.import_bundle(evaluations, results)
         except Conflict as conflict:

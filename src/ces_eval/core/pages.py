@@ -14,13 +14,13 @@ import hmac
 import json
 from dataclasses import dataclass
 
+from ces_eval.core.limits import MAX_PAGE_SIZE
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.storage.base import Cursor, OrderBy, SortKey
 
 __all__ = ["DEFAULT_PAGE_SIZE", "MAX_PAGE_SIZE", "PageTokens", "order_by", "page_size"]
 
 DEFAULT_PAGE_SIZE = 50
-MAX_PAGE_SIZE = 1000
 # The seeds: "name" ascending, "create_time"/"update_time" descending, default update_time.
 _DEFAULT_DIRECTION = {SortKey.NAME: False, SortKey.CREATE_TIME: True, SortKey.UPDATE_TIME: True}
 _MAX_TOKEN = 2048

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from google.protobuf import empty_pb2
 
 from ces_eval import filtering, schema
-from ces_eval.core import fields, names, pages, validation
+from ces_eval.core import fields, limits, names, pages, validation
 from ces_eval.core.long_running import LongRunning
 from ces_eval.core.operations import OperationRunner
 from ces_eval.core.stamps import new_etag, now
@@ -370,6 +370,7 @@ class Core(LongRunning):
         result: evaluation_pb2.EvaluationResult, parts: dict[str, str]
     ) -> list[FieldViolation]:
         violations = fields.required_violations(result, "evaluation_result")
+        violations += limits.check(result, "evaluation_result")
         completed = evaluation_pb2.EvaluationResult.ExecutionState.COMPLETED
         if result.evaluation_status and result.execution_state != completed:
             violations.append(

@@ -1,4 +1,5 @@
-"""Input validation of evaluations and results: field behaviours plus the limits the seeds state.
+"""Input validation of evaluations and results: field behaviours, the ranges the seeds state
+and the request limits (:mod:`ces_eval.core.limits`).
 
 Every problem in one request is reported together, as the field violations of a single
 ``google.rpc.BadRequest`` (AIP-193), so a caller can fix them all at once.
@@ -6,15 +7,12 @@ Every problem in one request is reported together, as the field violations of a 
 
 from __future__ import annotations
 
-from ces_eval.core import fields
+from ces_eval.core import fields, limits
+from ces_eval.core.limits import MAX_GOLDEN_TURNS, MAX_SCENARIO_TURNS
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_config_pb2, evaluation_pb2
 
 __all__ = ["MAX_GOLDEN_TURNS", "MAX_SCENARIO_TURNS", "raise_if_invalid", "validate_evaluation"]
-
-MAX_GOLDEN_TURNS = 100  # "at most 100 turns" (Evaluation.Golden.turns, seeds 001/003)
-MAX_SCENARIO_TURNS = 100  # Evaluation.Scenario.max_turns: "at most 100" (seeds 001/003)
-MAX_DISPLAY_NAME = 512
 
 _Thresholds = evaluation_config_pb2.EvaluationMetricsThresholds.GoldenEvaluationMetricsThresholds
 # (message, field) → inclusive range, from the seeds' descriptions of the thresholds.
@@ -35,30 +33,16 @@ _RANGES: dict[tuple[str, str], tuple[float, float]] = {
 }
 
 
-_INPUT = fields.InputRules(_RANGES)
+_INPUT = fields.InputRules(_RANGES, limits.LIMITS)
 
 
 def validate_evaluation(evaluation: evaluation_pb2.Evaluation, path: str) -> list[FieldViolation]:
-    """Violations of an Evaluation as written by a caller; clears its OUTPUT_ONLY fields in the
-    same pass (AIP-203: ignored, not rejected)."""
+    """Violations of an Evaluation as written by a caller, limits included; clears its
+    OUTPUT_ONLY fields in the same pass (AIP-203: ignored, not rejected)."""
     violations, out_of_range = _INPUT.inspect(evaluation, path)
     if evaluation.WhichOneof("inputs") is None:
         violations.append(
             FieldViolation(f"{path}.inputs", "Set either golden or scenario.", "REQUIRED")
-        )
-    if len(evaluation.golden.turns) > MAX_GOLDEN_TURNS:
-        violations.append(
-            FieldViolation(
-                f"{path}.golden.turns",
-                f"At most {MAX_GOLDEN_TURNS} turns; got {len(evaluation.golden.turns)}.",
-                "TOO_MANY",
-            )
-        )
-    if len(evaluation.display_name) > MAX_DISPLAY_NAME:
-        violations.append(
-            FieldViolation(
-                f"{path}.display_name", f"At most {MAX_DISPLAY_NAME} characters.", "TOO_LONG"
-            )
         )
     return violations + out_of_range
 
