@@ -34,7 +34,7 @@ from grpc_reflection.v1alpha import reflection
 
 from ces_eval import openapi, schema
 from ces_eval import storage as storage_backends
-from ces_eval.core import exchange, pages
+from ces_eval.core import exchange, limits, pages
 from ces_eval.core.operations import OperationRunner
 from ces_eval.core.service import DEFAULT_EXPORT_ROOT, Core, handlers
 from ces_eval.storage.base import InUse, Storage, Unavailable
@@ -119,7 +119,13 @@ async def _start_grpc(
     config: ServerConfig, dispatcher: Dispatcher, *, reuse_port: bool = False
 ) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
     """The gRPC listener: our services, grpc.health.v1 (SERVING) and reflection."""
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 1)] if reuse_port else None)
+    # Messages as large as a REST body at most (docs/security.md, Limits). grpc refuses a larger
+    # one itself with RESOURCE_EXHAUSTED before any handler runs, hence without our ErrorInfo:
+    # the one error of ours that cannot carry it.
+    options: list[tuple[str, int]] = [("grpc.max_receive_message_length", limits.MAX_REQUEST_BYTES)]
+    if reuse_port:
+        options.append(("grpc.so_reuseport", 1))
+    server = grpc.aio.server(options=options)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(

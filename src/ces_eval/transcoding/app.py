@@ -12,6 +12,7 @@ import logging
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
 
+from ces_eval.core.limits import MAX_REQUEST_BYTES
 from ces_eval.core.service import DEFAULT_USER, Caller
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.transcoding import errors
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["MAX_BODY_BYTES", "Transcoder"]
 
 _log = logging.getLogger(__name__)
-MAX_BODY_BYTES = 10 * 1024 * 1024  # documented in README; larger bodies get 413
+MAX_BODY_BYTES = MAX_REQUEST_BYTES  # larger bodies get 413 (docs/security.md, Limits)
 _JSON = b"application/json; charset=utf-8"
 _ALT = ("$alt", "alt")
 CALLER_HEADER = b"x-goog-user"
