@@ -37,6 +37,7 @@ __all__ = [
     "MAX_DISPLAY_NAME",
     "MAX_GOLDEN_TURNS",
     "MAX_MAP_ENTRIES",
+    "MAX_MESSAGE_NESTING",
     "MAX_PAGE_SIZE",
     "MAX_REPEATED",
     "MAX_REQUEST_BYTES",
@@ -58,8 +59,12 @@ __all__ = [
 MAX_REQUEST_BYTES = 10 * 1024 * 1024
 # AIP-158: larger page sizes are coerced down to it, negative ones are INVALID_ARGUMENT.
 MAX_PAGE_SIZE = 1000
+# Message levels in one request, as protobuf's parsers allow: its binary parser stops there by
+# itself (gRPC: INVALID_ARGUMENT, MALFORMED_REQUEST), REST bodies are parsed with it as
+# json_format's max_recursion_depth. In JSON a Struct and each Value in it count one level each.
+MAX_MESSAGE_NESTING = 100
 # Struct / ListValue levels (a Struct field holding only scalars is 1 level). Chosen below what
-# protobuf's binary parser accepts (100 message levels; a Struct level costs 3: Struct, map
+# protobuf's binary parser accepts (MAX_MESSAGE_NESTING; a Struct level costs 3: Struct, map
 # entry, Value) at the deepest Struct of any request, so a gRPC caller going one level too deep
 # gets this limit's answer, with the path, rather than an unlocated parse failure.
 MAX_STRUCT_DEPTH = 24

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from google.protobuf import descriptor, json_format
 
 from ces_eval import schema
+from ces_eval.core.limits import MAX_MESSAGE_NESTING
 from ces_eval.errors import FieldViolation, ServiceError
 
 if TYPE_CHECKING:
@@ -167,7 +168,7 @@ def _check_message(
 
 # Messages (a Struct and each Value in it count as one level each) nested in a request body, as
 # protobuf's parsers allow.
-MAX_NESTING = 100
+MAX_NESTING = MAX_MESSAGE_NESTING
 _TOO_DEEP = f"The request body nests messages more than {MAX_NESTING} levels deep."
 
 
