@@ -530,3 +530,15 @@ def test_a_public_address_needs_tokens_or_an_explicit_opt_out(tmp_path: Path) ->
         assert httpx.get(f"{base}/healthz", timeout=30).status_code == 200
     finally:
         assert opened.stop() == 0
+
+
+def test_a_wrong_verb_on_a_foreign_resource_is_403_and_on_ones_own_405(
+    server: RunningServer, owned: Owned
+) -> None:
+    with httpx.Client(base_url=server.http_base, timeout=30) as http:
+        path = f"/v1beta/{owned.evaluation.name}"
+        foreign = http.request("TRACE", path, headers={"authorization": f"Bearer {BOB}"})
+        assert foreign.status_code == 403, foreign.text
+        own = http.request("PUT", path, headers={"authorization": f"Bearer {ALICE}"})
+        assert own.status_code == 405, own.text
+        assert own.headers["allow"] == "GET, PATCH, DELETE"

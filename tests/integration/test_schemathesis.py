@@ -7,13 +7,20 @@ long-running exports and metric runs, issue 5) and are excluded until they are s
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 from ces_eval import schema
 from ces_eval.core.service import implements
-from tests.support.server import RunningServer
+from tests.support.server import RunningServer, start_server
+from tests.support.tokens import ALICE, BOB, write_token_file
 
 EXAMPLES_PER_OPERATION = 20
 
@@ -27,9 +34,16 @@ def _unserved_operation_ids() -> list[str]:
     ]
 
 
-def test_schemathesis_finds_no_server_errors_and_no_schema_violations(
-    server: RunningServer,
-) -> None:
+CONFORMANCE = (
+    "not_a_server_error,status_code_conformance,content_type_conformance,"
+    "response_schema_conformance"
+)
+
+
+def _schemathesis(
+    server: RunningServer, checks: str, token: str | None = None, **env: str
+) -> tuple[str, int]:
+    """Run schemathesis over every served operation; its report and how many it tested."""
     excluded = _unserved_operation_ids()
     assert len(excluded) < 5  # the exclusion must stay narrow
     command = [
@@ -41,8 +55,7 @@ def test_schemathesis_finds_no_server_errors_and_no_schema_violations(
         "--url",
         server.http_base,
         "--checks",
-        "not_a_server_error,status_code_conformance,content_type_conformance,"
-        "response_schema_conformance",
+        checks,
         "--max-examples",
         str(EXAMPLES_PER_OPERATION),
         "--generation-database",
@@ -50,12 +63,65 @@ def test_schemathesis_finds_no_server_errors_and_no_schema_violations(
         "--seed",
         "160",
     ]
+    if token is not None:
+        command += ["--header", f"Authorization: Bearer {token}"]
     for operation_id in excluded:
         command += ["--exclude-operation-id", operation_id]
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+    environment = {**os.environ, "SCHEMATHESIS_HOOKS": "tests.support.schemathesis_hooks", **env}
+    completed = subprocess.run(
+        command, capture_output=True, text=True, timeout=900, check=False, env=environment
+    )
     report = completed.stdout + completed.stderr
     assert completed.returncode == 0, report[-6000:]
     tested = re.search(r"Tested: (\d+)", report)
     assert tested is not None, report[-2000:]
     assert int(tested.group(1)) == len(schema.http_bindings()) - len(excluded)
     assert "Traceback" not in server.output()
+    return report, int(tested.group(1))
+
+
+def test_schemathesis_finds_no_server_errors_and_no_schema_violations(
+    server: RunningServer,
+) -> None:
+    _schemathesis(server, CONFORMANCE)
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    folder = tmp_path_factory.mktemp("guarded")
+    tokens = write_token_file(folder / "tokens.json")
+    running = start_server(folder / "ces-eval.db", "--auth-tokens", str(tokens))
+    try:
+        yield running
+    finally:
+        running.kill()
+
+
+def test_schemathesis_with_the_owners_token_finds_no_server_errors(
+    guarded: RunningServer, tmp_path: Path
+) -> None:
+    """Every generated request addresses proj-a with alice's token: the checks of the open
+    server hold behind authentication too."""
+    statuses = tmp_path / "statuses.txt"
+    _schemathesis(
+        guarded,
+        f"{CONFORMANCE},record_status",
+        ALICE,
+        CES_EVAL_ST_PROJECT="proj-a",
+        CES_EVAL_ST_STATUS_LOG=str(statuses),
+    )
+    seen = Counter(int(line) for line in statuses.read_text().split())
+    assert seen[401] == 0
+    assert seen[200] > 0, seen  # the token worked: requests reached proj-a's data
+
+
+def test_schemathesis_with_a_foreign_token_meets_only_403(guarded: RunningServer) -> None:
+    """Every generated request addresses proj-a with bob's token (proj-b): whatever the path
+    variables, query and body hold, the answer is 403 and never anything else."""
+    _schemathesis(
+        guarded,
+        "only_expected_status",
+        BOB,
+        CES_EVAL_ST_PROJECT="proj-a",
+        CES_EVAL_ST_ONLY_STATUS="403",
+    )
