@@ -104,6 +104,9 @@ def _check_file(database: Path) -> None:
 # -- the two surfaces ----------------------------------------------------------------------------
 
 
+_CUT_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN)
+
+
 class Cut(Exception):
     """A call the kill cut: whether the server applied it is unknown."""
 
@@ -152,7 +155,8 @@ class Api:
             refusal = _grpc_refusal(error)
             if refusal is not None:
                 raise refusal from error
-            if self._killed.is_set() and error.code() == grpc.StatusCode.UNAVAILABLE:
+            # A connection lost mid-call ends UNAVAILABLE, or UNKNOWN ("Stream removed").
+            if self._killed.is_set() and error.code() in _CUT_CODES:
                 raise Cut from error
             raise
 
@@ -164,8 +168,15 @@ class Api:
                 raise Cut from error
             raise
         if response.status_code != 200:
-            error = response.json()["error"]
-            raise Refused(error["status"], error["details"][0]["reason"], error["message"])
+            try:
+                error = response.json()["error"]
+                refusal = Refused(error["status"], error["details"][0]["reason"], error["message"])
+            except (ValueError, LookupError, TypeError):
+                raise AssertionError(
+                    f"{method} {path}: {response.status_code} outside Google's error envelope: "
+                    f"{response.text[:500]}"
+                ) from None
+            raise refusal
         json_format.ParseDict(response.json(), into)
         return into
 
@@ -329,7 +340,6 @@ class Writer:
         self._api = Api(server, killed)
         self._prefix = prefix
         self._rng = random.Random(seed)  # noqa: S311 - a replayable simulation, not secrets
-        self._killed = killed
         self._tally = tally
         self._count = 0
 
@@ -560,10 +570,12 @@ def _kill_outright(server: RunningServer) -> None:
     the supervisor is frozen first, so it neither restarts a worker nor tells one to stop."""
     supervisor = server.process.pid
     os.kill(supervisor, signal.SIGSTOP)
-    for child in _children(supervisor):
+    children = _children(supervisor)
+    for child in children:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
     os.kill(supervisor, signal.SIGKILL)
+    assert len(children) >= 2, f"expected two workers, found {children}"
     server.kill()
 
 
@@ -922,7 +934,8 @@ def test_a_full_file_system_refuses_writes_until_space_returns(tmp_path: Path) -
             assert full.refused_on == {"gRPC", "REST"}
             assert set(full.refused.values()) == {_UNAVAILABLE}
             assert _content(api.get_evaluation(True, kept.name)) == _content(kept)
-            for _ in range(600):  # the export failed; recording its end is refused
+            # The export failed; recording its end is refused (the log is the only sign).
+            for _ in range(600):
                 if "cannot record the end of " + export in server.output():
                     break
                 time.sleep(0.1)
