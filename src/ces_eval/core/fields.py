@@ -232,7 +232,7 @@ class InputRules:
             descend=descend,
             limits=self._limits.rules(message_descriptor, output_only, frozenset(descend))
             if self._limits is not None
-            else {},
+            else ({}, {}),
         )
         self._plans[message_descriptor] = plan
         return plan
@@ -267,8 +267,8 @@ class InputRules:
                     message.ClearField(field.name)
         if check_required:
             required += _own_required_violations(message, path)
-        if walk is not None and plan.limits:
-            walk.fields(plan.limits, present, path)
+        if walk is not None and plan.limits[walk.large]:
+            walk.fields(plan.limits[walk.large], present, path)
         for field, value in present:
             name = field.name
             if name in plan.output_only:

@@ -48,7 +48,9 @@ __all__ = [
     "MAX_VIOLATIONS",
     "SEED_COUNTS",
     "SEED_LENGTHS",
+    "FieldRules",
     "Limits",
+    "Rules",
     "Walk",
     "check",
 ]
@@ -152,7 +154,27 @@ def _matters(message_type: descriptor.Descriptor, memo: dict[descriptor.Descript
     return found
 
 
-Rules = dict[descriptor.FieldDescriptor, _Rule]
+FieldRules = dict[descriptor.FieldDescriptor, _Rule]
+# What a walk checks in one message type: [0] when the whole message is too small to hold a
+# string over MAX_STRING_CHARS (the common case: only counts, Structs and the seeds' lengths
+# are left, so most types have nothing to check), [1] otherwise. Index with Walk.large.
+Rules = tuple[FieldRules, FieldRules]
+
+
+def _small(rule: _Rule) -> _Rule | None:
+    """``rule`` for a message too small to hold a string over :data:`MAX_STRING_CHARS`."""
+    kind, limit, element, name, key_kind = rule
+    if kind == _STRING:
+        return rule if limit < MAX_STRING_CHARS else None
+    if kind in (_REPEATED, _MAP):
+        return (
+            kind,
+            limit,
+            _SCALAR if element == _STRING else element,
+            name,
+            _SCALAR if key_kind == _STRING else key_kind,
+        )
+    return rule
 
 
 class Limits:
@@ -179,7 +201,7 @@ class Limits:
         """What a walk checks in a message of ``message_type``, ignoring the fields named in
         ``skip``. Sub-messages of the fields named in ``driven`` are left to a caller that
         walks them itself (only the element counts of those fields are checked here)."""
-        rules: Rules = {}
+        rules: FieldRules = {}
         for field in message_type.fields:
             name = field.name
             if name in skip:
@@ -203,7 +225,8 @@ class Limits:
                 rules[field] = (kind, self._lengths.get(own, MAX_STRING_CHARS), 0, name, 0)
             elif kind != _SCALAR:
                 rules[field] = (kind, 0, 0, name, 0)
-        return rules
+        small = {field: kept for field, rule in rules.items() if (kept := _small(rule))}
+        return small, rules
 
     def rules_of(self, message_type: descriptor.Descriptor) -> Rules:
         """:meth:`rules` for a whole walk of ``message_type``, built once."""
@@ -231,12 +254,13 @@ class Walk:
 
     ``size`` is the message's encoded size, an upper bound that spares most of the work on
     the common small message: a string of n characters takes at least n bytes, a Struct entry
-    or list element at least 2, so below :data:`MAX_STRING_CHARS` bytes no string inside a
-    Struct needs measuring and below twice :data:`MAX_STRUCT_ENTRIES` nothing is counted. The
-    depth of a Struct is bounded without walking it, from its encoding (:meth:`shallow`).
+    or list element at least 2, so below :data:`MAX_STRING_CHARS` bytes no string needs
+    measuring (only the seeds' shorter limits) and below twice :data:`MAX_STRUCT_ENTRIES`
+    nothing is counted. The depth of a Struct is bounded without walking it, from its encoding
+    (:meth:`shallow`).
     """
 
-    __slots__ = ("count_entries", "entries", "limits", "measure_strings", "violations")
+    __slots__ = ("count_entries", "entries", "large", "limits", "measure_strings", "violations")
 
     def __init__(self, limits: Limits, size: int) -> None:
         self.limits = limits
@@ -244,6 +268,7 @@ class Walk:
         self.entries = 0
         self.count_entries = size > 2 * MAX_STRUCT_ENTRIES
         self.measure_strings = size > MAX_STRING_CHARS
+        self.large = int(self.measure_strings)  # which of a type's Rules apply
 
     def report(self, path: str, description: str, reason: str) -> None:
         if len(self.violations) < MAX_VIOLATIONS:
@@ -255,12 +280,12 @@ class Walk:
     def message(self, message: Message, path: str) -> None:
         # types-protobuf types DESCRIPTOR as a union with the upb implementation class.
         rules = self.limits.rules_of(cast("descriptor.Descriptor", message.DESCRIPTOR))
-        if rules:
-            self.fields(rules, message.ListFields(), path)
+        if rules[self.large]:
+            self.fields(rules[self.large], message.ListFields(), path)
 
     def fields(
         self,
-        rules: Rules,
+        rules: FieldRules,
         present: Iterable[tuple[descriptor.FieldDescriptor, Any]],
         path: str,
     ) -> None:
