@@ -2,19 +2,23 @@
 
 The values are documented in ``docs/security.md`` (section "Limits"), one row each. Request
 size is enforced by the surfaces (:data:`MAX_REQUEST_BYTES`: REST and MCP bodies, gRPC
-messages); page size by :mod:`ces_eval.core.pages`; everything below by :func:`check`, which
-validation runs on everything a caller writes (CreateEvaluation, the merged result of
-UpdateEvaluation, CreateEvaluationResult, each evaluation and result of ImportEvaluations).
+messages), message nesting by protobuf's parsers (:data:`MAX_MESSAGE_NESTING`), page size by
+:mod:`ces_eval.core.pages`, and the field limits below by :class:`Limits` on everything a
+caller writes: inside the one validation pass for evaluations (CreateEvaluation, the merged
+result of UpdateEvaluation; :class:`ces_eval.core.fields.InputRules` calls
+:meth:`Walk.fields` on each message it visits), standalone (:func:`check`) for
+CreateEvaluationResult and each evaluation and result of ImportEvaluations.
 
-:func:`check` walks a message once, generically: string fields (and Struct keys and string
-values) longer than :data:`MAX_STRING_CHARS`, repeated fields and maps with more than
+The walk is generic, driven by descriptors: string fields (and Struct keys and string values)
+longer than :data:`MAX_STRING_CHARS`, repeated fields and maps with more than
 :data:`MAX_REPEATED` / :data:`MAX_MAP_ENTRIES` entries, ``google.protobuf.Struct`` /
 ``Value`` / ``ListValue`` trees nested deeper than :data:`MAX_STRUCT_DEPTH` or holding more
 than :data:`MAX_STRUCT_ENTRIES` entries in all. Only the limits the seeds state name a field
 (:data:`SEED_COUNTS`, :data:`SEED_LENGTHS`). Each problem is a
 :class:`~ces_eval.errors.FieldViolation` with its exact path in the notation of every other
-violation (proto names, ``turns[3]``, map keys quoted: ``args.fields["a"].struct_value``) and
-reason ``TOO_LONG``, ``TOO_MANY`` or ``TOO_DEEP``.
+violation (proto names, ``turns[3]``, map keys quoted: ``args.fields["a"].struct_value``; a
+key longer than 128 characters is shown cut, ending in ``…``) and reason ``TOO_LONG``,
+``TOO_MANY`` or ``TOO_DEEP``.
 """
 
 from __future__ import annotations
