@@ -80,7 +80,7 @@ class SqliteStorage:
         group, whose supervisor holds the file's lock; operations then use leases."""
         self._path = str(path)
         self._shared = shared
-        self._writer = GroupCommitWriter(self._connect)
+        self._writer = GroupCommitWriter(self._open)
         self._readers = ThreadPoolExecutor(max_workers=_READERS, thread_name_prefix="sqlite-reader")
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
@@ -92,14 +92,25 @@ class SqliteStorage:
 
     # -- plumbing ----------------------------------------------------------------------------
 
-    def _connect(self) -> sqlite3.Connection:
+    def _open(self) -> sqlite3.Connection:
+        """A new connection with the durability settings; the writer's (which the writer
+        closes itself, and replaces when its file failed under it)."""
         connection = sqlite3.connect(
             self._path, isolation_level=None, check_same_thread=False, timeout=30
         )
-        connection.execute("PRAGMA journal_mode=WAL")
-        connection.execute("PRAGMA synchronous=FULL")
-        connection.execute("PRAGMA foreign_keys=ON")
-        connection.execute("PRAGMA busy_timeout=30000")
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=FULL")
+            connection.execute("PRAGMA foreign_keys=ON")
+            connection.execute("PRAGMA busy_timeout=30000")
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def _connect(self) -> sqlite3.Connection:
+        """A reader's connection, closed with the storage."""
+        connection = self._open()
         with self._lock:
             self._connections.append(connection)
         return connection
