@@ -283,6 +283,8 @@ class Tracked:
 
 @dataclass
 class Tally:
+    """Across cycles: writes acknowledged (each checked at the next restart) and calls cut."""
+
     acknowledged: int = 0
     cut: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -469,6 +471,7 @@ def _content(evaluation: Evaluation, *also: str) -> Evaluation:
 
 
 def _check_derived(evaluation: Evaluation, results: list[Result]) -> None:
+    """The stored derived fields are what the stored results give, computed from scratch."""
     expected = derive(results)
     where = f"derived fields of {evaluation.name}"
     assert evaluation.aggregated_metrics == expected.aggregated_metrics, where
@@ -588,6 +591,7 @@ def _operation(server: RunningServer, name: str) -> operations_pb2.Operation:
 
 
 def _files(folder: Path) -> list[Path]:
+    """Every file under ``folder`` (exports and temporary files alike)."""
     return sorted(p for p in folder.rglob("*") if p.is_file()) if folder.exists() else []
 
 
@@ -710,6 +714,7 @@ def _limit_file_size(server: RunningServer, size: int) -> None:
 
 
 def _largest_file(folder: Path) -> int:
+    """The size of the largest file in ``folder``: the database's, or its write-ahead log's."""
     return max(p.stat().st_size for p in folder.iterdir() if p.is_file())
 
 
