@@ -19,7 +19,7 @@ from ces_eval.core import exchange, limits, names, rerun
 from ces_eval.core.pages import PageTokens, page_size
 from ces_eval.core.stamps import new_etag
 from ces_eval.core.validation import raise_if_invalid
-from ces_eval.errors import FieldViolation, ServiceError
+from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
@@ -74,10 +74,20 @@ class LongRunning:
     _tokens: PageTokens
     _runner: OperationRunner
     _export_root: Path
+    # With ``--auth-tokens`` every project has a bucket namespace of its own (docs/security.md):
+    # gs://b/p of project P is <export root>/P/b/p, so no token reaches another project's files.
+    _export_per_project: bool
+
+    def _root_of(self, resource: str) -> Path:
+        if not self._export_per_project:
+            return self._export_root
+        return self._export_root / resource.split("/", 2)[1]
 
     # -- helpers -------------------------------------------------------------------------------
 
-    def _export_target(self, options: service_pb2.ExportOptions) -> tuple[Path, str] | None:
+    def _export_target(
+        self, options: service_pb2.ExportOptions, resource: str
+    ) -> tuple[Path, str] | None:
         """The local folder and URI prefix for ``options.gcs_uri``; None for inline content.
         Also rejects export formats this server does not know (proto3 enums are open)."""
         if options.export_format not in service_pb2.ExportOptions.ExportFormat.values():
@@ -85,23 +95,37 @@ class LongRunning:
         if not options.gcs_uri:
             return None
         try:
-            folder = exchange.local_path(options.gcs_uri, self._export_root)
+            folder = exchange.local_path(options.gcs_uri, self._root_of(resource))
         except exchange.ExchangeError as error:
             raise _invalid("export_options.gcs_uri", error.message) from error
         return folder, options.gcs_uri.rstrip("/")
 
     async def _deliver(
-        self, bundle: exchange.Bundle, options: service_pb2.ExportOptions, prefix: str
+        self,
+        bundle: exchange.Bundle,
+        options: service_pb2.ExportOptions,
+        prefix: str,
+        resource: str,
     ) -> tuple[bytes, str]:
         """Render the export; write it when a target was given. (content, uri): one is empty."""
         # Rendering is CPU work: keep it off the event loop so the server stays responsive.
         data = await asyncio.to_thread(exchange.dump, bundle, options.export_format)
-        target = self._export_target(options)
+        target = self._export_target(options, resource)
         if target is None:
             return data, ""
         folder, uri = target
         file_name = f"{prefix}-{names.new_id()}.{_EXTENSIONS.get(options.export_format, 'json')}"
-        await asyncio.to_thread(exchange.write_atomically, folder / file_name, data)
+        try:
+            await asyncio.to_thread(exchange.write_atomically, folder / file_name, data)
+        except OSError as error:
+            # A full disk, a quota or a file size limit: retryable once space returns, and
+            # write_atomically left nothing at the final path.
+            raise ServiceError(
+                Code.UNAVAILABLE,
+                f"Cannot write {uri}/{file_name}: {error.strerror or error}; retry later.",
+                "EXPORT_WRITE_FAILED",
+                {"uri": f"{uri}/{file_name}"},
+            ) from error
         return b"", f"{uri}/{file_name}"
 
     async def _results_of(self, evaluation: str) -> list[evaluation_pb2.EvaluationResult]:
@@ -148,7 +172,7 @@ class LongRunning:
                     violations += error.violations
         if violations:
             raise ServiceError.invalid_argument("The export request is invalid.", violations)
-        self._export_target(request.export_options)  # validate the URI before starting
+        self._export_target(request.export_options, request.parent)  # check before starting
         wanted = list(dict.fromkeys(request.names))
 
         async def work() -> service_pb2.ExportEvaluationsResponse:
@@ -165,7 +189,10 @@ class LongRunning:
                 if request.include_evaluation_results:
                     results += await self._results_of(name)
             content, uri = await self._deliver(
-                exchange.Bundle(evaluations, results), request.export_options, "evaluations"
+                exchange.Bundle(evaluations, results),
+                request.export_options,
+                "evaluations",
+                request.parent,
             )
             response = service_pb2.ExportEvaluationsResponse(failed_evaluations=failed)
             if uri:
@@ -197,7 +224,7 @@ class LongRunning:
             raise ServiceError.invalid_argument("The export request is invalid.", violations)
         if await self._storage.get_evaluation(request.parent) is None:
             raise ServiceError.not_found(names.EVALUATION.type, request.parent)
-        self._export_target(request.export_options)
+        self._export_target(request.export_options, request.parent)
         wanted = list(dict.fromkeys(request.names))
 
         async def work() -> service_pb2.ExportEvaluationResultsResponse:
@@ -212,7 +239,10 @@ class LongRunning:
             if missing:
                 raise ServiceError.not_found(names.EVALUATION_RESULT.type, ", ".join(missing))
             content, uri = await self._deliver(
-                exchange.Bundle([], results), request.export_options, "evaluation-results"
+                exchange.Bundle([], results),
+                request.export_options,
+                "evaluation-results",
+                request.parent,
             )
             if uri:
                 return service_pb2.ExportEvaluationResultsResponse(evaluation_results_uri=uri)
@@ -326,7 +356,7 @@ class LongRunning:
             raise _invalid("content", "Set content or gcs_uri.")
         if source == "gcs_uri":
             try:
-                path = exchange.local_path(request.gcs_uri, self._export_root)
+                path = exchange.local_path(request.gcs_uri, self._root_of(request.parent))
                 data = await asyncio.to_thread(path.read_bytes)
             except exchange.ExchangeError as error:
                 raise _invalid("gcs_uri", error.message) from error
