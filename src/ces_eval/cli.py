@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from ces_eval import __version__, schema
-from ces_eval.server import ServerConfig, serve
+from ces_eval.server import ServerConfig, preflight, serve
 
 __all__ = ["main"]
 
@@ -38,7 +38,16 @@ def _serve(args: argparse.Namespace) -> int:
         database=args.database,
         export_dir=Path(args.export_dir),
         operation_lease=args.operation_lease,
+        auth_tokens=Path(args.auth_tokens) if args.auth_tokens else None,
+        allow_unauthenticated=args.allow_unauthenticated,
+        max_concurrent_requests=args.max_concurrent_requests,
     )
+    if args.workers > 1 and args.worker_of is None:
+        # Checked before any worker starts: a refusal must not become a restart loop.
+        _, problem = preflight(config)
+        if problem is not None:
+            print(f"ces-eval: {problem}", file=sys.stderr, flush=True)
+            return 2
     if args.worker_of is not None:  # started by a supervisor (below), never by hand
         return asyncio.run(serve(config, worker_of=socket.socket(fileno=args.worker_of)))
     if args.workers > 1:
@@ -55,6 +64,13 @@ def _worker_count(text: str) -> int:
         raise argparse.ArgumentTypeError("must be between 1 and 256")
     if value > 1 and not hasattr(socket, "SO_REUSEPORT"):
         raise argparse.ArgumentTypeError("needs SO_REUSEPORT, which this system lacks")
+    return value
+
+
+def _request_limit(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 1_000_000:
+        raise argparse.ArgumentTypeError("must be between 1 and 1000000")
     return value
 
 
@@ -105,6 +121,26 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="serve from N worker processes sharing both ports (SO_REUSEPORT; Linux spreads "
         "connections over them) under one supervisor; default 1: a single process",
+    )
+    serve_parser.add_argument(
+        "--auth-tokens",
+        metavar="FILE",
+        help="require a bearer token on every call; FILE maps each token to the projects it may "
+        "use, read-only or read-write (docs/security.md)",
+    )
+    serve_parser.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="serve a non-loopback --host without --auth-tokens (anyone who can connect may "
+        "read and change every project)",
+    )
+    serve_parser.add_argument(
+        "--max-concurrent-requests",
+        type=_request_limit,
+        default=defaults.max_concurrent_requests,
+        metavar="N",
+        help="calls each surface (gRPC, REST, MCP) serves at once, per process; one more is "
+        "refused at once with RESOURCE_EXHAUSTED (HTTP 429, Retry-After); default %(default)s",
     )
     serve_parser.add_argument("--worker-of", type=int, help=argparse.SUPPRESS)
     serve_parser.set_defaults(run=_serve)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 import signal
@@ -34,13 +35,15 @@ from grpc_reflection.v1alpha import reflection
 
 from ces_eval import openapi, schema
 from ces_eval import storage as storage_backends
+from ces_eval.access import TokenFileError, Tokens
+from ces_eval.admission import DEFAULT_LIMIT, Admission, Admitted
 from ces_eval.core import exchange, limits, pages
 from ces_eval.core.operations import OperationRunner
 from ces_eval.core.service import DEFAULT_EXPORT_ROOT, Core, handlers
 from ces_eval.storage.base import InUse, Storage, Unavailable
 from ces_eval.surfaces.grpc_api import Dispatcher
 from ces_eval.surfaces.http_app import build_app
-from ces_eval.surfaces.mcp_tools import build_endpoint
+from ces_eval.surfaces.mcp_tools import McpEndpoint, build_endpoint
 from ces_eval.transcoding.app import Transcoder
 from ces_eval.transcoding.router import Router
 
@@ -59,6 +62,9 @@ class ServerConfig:
     database: str = "sqlite:///./data/ces-eval.db"
     export_dir: Path = DEFAULT_EXPORT_ROOT
     operation_lease: float = 30.0
+    auth_tokens: Path | None = None  # the --auth-tokens file (docs/security.md)
+    allow_unauthenticated: bool = False
+    max_concurrent_requests: int = DEFAULT_LIMIT  # per surface and process (admission.py)
 
 
 class _Uvicorn(uvicorn.Server):
@@ -193,6 +199,45 @@ class _Role:
             _log.info("worker %d stopped", os.getpid())
 
 
+def loopback_only(host: str) -> bool:
+    """Whether every address ``host`` resolves to is a loopback address."""
+    try:
+        addresses = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError:
+        return False
+    return bool(addresses) and all(
+        ipaddress.ip_address(str(address[0]).split("%", 1)[0]).is_loopback
+        for *_, address in addresses
+    )
+
+
+def exposure_problem(config: ServerConfig) -> str | None:
+    """Why the server must not start as configured: without ``--auth-tokens`` it serves every
+    project to anyone who can connect, so it binds only loopback addresses unless told
+    otherwise."""
+    if config.auth_tokens is not None or config.allow_unauthenticated:
+        return None
+    if loopback_only(config.host):
+        return None
+    return (
+        f"refusing to serve {config.host} without authentication: anyone who can reach it "
+        "could read and change every project. Pass --auth-tokens FILE (docs/security.md), "
+        "bind a loopback address, or pass --allow-unauthenticated to accept the risk"
+    )
+
+
+def preflight(config: ServerConfig) -> tuple[Tokens | None, str | None]:
+    """The ``--auth-tokens`` table (None: an open server), or why the server must not start
+    (the exposure check above, or what is wrong with the token file)."""
+    problem = exposure_problem(config)
+    if problem is not None or config.auth_tokens is None:
+        return None, problem
+    try:
+        return Tokens.load(config.auth_tokens), None
+    except TokenFileError as error:
+        return None, f"--auth-tokens: {error}"
+
+
 async def _open(
     config: ServerConfig, role: _Role
 ) -> tuple[Storage, list[socket.socket] | None] | None:
@@ -213,10 +258,26 @@ async def _open(
     return database, http_sockets
 
 
+def _surfaces(
+    config: ServerConfig, core: Core, tokens: Tokens | None
+) -> tuple[Dispatcher, Transcoder, McpEndpoint]:
+    """The three surfaces over ``core``'s handlers; with ``tokens`` every call authenticates
+    (at the surface) and is authorized per project (in the core)."""
+    implementations = handlers(core, authorization=tokens is not None)
+    limit = config.max_concurrent_requests
+    dispatcher = Dispatcher(implementations, tokens=tokens, admission=Admission("grpc", limit))
+    rest = Transcoder(Router(schema.http_bindings()), implementations, tokens=tokens)
+    return dispatcher, rest, build_endpoint(implementations, tokens)
+
+
 async def serve(config: ServerConfig, worker_of: socket.socket | None = None) -> int:
     """Serve until SIGTERM/SIGINT; ``worker_of``: run as a worker of ``serve --workers``, with
     this socket to the supervisor."""
     role = _Role(worker_of)
+    tokens, problem = preflight(config)
+    if problem is not None:
+        print(f"ces-eval: {problem}", file=sys.stderr, flush=True)
+        return 2
     opened = await _open(config, role)
     if opened is None:
         return 1
@@ -226,11 +287,17 @@ async def serve(config: ServerConfig, worker_of: socket.socket | None = None) ->
     # A worker leaves the sweep to its supervisor: other workers' exports may be under way.
     if not role.worker and (swept := exchange.sweep_temporary(config.export_dir)):
         _log.warning("removed %d partial export file(s) of interrupted operations", swept)
-    core = Core(database, pages.PageTokens(await database.secret()), runner, config.export_dir)
-    implementations = handlers(core)
-    dispatcher = Dispatcher(implementations)
-    rest = Transcoder(Router(schema.http_bindings()), implementations)
-    mcp = build_endpoint(implementations)
+    dispatcher, rest, mcp = _surfaces(
+        config,
+        Core(
+            database,
+            pages.PageTokens(await database.secret()),
+            runner,
+            config.export_dir,
+            export_per_project=tokens is not None,
+        ),
+        tokens,
+    )
     if config.http_port:
         mcp.allow(config.host, config.http_port)
 
@@ -255,15 +322,18 @@ async def serve(config: ServerConfig, worker_of: socket.socket | None = None) ->
         uvicorn.Config(
             build_app(
                 ready,
-                rest=rest,
+                rest=Admitted(rest, Admission("rest", config.max_concurrent_requests)),
                 openapi=openapi.build_openapi(),
-                mcp=mcp.app,
+                mcp=Admitted(
+                    mcp.app, Admission("mcp", config.max_concurrent_requests), jsonrpc=True
+                ),
                 lifespan=lambda _app: mcp.manager.run(),
             ),
             host=config.host,
             port=config.http_port,
             log_level="warning",
             lifespan="on",
+            timeout_graceful_shutdown=int(DRAIN_SECONDS),
         )
     )
     http_task = asyncio.create_task(http.serve(sockets=http_sockets))
@@ -289,8 +359,10 @@ async def serve(config: ServerConfig, worker_of: socket.socket | None = None) ->
     draining.set()
     for name in ["", *dispatcher.service_names]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
-    await server.stop(DRAIN_SECONDS)
+    # Both listeners stop accepting at once and drain their calls together, each for at most
+    # DRAIN_SECONDS: a REST client must not get in while gRPC drains.
     http.should_exit = True
+    await server.stop(DRAIN_SECONDS)
     await http_task
     await runner.shutdown()
     await database.close()

@@ -153,6 +153,10 @@ class _Group:
             str(config.export_dir),
             "--operation-lease",
             repr(config.operation_lease),
+            "--max-concurrent-requests",
+            str(config.max_concurrent_requests),
+            *(["--auth-tokens", str(config.auth_tokens)] if config.auth_tokens else []),
+            *(["--allow-unauthenticated"] if config.allow_unauthenticated else []),
             "--worker-of",
             str(link),
         ]

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING
 from google.protobuf import empty_pb2
 
 from ces_eval import filtering, schema
+from ces_eval.access import Principal, Tokens, authorize, bearer
 from ces_eval.core import fields, limits, names, pages, validation
+from ces_eval.core.json_safe import violations as unrenderable
 from ces_eval.core.long_running import LongRunning
 from ces_eval.core.operations import OperationRunner
 from ces_eval.core.stamps import new_etag, now
@@ -64,9 +66,26 @@ Handler = Callable[["Message", "Caller"], Awaitable["Message"]]
 
 @dataclass(frozen=True)
 class Caller:
-    """Who is calling: recorded in created_by / last_updated_by."""
+    """Who is calling: ``user`` is recorded in created_by / last_updated_by; ``principal`` is
+    the authenticated token's principal when the server runs with ``--auth-tokens`` (None on an
+    open server, where every project is reachable)."""
 
     user: str = DEFAULT_USER
+    principal: Principal | None = None
+
+    @classmethod
+    def identify(
+        cls, tokens: Tokens | None, authorization: str | None, user: str | None = None
+    ) -> Caller:
+        """The caller of a request that carried ``authorization`` (the Authorization header's
+        value) and ``user`` (``x-goog-user``). Without a token table the server is open and
+        ``user`` names the caller; with one, the token must be valid (else UNAUTHENTICATED)
+        and its principal's name is recorded, whatever ``user`` claims."""
+        if tokens is None:
+            name = user.strip() if user else ""
+            return cls(user=name or DEFAULT_USER)
+        principal = tokens.authenticate(bearer(authorization), presented=bool(authorization))
+        return cls(user=principal.name, principal=principal)
 
 
 def _filter(text: str, field: str) -> filtering.Expr | None:
@@ -92,11 +111,14 @@ class Core(LongRunning):
         tokens: pages.PageTokens,
         runner: OperationRunner | None = None,
         export_root: Path = DEFAULT_EXPORT_ROOT,
+        *,
+        export_per_project: bool = False,
     ) -> None:
         self._storage = storage
         self._tokens = tokens
         self._runner = runner or OperationRunner(storage)
         self._export_root = export_root
+        self._export_per_project = export_per_project
 
     # -- evaluations ---------------------------------------------------------------------------
 
@@ -110,6 +132,7 @@ class Core(LongRunning):
         evaluation.CopyFrom(request.evaluation)
         evaluation.ClearField("name")
         violations = validation.validate_evaluation(evaluation, "evaluation")
+        violations += unrenderable(evaluation, "evaluation")
         if not request.HasField("evaluation"):
             violations = [FieldViolation("evaluation", "Required.", "REQUIRED")]
         validation.raise_if_invalid(violations, "evaluation")
@@ -241,9 +264,8 @@ class Core(LongRunning):
         fields.apply_update_mask(updated, incoming, list(request.update_mask.paths), "update_mask")
         editable = evaluation_pb2.Evaluation()
         editable.CopyFrom(updated)
-        validation.raise_if_invalid(
-            validation.validate_evaluation(editable, "evaluation"), "evaluation"
-        )
+        violations = validation.validate_evaluation(editable, "evaluation")
+        validation.raise_if_invalid(violations + unrenderable(editable, "evaluation"), "evaluation")
         updated.update_time.CopyFrom(now())
         updated.last_updated_by = caller.user
         updated.etag = new_etag()
@@ -370,6 +392,7 @@ class Core(LongRunning):
         result: evaluation_pb2.EvaluationResult, parts: dict[str, str]
     ) -> list[FieldViolation]:
         violations = fields.required_violations(result, "evaluation_result")
+        violations += unrenderable(result, "evaluation_result")
         violations += limits.check(result, "evaluation_result")
         completed = evaluation_pb2.EvaluationResult.ExecutionState.COMPLETED
         if result.evaluation_status and result.execution_state != completed:
@@ -456,12 +479,34 @@ def _guarded(implementation: Handler) -> Handler:
     return call
 
 
-def handlers(core: Core) -> dict[str, Handler]:
+def _authorized(method: descriptor.MethodDescriptor, implementation: Handler) -> Handler:
+    """``implementation`` behind the project check of :func:`ces_eval.access.authorize`: the
+    first thing every call does on a server with ``--auth-tokens``."""
+
+    async def call(request: Message, caller: Caller) -> Message:
+        if caller.principal is None:
+            # The surfaces authenticate first; reaching here without a principal is a wiring
+            # fault, and it must fail closed.
+            raise ServiceError(
+                Code.UNAUTHENTICATED, "The request has no credentials.", "CREDENTIALS_MISSING"
+            )
+        authorize(caller.principal, method, request)
+        return await implementation(request, caller)
+
+    return call
+
+
+def handlers(core: Core, *, authorization: bool = False) -> dict[str, Handler]:
     """``/package.Service/Method`` → the core's implementation, for every method the
-    descriptors declare that the core implements."""
-    return {
-        f"/{service.full_name}/{method.name}": _guarded(getattr(core, snake_case(method.name)))
-        for service in schema.services()
-        for method in service.methods
-        if implements(method)
-    }
+    descriptors declare that the core implements. ``authorization``: every call must carry a
+    principal allowed to reach the projects it addresses (``serve --auth-tokens``)."""
+    found: dict[str, Handler] = {}
+    for service in schema.services():
+        for method in service.methods:
+            if not implements(method):
+                continue
+            implementation = _guarded(getattr(core, snake_case(method.name)))
+            if authorization:
+                implementation = _authorized(method, implementation)
+            found[f"/{service.full_name}/{method.name}"] = implementation
+    return found

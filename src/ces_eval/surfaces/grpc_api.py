@@ -8,6 +8,7 @@ not implement, and any method path this server does not know, answers UNIMPLEMEN
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -16,8 +17,9 @@ from google.protobuf.message import DecodeError
 from grpc_status import rpc_status
 
 from ces_eval import schema
-from ces_eval.core.service import DEFAULT_USER, Caller, Handler
-from ces_eval.errors import Code, ServiceError
+from ces_eval.admission import Admission
+from ces_eval.core.service import Caller, Handler
+from ces_eval.errors import Code, FieldViolation, ServiceError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -25,23 +27,77 @@ if TYPE_CHECKING:
     from google.protobuf import descriptor
     from google.protobuf.message import Message
 
+    from ces_eval.access import Tokens
+
 __all__ = ["CALLER_METADATA", "Dispatcher"]
 
 _log = logging.getLogger(__name__)
 # The metadata key carrying the caller's identity, as Google front ends pass the authenticated
 # user to backends; without it the caller is the local user.
 CALLER_METADATA = "x-goog-user"
+AUTHORIZATION_METADATA = "authorization"
 
 
-def caller_of(context: grpc.aio.ServicerContext[Any, Any]) -> Caller:
+def caller_of(context: grpc.aio.ServicerContext[Any, Any], tokens: Tokens | None) -> Caller:
+    """The caller, from ``authorization: Bearer …`` (with ``--auth-tokens``) or ``x-goog-user``
+    metadata."""
+    authorization = user = None
     for key, value in context.invocation_metadata() or ():
-        if key == CALLER_METADATA and isinstance(value, str) and value.strip():
-            return Caller(user=value.strip())
-    return Caller(user=DEFAULT_USER)
+        if isinstance(value, str):
+            if key == AUTHORIZATION_METADATA:
+                authorization = value
+            elif key == CALLER_METADATA:
+                user = value
+    return Caller.identify(tokens, authorization, user)
+
+
+# An error travels in trailers: grpc-message (the message, percent-encoded) and
+# grpc-status-details-bin (the Status, base64 on the wire). gRPC clients refuse trailers past
+# 8 KiB by default (grpc.max_metadata_size; 16 KiB always), answering RESOURCE_EXHAUSTED
+# "received metadata size exceeds ..." instead of our error, so an error is trimmed to this
+# budget: the message cut, and violations dropped from the end (the message still counts them).
+_TRAILER_BUDGET = 6 * 1024
+_MESSAGE_BYTES = 1024
+_VIOLATION_CHARS = 256
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _trailer_size(error: ServiceError) -> int:
+    message = error.message.encode()
+    percent_encoded = len(message) + 2 * sum(
+        1 for b in message if not 0x20 <= b < 0x7F or b == 0x25
+    )
+    return percent_encoded + 4 * (int(error.to_status().ByteSize()) + 2) // 3
+
+
+def _fitted(error: ServiceError) -> ServiceError:
+    """``error`` within :data:`_TRAILER_BUDGET` (unchanged when it already is)."""
+    rough = len(error.message) + sum(
+        len(v.field) + len(v.description) + len(v.reason) for v in error.violations
+    )
+    if rough < _TRAILER_BUDGET // 8:
+        return error
+    message = error.message.encode()[:_MESSAGE_BYTES].decode(errors="ignore")
+    fitted = replace(
+        error,
+        message=message if message == error.message else message + "…",
+        violations=[
+            FieldViolation(
+                _cut(v.field, _VIOLATION_CHARS), _cut(v.description, _VIOLATION_CHARS), v.reason
+            )
+            for v in error.violations
+        ],
+    )
+    while fitted.violations and _trailer_size(fitted) > _TRAILER_BUDGET:
+        fitted = replace(fitted, violations=fitted.violations[: len(fitted.violations) // 2])
+    return fitted
 
 
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], error: ServiceError) -> None:
-    await context.abort_with_status(rpc_status.to_status(error.to_status()))
+    await context.abort_with_status(rpc_status.to_status(_fitted(error).to_status()))
 
 
 def _decode(request_class: type[Message], raw: bytes) -> Message:
@@ -55,16 +111,17 @@ def _decode(request_class: type[Message], raw: bytes) -> Message:
 
 
 def _unary(
-    method: descriptor.MethodDescriptor, implementation: Handler | None
+    method: descriptor.MethodDescriptor, implementation: Handler | None, tokens: Tokens | None
 ) -> grpc.RpcMethodHandler:
     path = f"{method.containing_service.full_name}/{method.name}"
     request_class = message_factory.GetMessageClass(method.input_type)
 
     async def behavior(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Message:
         try:
+            caller = caller_of(context, tokens)  # authenticates first, before anything is parsed
             if implementation is None:
                 raise ServiceError.unimplemented(path)
-            return await implementation(_decode(request_class, raw), caller_of(context))
+            return await implementation(_decode(request_class, raw), caller)
         except ServiceError as error:
             await _abort(context, error)
         except Exception:  # noqa: BLE001 - the surface boundary: any bug becomes INTERNAL, logged
@@ -81,6 +138,26 @@ def _unary(
     return grpc.unary_unary_rpc_method_handler(behavior, response_serializer=serialize)
 
 
+def _admitted(handler: grpc.RpcMethodHandler, admission: Admission) -> grpc.RpcMethodHandler:
+    """``handler`` behind the surface's in-flight limit (:mod:`ces_eval.admission`). A client's
+    deadline and cancellation need nothing here: grpc.aio cancels the handler's task for both,
+    and the slot comes back in ``finally``."""
+    behavior = handler.unary_unary
+
+    async def admitted(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Message:
+        if not admission.enter():
+            await context.abort_with_status(admission.grpc_refusal)
+        try:
+            response: Message = await behavior(raw, context)
+        finally:
+            admission.leave()
+        return response
+
+    return grpc.unary_unary_rpc_method_handler(
+        admitted, response_serializer=handler.response_serializer
+    )
+
+
 def _unknown(path: str) -> grpc.RpcMethodHandler:
     async def behavior(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
         await _abort(context, ServiceError.unimplemented(path.lstrip("/")))
@@ -95,12 +172,22 @@ class Dispatcher(grpc.GenericRpcHandler):  # type: ignore[misc]  # grpc ships no
     Register it after health checking and reflection: it answers every path it is asked for.
     """
 
-    def __init__(self, implementations: Mapping[str, Handler]) -> None:
+    def __init__(
+        self,
+        implementations: Mapping[str, Handler],
+        *,
+        tokens: Tokens | None = None,
+        admission: Admission | None = None,
+    ) -> None:
+        """``tokens``: the ``--auth-tokens`` table; every call must then authenticate.
+        ``admission``: the in-flight limit of this surface (default: :data:`DEFAULT_LIMIT`)."""
+        admission = admission or Admission("grpc")
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
         for service in schema.services():
             for method in service.methods:
                 path = f"/{service.full_name}/{method.name}"
-                self._handlers[path] = _unary(method, implementations.get(path))
+                handler = _unary(method, implementations.get(path), tokens)
+                self._handlers[path] = _admitted(handler, admission)
 
     @property
     def service_names(self) -> list[str]:

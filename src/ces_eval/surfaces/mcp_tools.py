@@ -57,16 +57,20 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 
 from ces_eval import schema
+from ces_eval.access import authorize_json
 from ces_eval.comments import comment
 from ces_eval.core.service import Caller, Handler, implements, snake_case
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.jsonschema import JsonSchema, document
+from ces_eval.transcoding.app import caller_of, challenge
 from ces_eval.transcoding.body import parse_body
 from ces_eval.transcoding.errors import envelope
 
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
-    from starlette.types import ASGIApp
+    from starlette.types import ASGIApp, Receive, Scope, Send
+
+    from ces_eval.access import Tokens
 
 __all__ = ["McpEndpoint", "ToolSpec", "build_endpoint", "build_server", "tool_specs"]
 
@@ -75,6 +79,7 @@ _log = logging.getLogger("ces_eval.mcp")
 TOOL_SERVICES = ("google.cloud.ces.v1beta.EvaluationService", "google.longrunning.Operations")
 _EMPTY = "google.protobuf.Empty"
 _LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
+_CALLER_KEY = "ces_eval.caller"
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,7 @@ class ToolSpec:
 
     tool: types.Tool
     rpc: str  # "/package.Service/Method", the key of core.service.handlers()
+    method: descriptor.MethodDescriptor
     request: descriptor.Descriptor
     validator: Draft202012Validator
 
@@ -153,6 +159,7 @@ def _tool(service: descriptor.ServiceDescriptor, method: descriptor.MethodDescri
     return ToolSpec(
         tool=tool,
         rpc=f"/{service.full_name}/{method.name}",
+        method=method,
         request=method.input_type,
         validator=Draft202012Validator(input_schema),
     )
@@ -230,8 +237,13 @@ def _error_result(error: ServiceError) -> types.CallToolResult:
 
 
 async def _call(
-    spec: ToolSpec, implementations: Mapping[str, Handler], arguments: dict[str, Any]
+    spec: ToolSpec,
+    implementations: Mapping[str, Handler],
+    arguments: dict[str, Any],
+    caller: Caller,
 ) -> types.CallToolResult:
+    if caller.principal is not None:  # before validation: a foreign token learns nothing
+        authorize_json(caller.principal, spec.method, arguments)
     if violations := _violations(spec, arguments):
         first = violations[0]
         more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
@@ -242,7 +254,7 @@ async def _call(
         )
     request = message_factory.GetMessageClass(spec.request)()
     parse_body(json.dumps(arguments).encode(), request, "")
-    response = await implementations[spec.rpc](request, Caller())
+    response = await implementations[spec.rpc](request, caller)
     structured = json_format.MessageToDict(response)
     return types.CallToolResult(
         content=[types.TextContent(text=json.dumps(structured, ensure_ascii=False))],
@@ -250,8 +262,53 @@ async def _call(
     )
 
 
-def build_server(implementations: Mapping[str, Handler]) -> Server[Any]:
-    """The low-level MCP server over the core's handlers."""
+def _caller(ctx: ServerRequestContext[Any], *, required: bool) -> Caller:
+    """The caller :func:`authenticated` identified for this HTTP request; the local user for an
+    in-process transport of an open server (``required`` false)."""
+    scope = getattr(ctx.request, "scope", None)
+    caller = scope.get(_CALLER_KEY) if isinstance(scope, dict) else None
+    if isinstance(caller, Caller):
+        return caller
+    if required:
+        # Every /mcp request passes through ``authenticated``; fail closed if one did not.
+        raise ServiceError(
+            Code.UNAUTHENTICATED, "The request has no credentials.", "CREDENTIALS_MISSING"
+        )
+    return Caller()
+
+
+def authenticated(app: ASGIApp, tokens: Tokens | None) -> ASGIApp:
+    """``app`` behind authentication: each HTTP request's caller is identified from its headers
+    (:func:`ces_eval.transcoding.app.caller_of`) and stored in the ASGI scope for the tool
+    handlers; without valid credentials (with ``--auth-tokens``) the answer is 401 with
+    ``WWW-Authenticate`` (MCP authorization, RFC 6750) and the MCP layer never runs."""
+
+    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        try:
+            caller = caller_of(scope, tokens)
+        except ServiceError as error:
+            status, body = envelope(error)
+            headers = [
+                (b"content-type", b"application/json; charset=utf-8"),
+                (b"content-length", str(len(body)).encode()),
+                *challenge(error),
+            ]
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await app({**scope, _CALLER_KEY: caller}, receive, send)
+
+    return guarded
+
+
+def build_server(
+    implementations: Mapping[str, Handler], *, authentication: bool = False
+) -> Server[Any]:
+    """The low-level MCP server over the core's handlers; ``authentication``: every call must
+    come through :func:`authenticated` with valid credentials."""
     specs = tool_specs()
     listing = types.ListToolsResult(tools=[spec.tool for spec in specs.values()])
 
@@ -267,7 +324,8 @@ def build_server(implementations: Mapping[str, Handler]) -> Server[Any]:
         if spec is None:
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {params.name}")
         try:
-            return await _call(spec, implementations, params.arguments or {})
+            caller = _caller(ctx, required=authentication)
+            return await _call(spec, implementations, params.arguments or {}, caller)
         except ServiceError as error:
             return _error_result(error)
         except Exception:  # noqa: BLE001 - never leak exception text to the client
@@ -305,15 +363,18 @@ class McpEndpoint:
         ]
 
 
-def build_endpoint(implementations: Mapping[str, Handler]) -> McpEndpoint:
-    """Stateless Streamable HTTP with JSON responses and DNS-rebinding protection on."""
+def build_endpoint(
+    implementations: Mapping[str, Handler], tokens: Tokens | None = None
+) -> McpEndpoint:
+    """Stateless Streamable HTTP with JSON responses and DNS-rebinding protection on, behind
+    :func:`authenticated` (``tokens``: the ``--auth-tokens`` table, None on an open server)."""
     # The SDK logs every stateless request at INFO ("Terminating session: None"): keep warnings.
     logging.getLogger("mcp").setLevel(logging.WARNING)
     security = TransportSecuritySettings(enable_dns_rebinding_protection=True)
     manager = StreamableHTTPSessionManager(
-        app=build_server(implementations),
+        app=build_server(implementations, authentication=tokens is not None),
         json_response=True,
         stateless=True,
         security_settings=security,
     )
-    return McpEndpoint(StreamableHTTPASGIApp(manager), manager, security)
+    return McpEndpoint(authenticated(StreamableHTTPASGIApp(manager), tokens), manager, security)

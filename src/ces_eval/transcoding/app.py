@@ -12,8 +12,10 @@ import logging
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
 
+from ces_eval.access import authorize_values
+from ces_eval.admission import WATCHED_METHODS, server_timeout, until_disconnected, within
 from ces_eval.core.limits import MAX_REQUEST_BYTES
-from ces_eval.core.service import DEFAULT_USER, Caller
+from ces_eval.core.service import Caller
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.transcoding import errors
 from ces_eval.transcoding.body import parse_body
@@ -21,11 +23,12 @@ from ces_eval.transcoding.query import SYSTEM_PARAMETERS, QueryError, apply_quer
 from ces_eval.transcoding.rendering import JsonRenderer
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from google.protobuf.message import Message
     from starlette.types import Receive, Scope, Send
 
+    from ces_eval.access import Tokens
     from ces_eval.core.service import Handler
     from ces_eval.transcoding.router import Route, Router
 
@@ -36,6 +39,7 @@ MAX_BODY_BYTES = MAX_REQUEST_BYTES  # larger bodies get 413 (docs/security.md, L
 _JSON = b"application/json; charset=utf-8"
 _ALT = ("$alt", "alt")
 CALLER_HEADER = b"x-goog-user"
+AUTHORIZATION_HEADER = b"authorization"
 
 
 class _HttpError(Exception):
@@ -78,9 +82,13 @@ def _int_enums(params: list[tuple[str, str]]) -> bool:
 class Transcoder:
     """ASGI app serving every HTTP binding of the router over the core's handlers."""
 
-    def __init__(self, router: Router, handlers: Mapping[str, Handler]) -> None:
+    def __init__(
+        self, router: Router, handlers: Mapping[str, Handler], *, tokens: Tokens | None = None
+    ) -> None:
+        """``tokens``: the ``--auth-tokens`` table; every request must then authenticate."""
         self._router = router
         self._handlers = handlers
+        self._tokens = tokens
         self._renderer = JsonRenderer()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -90,12 +98,15 @@ class Transcoder:
         raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
         headers: list[tuple[bytes, bytes]] = []
         try:
-            status, body = await self._handle(scope, receive, verb, raw_path)
+            deadline = server_timeout(scope.get("headers", ()))  # admission.py: deadlines
+            work = self._handle(scope, receive, verb, raw_path)
+            status, body = await (work if deadline is None else within(deadline, work))
         except _HttpError as failure:
             status, body = errors.envelope(failure.error, failure.status)
             headers = failure.headers
         except ServiceError as error:
             status, body = errors.envelope(error)
+            headers = challenge(error)
         except Exception:  # noqa: BLE001 - the surface boundary: any bug becomes a logged 500
             _log.exception("unexpected error serving %s %s", verb, raw_path)
             status, body = errors.envelope(
@@ -133,24 +144,36 @@ class Transcoder:
     async def _handle(
         self, scope: Scope, receive: Receive, verb: str, raw_path: str
     ) -> tuple[int, bytes]:
+        params = _query(scope.get("query_string", b""))
+        caller = caller_of(scope, self._tokens, params)  # authenticates before routing
         resolved = self._router.resolve(verb, raw_path.split("?", 1)[0])
         if isinstance(resolved, list):
             if not resolved:
                 raise _HttpError(errors.not_found_path(verb, raw_path))
+            if caller.principal is not None:
+                # A wrong verb on a foreign resource is still a foreign resource: answer 403,
+                # as for every other request a restricted token makes outside its projects.
+                other = self._router.resolve(resolved[0], raw_path.split("?", 1)[0])
+                if not isinstance(other, list):
+                    authorize_values(caller.principal, other[0].binding.method, other[1])
             raise _HttpError(
                 errors.method_not_allowed(verb, raw_path, resolved),
                 status=405,
                 headers=[(b"allow", ", ".join(resolved).encode())],
             )
         route, variables = resolved
-        params = _query(scope.get("query_string", b""))
+        if caller.principal is not None:
+            authorize_values(caller.principal, route.binding.method, variables)
         int_enums = _int_enums(params)
         data = await self._read_body(receive)
         request = self._request(route, variables, params, data)
         handler = self._handlers.get(route.path)
         if handler is None:
             raise ServiceError.unimplemented(route.path.lstrip("/"))
-        response = await handler(request, _caller(scope))
+        call = handler(request, caller)
+        if route.path in WATCHED_METHODS:  # long calls end when their client goes
+            call = until_disconnected(call, receive)
+        response = await call
         return 200, self._renderer.render(response, int_enums)
 
     @staticmethod
@@ -201,8 +224,29 @@ def _query(raw: bytes) -> list[tuple[str, str]]:
         ) from error
 
 
-def _caller(scope: Scope) -> Caller:
+def caller_of(
+    scope: Scope, tokens: Tokens | None, params: Sequence[tuple[str, str]] = ()
+) -> Caller:
+    """The caller, from ``Authorization: Bearer …`` or the ``access_token`` system parameter
+    (with ``--auth-tokens``), or ``x-goog-user``."""
+    authorization = user = None
     for key, value in scope.get("headers", []):
-        if key == CALLER_HEADER and value.strip():
-            return Caller(user=value.decode("utf-8", "replace").strip())
-    return Caller(user=DEFAULT_USER)
+        if key == AUTHORIZATION_HEADER:
+            authorization = value.decode("latin-1")
+        elif key == CALLER_HEADER:
+            user = value.decode("utf-8", "replace")
+    if authorization is None and tokens is not None:
+        token = next((v for k, v in params if k == "access_token"), None)
+        authorization = f"Bearer {token}" if token else None
+    return Caller.identify(tokens, authorization, user)
+
+
+def challenge(error: ServiceError) -> list[tuple[bytes, bytes]]:
+    """``WWW-Authenticate`` for a 401 (RFC 6750 §3): a bare challenge when no credentials came,
+    ``error="invalid_token"`` when they were wrong."""
+    if error.code is not Code.UNAUTHENTICATED:
+        return []
+    value = 'Bearer realm="ces-eval"'
+    if error.reason != "CREDENTIALS_MISSING":
+        value += ', error="invalid_token"'
+    return [(b"www-authenticate", value.encode())]

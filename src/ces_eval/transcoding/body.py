@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -110,26 +111,54 @@ def _check_value(
         out.append(FieldViolation(path, f"Invalid value {json.dumps(value)[:80]}: {problem}."))
 
 
+_FLOAT_MAX = struct.unpack("<f", b"\xff\xff\x7f\x7f")[0]
+
+
+def _as_float32(value: object) -> object:
+    """A float field's JSON value as json_format must read it. The shortest text of the largest
+    float, ``3.4028235e+38`` (what json_format itself prints for it), exceeds that float as a
+    double, and json_format refuses it as too large: a number that rounds to ±max in 32 bits is
+    ±max. Anything else is returned as is."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return value
+    try:
+        number = float(value)
+        if not math.isfinite(number) or abs(number) <= _FLOAT_MAX:
+            return value
+        struct.pack("<f", number)  # OverflowError when 32-bit rounding gives infinity
+    except (ValueError, OverflowError):
+        return value
+    return math.copysign(_FLOAT_MAX, number)
+
+
 def _check_field(
     field: descriptor.FieldDescriptor, value: object, where: str, out: list[FieldViolation]
-) -> None:
+) -> object:
+    """Check ``value`` of ``field``; the value to parse (see :func:`_as_float32`)."""
     if value is None:
-        return
+        return value
     if field.message_type is not None and field.message_type.GetOptions().map_entry:
         if not isinstance(value, dict):
             out.append(FieldViolation(where, "Expected a JSON object (a map)."))
-            return
+            return value
         value_field = field.message_type.fields_by_name["value"]
         for key, item in value.items():
             _check_value(value_field, item, f'{where}["{key}"]', out)
+            if value_field.type == _F.TYPE_FLOAT:
+                value[key] = _as_float32(item)
     elif field.is_repeated:
         if not isinstance(value, list):
             out.append(FieldViolation(where, "Expected a JSON array."))
-            return
+            return value
         for index, item in enumerate(value):
             _check_value(field, item, f"{where}[{index}]", out)
+            if field.type == _F.TYPE_FLOAT:
+                value[index] = _as_float32(item)
     else:
         _check_value(field, value, where, out)
+        if field.type == _F.TYPE_FLOAT:
+            return _as_float32(value)
+    return value
 
 
 def _check_message(
@@ -163,13 +192,17 @@ def _check_message(
                     )
                 )
             oneofs[oneof.name] = field.name
-        _check_field(field, value, where, out)
+        document[key] = _check_field(field, value, where, out)
 
 
 # Messages (a Struct and each Value in it count as one level each) nested in a request body, as
 # protobuf's parsers allow.
 MAX_NESTING = MAX_MESSAGE_NESTING
 _TOO_DEEP = f"The request body nests messages more than {MAX_NESTING} levels deep."
+
+
+def _not_json(constant: str) -> object:
+    raise ValueError(f"{constant} is not JSON (RFC 8259 has no NaN or Infinity literals)")
 
 
 def parse_body(data: bytes, message: Message, path: str) -> None:
@@ -179,7 +212,7 @@ def parse_body(data: bytes, message: Message, path: str) -> None:
     Raises INVALID_ARGUMENT listing every problem.
     """
     try:
-        document = json.loads(data)
+        document = json.loads(data, parse_constant=_not_json)
         violations: list[FieldViolation] = []
         if message.DESCRIPTOR.full_name not in _OPAQUE:
             _check_message(message.DESCRIPTOR, document, path, violations)  # type: ignore[arg-type]
@@ -205,7 +238,9 @@ def parse_body(data: bytes, message: Message, path: str) -> None:
         raise ServiceError.invalid_argument(
             _TOO_DEEP, [FieldViolation(path or "body", _TOO_DEEP, "TOO_DEEP")]
         ) from error
-    except (json_format.ParseError, ValueError, TypeError) as error:
+    except (json_format.ParseError, ValueError, TypeError, OverflowError) as error:
+        # OverflowError: an integer literal too large for a double where json_format converts
+        # one (a Struct number hundreds of digits long).
         description = str(error).split("\n", 1)[0]
         raise ServiceError.invalid_argument(
             f"The request body is invalid: {description}",
