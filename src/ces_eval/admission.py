@@ -187,7 +187,7 @@ def _deadline_exceeded(seconds: float) -> ServiceError:
 async def within(seconds: float, work: Awaitable[T]) -> T:
     """``work``'s result, or DEADLINE_EXCEEDED once ``seconds`` have passed (``work`` is then
     cancelled)."""
-    bound = asyncio.timeout(None)
+    bound = asyncio.timeout(seconds)
     try:
         async with bound:
             return await work
