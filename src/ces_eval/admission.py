@@ -60,8 +60,9 @@ RETRY_AFTER_SECONDS = 1
 SERVER_TIMEOUT_HEADER = b"x-server-timeout"
 # Seconds with an optional fraction; digits are bounded so the value stays an exact float.
 _SECONDS = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,9})?")
-# Calls worth watching the connection for: WaitOperation waits by design (up to 10 minutes),
-# ImportEvaluations parses a whole bundle.
+# Calls worth watching the connection for: ImportEvaluations parses a whole bundle; WaitOperation
+# waits by design (up to 10 minutes) should it ever get an HTTP binding (operations.proto gives it
+# none).
 WATCHED_METHODS = frozenset(
     {
         "/google.longrunning.Operations/WaitOperation",
