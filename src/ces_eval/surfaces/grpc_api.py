@@ -55,14 +55,19 @@ def caller_of(context: grpc.aio.ServicerContext[Any, Any], tokens: Tokens | None
 # grpc-status-details-bin (the Status, base64 on the wire). gRPC clients refuse trailers past
 # 8 KiB by default (grpc.max_metadata_size; 16 KiB always), answering RESOURCE_EXHAUSTED
 # "received metadata size exceeds ..." instead of our error, so an error is trimmed to this
-# budget: the message cut, and violations dropped from the end (the message still counts them).
+# budget: the message and each violation cut, then violations dropped from the end (the
+# message still counts them all). What remains always holds a few violations.
 _TRAILER_BUDGET = 6 * 1024
-_MESSAGE_BYTES = 1024
-_VIOLATION_CHARS = 256
+_MESSAGE_BYTES = 512
+_VIOLATION_BYTES = 256
 
 
 def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """``text`` within ``limit`` UTF-8 bytes, ending in "…" when cut."""
+    encoded = text.encode()
+    if len(encoded) <= limit:
+        return text
+    return encoded[: limit - 3].decode(errors="ignore") + "…"
 
 
 def _trailer_size(error: ServiceError) -> int:
@@ -74,19 +79,15 @@ def _trailer_size(error: ServiceError) -> int:
 
 
 def _fitted(error: ServiceError) -> ServiceError:
-    """``error`` within :data:`_TRAILER_BUDGET` (unchanged when it already is)."""
-    rough = len(error.message) + sum(
-        len(v.field) + len(v.description) + len(v.reason) for v in error.violations
-    )
-    if rough < _TRAILER_BUDGET // 8:
+    """``error`` within :data:`_TRAILER_BUDGET` (the same object when it already is)."""
+    if _trailer_size(error) <= _TRAILER_BUDGET:
         return error
-    message = error.message.encode()[:_MESSAGE_BYTES].decode(errors="ignore")
     fitted = replace(
         error,
-        message=message if message == error.message else message + "…",
+        message=_cut(error.message, _MESSAGE_BYTES),
         violations=[
             FieldViolation(
-                _cut(v.field, _VIOLATION_CHARS), _cut(v.description, _VIOLATION_CHARS), v.reason
+                _cut(v.field, _VIOLATION_BYTES), _cut(v.description, _VIOLATION_BYTES), v.reason
             )
             for v in error.violations
         ],
