@@ -9,15 +9,20 @@ that type. Stored, such a resource could never be read over REST or MCP again (j
 raises; the reader would get a 500), so the writes refuse it with INVALID_ARGUMENT: one
 violation per value, at its path.
 
-:func:`violations` walks only the fields whose type can lead to one of those four types (a plan
-per message type, built once), so the rest of a large golden conversation costs nothing.
+:func:`violations` walks only the fields whose type can lead to one of those types (a plan per
+message type, built once), first without building paths (they are built only when something is
+found). Struct trees, which a golden conversation is full of, are entered only when the encoded
+message holds what a non-finite ``Value.number_value`` looks like (:data:`_NON_FINITE_NUMBER`),
+which requests almost never do. On the 5 KB benchmark evaluation the check costs about a fifth
+of the rest of validation (~55-75 us against ~300-500 us on the shared 2-CPU machine).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from functools import cache
+import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from google.protobuf import descriptor_pool, message_factory
@@ -36,6 +41,11 @@ _DURATION = "google.protobuf.Duration"
 _VALUE = "google.protobuf.Value"
 _ANY = "google.protobuf.Any"
 _CHECKED = frozenset({_TIMESTAMP, _DURATION, _VALUE, _ANY})
+# Value.number_value (field 2, a double: tag 0x11, then 8 bytes little-endian) when it is NaN or
+# infinite: all exponent bits set, so the last byte is 0x7F or 0xFF and the one before it is at
+# least 0xF0. Found anywhere else in the encoding (inside bytes fields, say) it only costs the
+# full walk; a non-finite number is never missed.
+_NON_FINITE_NUMBER = re.compile(rb"\x11[\x00-\xff]{6}[\xf0-\xff][\x7f\xff]", re.DOTALL)
 
 _TIMESTAMP_SECONDS = (-62_135_596_800, 253_402_300_799)  # 0001-01-01 .. 9999-12-31
 _DURATION_SECONDS = 315_576_000_000
@@ -52,28 +62,51 @@ def _target(field: descriptor.FieldDescriptor) -> descriptor.Descriptor | None:
     return entry
 
 
-def _reaches(message_type: descriptor.Descriptor, seen: frozenset[str]) -> bool:
-    if message_type.full_name in _CHECKED:
+def _reaches(
+    message_type: descriptor.Descriptor, checked: frozenset[str], seen: frozenset[str]
+) -> bool:
+    if message_type.full_name in checked:
         return True
     if message_type.full_name in seen:
         return False
     seen = seen | {message_type.full_name}
     return any(
-        (target := _target(field)) is not None and _reaches(target, seen)
+        (target := _target(field)) is not None and _reaches(target, checked, seen)
         for field in message_type.fields
     )
 
 
-@cache
-def _plan(message_type: descriptor.Descriptor) -> dict[str, tuple[bool, bool]]:
-    """Field name → (is a map, is repeated), for the fields that can lead to a checked type."""
-    return {
-        field.name: (field.message_type.GetOptions().map_entry, field.is_repeated)
-        for field in message_type.fields
-        if (target := _target(field)) is not None
-        and _reaches(target, frozenset())
-        and field.message_type is not None
-    }
+_SINGLE, _REPEATED, _MAP = range(3)
+
+
+class _Plans(dict["descriptor.Descriptor", "tuple[Callable[[Any], str] | None, dict[str, int]]"]):
+    """Message type → (the check of the type itself or None, the fields that can lead to a
+    type in ``checked``: name → _SINGLE, _REPEATED or _MAP), built on first use."""
+
+    def __init__(self, checked: frozenset[str]) -> None:
+        super().__init__()
+        self.checked = checked
+
+    def __missing__(
+        self, message_type: descriptor.Descriptor
+    ) -> tuple[Callable[[Any], str] | None, dict[str, int]]:
+        fields = {
+            field.name: (
+                _MAP
+                if field.message_type.GetOptions().map_entry
+                else _REPEATED
+                if field.is_repeated
+                else _SINGLE
+            )
+            for field in message_type.fields
+            if field.message_type is not None
+            and (target := _target(field)) is not None
+            and _reaches(target, self.checked, frozenset())
+        }
+        name = message_type.full_name
+        plan = (_PROBLEMS.get(name) if name in self.checked else None, fields)
+        self[message_type] = plan
+        return plan
 
 
 def _key(key: object) -> str:
@@ -141,40 +174,76 @@ def _value_problem(message: Any) -> str:  # noqa: ANN401 - a google.protobuf.Val
     return ""
 
 
-_PROBLEMS = {_TIMESTAMP: _timestamp_problem, _DURATION: _duration_problem, _VALUE: _value_problem}
+_PROBLEMS: dict[str, Callable[[Any], str]] = {
+    _TIMESTAMP: _timestamp_problem,
+    _DURATION: _duration_problem,
+    _VALUE: _value_problem,
+}
 
 
-def _walk(message: Message, path: str, out: list[FieldViolation]) -> None:
+def _unrenderable(message: Message, plans: _Plans) -> bool:
+    """Whether anything in ``message`` is unrenderable: the fast pass, without paths."""
+    # types-protobuf types DESCRIPTOR as a union with the upb class; no call on this path.
+    check, fields = plans[message.DESCRIPTOR]  # type: ignore[index]
+    if check is not None and check(message):
+        return True
+    for name, shape in fields.items():
+        if shape == _SINGLE:
+            if message.HasField(name) and _unrenderable(getattr(message, name), plans):
+                return True
+            continue
+        value = getattr(message, name)
+        for item in value.values() if shape == _MAP else value:
+            if _unrenderable(item, plans):
+                return True
+    return False
+
+
+def _walk(message: Message, path: str, out: list[FieldViolation], plans: _Plans) -> None:
+    """Record each unrenderable value in ``message`` with its path."""
     name = message.DESCRIPTOR.full_name
     if name == _ANY:
         payload = _any_payload(message, path, out)
         if payload is not None:
-            _walk(payload, f"{path}.value", out)
+            _walk(payload, f"{path}.value", out, _ALL)
         return
-    problem = _PROBLEMS[name](message) if name in _PROBLEMS else ""
+    check, fields = plans[message.DESCRIPTOR]  # type: ignore[index]
+    problem = check(message) if check is not None else ""
     if problem:
         where = f"{path}.number_value" if name == _VALUE else path
         out.append(FieldViolation(where, problem, "OUT_OF_RANGE"))
-    plan = _plan(message.DESCRIPTOR)
-    if not plan:
-        return
-    for field, value in message.ListFields():
-        shape = plan.get(field.name)
-        if shape is None:
-            continue
+    for field, value in message.ListFields() if fields else ():
+        shape = fields.get(field.name)
         at = f"{path}.{field.name}"
-        if shape[0]:
+        if shape == _MAP:
             for key, item in value.items():
-                _walk(item, f"{at}{_key(key)}", out)
-        elif shape[1]:
+                _walk(item, f"{at}{_key(key)}", out, plans)
+        elif shape == _REPEATED:
             for index, item in enumerate(value):
-                _walk(item, f"{at}[{index}]", out)
-        else:
-            _walk(value, at, out)
+                _walk(item, f"{at}[{index}]", out, plans)
+        elif shape == _SINGLE:
+            _walk(value, at, out, plans)
+
+
+def _any_problem(message: Any) -> str:  # noqa: ANN401 - a google.protobuf.Any
+    out: list[FieldViolation] = []
+    payload = _any_payload(message, "", out)
+    if out:
+        return out[0].description
+    return "unrenderable" if payload is not None and _unrenderable(payload, _ALL) else ""
+
+
+_PROBLEMS[_ANY] = _any_problem
+_ALL = _Plans(_CHECKED)
+_ALL_BUT_VALUES = _Plans(_CHECKED - {_VALUE})
 
 
 def violations(message: Message, path: str) -> list[FieldViolation]:
     """One violation per value in ``message`` (at ``path``) that proto3 JSON cannot render."""
+    numbers = _NON_FINITE_NUMBER.search(message.SerializeToString()) is not None
+    plans = _ALL if numbers else _ALL_BUT_VALUES
+    if not _unrenderable(message, plans):
+        return []
     out: list[FieldViolation] = []
-    _walk(message, path, out)
+    _walk(message, path, out, plans)
     return out
