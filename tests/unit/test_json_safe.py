@@ -12,6 +12,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from google.rpc import error_details_pb2
 
+from ces_eval.core import json_safe
 from ces_eval.core.json_safe import violations
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
@@ -121,6 +122,23 @@ def test_unrenderable_values_are_found_where_they_are(
     else:
         with pytest.raises((ValueError, TypeError, DecodeError, json_format.SerializeToJsonError)):
             json_format.MessageToJson(result)
+
+
+def test_bytes_that_look_like_a_non_finite_number_are_no_violation() -> None:
+    """The encoding of a NaN or infinite Value number found in a bytes field: the Struct trees
+    are walked, and their finite numbers pass."""
+    evaluation = evaluation_pb2.Evaluation(display_name="e")
+    turn = evaluation.golden.turns.add()
+    turn.steps.add().user_input.audio = b"\x11" + b"\x00" * 6 + b"\xf0\x7f"
+    args = turn.steps.add().expectation.tool_call.args
+    args.update({"x": 2.5, "y": [-0.0, 1e308]})
+    assert json_safe._NON_FINITE_NUMBER.search(evaluation.SerializeToString())
+    assert violations(evaluation, "e") == []
+    args["y"].append(math.nan)
+    assert [v.field for v in violations(evaluation, "e")] == [
+        'e.golden.turns[0].steps[1].expectation.tool_call.args.fields["y"].list_value.values[2]'
+        ".number_value"
+    ]
 
 
 def test_violations_name_their_reason() -> None:
