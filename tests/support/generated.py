@@ -90,7 +90,19 @@ _INTEGER_RANGES = {
     _F.TYPE_UINT64: (0, 2**64 - 1),
     _F.TYPE_FIXED64: (0, 2**64 - 1),
 }
-_INTEGER_EDGES = (0, 1, -1, 2, 2**31 - 1, -(2**31), 2**31, 2**32 - 1, 2**53 + 1, 2**63 - 1)
+_INTEGER_EDGES = (
+    0,
+    1,
+    -1,
+    2**31 - 1,
+    -(2**31),
+    2**31,
+    2**32 - 1,
+    2**53 + 1,
+    2**63 - 1,
+    -(2**63),
+    2**64 - 1,
+)
 _DOUBLE_EDGES = (
     0.0,
     -0.0,
@@ -396,9 +408,9 @@ class _Builder:
 
     def _seconds(self, low: int, high: int) -> int:
         roll = self._draw(st.integers(0, 99))
-        if roll < 70 or self._profile.json_safe:
-            if roll < 90:
-                return self._draw(st.integers(low, high))
+        if roll < 60:
+            return self._draw(st.integers(low, high))
+        if roll < 80 or self._profile.json_safe:
             return self._draw(st.sampled_from((low, high, 0, -1, 1)))
         return self._draw(st.sampled_from((low - 1, high + 1, -(2**63), 2**63 - 1)))
 
