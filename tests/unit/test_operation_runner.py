@@ -128,3 +128,39 @@ def test_leases_carry_cancellation_and_expiry_between_runners(tmp_path: Path) ->
         await storage.close()
 
     asyncio.run(scenario())
+
+
+def test_a_caller_cancelled_while_cancel_waits_is_cancelled_at_once(tmp_path: Path) -> None:
+    """CancelOperation waits (up to 30 s) for the work to stop; when the caller itself is
+    cancelled meanwhile (its deadline passed, its client went away) that must reach it."""
+
+    async def scenario() -> None:
+        storage = SqliteStorage(tmp_path / "db.sqlite")
+        await storage.open()
+        runner = OperationRunner(storage, concurrency=1)
+        stop = asyncio.Event()
+
+        async def stubborn() -> empty_pb2.Empty:
+            while not stop.is_set():  # ignores cancellation until told to stop
+                try:
+                    await stop.wait()
+                except asyncio.CancelledError:
+                    continue
+            return empty_pb2.Empty()
+
+        started = await runner.start(PARENT, "M", service_pb2.OperationMetadata(), stubborn)
+        try:
+            await asyncio.sleep(0.05)
+            caller = asyncio.create_task(runner.cancel(started.name))
+            await asyncio.sleep(0.05)
+            caller.cancel()
+            done, _ = await asyncio.wait([caller], timeout=5)
+            assert caller in done  # not held for the 30 s the cancel would wait
+            assert caller.cancelled()
+        finally:
+            stop.set()  # else the stubborn work outlives a failing test
+        await runner.wait(started.name, timeout=10)
+        await runner.shutdown()
+        await storage.close()
+
+    asyncio.run(scenario())

@@ -15,7 +15,6 @@ unfinished operation at start-up instead of waiting for leases.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -186,8 +185,9 @@ class OperationRunner:
         task = self._tasks.get(name)
         if task is not None and not task.done():
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.wait([task], timeout=30)
+            # asyncio.wait never raises the task's own CancelledError; one raised here is the
+            # caller's (its deadline, its disconnect) and must propagate.
+            await asyncio.wait([task], timeout=30)
         return operation
 
     async def wait(self, name: str, timeout: float) -> operations_pb2.Operation | None:
