@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,8 +33,8 @@ from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.surfaces.mcp_tools import tool_specs
 from tests.support.load import golden_evaluation
-from tests.support.server import RunningServer, start_server
-from tests.support.tokens import ADMIN, ALICE, BOB, READER, write_token_file
+from tests.support.server import RunningServer, serve_command, start_server
+from tests.support.tokens import ADMIN, ALICE, BOB, READER, guarded_server
 
 PROJECT_A = "projects/proj-a"
 LOCATION_A = f"{PROJECT_A}/locations/us"
@@ -104,13 +103,8 @@ def _reason(status: status_pb2.Status) -> str:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    folder = tmp_path_factory.mktemp("access")
-    tokens = write_token_file(folder / "tokens.json")
-    running = start_server(folder / "ces-eval.db", "--auth-tokens", str(tokens))
-    try:
+    with guarded_server(tmp_path_factory.mktemp("access")) as running:
         yield running
-    finally:
-        running.kill()
 
 
 @pytest.fixture(scope="module")
@@ -493,19 +487,7 @@ def test_admin_and_owner_work_on_all_three_surfaces(server: RunningServer, owned
 
 
 def _serve(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    command = [
-        sys.executable,
-        "-m",
-        "ces_eval.cli",
-        "serve",
-        "--grpc-port",
-        "0",
-        "--http-port",
-        "0",
-        "--database",
-        f"sqlite:///{tmp_path / 'x.db'}",
-        *extra,
-    ]
+    command = serve_command(f"sqlite:///{tmp_path / 'x.db'}", *extra)
     return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
 
 

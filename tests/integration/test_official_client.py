@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.support import contract
-from tests.support.server import RunningServer, start_server
-from tests.support.tokens import ALICE, BOB, write_token_file
+from tests.support.server import RunningServer
+from tests.support.tokens import ALICE, BOB, guarded_server
 
 APP = "projects/demo-project/locations/us-central1/apps/support-bot"
 TOOL = APP + "/tools/lookup-order"
@@ -155,9 +155,7 @@ def check_steps(steps: dict[str, dict[str, object]], transport: str, export_dir:
 def test_official_client_sends_bearer_tokens_on_both_transports(tmp_path: Path) -> None:
     """The token wiring docs/security.md shows works with the unmodified client: the owner's
     token creates and lists, a foreign project's token is refused on every call."""
-    tokens = write_token_file(tmp_path / "tokens.json")
-    guarded = start_server(tmp_path / "ces-eval.db", "--auth-tokens", str(tokens))
-    try:
+    with guarded_server(tmp_path) as guarded:
         completed = subprocess.run(
             [
                 str(contract.CLIENT_PYTHON),
@@ -172,9 +170,7 @@ def test_official_client_sends_bearer_tokens_on_both_transports(tmp_path: Path) 
             timeout=300,
             check=False,
         )
-    finally:
-        guarded.kill()
-    assert completed.returncode == 0, completed.stdout + completed.stderr + guarded.output()
+        assert completed.returncode == 0, completed.stdout + completed.stderr + guarded.output()
     reports = [json.loads(line) for line in completed.stdout.splitlines()]
     assert [r["transport"] for r in reports] == ["grpc", "rest"]
     for report in reports:

@@ -19,8 +19,8 @@ import pytest
 
 from ces_eval import schema
 from ces_eval.core.service import implements
-from tests.support.server import RunningServer, start_server
-from tests.support.tokens import ALICE, BOB, write_token_file
+from tests.support.server import RunningServer
+from tests.support.tokens import ALICE, BOB, guarded_server
 
 EXAMPLES_PER_OPERATION = 20
 
@@ -88,13 +88,8 @@ def test_schemathesis_finds_no_server_errors_and_no_schema_violations(
 
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    folder = tmp_path_factory.mktemp("guarded")
-    tokens = write_token_file(folder / "tokens.json")
-    running = start_server(folder / "ces-eval.db", "--auth-tokens", str(tokens))
-    try:
+    with guarded_server(tmp_path_factory.mktemp("guarded")) as running:
         yield running
-    finally:
-        running.kill()
 
 
 def test_schemathesis_with_the_owners_token_finds_no_server_errors(

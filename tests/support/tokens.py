@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["ADMIN", "ALICE", "BOB", "READER", "write_token_file"]
+from tests.support.server import RunningServer, start_server
+
+__all__ = ["ADMIN", "ALICE", "BOB", "READER", "guarded_server", "write_token_file"]
 
 ALICE = "token-for-alice-0001"
 BOB = "token-for-bob-000001"
@@ -31,3 +35,14 @@ def write_token_file(path: Path) -> Path:
     path.write_text(json.dumps(document, indent=2))
     path.chmod(0o600)
     return path
+
+
+@contextmanager
+def guarded_server(folder: Path) -> Iterator[RunningServer]:
+    """A real server in ``folder`` with ``--auth-tokens`` and the tokens above."""
+    tokens = write_token_file(folder / "tokens.json")
+    running = start_server(folder / "ces-eval.db", "--auth-tokens", str(tokens))
+    try:
+        yield running
+    finally:
+        running.kill()
