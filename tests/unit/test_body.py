@@ -83,3 +83,13 @@ def test_bad_templates_fail_at_start_naming_the_template() -> None:
         Router([good, bad])
     assert "/v1beta/{parent=projects/*" in str(raised.value)
     assert good.method.full_name in str(raised.value)
+
+
+def test_a_huge_unknown_key_is_quoted_cut_not_echoed_whole() -> None:
+    key = "x" * 300_000
+    with pytest.raises(ServiceError) as caught:
+        parse_body(json.dumps({key: 1}).encode(), evaluation_pb2.Evaluation(), "evaluation")
+    [violation] = caught.value.violations
+    assert violation.field == "evaluation." + "x" * 128 + "…"
+    assert len(violation.description) < 300
+    assert len(caught.value.message) < 1_000

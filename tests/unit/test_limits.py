@@ -485,3 +485,18 @@ def test_imports_are_limited_and_import_nothing(service: Service) -> None:
     )
     listed = service.call("list_evaluations", service_pb2.ListEvaluationsRequest(parent=APP))
     assert not listed.evaluations
+
+
+def test_an_error_with_thousands_of_problems_stays_small() -> None:
+    evaluation = evaluation_pb2.Evaluation(display_name="many")
+    for _ in range(1_001):
+        evaluation.golden.turns.add()  # each turn lacks its required steps
+    violations = validation.validate_evaluation(evaluation, "evaluation")
+    assert len(violations) > 1_000
+    with pytest.raises(ServiceError) as caught:
+        validation.raise_if_invalid(violations, "evaluation")
+    error = caught.value
+    assert len(error.violations) == limits.MAX_VIOLATIONS
+    assert f"({len(violations)} problems)" in error.message
+    assert f"and {len(violations) - 5} more" in error.message
+    assert len(error.message) < 2_000

@@ -19,7 +19,6 @@ of the rest of validation (~55-75 us against ~300-500 us on the shared 2-CPU mac
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from google.protobuf import descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
+from ces_eval.core.limits import key_path
 from ces_eval.errors import FieldViolation
 
 if TYPE_CHECKING:
@@ -50,7 +50,6 @@ _NON_FINITE_NUMBER = re.compile(rb"\x11[\x00-\xff]{6}[\xf0-\xff][\x7f\xff]", re.
 _TIMESTAMP_SECONDS = (-62_135_596_800, 253_402_300_799)  # 0001-01-01 .. 9999-12-31
 _DURATION_SECONDS = 315_576_000_000
 _MAX_NANOS = 999_999_999
-_KEY_SHOWN = 64  # characters of a map key shown in a path
 
 
 def _target(field: descriptor.FieldDescriptor) -> descriptor.Descriptor | None:
@@ -107,13 +106,6 @@ class _Plans(dict["descriptor.Descriptor", "tuple[Callable[[Any], str] | None, d
         plan = (_PROBLEMS.get(name) if name in self.checked else None, fields)
         self[message_type] = plan
         return plan
-
-
-def _key(key: object) -> str:
-    if isinstance(key, str):
-        shown = json.dumps(key[:_KEY_SHOWN], ensure_ascii=False)
-        return f'[{shown[:-1]}…"]' if len(key) > _KEY_SHOWN else f"[{shown}]"
-    return f"[{key}]"
 
 
 def _timestamp_problem(message: Any) -> str:  # noqa: ANN401 - a google.protobuf.Timestamp
@@ -217,7 +209,7 @@ def _walk(message: Message, path: str, out: list[FieldViolation], plans: _Plans)
         at = f"{path}.{field.name}"
         if shape == _MAP:
             for key, item in value.items():
-                _walk(item, f"{at}{_key(key)}", out, plans)
+                _walk(item, f"{at}{key_path(key)}", out, plans)
         elif shape == _REPEATED:
             for index, item in enumerate(value):
                 _walk(item, f"{at}[{index}]", out, plans)

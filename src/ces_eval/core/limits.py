@@ -57,6 +57,8 @@ __all__ = [
     "Rules",
     "Walk",
     "check",
+    "key_path",
+    "shown",
 ]
 
 # -- the limits ----------------------------------------------------------------------------------
@@ -114,7 +116,12 @@ _WELL_KNOWN = {_STRUCT: _STRUCT_KIND, _VALUE: _VALUE_KIND, _LIST: _LIST_KIND}
 _Rule = tuple[int, int, int, str, int]
 
 
-def _key(key: object) -> str:
+def shown(text: str) -> str:
+    """``text`` as an error quotes it: cut after :data:`_KEY_SHOWN` characters, marked "…"."""
+    return text if len(text) <= _KEY_SHOWN else text[:_KEY_SHOWN] + "…"
+
+
+def key_path(key: object) -> str:
     """A map key as a path suffix: ``["a"]`` (JSON-quoted, long keys cut), ``[7]``."""
     if isinstance(key, str):
         if len(key) <= _KEY_SHOWN and key.isprintable() and '"' not in key and "\\" not in key:
@@ -327,9 +334,9 @@ class Walk:
         """The keys and values of a map."""
         for key, item in entries.items():
             if key_kind == _STRING and len(key) > MAX_STRING_CHARS:
-                self.too_long(f"{path}{_key(key)}", key, MAX_STRING_CHARS)
+                self.too_long(f"{path}{key_path(key)}", key, MAX_STRING_CHARS)
             if element != _SCALAR:
-                self.item(element, item, f"{path}{_key(key)}")
+                self.item(element, item, f"{path}{key_path(key)}")
 
     def item(self, kind: int, value: object, path: str) -> None:
         """One value of a field (or element of a repeated field, or map value) of ``kind``."""
@@ -392,10 +399,10 @@ class Walk:
         for key, value in fields.items():
             # Paths are built only for what is reported or walked further.
             if measure and len(key) > MAX_STRING_CHARS:
-                self.too_long(f"{path}.fields{_key(key)}", key, MAX_STRING_CHARS)
+                self.too_long(f"{path}.fields{key_path(key)}", key, MAX_STRING_CHARS)
             kind = value.WhichOneof("kind")
             if kind in _NESTED or (measure and kind == "string_value"):
-                self.value(value, f"{path}.fields{_key(key)}", depth)
+                self.value(value, f"{path}.fields{key_path(key)}", depth)
 
     def list(self, values: struct_pb2.ListValue, path: str, depth: int) -> None:
         elements = values.values

@@ -47,11 +47,19 @@ def validate_evaluation(evaluation: evaluation_pb2.Evaluation, path: str) -> lis
     return violations + out_of_range
 
 
+_PROBLEMS_IN_MESSAGE = 5
+
+
 def raise_if_invalid(violations: list[FieldViolation], what: str) -> None:
+    """INVALID_ARGUMENT listing ``violations``: the first :data:`limits.MAX_VIOLATIONS` in the
+    BadRequest and the first few in the message, which counts them all, so that a request with
+    thousands of problems does not get an error of thousands of lines."""
     if violations:
         count = len(violations)
+        listed = "; ".join(f"{v.field}: {v.description}" for v in violations[:_PROBLEMS_IN_MESSAGE])
+        more = count - _PROBLEMS_IN_MESSAGE
         raise ServiceError.invalid_argument(
-            f"The {what} is invalid ({count} problem{'s' if count > 1 else ''}): "
-            + "; ".join(f"{v.field}: {v.description}" for v in violations),
-            violations,
+            f"The {what} is invalid ({count} problem{'s' if count > 1 else ''}): {listed}"
+            + (f"; and {more} more" if more > 0 else ""),
+            violations[: limits.MAX_VIOLATIONS],
         )

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from google.protobuf import descriptor, json_format
 
 from ces_eval import schema
-from ces_eval.core.limits import MAX_MESSAGE_NESTING
+from ces_eval.core.limits import MAX_MESSAGE_NESTING, shown
 from ces_eval.errors import FieldViolation, ServiceError
 
 if TYPE_CHECKING:
@@ -174,7 +174,9 @@ def _check_message(
         field = by_json.get(key) or message.fields_by_name.get(key)
         if field is None:
             out.append(
-                FieldViolation(_join(path, key), f"Unknown field {key!r} in {message.name}.")
+                FieldViolation(
+                    _join(path, shown(key)), f"Unknown field {shown(key)!r} in {message.name}."
+                )
             )
             continue
         where = _join(path, field.name)
