@@ -41,7 +41,7 @@ from google.rpc import error_details_pb2, status_pb2
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from ces_eval.core.limits import MAX_REQUEST_BYTES
+from ces_eval.core.limits import MAX_REQUEST_BYTES, MAX_VIOLATIONS
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2_grpc as emulator_grpc
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
@@ -711,13 +711,14 @@ def test_an_error_with_a_thousand_violations_reaches_a_grpc_client(clients: Clie
     _, fields = _grpc_refusal(raised.value, "evaluation", request.ByteSize())
     assert fields[0] in {"evaluation.golden.turns", "evaluation.golden.turns[0].steps"}
     assert len(raised.value.details().encode()) <= 512
-    # Over REST the whole error fits: every violation is there.
+    # Over REST the error carries the first MAX_VIOLATIONS of them, and its message counts all.
     response = clients.http.post(
         f"/v1beta/{_fresh_app()}/evaluations",
         content=json_format.MessageToJson(evaluation),
         headers=JSON_HEADERS,
     )
-    assert len(_rest_refusal(response, "evaluation", 0)[1]) > 1_000
+    assert len(_rest_refusal(response, "evaluation", 0)[1]) == MAX_VIOLATIONS
+    assert "more" in response.json()["error"]["message"]
 
 
 @pytest.mark.parametrize(
