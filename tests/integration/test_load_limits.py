@@ -349,7 +349,7 @@ def test_rest_x_server_timeout_gives_504_and_an_invalid_one_400(limited: Running
 
 
 def _mcp_call(base: str, tool: str, arguments: dict[str, Any]) -> httpx.Response:
-    with httpx.Client(base_url=base, timeout=60) as http:
+    with httpx.Client(base_url=base, timeout=120) as http:
         return http.post(
             "/mcp",
             headers={"accept": ACCEPT},
@@ -366,11 +366,17 @@ def test_mcp_beyond_the_limit_is_429_with_a_json_rpc_error(limited: RunningServe
     base = limited.http_base
     name = running_operation(limited.database)
     probe = {"name": f"{LOCATION}/operations/x"}
+
+    def hold() -> httpx.Response:
+        # A holder that arrives while a probe has a slot is refused itself: it comes back until
+        # it is admitted, so that in the end every slot is held by a waiting call.
+        while True:
+            response = _mcp_call(base, "wait_operation", {"name": name, "timeout": "60s"})
+            if response.status_code != 429:
+                return response
+
     with ThreadPoolExecutor(LIMIT) as pool:
-        holders = [
-            pool.submit(_mcp_call, base, "wait_operation", {"name": name, "timeout": "60s"})
-            for _ in range(LIMIT)
-        ]
+        holders = [pool.submit(hold) for _ in range(LIMIT)]
 
         def refused() -> httpx.Response | None:
             response = _mcp_call(base, "get_operation", probe)
