@@ -262,6 +262,14 @@ def rest_pair_admitted(base: str, database: Path, pool: ThreadPoolExecutor) -> b
     return all(h.result().status_code == 200 for h in holders)
 
 
+def _admitted_post(base: str, path: str) -> httpx.Response:
+    """A slow write that comes back while a probe holds the slot it needs, until admitted."""
+    while True:
+        response = _post(base, path, golden("slow"))
+        if response.status_code != 429:
+            return response
+
+
 def _disconnecting_import(base: str, evaluation_id: str) -> socket.socket:
     """Send ImportEvaluations over a raw connection and return the socket, unread."""
     host, port = base.removeprefix("http://").rsplit(":", 1)
@@ -282,7 +290,7 @@ def test_rest_beyond_the_limit_is_429_and_a_gone_client_gives_its_slot_back(
     with ThreadPoolExecutor(4) as pool, httpx.Client(base_url=base, timeout=30) as http:
         lock = WriteLock(limited.database)
         try:
-            writer = pool.submit(_post, base, EVALUATIONS + "?evaluationId=slow", golden("slow"))
+            writer = pool.submit(_admitted_post, base, EVALUATIONS + "?evaluationId=slow")
             gone = _disconnecting_import(base, "abandoned")
             refused = poll(lambda: rest_refusal(http), "refused a third call")
             assert refused.headers["retry-after"] == "1"
