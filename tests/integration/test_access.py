@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.surfaces.mcp_tools import tool_specs
 from tests.support.load import golden_evaluation
-from tests.support.server import RunningServer, serve_command, start_server
+from tests.support.server import RunningServer, run_serve, start_server
 from tests.support.tokens import ADMIN, ALICE, BOB, READER, guarded_server
 
 PROJECT_A = "projects/proj-a"
@@ -486,22 +485,18 @@ def test_admin_and_owner_work_on_all_three_surfaces(server: RunningServer, owned
             assert result["structuredContent"]["name"] == owned.evaluation.name
 
 
-def _serve(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    command = serve_command(f"sqlite:///{tmp_path / 'x.db'}", *extra)
-    return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
-
-
 def test_a_public_address_needs_tokens_or_an_explicit_opt_out(tmp_path: Path) -> None:
-    refused = _serve(tmp_path, "--host", "0.0.0.0")  # noqa: S104 - the case under test
+    database = f"sqlite:///{tmp_path / 'x.db'}"
+    refused = run_serve(database, "--host", "0.0.0.0")  # noqa: S104 - the case under test
     assert refused.returncode == 2
     assert "refusing to serve 0.0.0.0 without authentication" in refused.stderr
     for workers in ("1", "2"):
-        refused = _serve(tmp_path, "--host", "0.0.0.0", "--workers", workers)  # noqa: S104
+        refused = run_serve(database, "--host", "0.0.0.0", "--workers", workers)  # noqa: S104
         assert refused.returncode == 2, refused.stderr
     tokens = tmp_path / "tokens.json"
     tokens.write_text('{"tokens": []}')
     tokens.chmod(0o600)
-    broken = _serve(tmp_path, "--auth-tokens", str(tokens))
+    broken = run_serve(database, "--auth-tokens", str(tokens))
     assert broken.returncode == 2
     assert "tokens must be a non-empty list" in broken.stderr
     assert not (tmp_path / "x.db").exists()  # refused before touching the database

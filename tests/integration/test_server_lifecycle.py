@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import subprocess
 from pathlib import Path
 
 import grpc
@@ -17,7 +16,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
 )
 from tests.support.load import CreateLoad, golden_evaluation, list_names
-from tests.support.server import RunningServer, serve_command, start_server
+from tests.support.server import RunningServer, run_serve, start_server
 
 APP = "projects/p/locations/l/apps/a"
 
@@ -114,13 +113,7 @@ def test_acknowledged_writes_survive_sigkill(tmp_path: Path) -> None:
 
 
 def test_a_second_server_on_the_same_sqlite_file_is_refused(server: RunningServer) -> None:
-    second = subprocess.run(
-        serve_command(f"sqlite:///{server.database}"),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    second = run_serve(f"sqlite:///{server.database}")
     assert second.returncode == 1
     assert "in use by another ces-eval server" in second.stderr
     assert "Traceback" not in second.stderr

@@ -35,7 +35,7 @@ from ces_eval.workers import RESTART_LIMIT
 from tests.integration.test_official_client import check_steps, run_scenario
 from tests.support.datasets import seed_large
 from tests.support.load import FRESH_CONNECTION, CreateLoad, golden_evaluation, list_names
-from tests.support.server import RunningServer, serve_command, start_server
+from tests.support.server import RunningServer, run_serve, start_server
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="SO_REUSEPORT balancing and /proc are Linux's"
@@ -237,13 +237,7 @@ def test_sigterm_drains_every_worker_and_exits_zero(tmp_path: Path) -> None:
 
 def test_a_second_server_on_the_same_sqlite_file_is_refused(group: RunningServer) -> None:
     for extra in ([], ["--workers", "2"]):
-        second = subprocess.run(
-            serve_command(f"sqlite:///{group.database}", *extra),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        second = run_serve(f"sqlite:///{group.database}", *extra)
         assert second.returncode == 1
         assert "in use by another ces-eval server" in second.stderr
         assert "Traceback" not in second.stderr
@@ -395,25 +389,12 @@ def test_a_port_taken_by_another_program_is_reported(tmp_path: Path) -> None:
     with socket.socket() as taken:  # no SO_REUSEPORT: the port cannot be shared
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        completed = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "ces_eval.cli",
-                "serve",
-                "--grpc-port",
-                str(taken.getsockname()[1]),
-                "--http-port",
-                "0",
-                "--database",
-                f"sqlite:///{tmp_path / 'db.sqlite'}",
-                "--workers",
-                "2",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
+        completed = run_serve(
+            f"sqlite:///{tmp_path / 'db.sqlite'}",
+            "--grpc-port",
+            str(taken.getsockname()[1]),
+            "--workers",
+            "2",
         )
     assert completed.returncode == 1
     assert "cannot bind gRPC to 127.0.0.1" in completed.stderr
@@ -423,22 +404,7 @@ def test_a_port_taken_by_another_program_is_reported(tmp_path: Path) -> None:
 
 
 def test_workers_need_a_database_file() -> None:
-    completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ces_eval.cli",
-            "serve",
-            "--database",
-            "sqlite:///:memory:",
-            "--workers",
-            "2",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    completed = run_serve("sqlite:///:memory:", "--workers", "2")
     assert completed.returncode == 1
     assert ":memory:" in completed.stderr
 

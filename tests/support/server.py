@@ -18,7 +18,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["RunningServer", "serve_command", "start_server"]
+__all__ = ["RunningServer", "run_serve", "serve_command", "start_server"]
 
 _READY_LINE = re.compile(r"serving gRPC on (\S+):(\d+) and HTTP on http://(\S+):(\d+)")
 
@@ -84,6 +84,18 @@ def serve_command(database_url: str, *extra: str) -> list[str]:
         database_url,
         *extra,
     ]
+
+
+def run_serve(database_url: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    """``ces-eval serve`` run to its end, for servers that must refuse to start: its exit
+    status and output."""
+    return subprocess.run(
+        serve_command(database_url, *extra),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def start_server(
