@@ -1,4 +1,5 @@
-# ces-eval developer entry points. `make serve` and `make test` work on a fresh machine.
+# ces-eval developer entry points. `make serve` and `make test` work on a fresh machine: `make serve`
+# needs only Python (it installs the package into .venv), `make test` installs the whole toolchain.
 PYTHON ?= python3
 VENV := .venv
 CLIENT_VENV := .venv-client
@@ -10,18 +11,30 @@ OFFICIAL_CLIENT := google-cloud-ces==0.7.2
 
 .PHONY: setup postgres generate check-generated lint format typecheck unit test serve bench clean
 
+# The development toolchain: .venv with the dev extras, the official client's .venv-client, and
+# node_modules (buf, the Node.js test client): what test, lint, typecheck, unit, generate and bench
+# need. serve needs none of it.
 setup: $(VENV)/.installed $(CLIENT_VENV)/.installed node_modules/.installed
+
+# Two stamps in one .venv: .installed-runtime (the package and its dependencies, what `make serve`
+# needs) and .installed (plus the dev extras). The dev install satisfies both, so `make serve` after
+# `make test` installs nothing, and `make test` after `make serve` adds the dev extras.
+$(VENV)/.installed-runtime: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install -e .
+	touch $@
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
-	touch $@
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install -e '.[dev]'
+	touch $@ $(VENV)/.installed-runtime
 
 $(CLIENT_VENV)/.installed: Makefile
 	$(PYTHON) -m venv $(CLIENT_VENV)
-	$(CLIENT_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(CLIENT_VENV)/bin/python -m pip install --quiet '$(OFFICIAL_CLIENT)'
+	$(CLIENT_VENV)/bin/python -m pip install --upgrade pip
+	$(CLIENT_VENV)/bin/python -m pip install '$(OFFICIAL_CLIENT)'
 	touch $@
 
 node_modules/.installed: package.json package-lock.json
@@ -62,7 +75,7 @@ unit: setup build/third_party postgres
 
 test: check-generated lint typecheck unit
 
-serve: setup
+serve: $(VENV)/.installed-runtime
 	$(VENV)/bin/ces-eval serve
 
 # Throughput and latency of ces-eval against bare floors on this machine (bench/README.md): loads
