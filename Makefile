@@ -50,10 +50,10 @@ build/third_party: $(VENV)/.installed
 	$(PY) tools/stage_protos.py build/third_party
 
 generate: setup
-	$(PY) tools/generate.py
+	$(PY) tools/generate.py --client-python $(CLIENT_VENV)/bin/python
 
 check-generated: setup
-	$(PY) tools/generate.py --check
+	$(PY) tools/generate.py --check --client-python $(CLIENT_VENV)/bin/python
 
 lint: setup build/third_party
 	$(VENV)/bin/ruff check src tests tools bench

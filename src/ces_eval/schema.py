@@ -6,9 +6,12 @@ there is no hand-kept list of methods or fields anywhere else (GUIDE §7.5).
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING
+from importlib import resources
+from typing import TYPE_CHECKING, Any
 
 from google.api import annotations_pb2, http_pb2
 from google.longrunning import operations_proto_pb2
@@ -20,13 +23,20 @@ if TYPE_CHECKING:
     from google.protobuf import descriptor
 
 __all__ = [
+    "OFFICIAL_ROUTES",
     "OPERATIONS",
     "SPECIAL_JSON_TYPES",
     "WRAPPER_TYPES",
     "HttpBinding",
+    "OfficialBinding",
+    "OfficialMethod",
+    "OfficialRoutes",
     "http_bindings",
     "http_rule",
+    "method_path",
+    "official_routes",
     "services",
+    "unserved_bindings",
 ]
 
 # google.protobuf wrapper messages: JSON and query parameters carry their bare value.
@@ -116,3 +126,80 @@ def http_bindings() -> tuple[HttpBinding, ...]:
             if rule is not None:
                 found += _bindings(method, rule)
     return tuple(found)
+
+
+def method_path(method: descriptor.MethodDescriptor) -> str:
+    """The gRPC path of ``method`` (``/package.Service/Method``): the key of the core's handlers
+    and of the official routes."""
+    return f"/{method.containing_service.full_name}/{method.name}"
+
+
+# The official client's methods and routes, written by tools/official_routes.py (make generate).
+OFFICIAL_ROUTES = "official_routes.json"
+
+
+@dataclass(frozen=True)
+class OfficialBinding:
+    """One HTTP binding of an official method, as Google's client sends it."""
+
+    path: str  # the method's gRPC path
+    verb: str
+    template: str
+    body: str
+
+
+@dataclass(frozen=True)
+class OfficialMethod:
+    """One method Google's client calls: an EvaluationService RPC or a mixin's."""
+
+    name: str
+    service: str
+    path: str
+    client_method: str  # the client's Python method, e.g. ``run_evaluation``
+    bindings: tuple[OfficialBinding, ...]
+
+
+@dataclass(frozen=True)
+class OfficialRoutes:
+    client: str  # distribution and version of the client they were read from
+    methods: tuple[OfficialMethod, ...]
+
+
+def _official_method(entry: dict[str, Any]) -> OfficialMethod:
+    path = str(entry["path"])
+    return OfficialMethod(
+        name=str(entry["name"]),
+        service=str(entry["service"]),
+        path=path,
+        client_method=str(entry["client_method"]),
+        bindings=tuple(
+            OfficialBinding(path, str(b["verb"]), str(b["template"]), str(b["body"]))
+            for b in entry["http"]
+        ),
+    )
+
+
+@cache
+def official_routes() -> OfficialRoutes:
+    """The official client's methods, sorted by gRPC path. Read as package data (it ships in the
+    wheel beside the descriptor set), never from the source tree."""
+    text = resources.files("ces_eval.generated").joinpath(OFFICIAL_ROUTES).read_text("utf-8")
+    document = json.loads(text)
+    client = document["client"]
+    return OfficialRoutes(
+        client=f"{client['distribution']} {client['version']}",
+        methods=tuple(_official_method(entry) for entry in document["methods"]),
+    )
+
+
+def unserved_bindings(bindings: Iterable[HttpBinding] | None = None) -> tuple[OfficialBinding, ...]:
+    """The official bindings of every method that none of ``bindings`` (default: all of ours,
+    :func:`http_bindings`) binds: a method is served on REST as soon as our descriptors bind its
+    gRPC path, whatever its official templates."""
+    served = {method_path(b.method) for b in (http_bindings() if bindings is None else bindings)}
+    return tuple(
+        binding
+        for method in official_routes().methods
+        if method.path not in served
+        for binding in method.bindings
+    )

@@ -153,14 +153,21 @@ class Transcoder:
             if caller.principal is not None:
                 # A wrong verb on a foreign resource is still a foreign resource: answer 403,
                 # as for every other request a restricted token makes outside its projects.
+                # An unserved official route has no method to authorize against (see below).
                 other = self._router.resolve(resolved[0], raw_path.split("?", 1)[0])
-                if not isinstance(other, list):
+                if isinstance(other, tuple):
                     authorize_values(caller.principal, other[0].binding.method, other[1])
             raise _HttpError(
                 errors.method_not_allowed(verb, raw_path, resolved),
                 status=405,
                 headers=[(b"allow", ", ".join(resolved).encode())],
             )
+        if not isinstance(resolved, tuple):
+            # An official method this server does not serve yet (router.UnservedRoute): 501
+            # naming it, as gRPC answers, before the body is read. Our descriptors do not declare
+            # it, so the per-project authorization (which reads the method's resource fields)
+            # cannot apply; the caller did authenticate above, and nothing is read or written.
+            raise ServiceError.unimplemented(resolved.path.lstrip("/"))
         route, variables = resolved
         if caller.principal is not None:
             authorize_values(caller.principal, route.binding.method, variables)

@@ -1,8 +1,12 @@
 """Routes built once at start from every ``google.api.http`` binding of the services.
 
 Each binding's template is parsed and compiled (a bad template stops the server at start with the
-template and the reason). Resolution answers a method and the path variables, or the methods the
-path allows (405), or nothing (404).
+template and the reason). Resolution answers a method and the path variables, or an official route
+this server does not serve yet (501), or the methods the path allows (405), or nothing (404).
+
+The official routes come from Google's client (``schema.official_routes``): every binding of a
+method whose gRPC path none of our bindings binds. They answer UNIMPLEMENTED naming the method, as
+gRPC does, rather than 404, which would read like a missing resource. Our own routes come first.
 """
 
 from __future__ import annotations
@@ -13,14 +17,13 @@ from typing import TYPE_CHECKING
 
 from google.protobuf import message_factory
 
+from ces_eval import schema
 from ces_eval.transcoding.templates import PathTemplate, TemplateError, parse_template
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message
 
-    from ces_eval import schema
-
-__all__ = ["Route", "Router"]
+__all__ = ["Route", "Router", "UnservedRoute"]
 
 
 @dataclass(frozen=True)
@@ -34,27 +37,55 @@ class Route:
     @property
     def path(self) -> str:
         """gRPC-style method path, the key of the core's handlers."""
-        method = self.binding.method
-        return f"/{method.containing_service.full_name}/{method.name}"
+        return schema.method_path(self.binding.method)
+
+
+@dataclass(frozen=True)
+class UnservedRoute:
+    """An official binding of a method this server does not serve yet. It has no method
+    descriptor (our descriptors do not declare it), so nothing is parsed: it answers 501."""
+
+    binding: schema.OfficialBinding
+    template: PathTemplate
+
+    @property
+    def path(self) -> str:
+        """The official method's gRPC path."""
+        return self.binding.path
+
+
+def _compile(template: str, method: str, verb: str) -> PathTemplate:
+    try:
+        return parse_template(template)
+    except TemplateError as error:
+        raise TemplateError(template, f"{method} ({verb}): {error.reason}") from error
 
 
 class Router:
-    def __init__(self, bindings: Sequence[schema.HttpBinding]) -> None:
+    def __init__(
+        self,
+        bindings: Sequence[schema.HttpBinding],
+        unserved: Sequence[schema.OfficialBinding] | None = None,
+    ) -> None:
+        """``unserved``: the official bindings answering 501 (default: those of every official
+        method that ``bindings`` does not bind, :func:`ces_eval.schema.unserved_bindings`)."""
         routes: list[Route] = []
         for binding in bindings:
-            try:
-                template = parse_template(binding.template)
-            except TemplateError as error:
-                raise TemplateError(
-                    binding.template, f"{binding.method.full_name} ({binding.verb}): {error.reason}"
-                ) from error
+            template = _compile(binding.template, binding.method.full_name, binding.verb)
             request_class = message_factory.GetMessageClass(binding.method.input_type)
             routes.append(Route(binding, template, request_class))
         self.routes = tuple(routes)
+        if unserved is None:
+            unserved = schema.unserved_bindings(bindings)
+        self.unserved = tuple(
+            UnservedRoute(b, _compile(b.template, b.path.lstrip("/"), b.verb)) for b in unserved
+        )
 
-    def resolve(self, verb: str, raw_path: str) -> tuple[Route, dict[str, str]] | list[str]:
-        """The route and variables for ``verb raw_path``, else the verbs its path allows
-        (empty when no binding has this path)."""
+    def resolve(
+        self, verb: str, raw_path: str
+    ) -> tuple[Route, dict[str, str]] | UnservedRoute | list[str]:
+        """The route and variables for ``verb raw_path``, else the unserved official route it
+        names, else the verbs its path allows (empty when no binding has this path)."""
         allowed: list[str] = []
         for route in self.routes:
             variables = route.template.match(raw_path)
@@ -64,4 +95,11 @@ class Router:
                 return route, variables
             if route.binding.verb not in allowed:
                 allowed.append(route.binding.verb)
+        for unserved in self.unserved:
+            if unserved.template.match(raw_path) is None:
+                continue
+            if unserved.binding.verb == verb:
+                return unserved
+            if unserved.binding.verb not in allowed:
+                allowed.append(unserved.binding.verb)
         return allowed

@@ -1,0 +1,141 @@
+"""README's methods table is ``ces_eval.methods.markdown_table()`` and says what the server serves.
+
+The second half reads the table from README itself and asks a real ``ces-eval serve``: every
+method that gRPC reflection lists has a row; a row marked served answers its gRPC path and each
+of its HTTP routes with anything but UNIMPLEMENTED / 501 (or 404 / 405 for the route); a row
+marked "not yet" answers UNIMPLEMENTED on gRPC and 501 on every route it lists.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+from google.protobuf import descriptor_pool
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+    ProtoReflectionDescriptorDatabase,
+)
+
+from ces_eval.methods import NOT_SERVED, SERVED, markdown_table
+from tests.support.server import RunningServer, start_server
+from tests.unit.test_official_routes import sample_path
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+BEGIN, END = "<!-- methods:begin -->\n", "<!-- methods:end -->"
+_CODE = re.compile(r"`([^`]+)`")
+# Services the server adds beside the API (server.py); they are not API methods.
+_INFRASTRUCTURE = ("grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection")
+
+
+@dataclass(frozen=True)
+class Row:
+    path: str  # "/package.Service/Method"
+    bindings: tuple[tuple[str, str], ...]  # (verb, template)
+    served: bool
+
+
+def readme_table() -> str:
+    text = README.read_text(encoding="utf-8")
+    assert text.count(BEGIN) == 1, "README needs one methods:begin marker"
+    assert text.count(END) == 1, "README needs one methods:end marker"
+    return text.split(BEGIN, 1)[1].split(END, 1)[0]
+
+
+def readme_rows() -> list[Row]:
+    rows = []
+    for line in readme_table().splitlines()[2:]:
+        method, http, _tool, status = (cell.strip() for cell in line.strip("|").split(" | "))
+        assert status in {SERVED, NOT_SERVED}, line
+        bindings = tuple(
+            (verb, template)
+            for verb, template in (code.split(" ", 1) for code in _CODE.findall(http))
+        )
+        rows.append(Row("/" + _CODE.findall(method)[0], bindings, status == SERVED))
+    return rows
+
+
+def test_readme_table_is_the_generated_table() -> None:
+    assert readme_table() == markdown_table(), (
+        "README's methods table is stale: paste ces_eval.methods.markdown_table() "
+        "(ces-eval describe --markdown) between the markers"
+    )
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    server = start_server(tmp_path_factory.mktemp("readme") / "ces-eval.db")
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+def grpc_code(channel: grpc.Channel, path: str) -> grpc.StatusCode:
+    """The status of an empty request to ``path`` (OK when it succeeds)."""
+    try:
+        channel.unary_unary(path)(b"", timeout=30)
+    except grpc.RpcError as error:
+        code: grpc.StatusCode = error.code()
+        return code
+    return grpc.StatusCode.OK
+
+
+def rest_answer(server: RunningServer, verb: str, template: str) -> tuple[int, str]:
+    """HTTP status and ErrorInfo reason ("" on success) for ``verb`` on a path of
+    ``template``, with an empty JSON body where the verb takes one."""
+    request = urllib.request.Request(
+        server.http_base + sample_path(template),
+        data=b"{}" if verb in {"POST", "PATCH"} else None,
+        method=verb,
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, ""
+    except urllib.error.HTTPError as error:
+        details = json.loads(error.read())["error"]["details"]
+        reasons = [d["reason"] for d in details if d["@type"].endswith("ErrorInfo")]
+        return error.code, reasons[0]
+
+
+def test_every_reflected_method_has_a_row(running: RunningServer) -> None:
+    rows = {row.path for row in readme_rows()}
+    with grpc.insecure_channel(running.grpc_target) as channel:
+        database = ProtoReflectionDescriptorDatabase(channel)
+        pool = descriptor_pool.DescriptorPool(database)
+        services = [s for s in database.get_services() if s not in _INFRASTRUCTURE]
+        assert services
+        reflected = {
+            f"/{name}/{method.name}"
+            for name in services
+            for method in pool.FindServiceByName(name).methods
+        }
+    assert reflected <= rows, sorted(reflected - rows)
+
+
+def test_served_rows_are_what_the_server_serves(running: RunningServer) -> None:
+    rows = readme_rows()
+    assert any(row.served for row in rows)
+    assert any(not row.served for row in rows)
+    with grpc.insecure_channel(running.grpc_target) as channel:
+        answered = {
+            row.path
+            for row in rows
+            if grpc_code(channel, row.path) is not grpc.StatusCode.UNIMPLEMENTED
+        }
+    assert {row.path for row in rows if row.served} == answered
+    for row in rows:
+        for verb, template in row.bindings:
+            status, reason = rest_answer(running, verb, template)
+            if row.served:
+                assert status != 501, (row.path, verb, template)
+                assert reason not in {"PATH_NOT_FOUND", "METHOD_NOT_ALLOWED"}, (row.path, verb)
+            else:
+                assert (status, reason) == (501, "METHOD_NOT_IMPLEMENTED"), (row.path, verb)
