@@ -29,10 +29,10 @@ from ces_eval.core.service import Core, handlers
 from ces_eval.storage.sqlite import SqliteStorage
 from ces_eval.transcoding.app import MAX_BODY_BYTES, Transcoder
 from ces_eval.transcoding.router import Router, UnservedRoute
+from tests.support.contract import CLIENT_PYTHON
 from tests.support.tokens import ALICE, write_token_file
 
 ROOT = Path(__file__).resolve().parents[2]
-CLIENT_PYTHON = ROOT / ".venv-client" / "bin" / "python"
 JSON_FILE = ROOT / "src" / "ces_eval" / "generated" / "official_routes.json"
 EVALUATION_SERVICE = "google.cloud.ces.v1beta.EvaluationService"
 APP = "/v1beta/projects/p/locations/l/apps/a"
