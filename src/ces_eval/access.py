@@ -120,7 +120,7 @@ class Tokens:
         try:
             document = yaml.safe_load(text)
         except yaml.YAMLError as error:
-            raise TokenFileError(f"{path}: not valid YAML/JSON: {error}") from error
+            raise TokenFileError(f"{path}: not valid YAML/JSON: {_yaml_problem(error)}") from error
         tokens = cls.parse(document, str(path))
         plain = any(isinstance(e, dict) and "token" in e for e in document["tokens"])
         if plain and mode & (stat.S_IRWXG | stat.S_IRWXO):
@@ -170,6 +170,15 @@ class Tokens:
             "The request's credentials are not valid.",
             "ACCESS_TOKEN_INVALID",
         )
+
+
+def _yaml_problem(error: yaml.YAMLError) -> str:
+    """The parser's complaint on one line, with where it was found."""
+    if isinstance(error, yaml.MarkedYAMLError) and error.problem:
+        mark = error.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        return f"{error.problem}{where}"
+    return " ".join(str(error).split())
 
 
 def _entry(entry: Any, at: str) -> tuple[str, Principal]:  # noqa: ANN401 - parsed YAML

@@ -1,21 +1,45 @@
-"""The ``ces-eval`` command."""
+"""The ``ces-eval`` command.
+
+Every ``serve`` option is a flag and an environment variable, ``CES_EVAL_<FLAG>``
+(``--grpc-port`` is ``CES_EVAL_GRPC_PORT``; switches take ``1``/``true``/``yes``/``on`` or
+``0``/``false``/``no``/``off``): a flag beats the variable, the variable beats the default.
+A bad value, from either, is one line naming it and exit status 2, as is any other start-up
+mistake (:class:`ces_eval.server.StartupError`); ``--log-level debug`` adds the traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import os
 import socket
 import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
-from ces_eval import __version__, schema
-from ces_eval.server import ServerConfig, preflight, serve
+from ces_eval import __version__, logs, schema
+from ces_eval.server import ExitStatus, ServerConfig, StartupError, preflight, serve
 
-__all__ = ["main"]
+__all__ = ["ENV_PREFIX", "main", "parse"]
+
+ENV_PREFIX = "CES_EVAL_"
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off", ""})
+_SCHEMES = ("sqlite:///", "postgresql://", "postgres://")
+_log = logging.getLogger("ces_eval")
 
 
-def _describe(_: argparse.Namespace) -> int:
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: the problem and where to read more, no usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(ExitStatus.CONFIGURATION, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _describe(args: argparse.Namespace) -> int:
     """Print every method with its HTTP binding, as read from the descriptors."""
     for binding in schema.http_bindings():
         body = f"  body={binding.body}" if binding.body else ""
@@ -25,12 +49,7 @@ def _describe(_: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     several = args.workers > 1 or args.worker_of is not None
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s"
-        + ("[%(process)d]" if several else "")
-        + ": %(message)s",
-    )
+    logs.configure(args.log_level, args.log_format, with_pid=several)
     config = ServerConfig(
         host=args.host,
         grpc_port=args.grpc_port,
@@ -41,48 +60,245 @@ def _serve(args: argparse.Namespace) -> int:
         auth_tokens=Path(args.auth_tokens) if args.auth_tokens else None,
         allow_unauthenticated=args.allow_unauthenticated,
         max_concurrent_requests=args.max_concurrent_requests,
+        log_level=args.log_level,
+        log_format=args.log_format,
     )
-    if args.workers > 1 and args.worker_of is None:
-        # Checked before any worker starts: a refusal must not become a restart loop.
-        _, problem = preflight(config)
-        if problem is not None:
-            print(f"ces-eval: {problem}", file=sys.stderr, flush=True)
-            return 2
-    if args.worker_of is not None:  # started by a supervisor (below), never by hand
-        return asyncio.run(serve(config, worker_of=socket.socket(fileno=args.worker_of)))
-    if args.workers > 1:
-        # Imported here: a single-process server does not need the supervisor.
-        from ces_eval.workers import supervise  # noqa: PLC0415
+    try:
+        if args.worker_of is not None:  # started by a supervisor (below), never by hand
+            return asyncio.run(serve(config, worker_of=socket.socket(fileno=args.worker_of)))
+        if args.workers > 1:
+            # Imported here: a single-process server does not need the supervisor.
+            from ces_eval.workers import supervise  # noqa: PLC0415
 
-        return asyncio.run(supervise(config, args.workers))
-    return asyncio.run(serve(config))
+            # Checked before any worker starts: a refusal must not become a restart loop.
+            preflight(config)
+            return asyncio.run(supervise(config, args.workers))
+        return asyncio.run(serve(config))
+    except StartupError as error:
+        _log.debug("start-up failed", exc_info=True)
+        print(f"ces-eval: {error}", file=sys.stderr, flush=True)
+        return error.status
+    except Exception as error:  # noqa: BLE001 - one line, not a traceback, unless debugging
+        _log.debug("stopped by an unexpected error", exc_info=True)
+        print(
+            f"ces-eval: stopped by an unexpected error: {type(error).__name__}: {error} "
+            "(--log-level debug shows the traceback)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return ExitStatus.FAILED
+
+
+def _bounded(kind: str, low: int, high: int, note: str = "") -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not {kind}: expected a whole number from {low} to {high}{note}"
+            )
+        return value
+
+    return parse
+
+
+_port = _bounded("a port", 0, 65535, " (0: the system picks a free one)")
+_request_limit = _bounded("a request limit", 1, 1_000_000)
 
 
 def _worker_count(text: str) -> int:
-    value = int(text)
-    if not 1 <= value <= 256:
-        raise argparse.ArgumentTypeError("must be between 1 and 256")
+    value = _bounded("a worker count", 1, 256)(text)
     if value > 1 and not hasattr(socket, "SO_REUSEPORT"):
         raise argparse.ArgumentTypeError("needs SO_REUSEPORT, which this system lacks")
     return value
 
 
-def _request_limit(text: str) -> int:
-    value = int(text)
-    if not 1 <= value <= 1_000_000:
-        raise argparse.ArgumentTypeError("must be between 1 and 1000000")
-    return value
-
-
 def _positive_seconds(text: str) -> float:
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
     if not 0.3 <= value <= 86_400:
-        raise argparse.ArgumentTypeError("must be between 0.3 and 86400 seconds")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a lease: expected seconds from 0.3 to 86400"
+        )
     return value
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+def _database_url(text: str) -> str:
+    if text.startswith(_SCHEMES) and text not in _SCHEMES:
+        return text
+    hint = f"; for a SQLite file write sqlite:///{text}" if "://" not in text and text else ""
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a database URL: expected sqlite:///path/to/file.db, "
+        f"sqlite:///:memory: or postgresql://user@host:port/database{hint}"
+    )
+
+
+def _host(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the address to bind is empty")
+    return text.strip()
+
+
+def _switch(text: str) -> bool:
+    value = text.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a switch: expected 1/true/yes/on or 0/false/no/off"
+    )
+
+
+@dataclass(frozen=True)
+class _FromEnvironment:
+    """An option's value as its variable gave it, checked only if no flag replaced it."""
+
+    name: str
+    text: str
+    action: argparse.Action
+
+    def value(self, parser: argparse.ArgumentParser) -> object:
+        action = self.action
+        switch = isinstance(action, argparse._StoreTrueAction)
+        convert: Callable[[str], object] = _switch if switch else (action.type or str)  # type: ignore[assignment]
+        try:
+            value = convert(self.text)
+        except (argparse.ArgumentTypeError, ValueError) as error:
+            parser.error(f"{self.name}: {error}")
+        if action.choices is not None and value not in action.choices:
+            choices = ", ".join(map(repr, action.choices))
+            parser.error(f"{self.name}: invalid choice: {self.text!r} (choose from {choices})")
+        return value
+
+
+def _environment(parser: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
+    """Document each option's variable and default in ``--help``, and make the variable's
+    value the default where it is set (checked by :func:`_resolve` as the flag's value would
+    be, unless a flag replaced it)."""
+    for action in parser._actions:
+        if not action.option_strings or action.help in (None, argparse.SUPPRESS):
+            continue
+        flag = max(action.option_strings, key=len)
+        if flag in {"--help", "--version"}:
+            continue
+        name = ENV_PREFIX + flag.lstrip("-").upper().replace("-", "_")
+        switch = isinstance(action, argparse._StoreTrueAction)
+        shown = "off" if switch else ("none" if action.default is None else action.default)
+        action.help = f"{action.help} [env {name}; default {shown}]"
+        if name in environ:
+            action.default = _FromEnvironment(name, environ[name], action)
+
+
+def _resolve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.Namespace:
+    for key, value in vars(args).items():
+        if isinstance(value, _FromEnvironment):
+            setattr(args, key, value.value(parser))
+    return args
+
+
+def _serve_parser(commands: argparse._SubParsersAction[_Parser]) -> argparse.ArgumentParser:
+    defaults = ServerConfig()
+    serve_parser = commands.add_parser(
+        "serve",
+        help="run the gRPC and HTTP server",
+        description="Serve the EvaluationService over gRPC, REST and MCP until SIGTERM or "
+        "Ctrl-C. Exit status: 0 stopped, 1 failed (database, workers, unexpected error), "
+        "2 bad configuration, 3 a port cannot be bound.",
+    )
+    add = serve_parser.add_argument
+    add("--host", type=_host, default=defaults.host, help="address to bind (both listeners)")
+    add(
+        "--grpc-port",
+        type=_port,
+        default=defaults.grpc_port,
+        metavar="PORT",
+        help="gRPC port; 0: the system picks a free one (printed in the ready line)",
+    )
+    add(
+        "--http-port",
+        type=_port,
+        default=defaults.http_port,
+        metavar="PORT",
+        help="HTTP port (REST, MCP at /mcp, /healthz, /openapi.json); 0: the system picks",
+    )
+    add(
+        "--database",
+        type=_database_url,
+        default=defaults.database,
+        metavar="URL",
+        help="sqlite:///path/to/file.db (SQLite, WAL), sqlite:///:memory: (gone when the "
+        "server stops), or postgresql://user:password@host:port/database shared by replicas",
+    )
+    add(
+        "--export-dir",
+        default=str(defaults.export_dir),
+        metavar="DIR",
+        help="folder standing in for Cloud Storage: gs://bucket/path is <export-dir>/bucket/path",
+    )
+    add(
+        "--operation-lease",
+        type=_positive_seconds,
+        default=defaults.operation_lease,
+        metavar="SECONDS",
+        help="how long a long-running operation outlives a replica that stopped renewing it "
+        "(renewed every third of this)",
+    )
+    add(
+        "--workers",
+        type=_worker_count,
+        default=1,
+        metavar="N",
+        help="serve from N worker processes sharing both ports (SO_REUSEPORT; Linux spreads "
+        "connections over them) under one supervisor; 1: a single process",
+    )
+    add(
+        "--auth-tokens",
+        metavar="FILE",
+        help="require a bearer token on every call; FILE maps each token to the projects it may "
+        "use, read-only or read-write (docs/security.md)",
+    )
+    add(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="serve a non-loopback --host without --auth-tokens (anyone who can connect may "
+        "read and change every project)",
+    )
+    add(
+        "--max-concurrent-requests",
+        type=_request_limit,
+        default=defaults.max_concurrent_requests,
+        metavar="N",
+        help="calls each surface (gRPC, REST, MCP) serves at once, per process; one more is "
+        "refused at once with RESOURCE_EXHAUSTED (HTTP 429, Retry-After)",
+    )
+    add(
+        "--log-level",
+        choices=logs.LEVELS,
+        default=defaults.log_level,
+        help="info: one request line per call; warning: none; debug: tracebacks too",
+    )
+    add(
+        "--log-format",
+        choices=logs.FORMATS,
+        default=defaults.log_format,
+        help="text lines, or one JSON object per line",
+    )
+    add("--worker-of", type=int, help=argparse.SUPPRESS)
+    serve_parser.set_defaults(run=_serve)
+    return serve_parser
+
+
+def parse(
+    argv: list[str] | None = None, environ: Mapping[str, str] | None = None
+) -> argparse.Namespace:
+    """The options of ``argv`` (default: the command line) over the ``CES_EVAL_*`` variables of
+    ``environ`` (default: the process environment); a bad value exits with status 2."""
+    parser = _Parser(
         prog="ces-eval",
         description="Local server for Google's CES EvaluationService (google.cloud.ces.v1beta).",
     )
@@ -90,61 +306,14 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     describe = commands.add_parser("describe", help="list the methods and their HTTP bindings")
     describe.set_defaults(run=_describe)
-    defaults = ServerConfig()
-    serve_parser = commands.add_parser("serve", help="run the gRPC and HTTP server")
-    serve_parser.add_argument("--host", default=defaults.host, help="address to bind")
-    serve_parser.add_argument("--grpc-port", type=int, default=defaults.grpc_port)
-    serve_parser.add_argument("--http-port", type=int, default=defaults.http_port)
-    serve_parser.add_argument(
-        "--database",
-        default=defaults.database,
-        help="database URL: sqlite:///./data/ces-eval.db (default), or "
-        "postgresql://user:password@host:port/database shared by several replicas",
-    )
-    serve_parser.add_argument(
-        "--export-dir",
-        default=str(defaults.export_dir),
-        help="folder standing in for Cloud Storage: gs://bucket/path is <export-dir>/bucket/path",
-    )
-    serve_parser.add_argument(
-        "--operation-lease",
-        type=_positive_seconds,
-        default=defaults.operation_lease,
-        metavar="SECONDS",
-        help="how long a long-running operation outlives a replica that stopped renewing it "
-        "(renewed every third of this; default %(default)s)",
-    )
-    serve_parser.add_argument(
-        "--workers",
-        type=_worker_count,
-        default=1,
-        metavar="N",
-        help="serve from N worker processes sharing both ports (SO_REUSEPORT; Linux spreads "
-        "connections over them) under one supervisor; default 1: a single process",
-    )
-    serve_parser.add_argument(
-        "--auth-tokens",
-        metavar="FILE",
-        help="require a bearer token on every call; FILE maps each token to the projects it may "
-        "use, read-only or read-write (docs/security.md)",
-    )
-    serve_parser.add_argument(
-        "--allow-unauthenticated",
-        action="store_true",
-        help="serve a non-loopback --host without --auth-tokens (anyone who can connect may "
-        "read and change every project)",
-    )
-    serve_parser.add_argument(
-        "--max-concurrent-requests",
-        type=_request_limit,
-        default=defaults.max_concurrent_requests,
-        metavar="N",
-        help="calls each surface (gRPC, REST, MCP) serves at once, per process; one more is "
-        "refused at once with RESOURCE_EXHAUSTED (HTTP 429, Retry-After); default %(default)s",
-    )
-    serve_parser.add_argument("--worker-of", type=int, help=argparse.SUPPRESS)
-    serve_parser.set_defaults(run=_serve)
-    args = parser.parse_args(argv)
+    serve_parser = _serve_parser(commands)
+    _environment(serve_parser, os.environ if environ is None else environ)
+    return _resolve(serve_parser, parser.parse_args(argv))
+
+
+def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """Run ``ces-eval`` (see :func:`parse`); its exit status."""
+    args = parse(argv, environ)
     result: int = args.run(args)
     return result
 

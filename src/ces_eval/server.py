@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
+import errno
 import ipaddress
 import logging
 import os
@@ -27,6 +29,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 import uvicorn
@@ -40,6 +43,7 @@ from ces_eval.admission import DEFAULT_LIMIT, Admission, Admitted
 from ces_eval.core import exchange, limits, pages
 from ces_eval.core.operations import OperationRunner
 from ces_eval.core.service import DEFAULT_EXPORT_ROOT, Core, handlers
+from ces_eval.logs import HttpRequestLog, RequestLog
 from ces_eval.storage.base import InUse, Storage, Unavailable
 from ces_eval.surfaces.grpc_api import Dispatcher
 from ces_eval.surfaces.http_app import build_app
@@ -47,7 +51,18 @@ from ces_eval.surfaces.mcp_tools import McpEndpoint, build_endpoint
 from ces_eval.transcoding.app import Transcoder
 from ces_eval.transcoding.router import Router
 
-__all__ = ["ServerConfig", "ready_message", "reuseport_sockets", "serve"]
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
+__all__ = [
+    "ExitStatus",
+    "ServerConfig",
+    "StartupError",
+    "bind_sockets",
+    "client_wiring",
+    "ready_message",
+    "serve",
+]
 
 _log = logging.getLogger("ces_eval")
 DRAIN_SECONDS = 10.0
@@ -65,6 +80,26 @@ class ServerConfig:
     auth_tokens: Path | None = None  # the --auth-tokens file (docs/security.md)
     allow_unauthenticated: bool = False
     max_concurrent_requests: int = DEFAULT_LIMIT  # per surface and process (admission.py)
+    log_level: str = "info"  # logs.LEVELS; info writes the request log
+    log_format: str = "text"  # logs.FORMATS
+
+
+class ExitStatus(enum.IntEnum):
+    """``ces-eval serve``'s exit statuses (README, "Server options")."""
+
+    STOPPED = 0  # stopped by SIGTERM or SIGINT after draining
+    FAILED = 1  # the database cannot be opened, a worker group failed, an unexpected error
+    CONFIGURATION = 2  # a flag or CES_EVAL_* value, the token file, or the exposure check
+    PORT_UNAVAILABLE = 3  # a port is taken by another program or cannot be bound
+
+
+class StartupError(Exception):
+    """Why the server cannot start, as one line naming the flag to change, and the exit
+    status it ends with."""
+
+    def __init__(self, message: str, status: ExitStatus = ExitStatus.CONFIGURATION) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class _Uvicorn(uvicorn.Server):
@@ -76,28 +111,65 @@ class _Uvicorn(uvicorn.Server):
         yield
 
 
-def _hint(config: ServerConfig, grpc_port: int) -> str:
-    return (
-        "official Python client over gRPC: EvaluationServiceClient(transport="
-        "EvaluationServiceGrpcTransport(channel=grpc.insecure_channel("
-        f"'{config.host}:{grpc_port}')))"
+def _client_host(host: str) -> str:
+    """The address a client on this machine dials for a server bound to ``host``."""
+    if host in {"", "0.0.0.0"}:  # noqa: S104 - recognizing the wildcard, not binding it
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
+
+
+def client_wiring(config: ServerConfig, grpc_port: int, http_port: int) -> list[str]:
+    """How Google's Python client reaches this server as configured, one line per transport:
+    expressions over ``ces_v1beta``, ``EvaluationServiceGrpcTransport``, ``grpc`` and, open,
+    ``AnonymousCredentials`` or, with ``--auth-tokens``, ``Credentials``
+    (``google.oauth2.credentials``) with ``<token>`` standing for a token of the file."""
+    host = _client_host(config.host)
+    rest = (
+        'ces_v1beta.EvaluationServiceClient(transport="rest", client_options='
+        f'{{"api_endpoint": "http://{host}:{http_port}"}}, credentials='
     )
+    if config.auth_tokens is None:
+        return [
+            "gRPC: ces_v1beta.EvaluationServiceClient(transport=EvaluationServiceGrpcTransport("
+            f'channel=grpc.insecure_channel("{host}:{grpc_port}")))',
+            f"REST: {rest}AnonymousCredentials())",
+        ]
+    if loopback_only(config.host):
+        # gRPC sends call credentials only over a secure or a local channel.
+        grpc_line = (
+            "gRPC: ces_v1beta.EvaluationServiceClient(transport=EvaluationServiceGrpcTransport("
+            f'host="{host}:{grpc_port}", credentials=Credentials("<token>"), '
+            "ssl_channel_credentials=grpc.local_channel_credentials()))"
+        )
+    else:
+        grpc_line = (
+            "gRPC: ces_v1beta.EvaluationServiceClient(transport=EvaluationServiceGrpcTransport("
+            f'channel=grpc.insecure_channel("{host}:{grpc_port}"))), passing '
+            'metadata=[("authorization", "Bearer <token>")] on every call'
+        )
+    return [grpc_line, f'REST: {rest}Credentials("<token>"))']
 
 
 def ready_message(config: ServerConfig, grpc_port: int, http_port: int) -> str:
-    """The start-up line (and the client hint under it) on stderr; harnesses read the ports
-    from it."""
-    return (
+    """The start-up line on stderr (harnesses read the ports from it) and, under it, the
+    wiring of the official client that works in this server's mode."""
+    lines = [
         f"ces-eval serving gRPC on {config.host}:{grpc_port} and HTTP on "
-        f"http://{config.host}:{http_port} (database {config.database})\n"
-        f"  {_hint(config, grpc_port)}"
-    )
+        f"http://{config.host}:{http_port} (database {config.database})",
+    ]
+    if config.auth_tokens is not None:
+        lines.append(
+            f"  every call needs 'authorization: Bearer <token>' with a token of "
+            f"{config.auth_tokens}"
+        )
+    lines.append("  official Python client (google-cloud-ces), as README.md's quick start shows:")
+    lines += [f"    {line}" for line in client_wiring(config, grpc_port, http_port)]
+    return "\n".join(lines)
 
 
-def reuseport_sockets(host: str, port: int) -> list[socket.socket]:
-    """TCP sockets bound (not listening) with SO_REUSEPORT to every address ``host`` names, all
-    on one port (``port``, or the one the kernel picks for the first address when 0). Workers
-    listen on such sockets and share the port; the supervisor holds them to keep the port."""
+def _bind(host: str, port: int, *, reuse_port: bool) -> list[socket.socket]:
     addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     sockets: list[socket.socket] = []
     seen: set[tuple[int, str]] = set()
@@ -109,7 +181,8 @@ def reuseport_sockets(host: str, port: int) -> list[socket.socket]:
             sock = socket.socket(family, kind, proto)
             sockets.append(sock)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            if reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             if family == socket.AF_INET6:  # as asyncio does: IPv4 gets its own socket
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             sock.bind((address[0], port, *address[2:]))
@@ -121,30 +194,85 @@ def reuseport_sockets(host: str, port: int) -> list[socket.socket]:
     return sockets
 
 
-async def _start_grpc(
-    config: ServerConfig, dispatcher: Dispatcher, *, reuse_port: bool = False
-) -> tuple[grpc.aio.Server, health.aio.HealthServicer, int]:
-    """The gRPC listener: our services, grpc.health.v1 (SERVING) and reflection."""
+def _port_problem(
+    host: str, port: int, flag: str, what: str, error: OSError | None
+) -> StartupError:
+    """The one line for a port that cannot be bound: taken, not permitted, or a bad host."""
+    if isinstance(error, socket.gaierror):
+        return StartupError(f"--host: cannot resolve {host!r}: {error.strerror}")
+    if error is not None and error.errno == errno.EADDRINUSE:
+        reason = "the port is in use by another program (choose another, or 0 for any free one)"
+    elif error is not None and error.errno == errno.EACCES:
+        reason = "not permitted (ports below 1024 need privileges)"
+    elif error is not None and error.errno == errno.EADDRNOTAVAIL:
+        return StartupError(f"--host: {host!r} is not an address of this machine")
+    else:
+        reason = error.strerror if error is not None and error.strerror else "cannot bind"
+    return StartupError(
+        f"{flag}: cannot serve {what} on {host}:{port}: {reason}", ExitStatus.PORT_UNAVAILABLE
+    )
+
+
+def bind_sockets(
+    host: str, port: int, *, flag: str, what: str, shared: bool = False, join: bool = False
+) -> list[socket.socket]:
+    """TCP sockets bound (not listening) to every address ``host`` names, all on one port
+    (``port``, or the one the kernel picks for the first address when 0).
+
+    Alone, a port in use is refused: the sockets do not set SO_REUSEPORT, so nothing can
+    share it. ``shared`` (a ``serve --workers`` supervisor): SO_REUSEPORT, for its own
+    workers, once a bind without it showed that no other program holds the port. ``join``
+    (such a worker): SO_REUSEPORT on the supervisor's port, without that check. A refusal is
+    a :class:`StartupError` naming ``flag``."""
+    try:
+        if shared:
+            for probe in _bind(host, port, reuse_port=False):
+                port = probe.getsockname()[1]
+                probe.close()
+        return _bind(host, port, reuse_port=shared or join)
+    except OSError as error:
+        raise _port_problem(host, port, flag, what, error) from error
+
+
+def _grpc_server(config: ServerConfig, *, join: bool) -> tuple[grpc.aio.Server, int]:
+    """A gRPC server bound to the gRPC port, services not yet added. Alone it binds without
+    SO_REUSEPORT (grpcio's default is on: a second server on a taken port would share it
+    silently); ``join``: a worker of ``serve --workers``, sharing the supervisor's port."""
     # Messages as large as a REST body at most (docs/security.md, Limits). grpc refuses a larger
     # one itself with RESOURCE_EXHAUSTED before any handler runs, hence without our ErrorInfo:
     # the one error of ours that cannot carry it.
-    options: list[tuple[str, int]] = [("grpc.max_receive_message_length", limits.MAX_REQUEST_BYTES)]
-    if reuse_port:
-        options.append(("grpc.so_reuseport", 1))
+    options: list[tuple[str, int]] = [
+        ("grpc.max_receive_message_length", limits.MAX_REQUEST_BYTES),
+        ("grpc.so_reuseport", 1 if join else 0),
+    ]
+    if not join and config.grpc_port:
+        # grpc would say only that it failed (and log it): a plain socket bound the same way
+        # first tells why.
+        for sock in bind_sockets(config.host, config.grpc_port, flag="--grpc-port", what="gRPC"):
+            sock.close()
     server = grpc.aio.server(options=options)
+    target = f"[{config.host}]" if ":" in config.host else config.host
+    try:
+        port = server.add_insecure_port(f"{target}:{config.grpc_port}")
+    except RuntimeError:  # grpcio >= 1.5x raises "Failed to bind to address ..."
+        port = 0
+    if port == 0:
+        raise _port_problem(config.host, config.grpc_port, "--grpc-port", "gRPC", None)
+    return server, port
+
+
+async def _start_grpc(server: grpc.aio.Server, dispatcher: Dispatcher) -> health.aio.HealthServicer:
+    """Our services, grpc.health.v1 (SERVING) and reflection on ``server``, started."""
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         [*dispatcher.service_names, health.SERVICE_NAME, reflection.SERVICE_NAME], server
     )
     server.add_generic_rpc_handlers((dispatcher,))
-    grpc_port = server.add_insecure_port(f"{config.host}:{config.grpc_port}")
-    if grpc_port == 0:
-        raise OSError(f"cannot bind gRPC to {config.host}:{config.grpc_port}")
     await server.start()
     for name in ["", *dispatcher.service_names]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    return server, health_servicer, grpc_port
+    return health_servicer
 
 
 class _Role:
@@ -155,9 +283,12 @@ class _Role:
         self.link = link
         self.worker = link is not None
 
-    def http_sockets(self, config: ServerConfig) -> list[socket.socket] | None:
-        """A worker's HTTP sockets, shared with the other workers; None: uvicorn binds."""
-        return reuseport_sockets(config.host, config.http_port) if self.worker else None
+    def http_sockets(self, config: ServerConfig) -> list[socket.socket]:
+        """The HTTP sockets: a worker's shared with the other workers, else this server's
+        own (a port in use is refused)."""
+        return bind_sockets(
+            config.host, config.http_port, flag="--http-port", what="HTTP", join=self.worker
+        )
 
     def watch(self, stop: asyncio.Event) -> None:
         """Set ``stop`` once the supervisor's end of the link closes (it exited or was
@@ -220,42 +351,40 @@ def exposure_problem(config: ServerConfig) -> str | None:
     if loopback_only(config.host):
         return None
     return (
-        f"refusing to serve {config.host} without authentication: anyone who can reach it "
+        f"--host: refusing to serve {config.host} without authentication: anyone who can reach it "
         "could read and change every project. Pass --auth-tokens FILE (docs/security.md), "
         "bind a loopback address, or pass --allow-unauthenticated to accept the risk"
     )
 
 
-def preflight(config: ServerConfig) -> tuple[Tokens | None, str | None]:
-    """The ``--auth-tokens`` table (None: an open server), or why the server must not start
-    (the exposure check above, or what is wrong with the token file)."""
+def preflight(config: ServerConfig) -> Tokens | None:
+    """The ``--auth-tokens`` table (None: an open server); a :class:`StartupError` when the
+    server must not start (the exposure check above, or what is wrong with the token file)."""
     problem = exposure_problem(config)
-    if problem is not None or config.auth_tokens is None:
-        return None, problem
-    try:
-        return Tokens.load(config.auth_tokens), None
-    except TokenFileError as error:
-        return None, f"--auth-tokens: {error}"
-
-
-async def _open(
-    config: ServerConfig, role: _Role
-) -> tuple[Storage, list[socket.socket] | None] | None:
-    """A worker's HTTP sockets and the opened database; None once the reason was printed."""
-    try:
-        http_sockets = role.http_sockets(config)
-    except OSError as error:
-        print(f"ces-eval: cannot bind HTTP to {config.host}: {error}", file=sys.stderr, flush=True)
+    if problem is not None:
+        raise StartupError(problem)
+    if config.auth_tokens is None:
         return None
-    database = storage_backends.from_url(config.database, shared=role.worker)
+    try:
+        return Tokens.load(config.auth_tokens)
+    except TokenFileError as error:
+        raise StartupError(f"--auth-tokens: {error}") from error
+
+
+async def open_database(config: ServerConfig, *, shared: bool = False) -> Storage:
+    """The opened database (migrations applied); a :class:`StartupError` naming
+    ``--database`` when it cannot be."""
+    try:
+        database = storage_backends.from_url(config.database, shared=shared)
+    except ValueError as error:
+        raise StartupError(f"--database: {error}") from error
     try:
         await database.open()
-    except (InUse, Unavailable) as error:
-        print(f"ces-eval: cannot open the database: {error}", file=sys.stderr, flush=True)
-        for sock in http_sockets or []:
-            sock.close()
-        return None
-    return database, http_sockets
+    except (InUse, Unavailable, OSError) as error:  # OSError: e.g. its folder cannot be made
+        raise StartupError(
+            f"--database: cannot open {config.database}: {error}", ExitStatus.FAILED
+        ) from error
+    return database
 
 
 def _surfaces(
@@ -265,23 +394,50 @@ def _surfaces(
     (at the surface) and is authorized per project (in the core)."""
     implementations = handlers(core, authorization=tokens is not None)
     limit = config.max_concurrent_requests
-    dispatcher = Dispatcher(implementations, tokens=tokens, admission=Admission("grpc", limit))
+    log = RequestLog() if RequestLog.wanted() else None
+    dispatcher = Dispatcher(
+        implementations, tokens=tokens, admission=Admission("grpc", limit), log=log
+    )
     rest = Transcoder(Router(schema.http_bindings()), implementations, tokens=tokens)
     return dispatcher, rest, build_endpoint(implementations, tokens)
 
 
 async def serve(config: ServerConfig, worker_of: socket.socket | None = None) -> int:
     """Serve until SIGTERM/SIGINT; ``worker_of``: run as a worker of ``serve --workers``, with
-    this socket to the supervisor."""
+    this socket to the supervisor. What stops the start raises :class:`StartupError`; the
+    ports are bound before the database is opened, so a taken port changes nothing."""
     role = _Role(worker_of)
-    tokens, problem = preflight(config)
-    if problem is not None:
-        print(f"ces-eval: {problem}", file=sys.stderr, flush=True)
-        return 2
-    opened = await _open(config, role)
-    if opened is None:
-        return 1
-    database, http_sockets = opened
+    tokens = preflight(config)
+    async with contextlib.AsyncExitStack() as cleanup:
+        http_sockets = role.http_sockets(config)
+        for sock in http_sockets:
+            cleanup.callback(sock.close)
+        server, grpc_port = _grpc_server(config, join=role.worker)
+        cleanup.push_async_callback(server.stop, None)
+        database = await open_database(config, shared=role.worker)
+        cleanup.push_async_callback(database.close)
+        return await _serve(
+            config,
+            role,
+            tokens=tokens,
+            database=database,
+            server=server,
+            grpc_port=grpc_port,
+            http_sockets=http_sockets,
+        )
+    raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises
+
+
+async def _serve(
+    config: ServerConfig,
+    role: _Role,
+    *,
+    tokens: Tokens | None,
+    database: Storage,
+    server: grpc.aio.Server,
+    grpc_port: int,
+    http_sockets: list[socket.socket],
+) -> int:
     runner = OperationRunner(database, lease=config.operation_lease)
     await runner.recover()
     # A worker leaves the sweep to its supervisor: other workers' exports may be under way.
@@ -298,12 +454,9 @@ async def serve(config: ServerConfig, worker_of: socket.socket | None = None) ->
         ),
         tokens,
     )
-    if config.http_port:
-        mcp.allow(config.host, config.http_port)
-
-    server, health_servicer, grpc_port = await _start_grpc(
-        config, dispatcher, reuse_port=role.worker
-    )
+    http_port = int(http_sockets[0].getsockname()[1])
+    mcp.allow(config.host, http_port)
+    health_servicer = await _start_grpc(server, dispatcher)
 
     draining = asyncio.Event()
 
@@ -318,20 +471,21 @@ async def serve(config: ServerConfig, worker_of: socket.socket | None = None) ->
             return "database unavailable"
         return None
 
+    app: ASGIApp = build_app(
+        ready,
+        rest=Admitted(rest, Admission("rest", config.max_concurrent_requests)),
+        openapi=openapi.build_openapi(),
+        mcp=Admitted(mcp.app, Admission("mcp", config.max_concurrent_requests), jsonrpc=True),
+        lifespan=lambda _app: mcp.manager.run(),
+    )
+    if RequestLog.wanted():
+        app = HttpRequestLog(app)
     http = _Uvicorn(
         uvicorn.Config(
-            build_app(
-                ready,
-                rest=Admitted(rest, Admission("rest", config.max_concurrent_requests)),
-                openapi=openapi.build_openapi(),
-                mcp=Admitted(
-                    mcp.app, Admission("mcp", config.max_concurrent_requests), jsonrpc=True
-                ),
-                lifespan=lambda _app: mcp.manager.run(),
-            ),
+            app,
             host=config.host,
-            port=config.http_port,
-            log_level="warning",
+            port=http_port,
+            log_level="debug" if config.log_level == "debug" else "warning",
             lifespan="on",
             timeout_graceful_shutdown=int(DRAIN_SECONDS),
         )
@@ -347,12 +501,11 @@ async def serve(config: ServerConfig, worker_of: socket.socket | None = None) ->
     while not http.started and not http_task.done():
         await asyncio.sleep(0.01)
     if http_task.done():
-        await server.stop(None)
-        await database.close()
-        http_task.result()  # raises the bind error
-        return 1
-    http_port = http.servers[0].sockets[0].getsockname()[1] if http.servers else config.http_port
-    mcp.allow(config.host, http_port)
+        await runner.shutdown()
+        error = http_task.exception()
+        raise StartupError(
+            f"--http-port: the HTTP listener did not start: {error}", ExitStatus.FAILED
+        ) from error
     await role.serving(config, grpc_port, http_port)
 
     await stop.wait()
@@ -365,6 +518,5 @@ async def serve(config: ServerConfig, worker_of: socket.socket | None = None) ->
     await server.stop(DRAIN_SECONDS)
     await http_task
     await runner.shutdown()
-    await database.close()
     role.stopped()
-    return 0
+    return ExitStatus.STOPPED

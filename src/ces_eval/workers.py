@@ -42,12 +42,21 @@ import signal
 import socket
 import sys
 import time
+from typing import TYPE_CHECKING
 
-from ces_eval import storage as storage_backends
 from ces_eval.core import exchange
 from ces_eval.core.operations import OperationRunner
-from ces_eval.server import ServerConfig, ready_message, reuseport_sockets
-from ces_eval.storage.base import InUse, Storage, Unavailable
+from ces_eval.server import (
+    ExitStatus,
+    ServerConfig,
+    StartupError,
+    bind_sockets,
+    open_database,
+    ready_message,
+)
+
+if TYPE_CHECKING:
+    from ces_eval.storage.base import Storage
 
 __all__ = ["RESTART_LIMIT", "RESTART_WINDOW", "supervise"]
 
@@ -155,6 +164,10 @@ class _Group:
             repr(config.operation_lease),
             "--max-concurrent-requests",
             str(config.max_concurrent_requests),
+            "--log-level",
+            config.log_level,
+            "--log-format",
+            config.log_format,
             *(["--auth-tokens", str(config.auth_tokens)] if config.auth_tokens else []),
             *(["--allow-unauthenticated"] if config.allow_unauthenticated else []),
             "--worker-of",
@@ -259,17 +272,12 @@ class _Group:
         await asyncio.wait(slots)
 
 
-async def _open_single_owner(config: ServerConfig) -> tuple[Storage | None, int]:
+async def _open_single_owner(config: ServerConfig) -> Storage | None:
     """A SQLite file opened as its single owner (lock, migrations, start-up recovery); None for
-    PostgreSQL. The status is 1 when the file cannot be opened (already reported)."""
+    PostgreSQL."""
     if not config.database.startswith(_SQLITE):
-        return None, 0
-    database = storage_backends.from_url(config.database)
-    try:
-        await database.open()
-    except (InUse, Unavailable) as error:
-        print(f"ces-eval: cannot open the database: {error}", file=sys.stderr, flush=True)
-        return None, 1
+        return None
+    database = await open_database(config)
     runner = OperationRunner(database, lease=config.operation_lease)
     try:
         await runner.recover()  # not shared: fails every operation an earlier run left running
@@ -277,46 +285,37 @@ async def _open_single_owner(config: ServerConfig) -> tuple[Storage | None, int]
     except BaseException:
         await database.close()
         raise
-    return database, 0
-
-
-def _reserve(host: str, port: int, what: str) -> list[socket.socket]:
-    try:
-        return reuseport_sockets(host, port)
-    except OSError as error:
-        raise OSError(f"cannot bind {what} to {host}:{port}: {error}") from error
+    return database
 
 
 async def supervise(config: ServerConfig, workers: int) -> int:
     """Run ``workers`` worker processes serving ``config`` until SIGTERM or SIGINT; the exit
-    status (0: every worker stopped cleanly)."""
+    status (0: every worker stopped cleanly). What stops the start raises
+    :class:`StartupError`."""
     if config.database == _SQLITE + ":memory:":
-        print(
-            "ces-eval: --workers needs a database file or PostgreSQL, not :memory:",
-            file=sys.stderr,
-            flush=True,
+        raise StartupError(
+            "--workers: needs a database file or PostgreSQL: workers cannot share "
+            "sqlite:///:memory:"
         )
-        return 1
-    owner, status = await _open_single_owner(config)
-    if status:
-        return status
     held: list[socket.socket] = []
+    owner: Storage | None = None
     try:
+        # The ports first: a taken one changes nothing. Bound with SO_REUSEPORT for the
+        # workers only after a bind without it showed that no other program holds them.
+        held += bind_sockets(
+            config.host, config.grpc_port, flag="--grpc-port", what="gRPC", shared=True
+        )
+        grpc_port = held[-1].getsockname()[1]
+        http_held = bind_sockets(
+            config.host, config.http_port, flag="--http-port", what="HTTP", shared=True
+        )
+        held += http_held
+        owner = await _open_single_owner(config)
         if swept := exchange.sweep_temporary(config.export_dir):
             _log.warning("removed %d partial export file(s) of interrupted operations", swept)
-        try:
-            grpc_held = _reserve(config.host, config.grpc_port, "gRPC")
-            held += grpc_held
-            http_held = _reserve(config.host, config.http_port, "HTTP")
-            held += http_held
-        except OSError as error:
-            print(f"ces-eval: {error}", file=sys.stderr, flush=True)
-            return 1
         group = _Group(
             dataclasses.replace(
-                config,
-                grpc_port=grpc_held[0].getsockname()[1],
-                http_port=http_held[0].getsockname()[1],
+                config, grpc_port=grpc_port, http_port=http_held[0].getsockname()[1]
             ),
             workers,
         )
@@ -330,4 +329,4 @@ async def supervise(config: ServerConfig, workers: int) -> int:
         if owner is not None:
             await owner.close()  # releases the SQLite file, now that no worker uses it
     print("ces-eval stopped", file=sys.stderr, flush=True)
-    return 1 if group.failed else 0
+    return ExitStatus.FAILED if group.failed else ExitStatus.STOPPED

@@ -142,14 +142,11 @@ def check_steps(steps: dict[str, dict[str, object]], transport: str, export_dir:
     assert operations["count"] == 5  # two evaluation exports, one results export, two metric runs
     assert operations["done"] is True
 
-    if transport == "grpc":
-        assert steps["unknown"] == {
-            "message": "Method google.cloud.ces.v1beta.EvaluationService/RunEvaluation is not "
-            "implemented by ces-eval.",
-            "reason": "METHOD_NOT_IMPLEMENTED",
-        }
-    else:
-        assert steps["unknown"]["reason"] == "PATH_NOT_FOUND"  # type: ignore[index]
+    assert steps["unknown"] == {
+        "message": "Method google.cloud.ces.v1beta.EvaluationService/RunEvaluation is not "
+        "implemented by ces-eval.",
+        "reason": "METHOD_NOT_IMPLEMENTED",
+    }
 
 
 def test_official_client_sends_bearer_tokens_on_both_transports(tmp_path: Path) -> None:

@@ -389,6 +389,7 @@ def test_a_port_taken_by_another_program_is_reported(tmp_path: Path) -> None:
     with socket.socket() as taken:  # no SO_REUSEPORT: the port cannot be shared
         taken.bind(("127.0.0.1", 0))
         taken.listen()
+        port = taken.getsockname()[1]
         completed = run_serve(
             f"sqlite:///{tmp_path / 'db.sqlite'}",
             "--grpc-port",
@@ -396,8 +397,8 @@ def test_a_port_taken_by_another_program_is_reported(tmp_path: Path) -> None:
             "--workers",
             "2",
         )
-    assert completed.returncode == 1
-    assert "cannot bind gRPC to 127.0.0.1" in completed.stderr
+    assert completed.returncode == 3
+    assert f"--grpc-port: cannot serve gRPC on 127.0.0.1:{port}" in completed.stderr
     assert "Traceback" not in completed.stderr
     # The database was released: a server starts on it.
     start_server(tmp_path / "db.sqlite").kill()
@@ -405,7 +406,8 @@ def test_a_port_taken_by_another_program_is_reported(tmp_path: Path) -> None:
 
 def test_workers_need_a_database_file() -> None:
     completed = run_serve("sqlite:///:memory:", "--workers", "2")
-    assert completed.returncode == 1
+    assert completed.returncode == 2
+    assert "--workers: " in completed.stderr
     assert ":memory:" in completed.stderr
 
 

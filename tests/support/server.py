@@ -104,17 +104,18 @@ def start_server(
     timeout: float = 60,
     database_url: str | None = None,
     export_dir: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> RunningServer:
     """Start ``ces-eval serve`` on the SQLite file ``database``, or on ``database_url`` (then
     ``database`` only names the folder for exports); exports go to ``export_dir`` (default
-    ``<database folder>/exports``)."""
+    ``<database folder>/exports``); ``env``: variables added to the server's environment."""
     exports = export_dir or database.parent / "exports"
     command = serve_command(
         database_url or f"sqlite:///{database}", "--export-dir", str(exports), *extra
     )
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    environ = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environ
     )
     log: list[str] = []
     ready = threading.Event()

@@ -22,7 +22,14 @@ from ces_eval.access import (
 from ces_eval.core.service import Caller, implements
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
-from ces_eval.server import ServerConfig, exposure_problem, loopback_only, preflight
+from ces_eval.server import (
+    ExitStatus,
+    ServerConfig,
+    StartupError,
+    exposure_problem,
+    loopback_only,
+    preflight,
+)
 from tests.support.tokens import ADMIN as TOKEN_ADMIN
 from tests.support.tokens import ALICE as TOKEN_A
 from tests.support.tokens import READER as TOKEN_R
@@ -292,11 +299,11 @@ def test_preflight_loads_the_token_file_or_says_what_is_wrong(tmp_path: Path) ->
     path = tmp_path / "tokens.yaml"
     path.write_text("tokens: []\n")
     path.chmod(0o600)
-    tokens, problem = preflight(ServerConfig(host="0.0.0.0", auth_tokens=path))  # noqa: S104
-    assert tokens is None
-    assert problem is not None
-    assert "non-empty list" in problem
+    with pytest.raises(StartupError) as raised:
+        preflight(ServerConfig(host="0.0.0.0", auth_tokens=path))  # noqa: S104
+    assert raised.value.status == ExitStatus.CONFIGURATION
+    assert str(raised.value).startswith("--auth-tokens: ")
+    assert "non-empty list" in str(raised.value)
     path.write_text(f"tokens:\n  - name: a\n    token: {TOKEN_A}\n    projects: ['*']\n")
-    tokens, problem = preflight(ServerConfig(host="0.0.0.0", auth_tokens=path))  # noqa: S104
-    assert problem is None
+    tokens = preflight(ServerConfig(host="0.0.0.0", auth_tokens=path))  # noqa: S104
     assert tokens is not None

@@ -7,6 +7,7 @@ not implement, and any method path this server does not know, answers UNIMPLEMEN
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -16,10 +17,11 @@ from google.protobuf import message_factory
 from google.protobuf.message import DecodeError
 from grpc_status import rpc_status
 
-from ces_eval import schema
+from ces_eval import logs, schema
 from ces_eval.admission import Admission
 from ces_eval.core.service import Caller, Handler
 from ces_eval.errors import Code, FieldViolation, ServiceError
+from ces_eval.logs import Call, RequestLog
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -111,60 +113,78 @@ def _decode(request_class: type[Message], raw: bytes) -> Message:
         raise ServiceError(Code.INVALID_ARGUMENT, description, "MALFORMED_REQUEST") from error
 
 
-def _unary(
-    method: descriptor.MethodDescriptor, implementation: Handler | None, tokens: Tokens | None
+def _behavior(
+    path: str,
+    *,
+    method: descriptor.MethodDescriptor | None,
+    implementation: Handler | None,
+    tokens: Tokens | None,
+    admission: Admission,
+    log: RequestLog | None,
 ) -> grpc.RpcMethodHandler:
-    path = f"{method.containing_service.full_name}/{method.name}"
-    request_class = message_factory.GetMessageClass(method.input_type)
+    """The handler of one method path (``method`` None: a path no service of ours declares):
+    admission (:mod:`ces_eval.admission`), authentication, decoding, the call, the error
+    encoding and the request line, in that order. A client's deadline and cancellation need
+    nothing here: grpc.aio cancels the handler's task for both, and the slot comes back in
+    ``finally``."""
+    name = path.lstrip("/")
+    request_class = message_factory.GetMessageClass(method.input_type) if method else None
+    resource = logs.resource_field(method) if method else ""
 
-    async def behavior(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Message:
+    async def serve(
+        raw: bytes, context: grpc.aio.ServicerContext[Any, Any], call: Call | None
+    ) -> Message:
+        if not admission.enter():
+            if call is not None:
+                call.code = Code.RESOURCE_EXHAUSTED
+            await context.abort_with_status(admission.grpc_refusal)
+        error: ServiceError
         try:
             caller = caller_of(context, tokens)  # authenticates first, before anything is parsed
-            if implementation is None:
-                raise ServiceError.unimplemented(path)
-            return await implementation(_decode(request_class, raw), caller)
-        except ServiceError as error:
-            await _abort(context, error)
+            if call is not None:
+                call.caller = caller.user
+            if implementation is None or request_class is None:
+                raise ServiceError.unimplemented(name)
+            request = _decode(request_class, raw)
+            if call is not None and resource:
+                call.resource = logs.field_value(request, resource)
+            return await implementation(request, caller)
+        except ServiceError as raised:
+            error = raised
         except Exception:  # noqa: BLE001 - the surface boundary: any bug becomes INTERNAL, logged
-            _log.exception("unexpected error in %s", path)
-            await _abort(
-                context,
-                ServiceError(Code.INTERNAL, "Internal error; see the server log.", "INTERNAL"),
-            )
-        raise AssertionError("abort_with_status returned")  # pragma: no cover
-
-    serialize: Callable[[Message], bytes] = lambda m: m.SerializeToString()  # noqa: E731
-    # Requests are parsed inside ``behavior``: a malformed one is INVALID_ARGUMENT in our error
-    # model, where a failing request_deserializer would answer UNKNOWN with the exception text.
-    return grpc.unary_unary_rpc_method_handler(behavior, response_serializer=serialize)
-
-
-def _admitted(handler: grpc.RpcMethodHandler, admission: Admission) -> grpc.RpcMethodHandler:
-    """``handler`` behind the surface's in-flight limit (:mod:`ces_eval.admission`). A client's
-    deadline and cancellation need nothing here: grpc.aio cancels the handler's task for both,
-    and the slot comes back in ``finally``."""
-    behavior = handler.unary_unary
-
-    async def admitted(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Message:
-        if not admission.enter():
-            await context.abort_with_status(admission.grpc_refusal)
-        try:
-            response: Message = await behavior(raw, context)
+            _log.exception("unexpected error in %s", name)
+            error = ServiceError(Code.INTERNAL, "Internal error; see the server log.", "INTERNAL")
         finally:
             admission.leave()
-        return response
-
-    return grpc.unary_unary_rpc_method_handler(
-        admitted, response_serializer=handler.response_serializer
-    )
-
-
-def _unknown(path: str) -> grpc.RpcMethodHandler:
-    async def behavior(request: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> bytes:
-        await _abort(context, ServiceError.unimplemented(path.lstrip("/")))
+        if call is not None:
+            call.code = error.code
+        await _abort(context, error)
         raise AssertionError("abort_with_status returned")  # pragma: no cover
 
-    return grpc.unary_unary_rpc_method_handler(behavior)
+    async def quiet(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Message:
+        return await serve(raw, context, None)
+
+    async def logged(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Message:
+        call = RequestLog.start("grpc", name)
+        try:
+            response = await serve(raw, context, call)
+        except asyncio.CancelledError:
+            remaining = context.time_remaining()
+            expired = remaining is not None and remaining <= 0
+            call.code = Code.DEADLINE_EXCEEDED if expired else Code.CANCELLED
+            raise
+        finally:
+            if call.code is None:
+                call.code = Code.OK
+            RequestLog.finish(call)
+        return response
+
+    serialize: Callable[[Message], bytes] = lambda m: m.SerializeToString()  # noqa: E731
+    # Requests are parsed inside ``serve``: a malformed one is INVALID_ARGUMENT in our error
+    # model, where a failing request_deserializer would answer UNKNOWN with the exception text.
+    return grpc.unary_unary_rpc_method_handler(
+        quiet if log is None else logged, response_serializer=serialize
+    )
 
 
 class Dispatcher(grpc.GenericRpcHandler):  # type: ignore[misc]  # grpc ships no types
@@ -179,16 +199,26 @@ class Dispatcher(grpc.GenericRpcHandler):  # type: ignore[misc]  # grpc ships no
         *,
         tokens: Tokens | None = None,
         admission: Admission | None = None,
+        log: RequestLog | None = None,
     ) -> None:
         """``tokens``: the ``--auth-tokens`` table; every call must then authenticate.
-        ``admission``: the in-flight limit of this surface (default: :data:`DEFAULT_LIMIT`)."""
-        admission = admission or Admission("grpc")
+        ``admission``: the in-flight limit of this surface (default: :data:`DEFAULT_LIMIT`).
+        ``log``: write a request line per call (:mod:`ces_eval.logs`); None: none."""
+        self._tokens = tokens
+        self._admission = admission = admission or Admission("grpc")
+        self._log = log
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
         for service in schema.services():
             for method in service.methods:
                 path = f"/{service.full_name}/{method.name}"
-                handler = _unary(method, implementations.get(path), tokens)
-                self._handlers[path] = _admitted(handler, admission)
+                self._handlers[path] = _behavior(
+                    path,
+                    method=method,
+                    implementation=implementations.get(path),
+                    tokens=tokens,
+                    admission=admission,
+                    log=log,
+                )
 
     @property
     def service_names(self) -> list[str]:
@@ -196,4 +226,11 @@ class Dispatcher(grpc.GenericRpcHandler):  # type: ignore[misc]  # grpc ships no
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
         path = str(handler_call_details.method)
-        return self._handlers.get(path) or _unknown(path)
+        return self._handlers.get(path) or _behavior(
+            path,
+            method=None,
+            implementation=None,
+            tokens=self._tokens,
+            admission=self._admission,
+            log=self._log,
+        )

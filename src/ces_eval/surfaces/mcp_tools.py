@@ -56,12 +56,13 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 
-from ces_eval import schema
+from ces_eval import logs, schema
 from ces_eval.access import authorize_json
 from ces_eval.comments import comment
 from ces_eval.core.service import Caller, Handler, implements, snake_case
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.jsonschema import JsonSchema, document
+from ces_eval.logs import Call
 from ces_eval.transcoding.app import caller_of, challenge
 from ces_eval.transcoding.body import parse_body
 from ces_eval.transcoding.errors import envelope
@@ -241,7 +242,9 @@ async def _call(
     implementations: Mapping[str, Handler],
     arguments: dict[str, Any],
     caller: Caller,
+    call: Call | None = None,
 ) -> types.CallToolResult:
+    """``call``: the request line to complete (:mod:`ces_eval.logs`)."""
     if caller.principal is not None:  # before validation: a foreign token learns nothing
         authorize_json(caller.principal, spec.method, arguments)
     if violations := _violations(spec, arguments):
@@ -254,12 +257,21 @@ async def _call(
         )
     request = message_factory.GetMessageClass(spec.request)()
     parse_body(json.dumps(arguments).encode(), request, "")
+    if call is not None and (field := logs.resource_field(spec.method)):
+        call.resource = logs.field_value(request, field)
     response = await implementations[spec.rpc](request, caller)
     structured = json_format.MessageToDict(response)
     return types.CallToolResult(
         content=[types.TextContent(text=json.dumps(structured, ensure_ascii=False))],
         structured_content=structured,
     )
+
+
+def _call_of(ctx: ServerRequestContext[Any]) -> Call | None:
+    """The request line of this HTTP request (:class:`ces_eval.logs.HttpRequestLog`)."""
+    scope = getattr(ctx.request, "scope", None)
+    call = scope.get(logs.CALL_KEY) if isinstance(scope, dict) else None
+    return call if isinstance(call, Call) else None
 
 
 def _caller(ctx: ServerRequestContext[Any], *, required: bool) -> Caller:
@@ -287,9 +299,12 @@ def authenticated(app: ASGIApp, tokens: Tokens | None) -> ASGIApp:
         if scope["type"] != "http":
             await app(scope, receive, send)
             return
+        call = scope.get(logs.CALL_KEY)
         try:
             caller = caller_of(scope, tokens)
         except ServiceError as error:
+            if isinstance(call, Call):
+                call.code = error.code
             status, body = envelope(error)
             headers = [
                 (b"content-type", b"application/json; charset=utf-8"),
@@ -299,9 +314,49 @@ def authenticated(app: ASGIApp, tokens: Tokens | None) -> ASGIApp:
             await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": body})
             return
+        if isinstance(call, Call):
+            call.caller = caller.user
         await app({**scope, _CALLER_KEY: caller}, receive, send)
 
     return guarded
+
+
+def post_only(app: ASGIApp) -> ASGIApp:
+    """``app`` answering only POST: this stateless server keeps no session, so it offers no
+    server-initiated stream (GET) and no session to end (DELETE). The Streamable HTTP
+    transport lets a server answer both with 405 Method Not Allowed; the SDK would instead
+    hold a GET open as an event stream on which nothing ever arrives."""
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {
+                "code": -32000,
+                "message": "Method Not Allowed: this stateless MCP server answers POST only.",
+            },
+        }
+    ).encode()
+    start = {
+        "type": "http.response.start",
+        "status": 405,
+        "headers": [
+            (b"allow", b"POST"),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ],
+    }
+
+    async def checked(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] != "POST":
+            call = scope.get(logs.CALL_KEY)
+            if isinstance(call, Call):
+                call.code = Code.UNIMPLEMENTED
+            await send(start)
+            await send({"type": "http.response.body", "body": body})
+            return
+        await app(scope, receive, send)
+
+    return checked
 
 
 def build_server(
@@ -323,14 +378,22 @@ def build_server(
         spec = specs.get(params.name)
         if spec is None:
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {params.name}")
+        call = _call_of(ctx)
+        if call is not None:
+            call.method = spec.rpc.lstrip("/")
         try:
             caller = _caller(ctx, required=authentication)
-            return await _call(spec, implementations, params.arguments or {}, caller)
+            result = await _call(spec, implementations, params.arguments or {}, caller, call)
         except ServiceError as error:
-            return _error_result(error)
+            result = _error_result(error)
+            if call is not None:
+                call.code = error.code
         except Exception:  # noqa: BLE001 - never leak exception text to the client
             _log.exception("MCP tool %s failed", spec.tool.name)
-            return _error_result(ServiceError(Code.INTERNAL, "Internal error.", "INTERNAL_ERROR"))
+            result = _error_result(ServiceError(Code.INTERNAL, "Internal error.", "INTERNAL_ERROR"))
+            if call is not None:
+                call.code = Code.INTERNAL
+        return result
 
     return Server(
         "ces-eval",
@@ -377,4 +440,5 @@ def build_endpoint(
         stateless=True,
         security_settings=security,
     )
-    return McpEndpoint(authenticated(StreamableHTTPASGIApp(manager), tokens), manager, security)
+    app = post_only(authenticated(StreamableHTTPASGIApp(manager), tokens))
+    return McpEndpoint(app, manager, security)

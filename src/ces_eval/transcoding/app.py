@@ -17,6 +17,7 @@ from ces_eval.admission import WATCHED_METHODS, server_timeout, until_disconnect
 from ces_eval.core.limits import MAX_REQUEST_BYTES
 from ces_eval.core.service import Caller
 from ces_eval.errors import Code, FieldViolation, ServiceError
+from ces_eval.logs import CALL_KEY
 from ces_eval.transcoding import errors
 from ces_eval.transcoding.body import parse_body
 from ces_eval.transcoding.query import SYSTEM_PARAMETERS, QueryError, apply_query
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
     from ces_eval.access import Tokens
     from ces_eval.core.service import Handler
+    from ces_eval.logs import Call
     from ces_eval.transcoding.router import Route, Router
 
 __all__ = ["MAX_BODY_BYTES", "Transcoder"]
@@ -97,21 +99,26 @@ class Transcoder:
         verb = scope["method"].upper()
         raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
         headers: list[tuple[bytes, bytes]] = []
+        line: Call | None = scope.get(CALL_KEY)  # logs.HttpRequestLog: the request line
+        failed: ServiceError | None = None
         try:
             deadline = server_timeout(scope.get("headers", ()))  # admission.py: deadlines
             work = self._handle(scope, receive, verb, raw_path)
             status, body = await (work if deadline is None else within(deadline, work))
         except _HttpError as failure:
+            failed = failure.error
             status, body = errors.envelope(failure.error, failure.status)
             headers = failure.headers
         except ServiceError as error:
+            failed = error
             status, body = errors.envelope(error)
             headers = challenge(error)
         except Exception:  # noqa: BLE001 - the surface boundary: any bug becomes a logged 500
             _log.exception("unexpected error serving %s %s", verb, raw_path)
-            status, body = errors.envelope(
-                ServiceError(Code.INTERNAL, "Internal error; see the server log.", "INTERNAL")
-            )
+            failed = ServiceError(Code.INTERNAL, "Internal error; see the server log.", "INTERNAL")
+            status, body = errors.envelope(failed)
+        if line is not None:
+            line.code = Code.OK if failed is None else failed.code
         await send(
             {
                 "type": "http.response.start",
@@ -146,6 +153,9 @@ class Transcoder:
     ) -> tuple[int, bytes]:
         params = _query(scope.get("query_string", b""))
         caller = caller_of(scope, self._tokens, params)  # authenticates before routing
+        line: Call | None = scope.get(CALL_KEY)  # the request line (logs.HttpRequestLog)
+        if line is not None:
+            line.caller = caller.user
         resolved = self._router.resolve(verb, raw_path.split("?", 1)[0])
         if isinstance(resolved, list):
             if not resolved:
@@ -167,8 +177,13 @@ class Transcoder:
             # naming it, as gRPC answers, before the body is read. Our descriptors do not declare
             # it, so the per-project authorization (which reads the method's resource fields)
             # cannot apply; the caller did authenticate above, and nothing is read or written.
+            if line is not None:
+                line.method = resolved.path.lstrip("/")
             raise ServiceError.unimplemented(resolved.path.lstrip("/"))
         route, variables = resolved
+        if line is not None:
+            line.method = route.path.lstrip("/")
+            line.resource = next(iter(variables.values()), "")
         if caller.principal is not None:
             authorize_values(caller.principal, route.binding.method, variables)
         int_enums = _int_enums(params)

@@ -1,0 +1,181 @@
+"""Starting the real server wrong: taken ports, bad values, broken files (issue 14).
+
+A start-up mistake is one line on stderr naming the problem and the flag, with a documented
+exit status (2 configuration, 3 a port, 1 the database) and no traceback, unless
+``--log-level debug`` asks for it. A taken port is refused, never shared: only the workers of
+one ``serve --workers`` supervisor share their ports.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import grpc
+import httpx
+import pytest
+
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import (
+    evaluation_service_pb2_grpc as service_grpc,
+)
+from tests.support.load import golden_evaluation
+from tests.support.server import RunningServer, run_serve, serve_command, start_server
+
+APP = "projects/p/locations/l/apps/a"
+CONNECTIONS = 20
+
+
+def _one_line(completed: subprocess.CompletedProcess[str]) -> str:
+    lines = [line for line in completed.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, completed.stderr
+    assert "Traceback" not in completed.stderr
+    assert lines[0].startswith("ces-eval")
+    return lines[0]
+
+
+def _port(target: str) -> str:
+    return target.rsplit(":", 1)[1]
+
+
+def _only_the_first_answers(first: RunningServer, name: str) -> None:
+    """Each of many new connections to the first server's ports reaches that server: the
+    evaluation it holds is found every time (a second listener sharing the port would answer
+    some of them NOT_FOUND)."""
+    for _ in range(CONNECTIONS):
+        with grpc.insecure_channel(first.grpc_target) as channel:
+            stub = service_grpc.EvaluationServiceStub(channel)
+            stub.GetEvaluation(service_pb2.GetEvaluationRequest(name=name), timeout=10)
+        with httpx.Client(base_url=first.http_base, timeout=10) as http:
+            assert http.get(f"/v1beta/{name}").status_code == 200
+
+
+def _create(first: RunningServer) -> str:
+    with grpc.insecure_channel(first.grpc_target) as channel:
+        created = service_grpc.EvaluationServiceStub(channel).CreateEvaluation(
+            service_pb2.CreateEvaluationRequest(
+                parent=APP, evaluation_id="first", evaluation=golden_evaluation("first")
+            ),
+            timeout=10,
+        )
+    return str(created.name)
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+@pytest.mark.parametrize(("flag", "which"), [("--grpc-port", "grpc"), ("--http-port", "http")])
+def test_a_port_in_use_is_refused_not_shared(
+    server: RunningServer, tmp_path: Path, flag: str, which: str, workers: str
+) -> None:
+    name = _create(server)
+    port = _port(server.grpc_target if which == "grpc" else server.http_base)
+    second = tmp_path / "second.db"
+    completed = run_serve(f"sqlite:///{second}", flag, port, "--workers", workers)
+    line = _one_line(completed)
+    assert completed.returncode == 3
+    assert f"{flag}: cannot serve " in line
+    assert f":{port}: the port is in use" in line
+    assert not second.exists()  # refused before the database was touched
+    _only_the_first_answers(server, name)
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+@pytest.mark.parametrize("flag", ["--grpc-port", "--http-port"])
+def test_a_worker_groups_ports_are_its_own(tmp_path: Path, flag: str, workers: str) -> None:
+    group = start_server(tmp_path / "group.db", "--workers", "2")
+    try:
+        name = _create(group)
+        port = _port(group.grpc_target if flag == "--grpc-port" else group.http_base)
+        completed = run_serve(
+            f"sqlite:///{tmp_path / 'other.db'}", flag, port, "--workers", workers
+        )
+        assert completed.returncode == 3, completed.stderr
+        assert f"{flag}: cannot serve " in _one_line(completed)
+        _only_the_first_answers(group, name)
+    finally:
+        assert group.stop() == 0
+
+
+def _token_file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "tokens.yaml"
+    path.write_text(text)
+    path.chmod(0o600)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("case", "status", "expected"),
+    [
+        ("bare database path", 2, "argument --database: './data/x.db' is not a database URL"),
+        ("unsupported database", 2, "argument --database: 'mysql://h/x' is not a database URL"),
+        ("token file missing", 2, "--auth-tokens: "),
+        ("token file not YAML", 2, "--auth-tokens: "),
+        ("token file empty list", 2, "tokens must be a non-empty list"),
+        ("unresolvable host", 2, "--host: cannot resolve 'no-such-host.invalid'"),
+        ("database folder is a file", 1, "--database: cannot open sqlite:///"),
+    ],
+)
+def test_a_start_up_mistake_is_one_line(
+    tmp_path: Path, case: str, status: int, expected: str
+) -> None:
+    database = f"sqlite:///{tmp_path / 'x.db'}"
+    extra: list[str] = []
+    if case == "bare database path":
+        extra = ["--database", "./data/x.db"]
+    elif case == "unsupported database":
+        extra = ["--database", "mysql://h/x"]
+    elif case == "token file missing":
+        extra = ["--auth-tokens", str(tmp_path / "missing.yaml")]
+    elif case == "token file not YAML":
+        extra = ["--auth-tokens", str(_token_file(tmp_path, "tokens: [\n  {name: a\n"))]
+    elif case == "token file empty list":
+        extra = ["--auth-tokens", str(_token_file(tmp_path, "tokens: []\n"))]
+    elif case == "unresolvable host":
+        extra = ["--host", "no-such-host.invalid", "--allow-unauthenticated"]
+    elif case == "database folder is a file":
+        (tmp_path / "file").write_text("")
+        database = f"sqlite:///{tmp_path / 'file' / 'x.db'}"
+    completed = run_serve(database, *extra)
+    assert completed.returncode == status, completed.stderr
+    assert expected in _one_line(completed)
+
+
+def test_debug_logging_shows_the_traceback_of_a_start_up_mistake(tmp_path: Path) -> None:
+    tokens = _token_file(tmp_path, "tokens: []\n")
+    args = ("--auth-tokens", str(tokens))
+    quiet = run_serve(f"sqlite:///{tmp_path / 'x.db'}", *args)
+    debug = run_serve(f"sqlite:///{tmp_path / 'x.db'}", *args, "--log-level", "debug")
+    assert quiet.returncode == debug.returncode == 2
+    assert "Traceback" not in quiet.stderr
+    assert "Traceback (most recent call last)" in debug.stderr
+    assert "TokenFileError" in debug.stderr
+    assert "ces-eval: --auth-tokens: " in debug.stderr
+
+
+def test_variables_configure_the_real_server(tmp_path: Path) -> None:
+    """``CES_EVAL_*`` reach ``serve``: a bad one is refused like its flag, a good one is used,
+    and a flag beats it."""
+    environ = {**os.environ, "CES_EVAL_DATABASE": str(tmp_path / "x.db")}
+    completed = subprocess.run(
+        serve_command("sqlite:///unused.db")[:-2],  # no --database flag: the variable counts
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=environ,
+    )
+    assert completed.returncode == 2
+    assert "CES_EVAL_DATABASE: " in _one_line(completed)
+    assert f"for a SQLite file write sqlite:///{tmp_path / 'x.db'}" in completed.stderr
+    # A flag beats the variable: the same bad variable, with --database given, starts; the
+    # other variable (no flag) is used.
+    running = start_server(
+        tmp_path / "y.db",
+        env={"CES_EVAL_DATABASE": "not-a-url", "CES_EVAL_LOG_FORMAT": "json"},
+    )
+    try:
+        with httpx.Client(base_url=running.http_base, timeout=10) as http:
+            assert http.get(f"/v1beta/{APP}/evaluations").status_code == 200
+    finally:
+        assert running.stop() == 0
+    assert '"logger": "ces_eval.access"' in running.output()
