@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from ces_eval.methods import markdown_table
 from tests.support import contract
 
 EMULATOR_BINDINGS = {
@@ -39,3 +40,15 @@ def test_describe_lists_the_official_and_emulator_bindings() -> None:
         | EMULATOR_BINDINGS
     )
     assert lines == expected
+
+
+def test_describe_markdown_prints_the_methods_table() -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "ces_eval.cli", "describe", "--markdown"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert completed.stdout == markdown_table() + "\n"
+    assert "| `google.cloud.ces.v1beta.EvaluationService/RunEvaluation` |" in completed.stdout

@@ -40,7 +40,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _describe(args: argparse.Namespace) -> int:
-    """Print every method with its HTTP binding, as read from the descriptors."""
+    """Print every method with its HTTP binding, as read from the descriptors; with
+    ``--markdown`` the table of every official method and whether it is served (README)."""
+    if args.markdown:
+        # Imported here: the table reads the MCP tools, which serve needs only when serving.
+        from ces_eval.methods import markdown_table  # noqa: PLC0415
+
+        print(markdown_table())
+        return 0
     for binding in schema.http_bindings():
         body = f"  body={binding.body}" if binding.body else ""
         print(f"{binding.verb:6} {binding.template}  {binding.method.full_name}{body}")
@@ -305,6 +312,11 @@ def parse(
     parser.add_argument("--version", action="version", version=f"ces-eval {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     describe = commands.add_parser("describe", help="list the methods and their HTTP bindings")
+    describe.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print README's table of every official method and whether it is served",
+    )
     describe.set_defaults(run=_describe)
     serve_parser = _serve_parser(commands)
     _environment(serve_parser, os.environ if environ is None else environ)

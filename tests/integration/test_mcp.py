@@ -337,3 +337,15 @@ def test_unexpected_exceptions_never_leak(caplog: pytest.LogCaptureFixture) -> N
 
     anyio.run(main)
     assert "secret database detail" in caplog.text
+
+
+@pytest.mark.parametrize("verb", ["GET", "DELETE", "PUT"])
+def test_only_post_is_served_and_get_does_not_hang(server: RunningServer, verb: str) -> None:
+    """A stateless server offers no server-initiated stream (GET) and no session to end
+    (DELETE): 405 with ``Allow: POST`` at once (Streamable HTTP), where GET used to answer 200
+    ``text/event-stream`` and then send nothing, forever."""
+    with httpx.Client(base_url=server.http_base, timeout=5) as http:
+        response = http.request(verb, "/mcp", headers={"accept": ACCEPT})
+    assert response.status_code == 405
+    assert response.headers["allow"] == "POST"
+    assert response.json()["error"]["code"] == -32000
