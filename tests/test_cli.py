@@ -1,9 +1,10 @@
-"""``ces-eval describe`` lists every binding the descriptors declare."""
+"""``ces-eval describe`` and ``serve --help``: bindings, methods table, README options."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from ces_eval.methods import markdown_table
 from tests.support import contract
@@ -52,3 +53,26 @@ def test_describe_markdown_prints_the_methods_table() -> None:
     )
     assert completed.stdout == markdown_table() + "\n"
     assert "| `google.cloud.ces.v1beta.EvaluationService/RunEvaluation` |" in completed.stdout
+
+
+def test_readme_lists_every_serve_option_with_its_variable() -> None:
+    """README's "Server options" table has a row per flag of ``ces-eval serve --help``."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme.split("## Server options", 1)[1].split("\n\n**Start-up mistakes**", 1)[0]
+    rows = {
+        line.split("|")[1].strip(" `"): line.split("|")[2].strip(" `")
+        for line in table.splitlines()
+        if line.startswith("| `--")
+    }
+    help_text = subprocess.run(
+        [sys.executable, "-m", "ces_eval.cli", "serve", "--help"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    flags = {word for word in help_text.split() if word.startswith("--") and word != "--help"}
+    flags = {flag.strip("[],") for flag in flags}
+    assert set(rows) == flags
+    for flag, variable in rows.items():
+        assert variable == "CES_EVAL_" + flag[2:].upper().replace("-", "_")
