@@ -14,11 +14,9 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
-import threading
 import time
 import zipfile
 from dataclasses import dataclass
@@ -33,12 +31,11 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
 )
 from tests.support.load import golden_evaluation
+from tests.support.server import start_server
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = "src/ces_eval/"
 APP = "projects/p/locations/l/apps/a"
-# The start-up line of `ces-eval serve` on stderr (tests/support/server.py reads the same line).
-READY_LINE = re.compile(r"serving gRPC on (\S+):(\d+) and HTTP on http://(\S+):(\d+)")
 # The commands below install packages (pip, npm) and build: minutes on a cold cache, seconds warm.
 INSTALL_TIMEOUT = 900
 
@@ -139,33 +136,6 @@ def test_sdist_and_wheel_hold_every_tracked_file_of_the_package(built: Built) ->
     assert [name for name in in_wheel if name.endswith((".pyc", ".pyo"))] == []
 
 
-@dataclass
-class Served:
-    process: subprocess.Popen[str]
-    log: list[str]
-    grpc_target: str = ""
-    http_base: str = ""
-
-
-def _drain(served: Served, ready: threading.Event) -> None:
-    assert served.process.stdout is not None
-    for line in served.process.stdout:
-        served.log.append(line)
-        if not served.grpc_target and (match := READY_LINE.search(line)):
-            grpc_host, grpc_port, http_host, http_port = match.groups()
-            served.grpc_target = f"{grpc_host}:{grpc_port}"
-            served.http_base = f"http://{http_host}:{http_port}"
-            ready.set()
-    ready.set()
-
-
-def _healthy(http: httpx.Client) -> bool:
-    try:
-        return http.get("/healthz").status_code == 200
-    except httpx.TransportError:
-        return False
-
-
 @pytest.fixture
 def installed(built: Built, tmp_path: Path) -> Path:
     """A fresh virtual environment outside the checkout with the wheel installed (its
@@ -201,85 +171,57 @@ def test_installed_wheel_serves_grpc_and_rest(installed: Path, tmp_path: Path) -
     assert module.is_relative_to(installed.resolve())
     assert not module.is_relative_to(REPO)
 
-    command = [
-        str(installed / "bin" / "ces-eval"),
-        "serve",
-        "--grpc-port",
-        "0",
-        "--http-port",
-        "0",
-        "--database",
-        f"sqlite:///{tmp_path / 'x.db'}",
-        "--export-dir",
-        str(tmp_path / "exports"),
-    ]
     started = time.monotonic()
-    process = subprocess.Popen(
-        command,
+    served = start_server(
+        tmp_path / "x.db",
+        program=[str(installed / "bin" / "ces-eval")],
         cwd=tmp_path,
-        env=_clean_env(PYTHONUNBUFFERED="1"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        base_env=_clean_env(),
     )
-    served = Served(process, [])
-    ready = threading.Event()
-    reader = threading.Thread(target=_drain, args=(served, ready), daemon=True)
-    reader.start()
     try:
-        assert ready.wait(60), "no start-up line within 60 s"
-        assert served.grpc_target, "ces-eval serve did not start:\n" + "".join(served.log)
-        with httpx.Client(base_url=served.http_base, timeout=10) as http:
-            deadline = time.monotonic() + 60
-            while not _healthy(http):
-                assert time.monotonic() < deadline, "never healthy:\n" + "".join(served.log)
-                time.sleep(0.05)
-            print(f"healthy {time.monotonic() - started:.1f} s after start")
-            with grpc.insecure_channel(served.grpc_target) as channel:
-                stub = service_grpc.EvaluationServiceStub(channel)
-                created = stub.CreateEvaluation(
-                    service_pb2.CreateEvaluationRequest(
-                        parent=APP,
-                        evaluation_id="from-grpc",
-                        evaluation=golden_evaluation("From gRPC"),
-                    ),
-                    timeout=10,
-                )
-                assert created.name == f"{APP}/evaluations/from-grpc"
-                over_rest = http.get(f"/v1beta/{created.name}")
-                assert over_rest.status_code == 200, over_rest.text
-                assert over_rest.json()["displayName"] == "From gRPC"
-                again = stub.GetEvaluation(
-                    service_pb2.GetEvaluationRequest(name=created.name), timeout=10
-                )
-                assert again == created
+        print(f"healthy {time.monotonic() - started:.1f} s after start")
+        with (
+            httpx.Client(base_url=served.http_base, timeout=10) as http,
+            grpc.insecure_channel(served.grpc_target) as channel,
+        ):
+            stub = service_grpc.EvaluationServiceStub(channel)
+            created = stub.CreateEvaluation(
+                service_pb2.CreateEvaluationRequest(
+                    parent=APP,
+                    evaluation_id="from-grpc",
+                    evaluation=golden_evaluation("From gRPC"),
+                ),
+                timeout=10,
+            )
+            assert created.name == f"{APP}/evaluations/from-grpc"
+            over_rest = http.get(f"/v1beta/{created.name}")
+            assert over_rest.status_code == 200, over_rest.text
+            assert over_rest.json()["displayName"] == "From gRPC"
+            again = stub.GetEvaluation(
+                service_pb2.GetEvaluationRequest(name=created.name), timeout=10
+            )
+            assert again == created
 
-                posted = http.post(
-                    f"/v1beta/{APP}/evaluations",
-                    params={"evaluationId": "from-rest"},
-                    json={
-                        "displayName": "From REST",
-                        "golden": {"turns": [{"steps": [{"userInput": {"text": "hi"}}]}]},
-                    },
-                )
-                assert posted.status_code == 200, posted.text
-                over_grpc = stub.GetEvaluation(
-                    service_pb2.GetEvaluationRequest(name=posted.json()["name"]), timeout=10
-                )
-                assert over_grpc.name == f"{APP}/evaluations/from-rest"
-                assert over_grpc.display_name == "From REST"
-        process.send_signal(signal.SIGTERM)
-        code = process.wait(timeout=30)
+            posted = http.post(
+                f"/v1beta/{APP}/evaluations",
+                params={"evaluationId": "from-rest"},
+                json={
+                    "displayName": "From REST",
+                    "golden": {"turns": [{"steps": [{"userInput": {"text": "hi"}}]}]},
+                },
+            )
+            assert posted.status_code == 200, posted.text
+            over_grpc = stub.GetEvaluation(
+                service_pb2.GetEvaluationRequest(name=posted.json()["name"]), timeout=10
+            )
+            assert over_grpc.name == f"{APP}/evaluations/from-rest"
+            assert over_grpc.display_name == "From REST"
+        code = served.stop()
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=30)
-        reader.join(timeout=30)
-        assert process.stdout is not None
-        process.stdout.close()
-        print(f"{shlex.join(command)}\n" + "".join(served.log))
+        served.kill()
+        print(served.output())
     assert code == 0
-    assert "ces-eval stopped" in "".join(served.log)
+    assert "ces-eval stopped" in served.output()
 
 
 def _make_n(tree: Path, target: str) -> list[str]:

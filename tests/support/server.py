@@ -15,6 +15,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,12 +70,11 @@ def _drain(stream: object, sink: list[str], ready: threading.Event, found: list[
     ready.set()
 
 
-def serve_command(database_url: str, *extra: str) -> list[str]:
-    """``ces-eval serve`` on ``database_url`` with ports chosen by the system."""
+def serve_command(database_url: str, *extra: str, program: Sequence[str] = ()) -> list[str]:
+    """``ces-eval serve`` on ``database_url`` with ports chosen by the system; ``program``: the
+    ``ces-eval`` to run (default: this interpreter's ``-m ces_eval.cli``)."""
     return [
-        sys.executable,
-        "-m",
-        "ces_eval.cli",
+        *(program or (sys.executable, "-m", "ces_eval.cli")),
         "serve",
         "--grpc-port",
         "0",
@@ -104,18 +104,32 @@ def start_server(
     timeout: float = 60,
     database_url: str | None = None,
     export_dir: Path | None = None,
-    env: dict[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+    base_env: Mapping[str, str] | None = None,
+    program: Sequence[str] = (),
+    cwd: Path | None = None,
 ) -> RunningServer:
     """Start ``ces-eval serve`` on the SQLite file ``database``, or on ``database_url`` (then
     ``database`` only names the folder for exports); exports go to ``export_dir`` (default
-    ``<database folder>/exports``); ``env``: variables added to the server's environment."""
+    ``<database folder>/exports``). ``env``: variables added to the server's environment,
+    ``base_env`` (default this process's); ``program`` and ``cwd``: which ``ces-eval`` runs
+    where (:func:`serve_command`)."""
     exports = export_dir or database.parent / "exports"
     command = serve_command(
-        database_url or f"sqlite:///{database}", "--export-dir", str(exports), *extra
+        database_url or f"sqlite:///{database}",
+        "--export-dir",
+        str(exports),
+        *extra,
+        program=program,
     )
-    environ = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    environ = {**(os.environ if base_env is None else base_env), "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environ
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**environ, **(env or {})},
+        cwd=cwd,
     )
     log: list[str] = []
     ready = threading.Event()
