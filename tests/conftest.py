@@ -19,6 +19,7 @@ from tests.support.postgres import (
     PostgresStartFailed,
     PostgresUnavailable,
 )
+from tests.support.server import RunningServer, start_server
 
 SKIP_POSTGRES = "CES_EVAL_SKIP_POSTGRES"
 
@@ -46,3 +47,17 @@ def postgres_url(postgres_cluster: PostgresCluster) -> Iterator[str]:
     url = postgres_cluster.create_database()
     yield url
     postgres_cluster.drop_database(url)
+
+
+@pytest.fixture(scope="module")
+def module_server(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[RunningServer]:
+    """One real ``ces-eval serve`` (SQLite) for the tests of a module that only read or call
+    methods that change nothing."""
+    folder = tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])
+    server = start_server(folder / "ces-eval.db")
+    try:
+        yield server
+    finally:
+        server.kill()

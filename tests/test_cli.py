@@ -9,6 +9,17 @@ from pathlib import Path
 from ces_eval.methods import markdown_table
 from tests.support import contract
 
+
+def _ces_eval(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ces_eval.cli", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 EMULATOR_BINDINGS = {
     "POST /emulator/v1/{parent=projects/*/locations/*/apps/*/evaluations/*}/results "
     "ces_eval.emulator.v1.EmulatorService.CreateEvaluationResult",
@@ -19,13 +30,7 @@ EMULATOR_BINDINGS = {
 
 
 def test_describe_lists_the_official_and_emulator_bindings() -> None:
-    completed = subprocess.run(
-        [sys.executable, "-m", "ces_eval.cli", "describe"],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    completed = _ces_eval("describe")
     lines = {" ".join(line.split()[:3]) for line in completed.stdout.splitlines()}
     expected = (
         {
@@ -44,13 +49,7 @@ def test_describe_lists_the_official_and_emulator_bindings() -> None:
 
 
 def test_describe_markdown_prints_the_methods_table() -> None:
-    completed = subprocess.run(
-        [sys.executable, "-m", "ces_eval.cli", "describe", "--markdown"],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    completed = _ces_eval("describe", "--markdown")
     assert completed.stdout == markdown_table() + "\n"
     assert "| `google.cloud.ces.v1beta.EvaluationService/RunEvaluation` |" in completed.stdout
 
@@ -64,13 +63,7 @@ def test_readme_lists_every_serve_option_with_its_variable() -> None:
         for line in table.splitlines()
         if line.startswith("| `--")
     }
-    help_text = subprocess.run(
-        [sys.executable, "-m", "ces_eval.cli", "serve", "--help"],
-        check=True,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    ).stdout
+    help_text = _ces_eval("serve", "--help").stdout
     flags = {word for word in help_text.split() if word.startswith("--") and word != "--help"}
     flags = {flag.strip("[],") for flag in flags}
     assert set(rows) == flags

@@ -12,19 +12,17 @@ import json
 import re
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-import pytest
 from google.protobuf import descriptor_pool
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
 
 from ces_eval.methods import NOT_SERVED, SERVED, markdown_table
-from tests.support.server import RunningServer, start_server
+from tests.support.server import RunningServer
 from tests.unit.test_official_routes import sample_path
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -68,15 +66,6 @@ def test_readme_table_is_the_generated_table() -> None:
     )
 
 
-@pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    server = start_server(tmp_path_factory.mktemp("readme") / "ces-eval.db")
-    try:
-        yield server
-    finally:
-        server.kill()
-
-
 def grpc_code(channel: grpc.Channel, path: str) -> grpc.StatusCode:
     """The status of an empty request to ``path`` (OK when it succeeds)."""
     try:
@@ -105,9 +94,9 @@ def rest_answer(server: RunningServer, verb: str, template: str) -> tuple[int, s
         return error.code, reasons[0]
 
 
-def test_every_reflected_method_has_a_row(running: RunningServer) -> None:
+def test_every_reflected_method_has_a_row(module_server: RunningServer) -> None:
     rows = {row.path for row in readme_rows()}
-    with grpc.insecure_channel(running.grpc_target) as channel:
+    with grpc.insecure_channel(module_server.grpc_target) as channel:
         database = ProtoReflectionDescriptorDatabase(channel)
         pool = descriptor_pool.DescriptorPool(database)
         services = [s for s in database.get_services() if s not in _INFRASTRUCTURE]
@@ -120,11 +109,11 @@ def test_every_reflected_method_has_a_row(running: RunningServer) -> None:
     assert reflected <= rows, sorted(reflected - rows)
 
 
-def test_served_rows_are_what_the_server_serves(running: RunningServer) -> None:
+def test_served_rows_are_what_the_server_serves(module_server: RunningServer) -> None:
     rows = readme_rows()
     assert any(row.served for row in rows)
     assert any(not row.served for row in rows)
-    with grpc.insecure_channel(running.grpc_target) as channel:
+    with grpc.insecure_channel(module_server.grpc_target) as channel:
         answered = {
             row.path
             for row in rows
@@ -133,7 +122,7 @@ def test_served_rows_are_what_the_server_serves(running: RunningServer) -> None:
     assert {row.path for row in rows if row.served} == answered
     for row in rows:
         for verb, template in row.bindings:
-            status, reason = rest_answer(running, verb, template)
+            status, reason = rest_answer(module_server, verb, template)
             if row.served:
                 assert status != 501, (row.path, verb, template)
                 assert reason not in {"PATH_NOT_FOUND", "METHOD_NOT_ALLOWED"}, (row.path, verb)

@@ -13,7 +13,6 @@ import json
 import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -24,7 +23,7 @@ from grpc_status import rpc_status
 from ces_eval import schema
 from ces_eval.core.service import implements
 from tests.support import contract
-from tests.support.server import RunningServer, start_server
+from tests.support.server import RunningServer
 from tests.unit.test_official_routes import JSON_FILE, official_unserved, sample_path
 
 DOMAIN = "ces.googleapis.com"
@@ -46,15 +45,6 @@ UNSERVED = unserved_methods()
 BINDINGS = official_unserved()
 
 
-@pytest.fixture(scope="module")
-def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    server = start_server(tmp_path_factory.mktemp("unimplemented") / "ces-eval.db")
-    try:
-        yield server
-    finally:
-        server.kill()
-
-
 def expected_message(path: str) -> str:
     return f"Method {path.lstrip('/')} is not implemented by ces-eval."
 
@@ -67,9 +57,9 @@ def test_the_unserved_set_is_not_empty() -> None:
 
 @pytest.mark.parametrize("transport", ["grpc", "rest"])
 def test_official_client_gets_method_not_implemented(
-    running: RunningServer, transport: str
+    module_server: RunningServer, transport: str
 ) -> None:
-    target = running.grpc_target if transport == "grpc" else running.http_base
+    target = module_server.grpc_target if transport == "grpc" else module_server.http_base
     completed = subprocess.run(
         [
             str(contract.CLIENT_PYTHON),
@@ -83,7 +73,7 @@ def test_official_client_gets_method_not_implemented(
         timeout=300,
         check=False,
     )
-    assert completed.returncode == 0, completed.stdout + completed.stderr + running.output()
+    assert completed.returncode == 0, completed.stdout + completed.stderr + module_server.output()
     reports = {r["client_method"]: r for r in map(json.loads, completed.stdout.splitlines())}
     assert set(reports) == {m["client_method"] for m in UNSERVED}
     for method in UNSERVED:
@@ -118,9 +108,11 @@ def rest_call(server: RunningServer, verb: str, path: str, body: bytes | None) -
     ids=[f"{verb} {template}" for _, verb, template, _ in BINDINGS],
 )
 def test_rest_route_answers_501_in_googles_envelope(
-    running: RunningServer, path: str, verb: str, template: str, body: str
+    module_server: RunningServer, path: str, verb: str, template: str, body: str
 ) -> None:
-    status, document = rest_call(running, verb, sample_path(template), b"{}" if body else None)
+    status, document = rest_call(
+        module_server, verb, sample_path(template), b"{}" if body else None
+    )
     assert status == 501, document
     assert set(document) == {"error"}
     error = document["error"]
@@ -139,8 +131,8 @@ def test_rest_route_answers_501_in_googles_envelope(
 
 
 @pytest.mark.parametrize("path", [m["path"] for m in UNSERVED])
-def test_grpc_path_answers_unimplemented_like_rest(running: RunningServer, path: str) -> None:
-    with grpc.insecure_channel(running.grpc_target) as channel:
+def test_grpc_path_answers_unimplemented_like_rest(module_server: RunningServer, path: str) -> None:
+    with grpc.insecure_channel(module_server.grpc_target) as channel:
         call = channel.unary_unary(path)
         with pytest.raises(grpc.RpcError) as raised:
             call(b"", timeout=30)
@@ -161,6 +153,6 @@ def test_grpc_path_answers_unimplemented_like_rest(running: RunningServer, path:
     rest = [b for b in BINDINGS if b[0] == path]
     if rest:  # the REST 501 of the same method carries the same message and metadata
         _, verb, template, body = rest[0]
-        _, document = rest_call(running, verb, sample_path(template), b"{}" if body else None)
+        _, document = rest_call(module_server, verb, sample_path(template), b"{}" if body else None)
         assert document["error"]["message"] == status.message
         assert document["error"]["details"][0]["metadata"] == dict(info.metadata)
