@@ -24,6 +24,7 @@ class Options:
     streams: int = 4
     deep_page: int = 50
     workers: int | None = None
+    log_repeats: int = 3
     database: str | None = None
     output: Path = BENCH / "results"
     workdir: Path | None = None

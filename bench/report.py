@@ -3,10 +3,28 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
-__all__ = ["markdown", "ratios", "targets", "write_reports"]
+__all__ = [
+    "LOG_COST_LIMIT",
+    "markdown",
+    "ratios",
+    "request_log_ratios",
+    "request_log_summary",
+    "targets",
+    "write_reports",
+]
+
+# Issue 14, item 8: the request log costs less than 5 % of the throughput.
+LOG_COST_LIMIT = 0.05
+_LABELS = {
+    "get-grpc": "gRPC GetEvaluation",
+    "get-rest": "REST GetEvaluation",
+    "list-first-grpc": "gRPC list, first page",
+    "list-first-rest": "REST list, first page",
+}
 
 
 def _find(scenarios: list[dict[str, Any]], name: str, data_set: str) -> dict[str, Any] | None:
@@ -47,6 +65,57 @@ def ratios(scenarios: list[dict[str, Any]]) -> dict[str, float | None]:
                 _find(scenarios, f"list-{page}-{surface}", "small"),
             )
     return out
+
+
+def request_log_summary(runs: list[dict[str, Any]], workloads: tuple[str, ...]) -> dict[str, Any]:
+    """Per workload: the on/off throughput ratio of each round (the two measurements taken one
+    after the other) and their median, the medians of req/s and p50/p99 on each side; whether
+    every workload's median cost is under :data:`LOG_COST_LIMIT`."""
+    rows: list[dict[str, Any]] = []
+    for workload in workloads:
+        mine = [r for r in runs if r["scenario"] == workload]
+        rounds = sorted({r["repeat"] for r in mine})
+        side = {
+            mode: {r["repeat"]: r for r in mine if r["request_log"] == mode}
+            for mode in ("on", "off")
+        }
+        per_round = [_ratio(side["on"].get(n), side["off"].get(n)) for n in rounds]
+        measured = [r for r in per_round if r is not None]
+        if not measured:
+            continue
+        ratio = round(statistics.median(measured), 3)
+        row: dict[str, Any] = {
+            "workload": workload,
+            "ratio": ratio,
+            "cost": round(1 - ratio, 3),
+            "ratios": measured,
+            "met": 1 - ratio < LOG_COST_LIMIT,
+        }
+        for mode, by_round in side.items():
+            for key in ("requests_per_s", "p50_ms", "p99_ms"):
+                row[f"{mode}_{key}"] = round(
+                    statistics.median(r[key] for r in by_round.values()), 3
+                )
+            row[f"{mode}_other_cpu_share"] = max(
+                r["cpu"]["other_cpu_share"] for r in by_round.values()
+            )
+        rows.append(row)
+    return {
+        "summary": rows,
+        "cost_limit": LOG_COST_LIMIT,
+        "met": bool(rows) and all(row["met"] for row in rows),
+    }
+
+
+def request_log_ratios(info: dict[str, Any]) -> dict[str, float | None]:
+    """Each workload's median on/off throughput ratio: ``request-log-<workload>-on-vs-off``."""
+    return {f"request-log-{row['workload']}-on-vs-off": row["ratio"] for row in info["summary"]}
+
+
+def _measurements(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every measurement of the run: the scenarios and the request log's pairs."""
+    runs: list[dict[str, Any]] = report.get("request_log", {}).get("runs", [])
+    return [*report["scenarios"], *runs]
 
 
 def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -94,6 +163,18 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
                 1000,
                 "req/s",
             )
+    for row in report.get("request_log", {}).get("summary", []):
+        rows.append(
+            {
+                "target": f"request log costs < {LOG_COST_LIMIT:.0%}: "
+                f"{_LABELS.get(row['workload'], row['workload'])} log on/off > "
+                f"{1 - LOG_COST_LIMIT:g}x",
+                "value": row["ratio"],
+                "threshold": round(1 - LOG_COST_LIMIT, 3),
+                "unit": "x",
+                "met": row["met"],
+            }
+        )
     lost = sum(d["missing"] for d in report["durability"].values())
     rows.append(
         {
@@ -104,7 +185,7 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
             "met": all(d["ok"] for d in report["durability"].values()),
         }
     )
-    errors = sum(s["errors"] for s in scenarios)
+    errors = sum(s["errors"] for s in _measurements(report))
     rows.append(
         {
             "target": "every request succeeded",
@@ -126,7 +207,7 @@ BUSY_SHARE = 0.05
 
 def _busy(report: dict[str, Any]) -> list[str]:
     """A warning when other processes used the CPUs during the measurements."""
-    shares = [s["cpu"]["other_cpu_share"] for s in report["scenarios"]]
+    shares = [s["cpu"]["other_cpu_share"] for s in _measurements(report)]
     busiest = max(shares, default=0.0)
     if busiest <= BUSY_SHARE:
         return []
@@ -187,6 +268,7 @@ def markdown(report: dict[str, Any]) -> str:
             f"{_fmt(s['peak_rss_mb'], 0)} | {_fmt(ratios_.get(key))} | "
             f"{s['cpu']['other_cpu_share']:.0%} |"
         )
+    lines += _request_log_lines(report)
     lines += ["", "| target | value | met |", "| --- | ---: | --- |"]
     for t in report["targets"]:
         value = t["value"]
@@ -204,6 +286,42 @@ def markdown(report: dict[str, Any]) -> str:
         )
     lines.append("")
     return "\n".join(lines)
+
+
+def _request_log_lines(report: dict[str, Any]) -> list[str]:
+    info = report.get("request_log")
+    if not info or not info["summary"]:
+        return []
+    worst = min(info["summary"], key=lambda row: row["ratio"])
+    verdict = (
+        f"The request log costs under {LOG_COST_LIMIT:.0%} on every workload"
+        if info["met"]
+        else f"**The request log costs {LOG_COST_LIMIT:.0%} or more** on "
+        + ", ".join(row["workload"] for row in info["summary"] if not row["met"])
+    )
+    lines = [
+        "",
+        f"Request log cost: the same reads on {report['data_sets'][info['data_set']]['results']:,} "
+        "results against two ces-eval servers running side by side on the same data, log on "
+        "(`--log-level info`, the default) and off (`--log-level warning`), each workload "
+        f"measured on one right after the other, {info['repeats']} round(s), order flipped "
+        "every round; the ratio is the median of the rounds' on/off ratios. "
+        f"{verdict} (highest: {worst['cost']:.1%}, {worst['workload']}).",
+        "",
+        "| workload | log on req/s | log off req/s | on/off | rounds | on p50 / p99 ms "
+        "| off p50 / p99 ms | other CPU |",
+        "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |",
+    ]
+    for row in info["summary"]:
+        rounds = ", ".join(f"{r:.3f}" for r in row["ratios"])
+        other = max(row["on_other_cpu_share"], row["off_other_cpu_share"])
+        lines.append(
+            f"| {row['workload']} | {_fmt(row['on_requests_per_s'], 0)} | "
+            f"{_fmt(row['off_requests_per_s'], 0)} | {_fmt(row['ratio'], 3)} | {rounds} | "
+            f"{_fmt(row['on_p50_ms'])} / {_fmt(row['on_p99_ms'])} | "
+            f"{_fmt(row['off_p50_ms'])} / {_fmt(row['off_p99_ms'])} | {other:.0%} |"
+        )
+    return lines
 
 
 def write_reports(report: dict[str, Any], output: Path) -> None:

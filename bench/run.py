@@ -2,20 +2,22 @@
 
     python -m bench.run [--large 1000000] [--small 1000] [--duration 10] [--warmup 2]
                         [--connections 8] [--streams 4] [--deep-page 50] [--workers N]
-                        [--database URL] [--output bench/results] [--keep] ...
+                        [--log-repeats 3] [--database URL] [--output bench/results] ...
 
 Steps (see bench/README.md for the details and the reasoning):
 
 1. load generators: ``bench/tools.sh ensure`` (h2load, wrk, taskset; installed as root);
 2. two data sets, SMALL and LARGE results, written straight into SQLite files (bench/data.py);
-3. for each data set, ``ces-eval serve`` pinned to one core; on the other core h2load (gRPC),
-   wrk (REST) and bench/grpc_create.py (gRPC creates) drive GetEvaluation,
-   ListEvaluationResults (page_size 100, filter on one evaluation run; the first page and a
-   deep page) and CreateEvaluation;
+3. for each data set, ``ces-eval serve`` (its default request log on) pinned to one core; on
+   the other core h2load (gRPC), wrk (REST) and bench/grpc_create.py (gRPC creates) drive
+   GetEvaluation, ListEvaluationResults (page_size 100, filter on one evaluation run; the
+   first page and a deep page) and CreateEvaluation;
 4. the floors (bench/floor.py): a bare grpc.aio server and a bare Starlette/uvicorn app
    replaying the real responses' bytes, under the same load;
 5. after the creates, every acknowledged create is looked up in the database;
-6. ``<output>/latest.json`` (every number) and ``<output>/latest.md`` (tables and targets).
+6. the request log's cost: the same reads against two ces-eval servers on the SMALL data, the
+   request log on (the default, as in step 3) and off, alternated, ``--log-repeats`` rounds;
+7. ``<output>/latest.json`` (every number) and ``<output>/latest.md`` (tables and targets).
 """
 
 from __future__ import annotations
@@ -43,7 +45,14 @@ from google.protobuf import json_format
 from bench import data
 from bench.loadgen import grpc_creates, h2load, wrk
 from bench.options import BENCH, ROOT, Options
-from bench.report import markdown, ratios, targets, write_reports
+from bench.report import (
+    markdown,
+    ratios,
+    request_log_ratios,
+    request_log_summary,
+    targets,
+    write_reports,
+)
 from bench.servers import CpuMeter, Process, grpc_call, http_call, pinned, start, which
 from ces_eval import storage as storage_backends
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
@@ -195,8 +204,8 @@ def _expect_ok(status: int, body: bytes, what: str) -> bytes:
     return body
 
 
-def capture(server: Process, data_set: data.DataSet, create_app: str, deep_page: int) -> Calls:
-    """The scenarios' requests, each sent once, with their real answers."""
+def capture_reads(server: Process, data_set: data.DataSet) -> Calls:
+    """The GetEvaluation and first-page requests, each sent once, with their real answers."""
     calls = Calls()
     target, base = server.grpc_target, server.http_base
     name = data_set.evaluation_name(data_set.evaluations // 2)
@@ -213,6 +222,15 @@ def capture(server: Process, data_set: data.DataSet, create_app: str, deep_page:
     page = service_pb2.ListEvaluationResultsResponse.FromString(calls.list_answer)
     if len(page.evaluation_results) != min(PAGE_SIZE, data_set.matching(FILTER_RUN)):
         raise SystemExit(f"bench: the first page has {len(page.evaluation_results)} results")
+    return calls
+
+
+def capture(server: Process, data_set: data.DataSet, create_app: str, deep_page: int) -> Calls:
+    """The scenarios' requests, each sent once, with their real answers."""
+    calls = capture_reads(server, data_set)
+    target, base = server.grpc_target, server.http_base
+    first = _list_request(data_set.app)
+    page = service_pb2.ListEvaluationResultsResponse.FromString(calls.list_answer)
     # Walk to page ``deep_page`` (or the last page) with real next_page_tokens.
     deep, deep_answer, number = first, calls.list_answer, 1
     while number < deep_page and page.next_page_token:
@@ -261,6 +279,45 @@ def capture(server: Process, data_set: data.DataSet, create_app: str, deep_page:
     return calls
 
 
+def _same_answer(server: Process, method: str, body: bytes, answer: bytes) -> bool:
+    """The call still answers ``answer``: compared as messages, since map entries (Struct
+    fields) may be serialized in another order by another process (--workers)."""
+    kind = _ANSWERS[method]
+    return bool(
+        kind.FromString(grpc_call(server.grpc_target, method, body)) == kind.FromString(answer)
+    )
+
+
+def _reads(
+    options: Options, server: Process, calls: Calls, label: str, work: Path
+) -> dict[str, Any]:
+    """The read scenarios against ``server``, by name: each a function measuring it. The gRPC
+    ones check the answer before and after (h2load sees no gRPC status)."""
+    grpc_url = f"http://{server.grpc_target}"
+    base = server.http_base
+
+    def checked_grpc(method: str, body: bytes, answer: bytes, name: str) -> dict[str, Any]:
+        before = _same_answer(server, method, body, answer)
+        result = h2load(
+            options, grpc_url + method, body, answer, work=work, label=f"{label}-{name}"
+        )
+        after = _same_answer(server, method, body, answer)
+        result["answer_checked"] = before and after
+        if not (before and after):
+            result["errors"] += 1
+            result["error_detail"]["answer_changed"] = 1
+        return result
+
+    return {
+        "get-grpc": lambda: checked_grpc(GET, calls.get_body, calls.get_answer, "get"),
+        "get-rest": lambda: wrk(options, base + calls.get_path),
+        "list-first-grpc": lambda: checked_grpc(LIST, calls.list_body, calls.list_answer, "list"),
+        "list-first-rest": lambda: wrk(options, base + calls.list_path),
+        "list-deep-grpc": lambda: checked_grpc(LIST, calls.deep_body, calls.deep_answer, "deep"),
+        "list-deep-rest": lambda: wrk(options, base + calls.deep_path),
+    }
+
+
 def measure(
     options: Options,
     server: Process,
@@ -272,7 +329,6 @@ def measure(
     names of the evaluations whose create was acknowledged."""
     scenarios: list[dict[str, Any]] = []
     acked: list[str] = []
-    grpc_url = f"http://{server.grpc_target}"
     base = server.http_base
     creates = work / f"{set_name}-creates"
     creates.mkdir(exist_ok=True)
@@ -280,35 +336,7 @@ def measure(
     template.write_text(calls.create_template)
     create_path = f"/v1beta/{calls.create_parent}/evaluations"
 
-    def same_answer(method: str, body: bytes, answer: bytes) -> bool:
-        """The call still answers ``answer``: compared as messages, since map entries (Struct
-        fields) may be serialized in another order by another process (--workers)."""
-        kind = _ANSWERS[method]
-        return bool(
-            kind.FromString(grpc_call(server.grpc_target, method, body)) == kind.FromString(answer)
-        )
-
-    def checked_grpc(method: str, body: bytes, answer: bytes, label: str) -> dict[str, Any]:
-        before = same_answer(method, body, answer)
-        result = h2load(
-            options, grpc_url + method, body, answer, work=work, label=f"{set_name}-{label}"
-        )
-        after = same_answer(method, body, answer)
-        result["answer_checked"] = before and after
-        if not (before and after):
-            result["errors"] += 1
-            result["error_detail"]["answer_changed"] = 1
-        return result
-
-    plan: list[tuple[str, Any]] = [
-        ("get-grpc", lambda: checked_grpc(GET, calls.get_body, calls.get_answer, "get")),
-        ("get-rest", lambda: wrk(options, base + calls.get_path)),
-        ("list-first-grpc", lambda: checked_grpc(LIST, calls.list_body, calls.list_answer, "list")),
-        ("list-first-rest", lambda: wrk(options, base + calls.list_path)),
-        ("list-deep-grpc", lambda: checked_grpc(LIST, calls.deep_body, calls.deep_answer, "deep")),
-        ("list-deep-rest", lambda: wrk(options, base + calls.deep_path)),
-    ]
-    for scenario, action in plan:
+    for scenario, action in _reads(options, server, calls, set_name, work).items():
         if set_name == "floor" and scenario.startswith("list-deep"):
             continue  # the floor answers one fixed page: first and deep are the same to it
         scenarios.append(_one(options, server, scenario, set_name, action))
@@ -420,7 +448,10 @@ def _size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.parent.glob(path.name + "*") if p.is_file())
 
 
-def _serve_command(options: Options, url: str, exports: Path) -> list[str]:
+def _serve_command(options: Options, url: str, exports: Path, log_level: str = "info") -> list[str]:
+    """``ces-eval serve`` on ``url``. ``--log-level info`` and ``--log-format text`` are the
+    defaults, what users run (a request line per call, on stderr); passed anyway so that the
+    flags, not the environment, say so (bench/servers.py starts no server with CES_EVAL_*)."""
     command = [
         sys.executable,
         "-m",
@@ -436,6 +467,10 @@ def _serve_command(options: Options, url: str, exports: Path) -> list[str]:
         url,
         "--export-dir",
         str(exports),
+        "--log-level",
+        log_level,
+        "--log-format",
+        "text",
     ]
     if options.workers is not None:
         command += ["--workers", str(options.workers)]
@@ -495,6 +530,47 @@ def load(options: Options, work: Path, set_name: str, data_set: data.DataSet) ->
     return info
 
 
+def ces_eval(
+    options: Options,
+    work: Path,
+    set_name: str,
+    data_set: data.DataSet,
+    *,
+    report: dict[str, Any],
+    run_id: str,
+) -> Calls:
+    """Every scenario against ces-eval on ``data_set`` (default request log: on), then the
+    durability check; the numbers join ``report``. Returns the captured calls."""
+    url = report["data_sets"][set_name]["url"]
+    exports = work / "exports"
+    started = time.monotonic()
+    server = start(
+        f"ces-eval ({set_name})",
+        _serve_command(options, url, exports),
+        work / f"server-{set_name}.log",
+    )
+    info = report["data_sets"][set_name]
+    info["server_start_s"] = round(time.monotonic() - started, 2)
+    info["server_rss_at_start_mb"] = server.memory_mb("VmRSS")
+    create_app = f"{PROJECT}/apps/create-{set_name}-{run_id}"
+    try:
+        calls = capture(server, data_set, create_app, options.deep_page)
+        info["get_answer_bytes"] = len(calls.get_answer)
+        info["list_answer_bytes"] = len(calls.list_answer)
+        info["deep_page"] = calls.deep_page
+        scenarios, acked = measure(options, server, calls, set_name, work)
+        report["scenarios"] += scenarios
+        info["server_log_problems"] = server.log_problems()
+    finally:
+        code = server.stop()
+    info["server_exit"] = code
+    info["server_log_level"] = "info"
+    info["request_log_lines"] = server.count_lines(ACCESS_MARKER)
+    report["durability"][set_name] = durability(url, create_app, [*calls.probes, *acked])
+    _log(f"{set_name}: durability {report['durability'][set_name]}")
+    return calls
+
+
 def run(options: Options) -> dict[str, Any]:
     """The whole benchmark; writes the reports and returns the JSON report."""
     ensure_tools(options.install)
@@ -526,35 +602,13 @@ def run(options: Options) -> dict[str, Any]:
             report["data_sets"][set_name] = load(options, work, set_name, data_set)
         captured: Calls | None = None
         for set_name, data_set in sets.items():
-            url = report["data_sets"][set_name]["url"]
-            exports = work / "exports"
-            started = time.monotonic()
-            server = start(
-                f"ces-eval ({set_name})",
-                _serve_command(options, url, exports),
-                work / f"server-{set_name}.log",
-            )
-            info = report["data_sets"][set_name]
-            info["server_start_s"] = round(time.monotonic() - started, 2)
-            info["server_rss_at_start_mb"] = server.memory_mb("VmRSS")
-            create_app = f"{PROJECT}/apps/create-{set_name}-{run_id}"
-            try:
-                calls = capture(server, data_set, create_app, options.deep_page)
-                info["get_answer_bytes"] = len(calls.get_answer)
-                info["list_answer_bytes"] = len(calls.list_answer)
-                info["deep_page"] = calls.deep_page
-                scenarios, acked = measure(options, server, calls, set_name, work)
-                report["scenarios"] += scenarios
-                info["server_log_problems"] = server.log_problems()
-            finally:
-                code = server.stop()
-            info["server_exit"] = code
-            report["durability"][set_name] = durability(url, create_app, [*calls.probes, *acked])
-            _log(f"{set_name}: durability {report['durability'][set_name]}")
-            captured = calls
+            captured = ces_eval(options, work, set_name, data_set, report=report, run_id=run_id)
         assert captured is not None
         report["floor"] = floor(options, captured, work, report)
         report["ratios"] = ratios(report["scenarios"])
+        if options.log_repeats > 0:
+            report["request_log"] = request_log_cost(options, work, sets["small"])
+            report["ratios"].update(request_log_ratios(report["request_log"]))
         report["targets"] = targets(report)
     finally:
         if options.keep:
@@ -618,6 +672,125 @@ def floor(options: Options, calls: Calls, work: Path, report: dict[str, Any]) ->
     return {"answers_from": "large", "create_answers": len(acked)}
 
 
+# -- the request log's cost -----------------------------------------------------------------------
+
+# What a request line carries in the text format (``... INFO ces_eval.access: grpc ...``; with
+# --workers the logger name is followed by ``[pid]``).
+ACCESS_MARKER = " ces_eval.access"
+# The reads measured with the request log on and off; their answers are the same on both.
+LOG_WORKLOADS = ("get-grpc", "get-rest", "list-first-rest")
+# --log-level info: the default, a request line per call; warning: no request log at all.
+LOG_LEVELS = {"on": "info", "off": "warning"}
+
+
+def _log_databases(options: Options, work: Path, data_set: data.DataSet) -> dict[str, str]:
+    """A database per server of the pair, holding ``data_set``: two SQLite files written by
+    the same loader (SQLite admits one server per file), or the ``--database`` itself when it
+    is a server database (the pair only reads)."""
+    if options.database is not None and not options.database.startswith("sqlite:///"):
+        return dict.fromkeys(LOG_LEVELS, options.database)
+    urls: dict[str, str] = {}
+    for mode in LOG_LEVELS:
+        path = work / f"log-{mode}.db"
+        data.load_direct(path, data_set)
+        urls[mode] = f"sqlite:///{path}"
+    return urls
+
+
+def _same_reads(on: Calls, off: Calls) -> None:
+    """Both servers answer the workloads alike (the same data, the same requests)."""
+    same = (
+        on.get_path == off.get_path
+        and on.list_path == off.list_path
+        and evaluation_pb2.Evaluation.FromString(on.get_answer)
+        == evaluation_pb2.Evaluation.FromString(off.get_answer)
+        and json.loads(on.get_json) == json.loads(off.get_json)
+        and json.loads(on.list_json) == json.loads(off.list_json)
+    )
+    if not same:
+        raise SystemExit("bench: the log-on and log-off servers answer the reads differently")
+
+
+def request_log_cost(options: Options, work: Path, data_set: data.DataSet) -> dict[str, Any]:
+    """The request log's cost: :data:`LOG_WORKLOADS` against two ces-eval servers on the same
+    data, one with the default request log (``--log-level info``), one without
+    (``--log-level warning``). Both run at once, pinned to the server core (the idle one
+    waits); each workload is measured on one right after the other, ``--log-repeats`` times,
+    the order flipped every round (on/off, off/on, ...) so drift favours neither."""
+    _log(f"request log: {data_set.results:,} results on two servers, log on and off")
+    urls = _log_databases(options, work, data_set)
+    servers: dict[str, Process] = {}
+    info: dict[str, Any] = {
+        "data_set": "small",
+        "workloads": list(LOG_WORKLOADS),
+        "repeats": options.log_repeats,
+        "levels": dict(LOG_LEVELS),
+        "servers": {},
+        "runs": [],
+    }
+    try:
+        for mode, level in LOG_LEVELS.items():
+            started = time.monotonic()
+            servers[mode] = start(
+                f"ces-eval (request log {mode})",
+                _serve_command(options, urls[mode], work / f"exports-log-{mode}", level),
+                work / f"server-log-{mode}.log",
+            )
+            info["servers"][mode] = {
+                "log_level": level,
+                "database": urls[mode] if options.database else "fresh SQLite file",
+                "server_start_s": round(time.monotonic() - started, 2),
+            }
+        calls = {mode: capture_reads(server, data_set) for mode, server in servers.items()}
+        _same_reads(calls["on"], calls["off"])
+        reads = {
+            mode: _reads(options, server, calls[mode], f"log-{mode}", work)
+            for mode, server in servers.items()
+        }
+        for repeat in range(options.log_repeats):
+            order = ("on", "off") if repeat % 2 == 0 else ("off", "on")
+            for workload in LOG_WORKLOADS:
+                for mode in order:
+                    result = _one(
+                        options, servers[mode], workload, f"log-{mode}", reads[mode][workload]
+                    )
+                    result.update(request_log=mode, repeat=repeat)
+                    info["runs"].append(result)
+        for mode, server in servers.items():
+            info["servers"][mode]["server_log_problems"] = server.log_problems()
+    finally:
+        for mode, server in servers.items():
+            info["servers"][mode]["server_exit"] = server.stop()
+    for mode, server in servers.items():
+        info["servers"][mode]["request_log_lines"] = server.count_lines(ACCESS_MARKER)
+    _check_request_log(info)
+    info.update(request_log_summary(info["runs"], LOG_WORKLOADS))
+    for row in info["summary"]:
+        _log(
+            f"request log: {row['workload']} on/off {row['ratio']:.3f} "
+            f"(runs {', '.join(f'{r:.3f}' for r in row['ratios'])})"
+        )
+    return info
+
+
+def _check_request_log(info: dict[str, Any]) -> None:
+    """The log-on server wrote a request line per call at least (warm-ups add more); the
+    log-off server none: otherwise the pair does not measure the request log."""
+    requests = {
+        mode: sum(r["requests"] for r in info["runs"] if r["request_log"] == mode)
+        for mode in LOG_LEVELS
+    }
+    on, off = (
+        info["servers"]["on"]["request_log_lines"],
+        info["servers"]["off"]["request_log_lines"],
+    )
+    if on < requests["on"] or off:
+        raise SystemExit(
+            f"bench: the log-on server wrote {on:,} request lines for {requests['on']:,} "
+            f"measured requests, the log-off server {off:,} (expected none)"
+        )
+
+
 def _options(argv: list[str] | None) -> Options:
     defaults = Options()
     parser = argparse.ArgumentParser(
@@ -636,6 +809,12 @@ def _options(argv: list[str] | None) -> Options:
         "--deep-page", type=int, default=defaults.deep_page, help="page number of the deep list"
     )
     parser.add_argument("--workers", type=int, help="passed to ces-eval serve --workers")
+    parser.add_argument(
+        "--log-repeats",
+        type=int,
+        default=defaults.log_repeats,
+        help="request log cost: on/off measurement pairs per workload (0: not measured)",
+    )
     parser.add_argument(
         "--database",
         help="run ces-eval on this database URL (both data sets in it, in their own apps; "

@@ -108,19 +108,38 @@ class Process:
         return self.popen.wait(timeout=30)
 
     def log_problems(self) -> list[str]:
-        lines = self.log.read_text(errors="replace").splitlines()
-        return [line for line in lines if "ERROR" in line or "Traceback" in line][:20]
+        """Error lines and tracebacks in the log (read line by line: with the request log on,
+        the log holds one line per call)."""
+        problems: list[str] = []
+        with self.log.open(errors="replace") as lines:
+            for line in lines:
+                if "ERROR" in line or "Traceback" in line:
+                    problems.append(line.rstrip("\n"))
+                    if len(problems) == 20:
+                        break
+        return problems
+
+    def count_lines(self, marker: str) -> int:
+        """Lines of the log containing ``marker``."""
+        with self.log.open(errors="replace") as lines:
+            return sum(marker in line for line in lines)
 
 
 def start(name: str, command: list[str], log: Path, timeout: float = 300) -> Process:
     """Start ``command``; wait for its ``serving gRPC on ... and HTTP on ...`` line and for
-    ``GET /healthz`` to answer 200."""
+    ``GET /healthz`` to answer 200.
+
+    stdout and stderr go to the file ``log``, never to a pipe: with the request log on, the
+    server writes a line per call, and a pipe nobody reads would fill and block it. No
+    ``CES_EVAL_*`` variable reaches the server (``ces-eval serve`` reads every flag from one):
+    the command line alone configures it."""
     handle = log.open("wb")
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("CES_EVAL_")}
     popen = subprocess.Popen(
         command,
         stdout=handle,
         stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**environment, "PYTHONUNBUFFERED": "1"},
         cwd=ROOT,
     )
     handle.close()

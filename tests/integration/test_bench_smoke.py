@@ -33,6 +33,8 @@ SCENARIOS = [
     "create-rest",
 ]
 FLOOR_SCENARIOS = [s for s in SCENARIOS if not s.startswith("list-deep")]
+# The request log's cost: these reads against a log-on and a log-off server.
+LOG_WORKLOADS = ["get-grpc", "get-rest", "list-first-rest"]
 SCENARIO_FIELDS = {
     "scenario",
     "data_set",
@@ -69,6 +71,8 @@ DATA_SET_FIELDS = {
     "deep_page",
     "server_log_problems",
     "server_exit",
+    "server_log_level",
+    "request_log_lines",
 }
 MACHINE_FIELDS = {
     "cpu_count",
@@ -93,6 +97,7 @@ OPTION_FIELDS = {
     "streams",
     "deep_page",
     "workers",
+    "log_repeats",
     "database",
     "server_cpu",
     "client_cpu",
@@ -129,6 +134,8 @@ def test_harness_runs_every_scenario_without_errors(tmp_path: Path) -> None:
             "2",
             "--streams",
             "2",
+            "--log-repeats",
+            "1",
             "--output",
             str(output),
             "--workdir",
@@ -156,6 +163,10 @@ def test_harness_runs_every_scenario_without_errors(tmp_path: Path) -> None:
         # ~5 KB goldens, results of a few KB.
         assert 4_500 <= info["evaluation_bytes"] <= 6_000
         assert all(2_000 <= size <= 8_000 for size in info["result_bytes"])
+        # Served with the default request log: a line per call (warm-ups and probes add more).
+        assert info["server_log_level"] == "info", name
+        measured = sum(s["requests"] for s in report["scenarios"] if s["data_set"] == name)
+        assert info["request_log_lines"] >= measured > 0, name
     assert report["data_sets"]["small"]["results"] == 200
     assert report["data_sets"]["large"]["results"] == 2000
     assert report["data_sets"]["large"]["deep_page"] == 2  # 200 of 2000 match: two pages
@@ -190,8 +201,31 @@ def test_harness_runs_every_scenario_without_errors(tmp_path: Path) -> None:
         "create-grpc-large-vs-floor",
     ):
         assert key in ratios
+    for workload in LOG_WORKLOADS:
+        assert ratios[f"request-log-{workload}-on-vs-off"] > 0
+
+    log = report["request_log"]
+    assert log["workloads"] == LOG_WORKLOADS and log["repeats"] == 1
+    assert {(r["scenario"], r["request_log"]) for r in log["runs"]} == {
+        (w, mode) for w in LOG_WORKLOADS for mode in ("on", "off")
+    }
+    for run in log["runs"]:
+        assert run["errors"] == 0, (run["scenario"], run["request_log"], run["error_detail"])
+        assert run["requests"] > 0 and run["p99_ms"] >= run["p50_ms"] > 0
+    assert [row["workload"] for row in log["summary"]] == LOG_WORKLOADS
+    for row in log["summary"]:
+        assert row["ratio"] > 0 and len(row["ratios"]) == 1
+        assert row["on_requests_per_s"] > 0 and row["off_requests_per_s"] > 0
+        assert row["met"] == (row["ratio"] > 0.95)
+    servers = log["servers"]
+    assert servers["on"]["log_level"] == "info" and servers["off"]["log_level"] == "warning"
+    on_requests = sum(r["requests"] for r in log["runs"] if r["request_log"] == "on")
+    assert servers["on"]["request_log_lines"] >= on_requests
+    assert servers["off"]["request_log_lines"] == 0
+    assert all(s["server_exit"] == 0 and s["server_log_problems"] == [] for s in servers.values())
+
     targets = report["targets"]
-    assert len(targets) == 16
+    assert len(targets) == 16 + len(LOG_WORKLOADS)
     assert all({"target", "value", "threshold", "unit", "met"} <= set(t) for t in targets)
     assert targets[-1]["target"] == "every request succeeded" and targets[-1]["met"]
 
@@ -204,6 +238,7 @@ def test_harness_runs_every_scenario_without_errors(tmp_path: Path) -> None:
     markdown = (output / "latest.md").read_text()
     assert "| get-grpc | floor |" in markdown
     assert "no acknowledged create lost" in markdown
+    assert "Request log cost:" in markdown and "| get-rest |" in markdown
     # The work folder (data sets, logs) is gone.
     assert not any((tmp_path / "work").iterdir())
 
