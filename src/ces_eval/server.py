@@ -388,13 +388,12 @@ async def open_database(config: ServerConfig, *, shared: bool = False) -> Storag
 
 
 def _surfaces(
-    config: ServerConfig, core: Core, tokens: Tokens | None
+    config: ServerConfig, core: Core, tokens: Tokens | None, log: RequestLog | None
 ) -> tuple[Dispatcher, Transcoder, McpEndpoint]:
     """The three surfaces over ``core``'s handlers; with ``tokens`` every call authenticates
     (at the surface) and is authorized per project (in the core)."""
     implementations = handlers(core, authorization=tokens is not None)
     limit = config.max_concurrent_requests
-    log = RequestLog() if RequestLog.wanted() else None
     dispatcher = Dispatcher(
         implementations, tokens=tokens, admission=Admission("grpc", limit), log=log
     )
@@ -438,6 +437,7 @@ async def _serve(
     grpc_port: int,
     http_sockets: list[socket.socket],
 ) -> int:
+    log = RequestLog() if RequestLog.wanted() else None  # logs.py: the request log
     runner = OperationRunner(database, lease=config.operation_lease)
     await runner.recover()
     # A worker leaves the sweep to its supervisor: other workers' exports may be under way.
@@ -453,6 +453,7 @@ async def _serve(
             export_per_project=tokens is not None,
         ),
         tokens,
+        log,
     )
     http_port = int(http_sockets[0].getsockname()[1])
     mcp.allow(config.host, http_port)
@@ -478,8 +479,8 @@ async def _serve(
         mcp=Admitted(mcp.app, Admission("mcp", config.max_concurrent_requests), jsonrpc=True),
         lifespan=lambda _app: mcp.manager.run(),
     )
-    if RequestLog.wanted():
-        app = HttpRequestLog(app)
+    if log is not None:
+        app = HttpRequestLog(app, log)
     http = _Uvicorn(
         uvicorn.Config(
             app,
@@ -518,5 +519,7 @@ async def _serve(
     await server.stop(DRAIN_SECONDS)
     await http_task
     await runner.shutdown()
+    if log is not None:
+        log.flush()
     role.stopped()
     return ExitStatus.STOPPED

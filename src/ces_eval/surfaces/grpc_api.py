@@ -164,6 +164,8 @@ def _behavior(
     async def quiet(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Message:
         return await serve(raw, context, None)
 
+    finish = log.finish if log is not None else None
+
     async def logged(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Message:
         call = RequestLog.start("grpc", name)
         try:
@@ -176,7 +178,8 @@ def _behavior(
         finally:
             if call.code is None:
                 call.code = Code.OK
-            RequestLog.finish(call)
+            if finish is not None:
+                finish(call)
         return response
 
     serialize: Callable[[Message], bytes] = lambda m: m.SerializeToString()  # noqa: E731

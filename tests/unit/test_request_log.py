@@ -1,0 +1,98 @@
+"""The request log's lines, in process (src/ces_eval/logs.py): batched, in the configured format."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import re
+from collections.abc import Iterator
+
+import pytest
+
+from ces_eval import logs
+from ces_eval.errors import Code
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    logs.configure("info", "text")  # the request log's style back to the default
+    root.handlers[:] = handlers  # and pytest's own handlers back
+    root.setLevel(level)
+
+
+def _call(code: Code | None = Code.OK) -> logs.Call:
+    call = logs.RequestLog.start("grpc", "google.cloud.ces.v1beta.EvaluationService/GetEvaluation")
+    call.resource = "projects/p/locations/l/apps/a/evaluations/e"
+    call.caller = "alice"
+    call.code = code
+    return call
+
+
+def test_a_line_has_the_text_format_of_every_other_line() -> None:
+    logs.configure("info", "text")
+    out = io.StringIO()
+    logs.RequestLog(out).finish(_call())  # no event loop: written at once
+    line = out.getvalue()
+    assert re.fullmatch(
+        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} INFO ces_eval\.access: grpc "
+        r"google\.cloud\.ces\.v1beta\.EvaluationService/GetEvaluation "
+        r"projects/p/locations/l/apps/a/evaluations/e OK \d+\.\d\dms caller=alice\n",
+        line,
+    ), line
+
+
+def test_json_lines_carry_every_field() -> None:
+    logs.configure("info", "json")
+    out = io.StringIO()
+    log = logs.RequestLog(out)
+    log.finish(_call(None), 404)  # no code: read from the HTTP status
+    entry = json.loads(out.getvalue())
+    assert entry["logger"] == "ces_eval.access"
+    assert entry["level"] == "INFO"
+    assert entry["code"] == "NOT_FOUND"
+    assert entry["http_status"] == 404
+    assert entry["caller"] == "alice"
+    assert entry["duration_ms"] >= 0
+    assert set(entry) >= {"time", "message", "surface", "method", "resource"}
+
+
+def test_lines_wait_for_one_write_on_the_event_loop() -> None:
+    logs.configure("info", "text")
+    out = io.StringIO()
+    log = logs.RequestLog(out)
+
+    async def calls() -> tuple[str, str]:
+        for _ in range(50):
+            log.finish(_call())
+        before = out.getvalue()
+        await asyncio.sleep(logs.FLUSH_SECONDS * 3)
+        return before, out.getvalue()
+
+    before, after = asyncio.run(calls())
+    assert before == ""  # nothing written per call
+    assert after.count("\n") == 50
+
+
+def test_flush_writes_what_is_pending() -> None:
+    logs.configure("info", "text")
+    out = io.StringIO()
+    log = logs.RequestLog(out)
+
+    async def one() -> None:
+        log.finish(_call())
+        log.flush()  # what the server does when it stops
+
+    asyncio.run(one())
+    assert out.getvalue().count("\n") == 1
+
+
+def test_off_below_info() -> None:
+    logs.configure("warning", "text")
+    assert not logs.RequestLog.wanted()
+    logs.configure("info", "text")
+    assert logs.RequestLog.wanted()
