@@ -40,7 +40,7 @@ from ces_eval import openapi, schema
 from ces_eval import storage as storage_backends
 from ces_eval.access import TokenFileError, Tokens
 from ces_eval.admission import DEFAULT_LIMIT, Admission, Admitted
-from ces_eval.core import exchange, limits, pages
+from ces_eval.core import limits, pages
 from ces_eval.core.operations import OperationRunner
 from ces_eval.core.service import DEFAULT_EXPORT_ROOT, Core, handlers
 from ces_eval.logs import HttpRequestLog, RequestLog
@@ -438,11 +438,9 @@ async def _serve(
     http_sockets: list[socket.socket],
 ) -> int:
     log = RequestLog() if RequestLog.wanted() else None  # logs.py: the request log
-    runner = OperationRunner(database, lease=config.operation_lease)
+    runner = OperationRunner(database, lease=config.operation_lease, export_root=config.export_dir)
+    # Also sweeps the export folder, of what provably no process writes any more.
     await runner.recover()
-    # A worker leaves the sweep to its supervisor: other workers' exports may be under way.
-    if not role.worker and (swept := exchange.sweep_temporary(config.export_dir)):
-        _log.warning("removed %d partial export file(s) of interrupted operations", swept)
     dispatcher, rest, mcp = _surfaces(
         config,
         Core(

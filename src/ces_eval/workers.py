@@ -44,7 +44,6 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from ces_eval.core import exchange
 from ces_eval.core.operations import OperationRunner
 from ces_eval.server import (
     ExitStatus,
@@ -278,9 +277,10 @@ async def _open_single_owner(config: ServerConfig) -> Storage | None:
     if not config.database.startswith(_SQLITE):
         return None
     database = await open_database(config)
-    runner = OperationRunner(database, lease=config.operation_lease)
+    runner = OperationRunner(database, lease=config.operation_lease, export_root=config.export_dir)
     try:
-        await runner.recover()  # not shared: fails every operation an earlier run left running
+        # Not shared: fails every operation an earlier run left running, removes their files.
+        await runner.recover()
         await runner.shutdown()
     except BaseException:
         await database.close()
@@ -311,8 +311,6 @@ async def supervise(config: ServerConfig, workers: int) -> int:
         )
         held += http_held
         owner = await _open_single_owner(config)
-        if swept := exchange.sweep_temporary(config.export_dir):
-            _log.warning("removed %d partial export file(s) of interrupted operations", swept)
         group = _Group(
             dataclasses.replace(
                 config, grpc_port=grpc_port, http_port=http_held[0].getsockname()[1]

@@ -857,7 +857,7 @@ def test_any_details_round_trip() -> None:
         assert exchange.load(exchange.dump(bundle, fmt)) == bundle
 
 
-# --- local_path -----------------------------------------------------------------------------------
+# --- locate ---------------------------------------------------------------------------------------
 
 ROOT = Path("/srv/exports")
 
@@ -879,8 +879,10 @@ ROOT = Path("/srv/exports")
         ("gs://b/" + "x" * 255, ROOT / "b" / ("x" * 255)),
     ],
 )
-def test_local_path_accepts(uri: str, expected: Path) -> None:
-    assert exchange.local_path(uri, ROOT) == expected
+def test_locate_accepts(uri: str, expected: Path) -> None:
+    located = exchange.locate(uri, ROOT)
+    assert located.path == expected
+    assert located.uri == uri.rstrip("/")
 
 
 @pytest.mark.parametrize(
@@ -928,16 +930,24 @@ def test_local_path_accepts(uri: str, expected: Path) -> None:
         ("", "expected a gs:// URI"),
     ],
 )
-def test_local_path_rejects(uri: str, fragment: str) -> None:
+def test_locate_rejects(uri: str, fragment: str) -> None:
     with pytest.raises(ExchangeError) as caught:
-        exchange.local_path(uri, ROOT)
+        exchange.locate(uri, ROOT)
     assert fragment in caught.value.message
     assert caught.value.path == ""
 
 
-def test_local_path_is_relative_to_a_relative_root() -> None:
-    assert exchange.local_path("gs://b/x", Path()) == Path("b/x")
-    assert exchange.local_path("gs://b/x", Path("data/exports")) == Path("data/exports/b/x")
+def test_locate_is_relative_to_a_relative_root() -> None:
+    assert exchange.locate("gs://b/x", Path()).path == Path("b/x")
+    assert exchange.locate("gs://b/x", Path("data/exports")).path == Path("data/exports/b/x")
+
+
+def test_locate_in_a_project_namespace_names_the_uri_only() -> None:
+    located = exchange.locate("gs://b/x/", ROOT, "proj-a")
+    assert located.path == ROOT / "proj-a" / "b" / "x"
+    assert located.parts == ("proj-a", "b", "x")
+    assert located.uri == "gs://b/x"
+    assert located.child("f.json").uri == "gs://b/x/f.json"
 
 
 # --- write_atomically -----------------------------------------------------------------------------
@@ -947,17 +957,21 @@ def _listing(folder: Path) -> list[str]:
     return sorted(os.listdir(folder))
 
 
+def _object(root: Path, *parts: str) -> exchange.ObjectPath:
+    return exchange.ObjectPath("gs://" + "/".join(parts), root, parts)
+
+
 def test_write_creates_the_file_with_the_exact_bytes(tmp_path: Path) -> None:
     data = os.urandom(3 * 1024 * 1024) + b"\x00\r\n"
     target = tmp_path / "export.json"
-    exchange.write_atomically(target, data)
+    exchange.write_atomically(_object(tmp_path, "export.json"), data)
     assert target.read_bytes() == data
     assert _listing(tmp_path) == ["export.json"]
 
 
 def test_write_of_empty_data(tmp_path: Path) -> None:
     target = tmp_path / "empty"
-    exchange.write_atomically(target, b"")
+    exchange.write_atomically(_object(tmp_path, "empty"), b"")
     assert target.read_bytes() == b""
     assert _listing(tmp_path) == ["empty"]
 
@@ -965,22 +979,22 @@ def test_write_of_empty_data(tmp_path: Path) -> None:
 def test_write_replaces_an_existing_file(tmp_path: Path) -> None:
     target = tmp_path / "export.yaml"
     target.write_bytes(b"old content that is longer than the new one")
-    exchange.write_atomically(target, b"new")
+    exchange.write_atomically(_object(tmp_path, "export.yaml"), b"new")
     assert target.read_bytes() == b"new"
     assert _listing(tmp_path) == ["export.yaml"]
 
 
 def test_write_creates_missing_folders(tmp_path: Path) -> None:
-    target = exchange.local_path("gs://bucket/a/b/export.json", tmp_path)
+    target = exchange.locate("gs://bucket/a/b/export.json", tmp_path)
     exchange.write_atomically(target, b"{}")
-    assert target.read_bytes() == b"{}"
+    assert target.path.read_bytes() == b"{}"
     assert _listing(tmp_path / "bucket" / "a" / "b") == ["export.json"]
 
 
 def test_written_file_has_ordinary_permissions(tmp_path: Path) -> None:
     previous = os.umask(0o022)
     try:
-        exchange.write_atomically(tmp_path / "x", b"1")
+        exchange.write_atomically(_object(tmp_path, "x"), b"1")
     finally:
         os.umask(previous)
     assert stat.S_IMODE((tmp_path / "x").stat().st_mode) == 0o644
@@ -1002,31 +1016,32 @@ def test_data_is_synced_before_the_rename_and_the_folder_after(
             events.append(("folder", info.st_ino))
         real_fsync(fd)
 
-    def replace(source: Any, destination: Any) -> None:
+    def replace(source: Any, destination: Any, **dir_fds: int) -> None:
         events.append(("replace", 0))
-        real_replace(source, destination)
+        real_replace(source, destination, **dir_fds)
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
-    exchange.write_atomically(target, data)
+    exchange.write_atomically(_object(tmp_path, "new", "export.json"), data)
+    assert target.read_bytes() == data
     assert events == [
+        ("folder", tmp_path.stat().st_ino),  # the new folder's own entry, once it is made
         ("file", len(data)),
         ("replace", 0),
         ("folder", (tmp_path / "new").stat().st_ino),
-        ("folder", tmp_path.stat().st_ino),  # the new folder's own entry
     ]
 
 
 def test_failing_rename_leaves_no_target_and_no_temporary_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def replace(source: Any, destination: Any) -> None:
-        assert Path(source).read_bytes() == b"payload"  # the data was written in full first
+    def replace(source: Any, destination: Any, **_: int) -> None:
+        assert (tmp_path / source).read_bytes() == b"payload"  # the data was written in full
         raise OSError(errno.EIO, "simulated rename failure")
 
     monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(OSError, match="simulated rename failure"):
-        exchange.write_atomically(tmp_path / "export.json", b"payload")
+        exchange.write_atomically(_object(tmp_path, "export.json"), b"payload")
     assert _listing(tmp_path) == []
 
 
@@ -1036,12 +1051,12 @@ def test_failing_rename_keeps_the_previous_file(
     target = tmp_path / "export.json"
     target.write_bytes(b"previous")
 
-    def replace(source: Any, destination: Any) -> None:
+    def replace(source: Any, destination: Any, **_: int) -> None:
         raise OSError(errno.EXDEV, "simulated rename failure")
 
     monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(OSError, match="simulated rename failure"):
-        exchange.write_atomically(target, b"next")
+        exchange.write_atomically(_object(tmp_path, "export.json"), b"next")
     assert target.read_bytes() == b"previous"
     assert _listing(tmp_path) == ["export.json"]
 
@@ -1060,7 +1075,7 @@ def test_write_failing_half_way_leaves_nothing(
 
     monkeypatch.setattr(os, "write", write)
     with pytest.raises(OSError, match="simulated full disk"):
-        exchange.write_atomically(tmp_path / "export.json", b"x" * 1000)
+        exchange.write_atomically(_object(tmp_path, "export.json"), b"x" * 1000)
     assert calls == [1000, 500]  # the short write was continued, not taken as the end
     assert _listing(tmp_path) == []
 
@@ -1071,7 +1086,7 @@ def test_failing_fsync_leaves_nothing(tmp_path: Path, monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(os, "fsync", fsync)
     with pytest.raises(OSError, match="simulated I/O error"):
-        exchange.write_atomically(tmp_path / "export.json", b"data")
+        exchange.write_atomically(_object(tmp_path, "export.json"), b"data")
     assert _listing(tmp_path) == []
 
 
@@ -1079,16 +1094,16 @@ def test_target_that_is_a_folder_is_left_alone(tmp_path: Path) -> None:
     (tmp_path / "export.json").mkdir()
     (tmp_path / "export.json" / "inside").write_bytes(b"keep")
     with pytest.raises(IsADirectoryError):
-        exchange.write_atomically(tmp_path / "export.json", b"data")
+        exchange.write_atomically(_object(tmp_path, "export.json"), b"data")
     assert _listing(tmp_path) == ["export.json"]
     assert (tmp_path / "export.json" / "inside").read_bytes() == b"keep"
 
 
 def test_interrupted_write_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def replace(source: Any, destination: Any) -> None:
+    def replace(source: Any, destination: Any, **_: int) -> None:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(KeyboardInterrupt):
-        exchange.write_atomically(tmp_path / "export.json", b"data")
+        exchange.write_atomically(_object(tmp_path, "export.json"), b"data")
     assert _listing(tmp_path) == []

@@ -2,9 +2,11 @@
 
 ExportEvaluations / ExportEvaluationResults render a :class:`Bundle` with :func:`dump`; the
 emulator's import reads one back with :func:`load`, which accepts JSON or YAML and reports every
-problem as an :class:`ExchangeError` carrying a field path inside the document. ``gs://`` targets
-map to files under the server's export root (:func:`local_path`) and are written with
-:func:`write_atomically`, so a reader never sees a half-written export.
+problem as an :class:`ExchangeError` carrying a field path inside the document (and a form that
+quotes nothing of it, for documents read from files). ``gs://`` URIs map to files under the
+server's export root (:func:`locate`); :func:`write_atomically` writes them so a reader never sees
+a half-written export, :func:`read_object` reads them, and neither follows a symbolic link out of
+the export folder (docs/security.md).
 
 The YAML side reads YAML 1.2's core schema (``yes``, ``on``, ``2024-01-01`` and ``0777`` stay
 strings or decimal numbers as in JSON) and writes every string that any YAML 1.1 or 1.2 reader
@@ -14,12 +16,14 @@ could take for another type in quotes.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 import os
 import re
 import secrets
-from collections.abc import Iterator
+import stat
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -33,13 +37,20 @@ from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2, evaluatio
 
 __all__ = [
     "FORMAT",
+    "OWNER_MAX",
     "Bundle",
     "ExchangeError",
+    "ObjectMissing",
+    "ObjectPath",
+    "PathRefused",
     "detect_format",
     "dump",
     "load",
-    "local_path",
+    "locate",
+    "probe",
+    "read_object",
     "sweep_temporary",
+    "temporary_owners",
     "write_atomically",
 ]
 
@@ -65,12 +76,33 @@ class Bundle:
 
 
 class ExchangeError(ValueError):
-    """A document, URI or path that cannot be used; ``path`` locates it in the document."""
+    """A document, URI or path that cannot be used; ``path`` locates it in the document.
 
-    def __init__(self, message: str, path: str = "") -> None:
+    ``quotes`` says whether ``message`` or ``path`` may hold text of the document (a key, a
+    value, a line); ``blind`` is the (message, path) to give instead where the document's text
+    must not be shown (:meth:`redacted`)."""
+
+    def __init__(
+        self,
+        message: str,
+        path: str = "",
+        *,
+        quotes: bool = True,
+        blind: tuple[str, str] | None = None,
+    ) -> None:
         super().__init__(f"{path}: {message}" if path else message)
         self.message = message
         self.path = path
+        self.quotes = quotes
+        self.blind = blind
+
+    def redacted(self) -> ExchangeError:
+        """This error without any text of the document: for a document read from a file,
+        whose content the caller may have no right to see (docs/security.md)."""
+        if not self.quotes:
+            return self
+        message, path = self.blind or ("not a valid export document", "")
+        return ExchangeError(message, path, quotes=False)
 
 
 # -- document paths ----------------------------------------------------------------------------
@@ -287,49 +319,63 @@ def _parse(data: bytes) -> object:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise ExchangeError(f"not UTF-8 text (byte {error.start})") from None
+        raise ExchangeError(f"not UTF-8 text (byte {error.start})", quotes=False) from None
     text = text.removeprefix("\ufeff")
     if not text.strip(" \t\r\n"):
-        raise ExchangeError("the document is empty")
+        raise ExchangeError("the document is empty", quotes=False)
     if detect_format(data) == _ExportFormat.JSON:
         try:
             return json.loads(
                 text, object_pairs_hook=_object_pairs, parse_constant=_reject_constant
             )
         except json.JSONDecodeError as error:
+            # The C scanner's messages are fixed words; the Python one's may end with ": <the
+            # offending character>", which the blind form leaves out.
+            where = f"(line {error.lineno}, column {error.colno})"
             raise ExchangeError(
-                f"invalid JSON: {error.msg} (line {error.lineno}, column {error.colno})"
+                f"invalid JSON: {error.msg} {where}",
+                blind=(f"invalid JSON: {error.msg.split(':', 1)[0]} {where}", ""),
             ) from None
         except ValueError as error:
-            raise ExchangeError(f"invalid JSON: {error}") from None
+            raise ExchangeError(f"invalid JSON: {error}", blind=("invalid JSON", "")) from None
     try:
         return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
     except yaml.MarkedYAMLError as error:
+        # PyYAML's problems quote what they met (a character, a tag, a scalar), and str(error)
+        # adds the offending line: the blind form gives the position only.
         problem = "; ".join(p for p in (error.context, error.problem) if p)
         mark = error.problem_mark or error.context_mark
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise ExchangeError(f"invalid YAML: {problem}{where}") from None
+        raise ExchangeError(
+            f"invalid YAML: {problem}{where}", blind=(f"invalid YAML{where}", "")
+        ) from None
     except yaml.YAMLError as error:
-        raise ExchangeError(f"invalid YAML: {error}") from None
+        raise ExchangeError(f"invalid YAML: {error}", blind=("invalid YAML", "")) from None
 
 
 def _check_values(value: object, path: str, seen: set[int]) -> None:
     """Reject what JSON cannot say: repeated keys, non-finite numbers, shared (aliased) nodes."""
     if isinstance(value, dict | list):
         if id(value) in seen:
-            raise ExchangeError("YAML aliases are not supported; write the value out", path)
+            message = "YAML aliases are not supported; write the value out"
+            raise ExchangeError(message, path, blind=(message, ""))
         seen.add(id(value))
     if isinstance(value, dict):
         if isinstance(value, _Object) and value.duplicates:
             key = value.duplicates[0]
-            raise ExchangeError(f"key {_quoted(key)} occurs more than once", _member(path, key))
+            raise ExchangeError(
+                f"key {_quoted(key)} occurs more than once",
+                _member(path, key),
+                blind=("a key occurs more than once in an object", ""),
+            )
         for key, item in value.items():
             _check_values(item, _member(path, key), seen)
     elif isinstance(value, list):
         for index, item in enumerate(value):
             _check_values(item, _element(path, index), seen)
     elif isinstance(value, float) and not math.isfinite(value):
-        raise ExchangeError('numbers must be finite; use the strings "NaN" or "Infinity"', path)
+        message = 'numbers must be finite; use the strings "NaN" or "Infinity"'
+        raise ExchangeError(message, path, blind=(message, ""))
 
 
 def _descriptor(cls: type[Message]) -> descriptor.Descriptor:
@@ -559,8 +605,17 @@ def _items(document: dict[str, tuple[str, Any]], key: str, cls: type[_M]) -> lis
     if value is None:
         return []  # null is an empty list, as in proto3 JSON
     if not isinstance(value, list):
-        raise ExchangeError("expected a list", spelled)
-    return [_parse_item(item, cls, _element(spelled, index)) for index, item in enumerate(value)]
+        raise ExchangeError("expected a list", spelled, quotes=False)  # spelled is one of _KEYS
+    items: list[_M] = []
+    for index, item in enumerate(value):
+        at = _element(spelled, index)
+        try:
+            items.append(_parse_item(item, cls, at))
+        except ExchangeError as error:
+            if error.blind is None:  # which field and why would quote the document
+                error.blind = (f"not a valid {_descriptor(cls).name}", at)
+            raise
+    return items
 
 
 def load(data: bytes) -> Bundle:
@@ -570,29 +625,41 @@ def load(data: bytes) -> Bundle:
         tree = _parse(data)
         _check_values(tree, "", set())
         if not isinstance(tree, dict):
-            raise ExchangeError("expected an object at the top of the document")
+            raise ExchangeError("expected an object at the top of the document", quotes=False)
         document: dict[str, tuple[str, Any]] = {}  # canonical key -> (key as written, value)
         for key, value in tree.items():
             canonical = _KEYS.get(key)
             if canonical is None:
-                raise ExchangeError(f"unknown key {_quoted(key)}", _member("", key))
+                raise ExchangeError(
+                    f"unknown key {_quoted(key)}",
+                    _member("", key),
+                    blind=(
+                        "unknown key at the top; expected format, evaluations and "
+                        "evaluationResults",
+                        "",
+                    ),
+                )
             if canonical in document:
                 first = document[canonical][0]
-                raise ExchangeError(f"{_quoted(key)} repeats {_quoted(first)}", key)
+                raise ExchangeError(  # both keys are among _KEYS
+                    f"{_quoted(key)} repeats {_quoted(first)}", key, quotes=False
+                )
             document[canonical] = key, value
         if "format" not in document:
-            raise ExchangeError(f"missing; expected {_quoted(FORMAT)}", "format")
+            raise ExchangeError(f"missing; expected {_quoted(FORMAT)}", "format", quotes=False)
         declared = document["format"][1]
         if declared != FORMAT:
             raise ExchangeError(
-                f"unsupported format {json.dumps(declared)}; expected {_quoted(FORMAT)}", "format"
+                f"unsupported format {json.dumps(declared)}; expected {_quoted(FORMAT)}",
+                "format",
+                blind=(f"unsupported format; expected {_quoted(FORMAT)}", "format"),
             )
         return Bundle(
             _items(document, _EVALUATIONS, evaluation_pb2.Evaluation),
             _items(document, _RESULTS, evaluation_pb2.EvaluationResult),
         )
     except RecursionError:
-        raise ExchangeError("the document is nested too deeply") from None
+        raise ExchangeError("the document is nested too deeply", quotes=False) from None
 
 
 # -- Cloud Storage stand-in ----------------------------------------------------------------------
@@ -606,12 +673,40 @@ _NAME_MAX = 255  # bytes in one file name on common file systems
 _OBJECT_MAX = 1024  # bytes in a Cloud Storage object name
 
 
-def local_path(gcs_uri: str, export_root: Path) -> Path:
-    """``gs://bucket/a/b`` → ``export_root/bucket/a/b``; ``gs://bucket`` and one trailing ``/``
-    name the bucket or folder itself. Raises :class:`ExchangeError` for other schemes, bucket names
-    outside Cloud Storage's alphabet, empty, ``.`` or ``..`` segments, backslashes, control
-    characters (NUL included) and names too long for Cloud Storage or the file system.
-    Nothing is decoded: ``%2e%2e`` is a literal file name."""
+@dataclass(frozen=True)
+class ObjectPath:
+    """A ``gs://`` URI resolved under the export root.
+
+    ``root`` is the operator's ``--export-dir`` and is trusted (it may itself be a symbolic
+    link); ``parts`` are plain file names below it (a project's namespace folder first, with
+    ``--auth-tokens``), each walked from its folder's descriptor without following links, so
+    that no link planted in the export folder leads a read or a write outside it. ``uri`` is
+    what errors name: never the local path."""
+
+    uri: str
+    root: Path
+    parts: tuple[str, ...]
+    namespaced: bool = False
+
+    @property
+    def path(self) -> Path:
+        return self.root.joinpath(*self.parts)
+
+    def child(self, name: str) -> ObjectPath:
+        return ObjectPath(f"{self.uri}/{name}", self.root, (*self.parts, name), self.namespaced)
+
+    def prefix(self, count: int) -> str:
+        """The URI of the folder ``parts[:count]`` (the caller's words, not the local path)."""
+        names = self.parts[int(self.namespaced) : count]
+        return "gs://" + "/".join(names) if names else "the project's export folder"
+
+
+def locate(gcs_uri: str, export_root: Path, namespace: str = "") -> ObjectPath:
+    """``gs://bucket/a/b`` → ``export_root/[namespace/]bucket/a/b``; ``gs://bucket`` and one
+    trailing ``/`` name the bucket or folder itself. Raises :class:`ExchangeError` for other
+    schemes, bucket names outside Cloud Storage's alphabet, empty, ``.`` or ``..`` segments,
+    backslashes, control characters (NUL included) and names too long for Cloud Storage or the
+    file system. Nothing is decoded: ``%2e%2e`` is a literal file name."""
     if not gcs_uri.startswith("gs://"):
         raise ExchangeError(f"expected a gs:// URI, got {gcs_uri!r}")
     if _CONTROL.search(gcs_uri):
@@ -635,12 +730,147 @@ def local_path(gcs_uri: str, export_root: Path) -> Path:
             raise ExchangeError(f"the object name has an empty, '.' or '..' segment: {name!r}")
         if len(segment.encode("utf-8")) > _NAME_MAX:
             raise ExchangeError(f"a segment of the object name is longer than {_NAME_MAX} bytes")
-    # Every part is now one plain file name, so the path cannot leave the root.
-    return export_root.joinpath(bucket, *segments)
+    if namespace and (namespace in (".", "..") or "/" in namespace or "\x00" in namespace):
+        raise ValueError(f"not a plain folder name: {namespace!r}")
+    # Every part is now one plain file name, so the path cannot leave the root by its names;
+    # the walk (_descend) keeps links from leaving it.
+    parts = (*([namespace] if namespace else []), bucket, *segments)
+    uri = "gs://" + "/".join([bucket, *segments])
+    return ObjectPath(uri, export_root, tuple(parts), bool(namespace))
+
+
+class PathRefused(ExchangeError):
+    """A path the export folder serves only by leaving it or by reading what is no object: a
+    symbolic link on the way (``link``), a file where a folder belongs, or a folder or special
+    file (a FIFO, a device) where an object belongs. The message names the ``gs://`` URI only:
+    never the local path, what a link points to, or whether anything exists there."""
+
+    def __init__(self, message: str, *, link: bool) -> None:
+        super().__init__(message)
+        self.link = link
+
+
+class ObjectMissing(ExchangeError):
+    """No object (or folder) at a URI, inside the export folder."""
+
+
+_ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+_FOLDER_FLAGS = _ROOT_FLAGS | os.O_NOFOLLOW
+
+
+def _refusal(folder: int, name: str, location: ObjectPath, count: int) -> PathRefused:
+    """Why ``name`` in ``folder`` (``location.parts[count - 1]``) cannot be entered as a folder."""
+    where = location.prefix(count)
+    try:
+        link = stat.S_ISLNK(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode)
+    except OSError:
+        link = False  # gone in between: say what the walk met
+    if link:
+        return PathRefused(
+            f"{where} is a symbolic link in the export folder; ces-eval never follows links there.",
+            link=True,
+        )
+    return PathRefused(f"{where} is an object, not a folder.", link=False)
+
+
+def _open_root(root: Path, *, create: bool) -> int:
+    """A descriptor of the export root, made (with its missing parents, each entry synced) when
+    ``create``. The root is the operator's choice, so a link there is followed."""
+    if create and not root.is_dir():
+        missing = [p for p in (root, *root.parents) if not p.exists()]
+        root.mkdir(parents=True, exist_ok=True)
+        for new in reversed(missing):  # a new folder's entry lives in its parent
+            _fsync_folder(new.parent)
+    return os.open(root, _ROOT_FLAGS)
+
+
+def _enter(folder: int, name: str, location: ObjectPath, count: int, *, create: bool) -> int:
+    """A descriptor of the folder ``name`` in ``folder``, never through a link; made (and its
+    entry synced) when missing and ``create``."""
+    try:
+        return os.open(name, _FOLDER_FLAGS, dir_fd=folder)
+    except FileNotFoundError:
+        if not create:
+            raise ObjectMissing(f"{location.uri} not found") from None
+    except OSError as error:
+        # O_NOFOLLOW|O_DIRECTORY on a link gives ENOTDIR (ELOOP on some systems).
+        if error.errno in (errno.ENOTDIR, errno.ELOOP):
+            raise _refusal(folder, name, location, count) from None
+        raise
+    try:
+        os.mkdir(name, 0o777, dir_fd=folder)
+    except FileExistsError:
+        pass  # made at the same moment by another export, or something else is there now
+    else:
+        os.fsync(folder)  # the new folder's entry is durable before anything goes inside
+    try:
+        return os.open(name, _FOLDER_FLAGS, dir_fd=folder)
+    except OSError as error:
+        if error.errno in (errno.ENOTDIR, errno.ELOOP):
+            raise _refusal(folder, name, location, count) from None
+        raise
+
+
+def _descend(location: ObjectPath, count: int, *, create: bool) -> int:
+    """A descriptor of the folder ``location.parts[:count]``, reached from the root one name at
+    a time; raises :class:`PathRefused` at a link or a file on the way, :class:`ObjectMissing`
+    at a missing folder unless ``create``."""
+    try:
+        current = _open_root(location.root, create=create)
+    except FileNotFoundError:
+        if create:
+            raise
+        raise ObjectMissing(f"{location.uri} not found") from None
+    try:
+        for index, name in enumerate(location.parts[:count]):
+            inner = _enter(current, name, location, index + 1, create=create)
+            os.close(current)
+            current = inner
+    except BaseException:
+        os.close(current)
+        raise
+    return current
+
+
+def probe(location: ObjectPath) -> None:
+    """Refuse now the folder ``location`` that :func:`write_atomically` would refuse (a link
+    or a file on its path); a folder that does not exist yet is fine."""
+    with contextlib.suppress(ObjectMissing):
+        os.close(_descend(location, len(location.parts), create=False))
+
+
+def read_object(location: ObjectPath) -> bytes:
+    """The bytes of the regular file at ``location``, reached without following links.
+    Raises :class:`ObjectMissing`, :class:`PathRefused` or OSError."""
+    *_, name = location.parts
+    folder = _descend(location, len(location.parts) - 1, create=False)
+    try:
+        # O_NONBLOCK: a FIFO planted here must not hang the read; regular files ignore it.
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        descriptor_ = os.open(name, flags, dir_fd=folder)
+    except FileNotFoundError:
+        raise ObjectMissing(f"{location.uri} not found") from None
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise _refusal(folder, name, location, len(location.parts)) from None
+        raise
+    finally:
+        os.close(folder)
+    try:
+        mode = os.fstat(descriptor_).st_mode
+    except BaseException:
+        os.close(descriptor_)
+        raise
+    if not stat.S_ISREG(mode):
+        os.close(descriptor_)
+        what = "a folder, not an object" if stat.S_ISDIR(mode) else "not a regular file"
+        raise PathRefused(f"{location.uri} is {what}.", link=False)
+    with os.fdopen(descriptor_, "rb") as file:
+        return file.read()
 
 
 def _fsync_folder(folder: Path) -> None:
-    descriptor_ = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    descriptor_ = os.open(folder, _ROOT_FLAGS)
     try:
         os.fsync(descriptor_)
     finally:
@@ -654,45 +884,88 @@ def _write_all(descriptor_: int, data: bytes) -> None:
         view = view[written:]
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` with a file holding exactly ``data``: readers see the old file or the new
-    one, never a part. Missing parent folders are created. On failure the temporary file is
-    removed, the target is left as it was, and the OSError propagates."""
-    folder = path.parent
-    created = [p for p in (folder, *folder.parents) if not p.exists()]
-    folder.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    while True:
-        temporary = folder / f".ces-eval-{secrets.token_hex(8)}.tmp"
-        try:
-            descriptor_ = os.open(temporary, flags, 0o666)
-        except FileExistsError:
-            continue
-        break
+# ``.ces-eval-<owner>+<random>.tmp``: the owner says who may remove the file once its writer is
+# gone (see sweep_temporary); ``.ces-eval-<random>.tmp`` is an older version's, or an owner's
+# that gave none.
+_TEMPORARY = re.compile(r"\.ces-eval-(?:(?P<owner>[A-Za-z0-9._~+-]+)\+)?[0-9a-f]{16}\.tmp\Z")
+_OWNER = re.compile(r"[A-Za-z0-9._~+-]{1,200}\Z")
+OWNER_MAX = 200  # characters: the temporary file's name stays within _NAME_MAX bytes
+
+
+def _temporary_name(owner: str) -> str:
+    if owner and not _OWNER.match(owner):
+        raise ValueError(f"not an owner for a temporary file's name: {owner!r}")
+    return f".ces-eval-{owner}{'+' if owner else ''}{secrets.token_hex(8)}.tmp"
+
+
+def write_atomically(location: ObjectPath, data: bytes, owner: str = "") -> None:
+    """Replace the object at ``location`` with a file holding exactly ``data``: readers see the
+    old file or the new one, never a part. Missing folders are created; no link on the path is
+    followed (:class:`PathRefused`). The temporary file's name carries ``owner`` (at most
+    :data:`OWNER_MAX` of ``[A-Za-z0-9._~+-]``) for :func:`sweep_temporary`. On failure the
+    temporary file is removed, the target is left as it was, and the error propagates."""
+    *_, name = location.parts
+    folder = _descend(location, len(location.parts) - 1, create=True)
     try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        while True:
+            temporary = _temporary_name(owner)
+            try:
+                descriptor_ = os.open(temporary, flags, 0o666, dir_fd=folder)
+            except FileExistsError:
+                continue
+            break
         try:
-            _write_all(descriptor_, data)
-            os.fsync(descriptor_)
-        finally:
-            os.close(descriptor_)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):  # keep the original error
-            temporary.unlink()
-        raise
-    _fsync_folder(folder)
-    for new in created:  # a new folder's entry lives in its parent
-        _fsync_folder(new.parent)
+            try:
+                _write_all(descriptor_, data)
+                os.fsync(descriptor_)
+            finally:
+                os.close(descriptor_)
+            # A rename replaces a link at the target rather than writing through it; refusing
+            # one tells the caller the path was not what they named.
+            with contextlib.suppress(FileNotFoundError):
+                if stat.S_ISLNK(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode):
+                    raise _refusal(folder, name, location, len(location.parts))
+            os.replace(temporary, name, src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException:
+            with contextlib.suppress(OSError):  # keep the original error
+                os.unlink(temporary, dir_fd=folder)
+            raise
+        os.fsync(folder)
+    finally:
+        os.close(folder)
 
 
-def sweep_temporary(export_root: Path) -> int:
-    """Remove temporary files an interrupted :func:`write_atomically` left under
-    ``export_root`` (a process killed mid-write). Run at start, before any export runs."""
+def _temporaries(export_root: Path) -> Iterator[tuple[int, str, str]]:
+    """(folder descriptor, file name, owner) of every temporary file under ``export_root``;
+    the walk never follows a link (os.fwalk checks each folder it enters is the one it
+    listed). The descriptor is valid until the next item."""
+    try:
+        top = os.open(export_root, _ROOT_FLAGS)
+    except OSError:
+        return  # no export root yet: nothing was ever written
+    try:
+        for _, _, files, folder in os.fwalk(".", dir_fd=top):
+            for name in files:
+                if match := _TEMPORARY.match(name):
+                    yield folder, name, match["owner"] or ""
+    finally:
+        os.close(top)
+
+
+def temporary_owners(export_root: Path) -> set[str]:
+    """The owners of the temporary files under ``export_root`` (``""``: none recorded)."""
+    return {owner for _, _, owner in _temporaries(export_root)}
+
+
+def sweep_temporary(export_root: Path, abandoned: Callable[[str], bool]) -> int:
+    """Remove the temporary files under ``export_root`` whose owner is ``abandoned``: files an
+    interrupted :func:`write_atomically` left (its process was killed mid-write). Only the
+    caller can tell a dead owner from a live one; the count removed."""
     removed = 0
-    if not export_root.is_dir():
-        return 0
-    for leftover in export_root.rglob(".ces-eval-*.tmp"):
-        with contextlib.suppress(OSError):
-            leftover.unlink()
-            removed += 1
+    for folder, name, owner in _temporaries(export_root):
+        if abandoned(owner):
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=folder)
+                removed += 1
     return removed

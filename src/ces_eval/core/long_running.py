@@ -4,6 +4,8 @@ emulator's import. Mixed into :class:`ces_eval.core.service.Core`.
 ExportEvaluations / ExportEvaluationResults write the export document (docs/export-format.md)
 inline into the operation's response, or, with ``export_options.gcs_uri``, atomically into a
 file under the server's export root (``gs://bucket/path`` → ``<export root>/bucket/path``).
+No read or write there follows a symbolic link, and errors about a file read from there never
+quote its content (docs/security.md).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ OPERATION = names.ResourcePattern(
 _EXTENSIONS = {
     service_pb2.ExportOptions.ExportFormat.YAML: "yaml",
 }
+_OBJECT = "storage.googleapis.com/Object"  # Cloud Storage's resource type, for NOT_FOUND
 _WAIT_DEFAULT = 60.0
 _WAIT_MAX = 600.0
 
@@ -67,6 +70,26 @@ def _invalid(field: str, description: str) -> ServiceError:
     )
 
 
+def _refused(field: str, error: exchange.PathRefused, uri: str) -> ServiceError:
+    """A link in the export folder is PERMISSION_DENIED: the server will not go where it leads,
+    whatever is there. A file where a folder belongs (or the reverse) is the caller's path."""
+    if error.link:
+        return ServiceError(
+            Code.PERMISSION_DENIED,
+            f"{field}: {error.message}",
+            "EXPORT_PATH_REFUSED",
+            {"uri": uri},
+        )
+    return _invalid(field, error.message)
+
+
+def _unquoted(violation: FieldViolation) -> FieldViolation:
+    """``violation`` without the map or Struct keys of its path (text of the document)."""
+    return FieldViolation(
+        violation.field.split('["', 1)[0], violation.description, violation.reason
+    )
+
+
 class LongRunning:
     """Methods that return or manage google.longrunning.Operation."""
 
@@ -78,27 +101,37 @@ class LongRunning:
     # gs://b/p of project P is <export root>/P/b/p, so no token reaches another project's files.
     _export_per_project: bool
 
-    def _root_of(self, resource: str) -> Path:
-        if not self._export_per_project:
-            return self._export_root
-        return self._export_root / resource.split("/", 2)[1]
+    def _locate(self, gcs_uri: str, resource: str) -> exchange.ObjectPath:
+        """Where ``gcs_uri`` is for ``resource``'s project; raises ExchangeError."""
+        namespace = resource.split("/", 2)[1] if self._export_per_project else ""
+        return exchange.locate(gcs_uri, self._export_root, namespace)
 
     # -- helpers -------------------------------------------------------------------------------
 
     def _export_target(
         self, options: service_pb2.ExportOptions, resource: str
-    ) -> tuple[Path, str] | None:
-        """The local folder and URI prefix for ``options.gcs_uri``; None for inline content.
-        Also rejects export formats this server does not know (proto3 enums are open)."""
+    ) -> exchange.ObjectPath | None:
+        """The folder named by ``options.gcs_uri``; None for inline content. Also rejects
+        export formats this server does not know (proto3 enums are open)."""
         if options.export_format not in service_pb2.ExportOptions.ExportFormat.values():
             raise _invalid("export_options.export_format", "Use JSON or YAML.")
         if not options.gcs_uri:
             return None
         try:
-            folder = exchange.local_path(options.gcs_uri, self._root_of(resource))
+            return self._locate(options.gcs_uri, resource)
         except exchange.ExchangeError as error:
             raise _invalid("export_options.gcs_uri", error.message) from error
-        return folder, options.gcs_uri.rstrip("/")
+
+    async def _check_export_target(self, options: service_pb2.ExportOptions, resource: str) -> None:
+        """Refuse an export before it starts when its target cannot be written: a bad URI, or
+        a link or file on its path (the write checks again, links may appear meanwhile)."""
+        target = self._export_target(options, resource)
+        if target is None:
+            return
+        try:
+            await asyncio.to_thread(exchange.probe, target)
+        except exchange.PathRefused as error:
+            raise _refused("export_options.gcs_uri", error, target.uri) from error
 
     async def _deliver(
         self,
@@ -113,20 +146,23 @@ class LongRunning:
         target = self._export_target(options, resource)
         if target is None:
             return data, ""
-        folder, uri = target
         file_name = f"{prefix}-{names.new_id()}.{_EXTENSIONS.get(options.export_format, 'json')}"
+        location = target.child(file_name)
+        owner = self._runner.export_owner()  # here, in the operation's own context
         try:
-            await asyncio.to_thread(exchange.write_atomically, folder / file_name, data)
+            await asyncio.to_thread(exchange.write_atomically, location, data, owner)
+        except exchange.PathRefused as error:
+            raise _refused("export_options.gcs_uri", error, location.uri) from error
         except OSError as error:
             # A full disk, a quota or a file size limit: retryable once space returns, and
             # write_atomically left nothing at the final path.
             raise ServiceError(
                 Code.UNAVAILABLE,
-                f"Cannot write {uri}/{file_name}: {error.strerror or error}; retry later.",
+                f"Cannot write {location.uri}: {error.strerror or error}; retry later.",
                 "EXPORT_WRITE_FAILED",
-                {"uri": f"{uri}/{file_name}"},
+                {"uri": location.uri},
             ) from error
-        return b"", f"{uri}/{file_name}"
+        return b"", location.uri
 
     async def _results_of(self, evaluation: str) -> list[evaluation_pb2.EvaluationResult]:
         found: list[evaluation_pb2.EvaluationResult] = []
@@ -172,7 +208,7 @@ class LongRunning:
                     violations += error.violations
         if violations:
             raise ServiceError.invalid_argument("The export request is invalid.", violations)
-        self._export_target(request.export_options, request.parent)  # check before starting
+        await self._check_export_target(request.export_options, request.parent)
         wanted = list(dict.fromkeys(request.names))
 
         async def work() -> service_pb2.ExportEvaluationsResponse:
@@ -224,7 +260,7 @@ class LongRunning:
             raise ServiceError.invalid_argument("The export request is invalid.", violations)
         if await self._storage.get_evaluation(request.parent) is None:
             raise ServiceError.not_found(names.EVALUATION.type, request.parent)
-        self._export_target(request.export_options, request.parent)
+        await self._check_export_target(request.export_options, request.parent)
         wanted = list(dict.fromkeys(request.names))
 
         async def work() -> service_pb2.ExportEvaluationResultsResponse:
@@ -347,6 +383,23 @@ class LongRunning:
 
     # -- emulator ------------------------------------------------------------------------------
 
+    async def _read_import(self, gcs_uri: str, parent: str) -> bytes:
+        """The bytes of the object ``gcs_uri`` names for ``parent``'s project."""
+        try:
+            location = self._locate(gcs_uri, parent)
+        except exchange.ExchangeError as error:
+            raise _invalid("gcs_uri", error.message) from error
+        try:
+            return await asyncio.to_thread(exchange.read_object, location)
+        except exchange.ObjectMissing as error:
+            # Only paths inside the export folder can be missing: a link on the way was
+            # refused before anything behind it was looked at.
+            raise ServiceError.not_found(_OBJECT, location.uri) from error
+        except exchange.PathRefused as error:
+            raise _refused("gcs_uri", error, location.uri) from error
+        except OSError as error:
+            raise _invalid("gcs_uri", f"cannot read {location.uri}: {error.strerror}") from error
+
     async def import_evaluations(
         self, request: emulator_pb2.ImportEvaluationsRequest, caller: Caller
     ) -> emulator_pb2.ImportEvaluationsResponse:
@@ -355,22 +408,17 @@ class LongRunning:
         if source is None:
             raise _invalid("content", "Set content or gcs_uri.")
         if source == "gcs_uri":
-            try:
-                path = exchange.local_path(request.gcs_uri, self._root_of(request.parent))
-                data = await asyncio.to_thread(path.read_bytes)
-            except exchange.ExchangeError as error:
-                raise _invalid("gcs_uri", error.message) from error
-            except OSError as error:
-                raise _invalid(
-                    "gcs_uri", f"cannot read {request.gcs_uri}: {error.strerror}"
-                ) from error
+            data = await self._read_import(request.gcs_uri, request.parent)
         else:
             data = request.content
         try:
             bundle = await asyncio.to_thread(exchange.load, data)
         except exchange.ExchangeError as error:
-            field = f"{source}.{error.path}" if error.path else source
-            raise _invalid(field, error.message) from error
+            # A caller's own content may be quoted back; a file's may not (it may not be theirs
+            # to read, and need not be an export at all).
+            shown = error if source == "content" else error.redacted()
+            field = f"{source}.{shown.path}" if shown.path else source
+            raise _invalid(field, shown.message) from error
         evaluations = []
         for evaluation in bundle.evaluations:
             renamed = evaluation_pb2.Evaluation()
@@ -392,6 +440,8 @@ class LongRunning:
         # The limits of every write (docs/security.md), per evaluation and result; off the event
         # loop like the parse, since a document may hold many.
         violations = await asyncio.to_thread(_limit_violations, source, evaluations, results)
+        if source != "content":
+            violations = [_unquoted(violation) for violation in violations]
         raise_if_invalid(violations, "import")
         try:
             await self._storage.import_bundle(evaluations, results)

@@ -10,11 +10,18 @@ operations another process was asked to cancel. A process that dies stops renewi
 process fails the operations whose lease ran out, so no operation is ever left running forever.
 With a database only one process uses (SQLite), :meth:`OperationRunner.recover` fails every
 unfinished operation at start-up instead of waiting for leases.
+
+An export's temporary file names its owner (:meth:`OperationRunner.export_owner`: the database
+and the operation), so the runner removes such a file only once its operation is done, whoever
+wrote it: at start (everything of this database, when no other process uses it) and whenever
+operations of stopped processes are failed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import hashlib
 import logging
 import os
 import socket
@@ -26,13 +33,14 @@ from google.longrunning import operations_pb2
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, status_pb2
 
-from ces_eval.core import names
+from ces_eval.core import exchange, names
 from ces_eval.core.stamps import now
 from ces_eval.errors import Code, ServiceError
 from ces_eval.storage.base import Unavailable
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
+    from pathlib import Path
 
     from google.protobuf.message import Message
 
@@ -51,6 +59,8 @@ _SHUTDOWN = status_pb2.Status(
 )
 _CANCELLED = status_pb2.Status(code=code_pb2.CANCELLED, message="The operation was cancelled.")
 _FINISH_RETRY_MAX = 2.0  # seconds between attempts to record an operation's end
+# The operation whose work runs in this context (set by OperationRunner._run).
+_CURRENT: contextvars.ContextVar[str] = contextvars.ContextVar("ces_eval_operation", default="")
 
 
 def _pack(message: Message) -> any_pb2.Any:
@@ -62,8 +72,16 @@ def _pack(message: Message) -> any_pb2.Any:
 class OperationRunner:
     """Starts, finishes, cancels and recovers operations over a :class:`Storage`."""
 
-    def __init__(self, storage: Storage, concurrency: int = 4, lease: float = 30.0) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        concurrency: int = 4,
+        lease: float = 30.0,
+        export_root: Path | None = None,
+    ) -> None:
         self._storage = storage
+        self._export_root = export_root
+        self._database_tag = ""  # set by recover(): which database the exports belong to
         self._slots = asyncio.Semaphore(concurrency)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._metadata: dict[str, Message] = {}
@@ -82,6 +100,11 @@ class OperationRunner:
             count = await self._storage.fail_unfinished(_CRASHED)
         if count:
             _log.warning("marked %d interrupted operation(s) as failed", count)
+        secret = await self._storage.secret()
+        self._database_tag = hashlib.sha256(b"ces-eval export owner\0" + secret).hexdigest()[:12]
+        # Not shared: no export of this database runs anywhere now, so all of its temporary
+        # files are abandoned, and no query is needed to tell.
+        await self.sweep_exports(everything=not self._storage.shared)
         if self._keeper is None:
             self._keeper = asyncio.create_task(self._keep_leases(), name="operation-leases")
         return count
@@ -103,6 +126,56 @@ class OperationRunner:
                 task.cancel()
         if count := await self._storage.fail_expired(_CRASHED):
             _log.warning("marked %d operation(s) of stopped processes as failed", count)
+            await self.sweep_exports()
+
+    def export_owner(self) -> str:
+        """The owner for the temporary file of an export written by the work running now
+        (exchange.write_atomically): this database's tag and the operation's name, so that any
+        process on the database can tell when the file is abandoned. Only the tag when the
+        name would not fit in a file name; empty outside an operation or before recover()."""
+        parts = _CURRENT.get().split("/")
+        if not self._database_tag or len(parts) != 6:  # projects/p/locations/l/operations/o
+            return self._database_tag
+        owner = "+".join((self._database_tag, parts[1], parts[3], parts[5]))
+        return owner if len(owner) <= exchange.OWNER_MAX else self._database_tag
+
+    def _operation_of(self, owner: str) -> str | None:
+        """The operation recorded in ``owner`` (see export_owner), if of this database."""
+        fields = owner.split("+")
+        if len(fields) != 4 or fields[0] != self._database_tag:
+            return None
+        _, project, location, operation = fields
+        return f"projects/{project}/locations/{location}/operations/{operation}"
+
+    async def sweep_exports(self, *, everything: bool = False) -> int:
+        """Remove the temporary files of exports that provably no process writes any more:
+        with ``everything`` (start-up of a database no other process uses), every file of this
+        database and of older versions (which recorded no owner); otherwise only the files
+        whose operation is done (finished, or failed when its owner's lease ran out). A file
+        whose operation is still running, is unknown here (another database's, or deleted), or
+        has no owner is kept. Returns how many were removed."""
+        root = self._export_root
+        if root is None:
+            return 0
+        tag = self._database_tag
+
+        def ours(owner: str) -> bool:
+            return owner.split("+", 1)[0] in ("", tag)
+
+        abandoned: Callable[[str], bool] = ours
+        if not everything:
+            done: set[str] = set()
+            for owner in await asyncio.to_thread(exchange.temporary_owners, root):
+                name = self._operation_of(owner)
+                if name is not None:
+                    operation = await self._storage.get_operation(name)
+                    if operation is not None and operation.done:
+                        done.add(owner)
+            abandoned = done.__contains__
+        removed = await asyncio.to_thread(exchange.sweep_temporary, root, abandoned)
+        if removed:
+            _log.warning("removed %d partial export file(s) of interrupted operations", removed)
+        return removed
 
     async def start(
         self,
@@ -131,6 +204,7 @@ class OperationRunner:
         final = operations_pb2.Operation()
         final.CopyFrom(operation)
         final.done = True
+        _CURRENT.set(operation.name)  # this task's own context: seen by its work only
         try:
             async with self._slots:
                 response = await work()
