@@ -22,6 +22,7 @@ from typing import NoReturn
 
 from ces_eval import __version__, logs, schema
 from ces_eval.server import ExitStatus, ServerConfig, StartupError, preflight, serve
+from ces_eval.surfaces.http_app import host_name, origin_key
 
 __all__ = ["ENV_PREFIX", "main", "parse"]
 
@@ -69,6 +70,8 @@ def _serve(args: argparse.Namespace) -> int:
         max_concurrent_requests=args.max_concurrent_requests,
         log_level=args.log_level,
         log_format=args.log_format,
+        allow_host=tuple(args.allow_host),
+        allow_origin=tuple(args.allow_origin),
     )
     try:
         if args.worker_of is not None:  # started by a supervisor (below), never by hand
@@ -150,6 +153,51 @@ def _host(text: str) -> str:
     return text.strip()
 
 
+def _host_names(text: str) -> tuple[str, ...]:
+    """``--allow-host``: one name or several, comma-separated (as its variable takes them)."""
+    names = tuple(item.strip() for item in text.split(",") if item.strip())
+    for name in names:
+        if host_name(name) is None:
+            raise argparse.ArgumentTypeError(
+                f"{name!r} is not a host name: expected a DNS name or an IP address, no port"
+            )
+    return names
+
+
+def _origins(text: str) -> tuple[str, ...]:
+    """``--allow-origin``: one origin or several, comma-separated. ``*`` and ``null`` are
+    refused: either would let every web page (``null``: every sandboxed or ``file:`` page)
+    drive the server."""
+    origins = tuple(item.strip() for item in text.split(",") if item.strip())
+    for origin in origins:
+        if origin in {"*", "null"}:
+            raise argparse.ArgumentTypeError(
+                f"{origin!r} would let any web page call the server: list each origin"
+            )
+        if origin_key(origin) is None:
+            raise argparse.ArgumentTypeError(
+                f"{origin!r} is not an origin: expected http(s)://host[:port], no path"
+            )
+    return origins
+
+
+class _Repeated(argparse.Action):
+    """A repeatable option whose values (each a tuple, from a comma-separated list) add up;
+    its first flag replaces the variable's list (a flag beats its variable)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        current = getattr(namespace, self.dest, None)
+        items = current if isinstance(current, list) else []
+        items.extend(values if isinstance(values, tuple) else ())
+        setattr(namespace, self.dest, items)
+
+
 def _switch(text: str) -> bool:
     value = text.strip().lower()
     if value in _TRUE:
@@ -195,7 +243,8 @@ def _environment(parser: argparse.ArgumentParser, environ: Mapping[str, str]) ->
             continue
         name = ENV_PREFIX + flag.lstrip("-").upper().replace("-", "_")
         switch = isinstance(action, argparse._StoreTrueAction)
-        shown = "off" if switch else ("none" if action.default is None else action.default)
+        unset = action.default in (None, ())  # (): a repeatable option without entries
+        shown = "off" if switch else ("none" if unset else action.default)
         action.help = f"{action.help} [env {name}; default {shown}]"
         if name in environ:
             action.default = _FromEnvironment(name, environ[name], action)
@@ -274,6 +323,25 @@ def _serve_parser(commands: argparse._SubParsersAction[_Parser]) -> argparse.Arg
         action="store_true",
         help="serve a non-loopback --host without --auth-tokens (anyone who can connect may "
         "read and change every project)",
+    )
+    add(
+        "--allow-host",
+        action=_Repeated,
+        type=_host_names,
+        default=defaults.allow_host,
+        metavar="NAME",
+        help="also accept Host NAME, on any port (a reverse proxy's or a container's name); a "
+        "Host naming none of this server's addresses gets 421 (docs/security.md); repeatable, "
+        "or comma-separated",
+    )
+    add(
+        "--allow-origin",
+        action=_Repeated,
+        type=_origins,
+        default=defaults.allow_origin,
+        metavar="ORIGIN",
+        help="let web pages of ORIGIN (http(s)://host[:port]) call the server (CORS); other "
+        "cross-origin requests get 403 (docs/security.md); repeatable, or comma-separated",
     )
     add(
         "--max-concurrent-requests",

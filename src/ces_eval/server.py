@@ -46,7 +46,7 @@ from ces_eval.core.service import DEFAULT_EXPORT_ROOT, Core, handlers
 from ces_eval.logs import HttpRequestLog, RequestLog
 from ces_eval.storage.base import InUse, Storage, Unavailable
 from ces_eval.surfaces.grpc_api import Dispatcher
-from ces_eval.surfaces.http_app import build_app
+from ces_eval.surfaces.http_app import BrowserRules, build_app
 from ces_eval.surfaces.mcp_tools import McpEndpoint, build_endpoint
 from ces_eval.transcoding.app import Transcoder
 from ces_eval.transcoding.router import Router
@@ -82,6 +82,9 @@ class ServerConfig:
     max_concurrent_requests: int = DEFAULT_LIMIT  # per surface and process (admission.py)
     log_level: str = "info"  # logs.LEVELS; info writes the request log
     log_format: str = "text"  # logs.FORMATS
+    # Web pages (http_app.BrowserGuard): more Host names (any port) and cross-origin origins.
+    allow_host: tuple[str, ...] = ()
+    allow_origin: tuple[str, ...] = ()
 
 
 class ExitStatus(enum.IntEnum):
@@ -454,7 +457,6 @@ async def _serve(
         log,
     )
     http_port = int(http_sockets[0].getsockname()[1])
-    mcp.allow(config.host, http_port)
     health_servicer = await _start_grpc(server, dispatcher)
 
     draining = asyncio.Event()
@@ -476,6 +478,7 @@ async def _serve(
         openapi=openapi.build_openapi(),
         mcp=Admitted(mcp.app, Admission("mcp", config.max_concurrent_requests), jsonrpc=True),
         lifespan=lambda _app: mcp.manager.run(),
+        browser=BrowserRules(config.host, config.allow_host, config.allow_origin),
     )
     if log is not None:
         app = HttpRequestLog(app, log)

@@ -169,6 +169,8 @@ class _Group:
             config.log_format,
             *(["--auth-tokens", str(config.auth_tokens)] if config.auth_tokens else []),
             *(["--allow-unauthenticated"] if config.allow_unauthenticated else []),
+            *(["--allow-host", ",".join(config.allow_host)] if config.allow_host else []),
+            *(["--allow-origin", ",".join(config.allow_origin)] if config.allow_origin else []),
             "--worker-of",
             str(link),
         ]

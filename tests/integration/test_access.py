@@ -269,7 +269,8 @@ def test_rest_refuses_every_binding_on_a_foreign_project_before_reading_the_body
                     binding.verb,
                     quote(path, safe="/:"),
                     content=body,
-                    headers={"authorization": f"Bearer {BOB}"},
+                    # JSON, as clients send it: another type is refused before anything else.
+                    headers={"authorization": f"Bearer {BOB}", "content-type": "application/json"},
                     params={"unknownParameter": "1"},
                 )
                 assert response.status_code == 403, (binding.template, response.text)

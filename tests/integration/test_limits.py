@@ -93,10 +93,14 @@ def rest_violations(response: httpx.Response) -> list[tuple[str, str]]:
     return [(v["field"], v.get("reason", "")) for v in bad_request["fieldViolations"]]
 
 
-def assert_too_large(response: httpx.Response) -> None:
-    """413 in Google's error envelope, with exactly one ErrorInfo naming the limit."""
+def assert_too_large(response: httpx.Response, *, jsonrpc: bool = False) -> None:
+    """413 in Google's error envelope, with exactly one ErrorInfo naming the limit; with
+    ``jsonrpc`` (/mcp) a JSON-RPC error carrying that envelope's error as its data."""
     assert response.status_code == 413, response.text
     error = response.json()["error"]
+    if jsonrpc:
+        assert error["code"] == -32000
+        error = error["data"]
     assert (error["code"], error["status"]) == (413, "RESOURCE_EXHAUSTED")
     [info] = error["details"]
     assert info["@type"] == "type.googleapis.com/google.rpc.ErrorInfo"
@@ -137,7 +141,10 @@ def test_grpc_message_under_the_size_limit_meets_the_field_limits(
 
 
 def test_rest_body_over_the_limit_is_413(http: httpx.Client) -> None:
-    assert_too_large(http.post(EVALUATIONS, content=b"{" + b" " * OVER + b"}"))
+    body = b"{" + b" " * OVER + b"}"
+    assert_too_large(
+        http.post(EVALUATIONS, content=body, headers={"content-type": "application/json"})
+    )
 
 
 def _mcp_list(http: httpx.Client, body: bytes | Iterator[bytes]) -> httpx.Request:
@@ -154,7 +161,7 @@ def test_mcp_body_over_the_limit_is_413(http: httpx.Client) -> None:
     declared = http.send(
         _mcp_list(http, b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"' + padding)
     )
-    assert_too_large(declared)
+    assert_too_large(declared, jsonrpc=True)
 
     def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it arrives
         yield b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"'
@@ -164,7 +171,7 @@ def test_mcp_body_over_the_limit_is_413(http: httpx.Client) -> None:
 
     streamed = http.send(_mcp_list(http, chunks()))
     assert "content-length" not in streamed.request.headers
-    assert_too_large(streamed)
+    assert_too_large(streamed, jsonrpc=True)
 
 
 def test_mcp_body_under_the_limit_is_served(http: httpx.Client) -> None:

@@ -276,7 +276,7 @@ def _disconnecting_import(base: str, evaluation_id: str) -> socket.socket:
     body = json.dumps({"content": import_content(evaluation_id)}).encode()
     sock = socket.create_connection((host, int(port)), timeout=30)
     sock.sendall(
-        f"POST /emulator/v1/{APP}:importEvaluations HTTP/1.1\r\nHost: {host}\r\n"
+        f"POST /emulator/v1/{APP}:importEvaluations HTTP/1.1\r\nHost: {host}:{port}\r\n"
         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
         + body
     )
