@@ -375,8 +375,8 @@ def test_exports_live_in_a_bucket_namespace_per_project(
             emulator_pb2.ImportEvaluationsRequest(parent=APP_B, gcs_uri=uri),
             BOB,
         )
-    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # no such file for bob
-    assert "cannot read" in (caught.value.details() or "")
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND  # no such object for bob
+    assert "not found" in (caught.value.details() or "")
     imported = _call(  # the owner project, by the admin token: the file is found
         server,
         _method("ImportEvaluations"),
