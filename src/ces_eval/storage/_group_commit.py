@@ -11,6 +11,11 @@ A batch the database cannot store (disk full, I/O error) fails as a whole: every
 gets the error, nothing of it stays, and the thread goes on with the next batch, on a fresh
 connection if the old one could not even roll back. The thread never dies with callers waiting:
 a connection that cannot be opened fails the batch and is tried again for the next one.
+
+``verify``, when given, runs before each transaction, before its commit and after it: an
+``sqlite3.Error`` it raises fails the whole batch, even after the commit (the storage uses it to
+refuse writes into database files that were removed or replaced, which would be lost).
+``release`` receives the connection when the thread ends (default: closes it).
 """
 
 from __future__ import annotations
@@ -50,9 +55,17 @@ def _settle(job: _Job) -> None:
 class GroupCommitWriter:
     """Runs write transactions on one dedicated thread and connection, batching commits."""
 
-    def __init__(self, connect: Callable[[], sqlite3.Connection], max_batch: int = 256) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], sqlite3.Connection],
+        max_batch: int = 256,
+        verify: Callable[[], None] = lambda: None,
+        release: Callable[[sqlite3.Connection], None] = sqlite3.Connection.close,
+    ) -> None:
         self._connect = connect
         self._max_batch = max_batch
+        self._verify = verify
+        self._release = release
         # None asks the thread to stop once the jobs before it are done.
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -115,7 +128,7 @@ class GroupCommitWriter:
                     job.loop.call_soon_threadsafe(_settle, job)
         if connection is not None:
             with contextlib.suppress(sqlite3.Error):
-                connection.close()
+                self._release(connection)
 
     @staticmethod
     def _usable(connection: sqlite3.Connection) -> bool:
@@ -131,10 +144,10 @@ class GroupCommitWriter:
             return False
         return True
 
-    @staticmethod
-    def _commit(connection: sqlite3.Connection, batch: list[_Job]) -> None:
+    def _commit(self, connection: sqlite3.Connection, batch: list[_Job]) -> None:
         """Run the batch in one transaction; every job's outcome is final once this returns."""
         try:
+            self._verify()
             connection.execute("BEGIN IMMEDIATE")
             for job in batch:
                 connection.execute("SAVEPOINT job")
@@ -154,7 +167,9 @@ class GroupCommitWriter:
                         else sqlite3.OperationalError(str(failure))
                     )
                 connection.execute("RELEASE job")
+            self._verify()
             connection.execute("COMMIT")
+            self._verify()
         except sqlite3.Error as error:
             # Every job fails with the error that broke the transaction; the rollback is left
             # to _usable, so a failing rollback cannot hide that error.

@@ -123,8 +123,10 @@ class InUse(Exception):
 
 
 class Unavailable(Exception):
-    """The database cannot serve the call now (unreachable, locked, out of space); nothing of
-    the call was committed, and retrying later may succeed."""
+    """The database cannot serve the call now (unreachable, locked, out of space, its files
+    removed or replaced); nothing of the call was committed to the database (a SQLite write
+    refused after its commit went into files that are no longer the database's), and retrying
+    later may succeed."""
 
 
 class Storage(Protocol):

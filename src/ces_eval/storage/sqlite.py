@@ -9,20 +9,25 @@ Out of space: a write SQLite cannot store (``database or disk is full``, ``disk 
 file size limit) raises :class:`~ces_eval.storage.base.Unavailable` with nothing of it kept, so
 callers get a retryable UNAVAILABLE; reads go on, and writes succeed again as soon as there is
 room, without a restart. The log says when writes start failing (and why) and when they recover.
+
+Its files: the server owns the database file (an exclusive lock on the file itself, which deleting
+a lock file cannot defeat) and refuses every call, the health check included, while the path no
+longer names the files it opened or their shared-memory index cannot be written in place; a write
+is acknowledged only if, after its commit, they still were (:mod:`._sqlite_files`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
 import os
 import sqlite3
 import threading
+import urllib.parse
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from google.longrunning import operations_pb2
 
@@ -32,11 +37,11 @@ from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.storage import _tables
 from ces_eval.storage._group_commit import GroupCommitWriter
 from ces_eval.storage._migrations import pending
+from ces_eval.storage._sqlite_files import DatabaseFiles
 from ces_eval.storage.base import (
     Conflict,
     Cursor,
     EtagMismatch,
-    InUse,
     ListQuery,
     Missing,
     ResetCounts,
@@ -54,6 +59,7 @@ T = TypeVar("T")
 _Result = evaluation_pb2.EvaluationResult
 _Evaluation = evaluation_pb2.Evaluation
 _READERS = 4
+_READ_CHECK_SECONDS = 0.005  # how stale the files check before a read may be
 _SQL = _tables.Sql(filtering.SQLITE, json_param="?")
 _INSERT_EVALUATION = _SQL.insert(
     "evaluations", _tables.EVALUATION_COLUMNS, {"derived": "x''", "metrics_tally": "'{}'"}
@@ -65,6 +71,12 @@ _UPDATE_EVALUATION = _SQL.update("evaluations", _tables.EVALUATION_COLUMNS[2:], 
 _INSERT_RESULT = _SQL.insert("evaluation_results", _tables.RESULT_COLUMNS, {})
 _UPDATE_RESULT = _SQL.update("evaluation_results", _tables.RESULT_COLUMNS[3:], "name = ?")
 _now = _tables.now_micros
+
+
+def _hold(connections: list[sqlite3.Connection]) -> None:
+    """Keep ``connections`` referenced from this thread's frame until the process ends (the
+    interpreter's shutdown leaves a daemon thread's frame alone; the kernel closes the files)."""
+    threading.Event().wait()
 
 
 class SqliteStorage:
@@ -80,29 +92,44 @@ class SqliteStorage:
         group, whose supervisor holds the file's lock; operations then use leases."""
         self._path = str(path)
         self._shared = shared
-        self._writer = GroupCommitWriter(self._open)
+        self._files = None if self._path == ":memory:" else DatabaseFiles(self._path)
+        self._writer = GroupCommitWriter(self._open, verify=self._check, release=self._release)
         self._readers = ThreadPoolExecutor(max_workers=_READERS, thread_name_prefix="sqlite-reader")
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._secret = b""
-        self._lock_handle: TextIO | None = None
         self._point_reader: sqlite3.Connection | None = None
         self._writes_failing = False
+        self._abandoned: list[sqlite3.Connection] | None = None  # see close
 
     # -- plumbing ----------------------------------------------------------------------------
 
+    def _check(self, within: float = 0.0) -> None:
+        """Raise (an OperationalError) unless the files are still the ones opened."""
+        if self._files is not None:
+            self._files.check(within=within)
+
     def _open(self) -> sqlite3.Connection:
         """A new connection with the durability settings; the writer's (which the writer
-        closes itself, and replaces when its file failed under it)."""
+        closes itself, and replaces when its file failed under it). SQLite never creates the
+        file (``mode=rw``: :meth:`open` did), so a connection opened after the file was removed
+        fails instead of starting an empty database; one opened after it was replaced fails
+        its check."""
+        self._check()
+        target, uri = self._path, False
+        if self._files is not None:
+            path = urllib.parse.quote(os.path.abspath(self._path))
+            target, uri = f"file://{path}?mode=rw", True
         connection = sqlite3.connect(
-            self._path, isolation_level=None, check_same_thread=False, timeout=30
+            target, isolation_level=None, check_same_thread=False, timeout=30, uri=uri
         )
         try:
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=FULL")
             connection.execute("PRAGMA foreign_keys=ON")
             connection.execute("PRAGMA busy_timeout=30000")
+            self._check()
         except BaseException:
             connection.close()
             raise
@@ -122,10 +149,14 @@ class SqliteStorage:
             self._local.connection = connection
         return connection
 
+    def _checked_read(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        self._check(_READ_CHECK_SECONDS)
+        return work(self._connection())
+
     async def _read(self, work: Callable[[sqlite3.Connection], T]) -> T:
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._readers, lambda: work(self._connection()))
+            return await loop.run_in_executor(self._readers, self._checked_read, work)
         except sqlite3.OperationalError as error:
             raise Unavailable(str(error)) from error
 
@@ -135,10 +166,11 @@ class SqliteStorage:
         A WAL reader never waits for the writer, and a point read takes microseconds, far less
         than handing it to a thread and back; lists and scans go through :meth:`_read`.
         """
-        connection = self._point_reader
-        if connection is None:
-            connection = self._point_reader = self._connect()
         try:
+            self._check(_READ_CHECK_SECONDS)
+            connection = self._point_reader
+            if connection is None:
+                connection = self._point_reader = self._connect()
             return work(connection)
         except sqlite3.OperationalError as error:
             raise Unavailable(str(error)) from error
@@ -168,26 +200,13 @@ class SqliteStorage:
             )
         return Unavailable(str(error))
 
-    def _claim(self) -> None:
-        """Hold an exclusive lock on ``<file>.lock`` while open: a SQLite file serves one
-        process (its operations and recovery assume so), so a second one is refused."""
-        lock_path = Path(self._path + ".lock")
-        handle = lock_path.open("a")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.close()
-            raise InUse(
-                f"{self._path} is in use by another ces-eval server; a SQLite database serves "
-                "one process (use PostgreSQL to run several replicas)"
-            ) from None
-        self._lock_handle = handle
-
     async def open(self) -> None:
-        if self._path != ":memory:":
+        """Open the file as its single owner (a SQLite file serves one process: its operations
+        and recovery assume so, and a second owner is refused with InUse), or, ``shared``, as
+        a worker of the group whose supervisor owns it."""
+        if self._files is not None:
             Path(self._path).parent.mkdir(parents=True, exist_ok=True)
-            if not self._shared:  # a worker: its supervisor holds the lock for the group
-                self._claim()
+            self._files.claim(owner=not self._shared)
         self._writer.start()
 
         def migrate(connection: sqlite3.Connection) -> bytes:
@@ -216,21 +235,66 @@ class SqliteStorage:
 
         try:
             self._secret = await self._write(migrate)
-        except BaseException:
+            # Held open until close, as the writer's connection is: the log and index stay
+            # the ones recorded, even when the writer replaces a failed connection.
+            self._point_reader = self._connect()
+            if self._files is not None:
+                mode = self._point_reader.execute("PRAGMA journal_mode").fetchone()[0]
+                self._files.opened(wal=mode == "wal")
+        except BaseException as error:
             await self.close()  # releases the file for whoever fixes the cause
+            if isinstance(error, sqlite3.OperationalError):
+                raise Unavailable(str(error)) from error
             raise
 
     async def close(self) -> None:
+        """Close every connection, then release the file. When SQLite cannot close them (its
+        shared-memory index was made immutable or cut short while mapped), they are left open
+        until the process ends, held by a thread that never ends so that not even the
+        interpreter's shutdown closes them: closing would end the process with SIGBUS, and
+        every acknowledged write is already in the log, which the next start recovers."""
+        if self._files is not None and not self._files.closable():
+            _log.error(
+                "leaving the connections to %s open: its index cannot be written", self._path
+            )
+            self._abandoned = []
         self._writer.stop()
         self._readers.shutdown(wait=True)
+        settled = self._abandoned is None and self._settle_moved()
         with self._lock:
             for connection in self._connections:
-                connection.close()
+                self._release(connection)
             self._connections.clear()
         self._point_reader = None
-        if self._lock_handle is not None:
-            self._lock_handle.close()  # releases the lock
-            self._lock_handle = None
+        if self._abandoned:
+            threading.Thread(
+                target=_hold, args=(self._abandoned,), name="sqlite-abandoned", daemon=True
+            ).start()
+        if self._files is not None:
+            # Releases the lock, now that no connection uses the file.
+            self._files.close(settled=settled)
+
+    def _release(self, connection: sqlite3.Connection) -> None:
+        if self._abandoned is None:
+            connection.close()
+        else:
+            self._abandoned.append(connection)
+
+    def _settle_moved(self) -> bool:
+        """Checkpoint a database file moved away while open into where it now is (SQLite
+        skips its final checkpoint then, and the log at the path must not stay behind);
+        False when that failed, so the log is kept."""
+        connection = self._point_reader
+        if self._files is None or connection is None or not self._files.moved():
+            return True
+        try:
+            if not connection.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]:
+                return True
+            problem = "another connection holds it"
+        except sqlite3.Error as error:
+            problem = str(error)
+        _log.error("cannot checkpoint %s (moved while open) into its file: %s", self._path, problem)
+        return False
 
     async def secret(self) -> bytes:
         return self._secret
@@ -242,7 +306,11 @@ class SqliteStorage:
         return self._shared
 
     async def ping(self) -> None:
-        await self._read(lambda connection: connection.execute("SELECT 1").fetchone())
+        def work(connection: sqlite3.Connection) -> None:
+            self._check()  # in full, whatever the reads' last check
+            connection.execute("SELECT 1").fetchone()
+
+        await self._read(work)
 
     # -- evaluations -----------------------------------------------------------------------------
 
