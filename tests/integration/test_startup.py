@@ -179,3 +179,39 @@ def test_variables_configure_the_real_server(tmp_path: Path) -> None:
     finally:
         assert running.stop() == 0
     assert '"logger": "ces_eval.access"' in running.output()
+
+
+def _open_files(pid: int) -> set[Path]:
+    found = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            found.add(Path(os.readlink(fd)))
+        except OSError:  # closed meanwhile
+            continue
+    return found
+
+
+def test_a_memory_database_serves_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    """``sqlite:///:memory:`` (README: throw-away test runs): what one call writes the next
+    reads, on both surfaces, and nothing of it is left once the server stopped."""
+    running = start_server(tmp_path / "unused.db", database_url="sqlite:///:memory:")
+    try:
+        name = _create(running)
+        with httpx.Client(base_url=running.http_base, timeout=10) as http:
+            assert http.get(f"/v1beta/{name}").status_code == 200
+            listed = http.get(f"/v1beta/{APP}/evaluations").json()["evaluations"]
+        assert [e["name"] for e in listed] == [name]
+        with grpc.insecure_channel(running.grpc_target) as channel:
+            stub = service_grpc.EvaluationServiceStub(channel)
+            got = stub.GetEvaluation(service_pb2.GetEvaluationRequest(name=name), timeout=10)
+        assert got.name == name
+        held = {
+            path.parent
+            for path in _open_files(running.process.pid)
+            if path.parent.name.startswith("ces-eval-memory-")
+        }
+        assert len(held) == 1  # the stand-in file, in a private folder
+    finally:
+        assert running.stop() == 0
+    assert not (tmp_path / "unused.db").exists()
+    assert not any(folder.exists() for folder in held)

@@ -21,7 +21,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import sqlite3
+import tempfile
 import threading
 import urllib.parse
 from collections.abc import Callable, Sequence
@@ -92,7 +94,22 @@ class SqliteStorage:
         group, whose supervisor holds the file's lock; operations then use leases."""
         self._path = str(path)
         self._shared = shared
-        self._files = None if self._path == ":memory:" else DatabaseFiles(self._path)
+        # ``:memory:``: each SQLite connection would get a database of its own (the writer's
+        # creates would be invisible to the readers), so a throw-away file in a private
+        # folder, in RAM where /dev/shm exists, stands in for it; close removes the folder.
+        self._scratch: Path | None = None
+        self._durable = True
+        if self._path == ":memory:":
+            shm = Path("/dev/shm")  # noqa: S108 - a private folder made by mkdtemp below
+            self._scratch = Path(
+                tempfile.mkdtemp(
+                    prefix="ces-eval-memory-",
+                    dir=shm if shm.is_dir() and os.access(shm, os.W_OK) else None,
+                )
+            )
+            self._path = str(self._scratch / "memory.db")
+            self._durable = False  # nothing outlives the process: no fsync per commit
+        self._files: DatabaseFiles | None = DatabaseFiles(self._path)
         self._writer = GroupCommitWriter(self._open, verify=self._check, release=self._release)
         self._readers = ThreadPoolExecutor(max_workers=_READERS, thread_name_prefix="sqlite-reader")
         self._local = threading.local()
@@ -126,7 +143,7 @@ class SqliteStorage:
         )
         try:
             connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute("PRAGMA synchronous=FULL")
+            connection.execute(f"PRAGMA synchronous={'FULL' if self._durable else 'OFF'}")
             connection.execute("PRAGMA foreign_keys=ON")
             connection.execute("PRAGMA busy_timeout=30000")
             self._check()
@@ -273,6 +290,8 @@ class SqliteStorage:
         if self._files is not None:
             # Releases the lock, now that no connection uses the file.
             self._files.close(settled=settled)
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
 
     def _release(self, connection: sqlite3.Connection) -> None:
         if self._abandoned is None:
