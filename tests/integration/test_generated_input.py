@@ -699,19 +699,25 @@ def test_results_json_cannot_render_are_refused(clients: Clients) -> None:
 
 
 def test_an_error_with_a_thousand_violations_reaches_a_grpc_client(clients: Clients) -> None:
-    """1,001 turns without steps: one violation each. The error used to exceed what a gRPC
-    client accepts in trailers (16 KiB), which answered RESOURCE_EXHAUSTED "received metadata
-    size exceeds hard limit" in its place; now it is trimmed to fit."""
+    """1,000 steps each lacking a required field: one violation each (the checks stop at
+    MAX_VIOLATIONS). The error used to exceed what a gRPC client accepts in trailers (16 KiB),
+    which answered RESOURCE_EXHAUSTED "received metadata size exceeds hard limit" in its place;
+    now it is trimmed to fit. (1,001 turns no longer make a thousand violations: a request over
+    a count limit is refused with that one alone, issue 15.)"""
     evaluation = Evaluation(display_name="many problems")
-    for _ in range(1_001):
-        evaluation.golden.turns.add().root_span.name = "s"
+    for _ in range(100):
+        steps = evaluation.golden.turns.add().steps
+        for _ in range(10):
+            steps.add().expectation.mock_tool_response.tool = "t"  # its response is required
     request = service_pb2.CreateEvaluationRequest(parent=_fresh_app(), evaluation=evaluation)
     with pytest.raises(grpc.RpcError) as raised:
         clients.evaluations.CreateEvaluation(request, timeout=TIMEOUT)
     _, fields = _grpc_refusal(raised.value, "evaluation", request.ByteSize())
-    assert fields[0] in {"evaluation.golden.turns", "evaluation.golden.turns[0].steps"}
+    assert (
+        fields[0] == "evaluation.golden.turns[0].steps[0].expectation.mock_tool_response.response"
+    )
     assert len(raised.value.details().encode()) <= 512
-    # Over REST the error carries the first MAX_VIOLATIONS of them, and its message counts all.
+    # Over REST the error carries the first MAX_VIOLATIONS of them, and its message counts them.
     response = clients.http.post(
         f"/v1beta/{_fresh_app()}/evaluations",
         content=json_format.MessageToJson(evaluation),

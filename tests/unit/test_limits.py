@@ -488,15 +488,32 @@ def test_imports_are_limited_and_import_nothing(service: Service) -> None:
 
 
 def test_an_error_with_thousands_of_problems_stays_small() -> None:
+    """Every check stops at MAX_VIOLATIONS: 100,000 steps lacking a required field cost the
+    first hundred, and the message says there are at least that many."""
     evaluation = evaluation_pb2.Evaluation(display_name="many")
-    for _ in range(1_001):
-        evaluation.golden.turns.add()  # each turn lacks its required steps
+    for _ in range(limits.MAX_GOLDEN_TURNS):
+        steps = evaluation.golden.turns.add().steps
+        for _ in range(limits.MAX_REPEATED):
+            steps.add().expectation.mock_tool_response.tool = f"{APP}/tools/t"  # no response
     violations = validation.validate_evaluation(evaluation, "evaluation")
-    assert len(violations) > 1_000
+    assert len(violations) == limits.MAX_VIOLATIONS
+    assert {v.reason for v in violations} == {"REQUIRED"}
     with pytest.raises(ServiceError) as caught:
         validation.raise_if_invalid(violations, "evaluation")
     error = caught.value
     assert len(error.violations) == limits.MAX_VIOLATIONS
-    assert f"({len(violations)} problems)" in error.message
-    assert f"and {len(violations) - 5} more" in error.message
+    assert f"(at least {limits.MAX_VIOLATIONS} problems)" in error.message
+    assert f"and {limits.MAX_VIOLATIONS - 5} more" in error.message
     assert len(error.message) < 2_000
+
+
+def test_a_container_over_its_count_is_refused_alone() -> None:
+    """1,001 turns, each lacking its required steps: the count limit answers alone, and no
+    turn is looked at (issue 15: one violation per element froze the server)."""
+    evaluation = evaluation_pb2.Evaluation(display_name="many")
+    for _ in range(1_001):
+        evaluation.golden.turns.add()
+    evaluation.tags.append("t" * (limits.MAX_STRING_CHARS + 1))
+    assert [(v.field, v.reason) for v in validation.validate_evaluation(evaluation, "e")] == [
+        ("e.golden.turns", "TOO_MANY")
+    ]

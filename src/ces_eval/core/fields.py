@@ -8,12 +8,14 @@ and applied against the fields a caller may change.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, cast
 
 from google.api import field_behavior_pb2
 
+from ces_eval.core.limits import MAX_VIOLATIONS
 from ces_eval.errors import FieldViolation, ServiceError
 
 if TYPE_CHECKING:
@@ -191,11 +193,17 @@ def _reaches_bounded(
     )
 
 
+class _Enough(Exception):
+    """A pass found :data:`MAX_VIOLATIONS` problems: the request is refused, nothing else of
+    it needs looking at."""
+
+
 class InputRules:
     """One pass over caller input (:meth:`inspect`) with the bounds of some numeric fields
     (``bounds``: (message type, field) → inclusive range) and, when given, the request
     ``limits`` (checked in the same pass: each message is listed once); plans are built once
-    per type."""
+    per type. The pass stops once it has found :data:`MAX_VIOLATIONS` problems, and never
+    looks inside a repeated field or map over its count limit."""
 
     def __init__(self, bounds: Bounds, limits: Limits | None = None) -> None:
         self._limits = limits
@@ -246,8 +254,10 @@ class InputRules:
         required: list[FieldViolation] = []
         ranges: list[FieldViolation] = []
         walk = self._limits.walk(message) if self._limits is not None else None
-        self._inspect(message, path, required, ranges, walk, check_required=True)
-        return list(dict.fromkeys(required)), ranges + (walk.violations if walk else [])
+        with suppress(_Enough):
+            self._inspect(message, path, required, ranges, walk, check_required=True)
+        found = list(dict.fromkeys(required)), ranges + (walk.violations if walk else [])
+        return found[0][:MAX_VIOLATIONS], found[1][:MAX_VIOLATIONS]
 
     def _inspect(  # noqa: PLR0912 - one pass does four jobs; a helper would cost a call per message
         self,
@@ -259,6 +269,8 @@ class InputRules:
         *,
         check_required: bool,
     ) -> None:
+        if len(required) + len(ranges) + (len(walk.violations) if walk else 0) >= MAX_VIOLATIONS:
+            raise _Enough
         plan = self._plan(_descriptor(message))
         present = message.ListFields()
         if plan.output_only:
@@ -267,11 +279,12 @@ class InputRules:
                     message.ClearField(field.name)
         if check_required:
             required += _own_required_violations(message, path)
+        over: tuple[descriptor.FieldDescriptor, ...] = ()
         if walk is not None and plan.limits[walk.large]:
-            walk.fields(plan.limits[walk.large], present, path)
+            over = walk.fields(plan.limits[walk.large], present, path)
         for field, value in present:
             name = field.name
-            if name in plan.output_only:
+            if name in plan.output_only or (over and field in over):
                 continue
             bounds = plan.bounded.get(name)
             if bounds is not None and not bounds[0] <= value <= bounds[1]:
@@ -298,18 +311,26 @@ class InputRules:
 
 
 def required_violations(message: Message, path: str) -> list[FieldViolation]:
-    """One violation per REQUIRED field left empty in ``message`` or any sub-message it sets.
+    """One violation per REQUIRED field left empty in ``message`` or any sub-message it sets
+    (the first :data:`MAX_VIOLATIONS`).
 
     Sub-trees marked OUTPUT_ONLY are not checked: the caller does not write them. A REQUIRED
     member of a oneof is satisfied by any member of that oneof.
     """
-    violations = _own_required_violations(message, path)
-    for field, suffix, child in _children(message, REQUIRED):
-        if has_behavior(field, OUTPUT_ONLY):
-            continue
-        violations += required_violations(child, f"{path}.{suffix}")
+    violations: list[FieldViolation] = []
+    with suppress(_Enough):
+        _required_into(message, path, violations)
     # Deduplicate oneof violations reported once per REQUIRED member.
-    return list(dict.fromkeys(violations))
+    return list(dict.fromkeys(violations))[:MAX_VIOLATIONS]
+
+
+def _required_into(message: Message, path: str, violations: list[FieldViolation]) -> None:
+    violations += _own_required_violations(message, path)
+    if len(violations) >= MAX_VIOLATIONS:
+        raise _Enough
+    for field, suffix, child in _children(message, REQUIRED):
+        if not has_behavior(field, OUTPUT_ONLY):
+            _required_into(child, f"{path}.{suffix}", violations)
 
 
 @cache

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from google.protobuf import descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
-from ces_eval.core.limits import key_path
+from ces_eval.core.limits import MAX_VIOLATIONS, key_path
 from ces_eval.errors import FieldViolation
 
 if TYPE_CHECKING:
@@ -192,7 +192,10 @@ def _unrenderable(message: Message, plans: _Plans) -> bool:
 
 
 def _walk(message: Message, path: str, out: list[FieldViolation], plans: _Plans) -> None:
-    """Record each unrenderable value in ``message`` with its path."""
+    """Record each unrenderable value in ``message`` with its path (the first
+    :data:`MAX_VIOLATIONS`: the walk ends there)."""
+    if len(out) >= MAX_VIOLATIONS:
+        return
     name = message.DESCRIPTOR.full_name
     if name == _ANY:
         payload = _any_payload(message, path, out)
@@ -231,7 +234,8 @@ _ALL_BUT_VALUES = _Plans(_CHECKED - {_VALUE})
 
 
 def violations(message: Message, path: str) -> list[FieldViolation]:
-    """One violation per value in ``message`` (at ``path``) that proto3 JSON cannot render."""
+    """One violation per value in ``message`` (at ``path``) that proto3 JSON cannot render, up
+    to :data:`MAX_VIOLATIONS`."""
     numbers = _NON_FINITE_NUMBER.search(message.SerializeToString()) is not None
     plans = _ALL if numbers else _ALL_BUT_VALUES
     if not _unrenderable(message, plans):

@@ -23,17 +23,22 @@ key longer than 128 characters is shown cut, ending in ``…``) and reason ``TOO
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import json
-from collections.abc import Container, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+import threading
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
+from contextlib import contextmanager, suppress
+from functools import cache
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from google.protobuf import descriptor
+from google.api import field_behavior_pb2
+from google.protobuf import descriptor, struct_pb2
 
 from ces_eval.errors import FieldViolation
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 
 if TYPE_CHECKING:
-    from google.protobuf import struct_pb2
     from google.protobuf.message import Message
 
 __all__ = [
@@ -52,13 +57,18 @@ __all__ = [
     "MAX_VIOLATIONS",
     "SEED_COUNTS",
     "SEED_LENGTHS",
+    "Count",
+    "CountPlan",
     "FieldRules",
     "Limits",
     "Rules",
     "Walk",
     "check",
     "key_path",
+    "off_loop",
     "shown",
+    "too_many",
+    "too_many_struct_entries",
 ]
 
 # -- the limits ----------------------------------------------------------------------------------
@@ -89,8 +99,61 @@ MAX_GOLDEN_TURNS = 100
 MAX_SCENARIO_TURNS = 100
 MAX_DISPLAY_NAME = 512
 # Violations reported for one request: enough to fix a request, bounded so that a hostile one
-# cannot make the error itself huge.
+# cannot make the error itself huge. Every check stops once it has found this many.
 MAX_VIOLATIONS = 100
+# A request with a container over its count limit is refused with the first few found, before
+# anything else of it is checked (see "counts, before anything else" below).
+MAX_COUNT_VIOLATIONS = 10
+# Entries of any one container a request may carry at all, OUTPUT_ONLY fields included (they
+# are ignored, not held to the limits above): decoding stops there, so no container of a hostile
+# request is ever read whole.
+MAX_DECODED_ENTRIES = 100_000
+
+# -- work on the event loop -----------------------------------------------------------------------
+
+# A request whose encoding is larger than this (gRPC message, or the evaluation or result the
+# core validates; JSON bodies: see ces_eval.transcoding.body.heavy) is decoded, checked and
+# validated in a worker thread, and its response rendered there: the event loop, which answers
+# every caller and the health checks, is held by no request for more than a few milliseconds.
+# Smaller ones stay on the loop and pay no thread hop (~50 us).
+LOOP_BYTES = 8 * 1024
+# gRPC messages larger than this are held to the count limits on their encoding, before
+# protobuf decodes them: its C decoder holds the interpreter for as long as it runs (up to
+# ~20 ns a byte, ~5 ms here; 160 ms for 10 MiB of empty turns).
+ENCODED_CHECK_BYTES = 256 * 1024
+
+_T = TypeVar("_T")
+
+
+async def off_loop(heavy: bool, work: Callable[..., _T], *args: Any) -> _T:  # noqa: ANN401
+    """``work(*args)``, in a worker thread when ``heavy``: Python switches threads every 5 ms,
+    so the event loop keeps answering while it runs. The cyclic garbage collector waits while
+    it does: the trees a large request builds (JSON documents, messages) hold no cycles, and a
+    full collection over their million objects would stop every thread, the loop's included,
+    for a tenth of a second or more at a time."""
+    if not heavy:
+        return work(*args)
+    return await asyncio.to_thread(_collector_waiting, work, *args)
+
+
+_collector = threading.Lock()
+_collector_held = [0, False]  # heavy works running; whether the collector was enabled before
+
+
+def _collector_waiting(work: Callable[..., _T], *args: Any) -> _T:  # noqa: ANN401
+    with _collector:
+        if _collector_held[0] == 0:
+            _collector_held[1] = gc.isenabled()
+            gc.disable()
+        _collector_held[0] += 1
+    try:
+        return work(*args)
+    finally:
+        with _collector:
+            _collector_held[0] -= 1
+            if _collector_held[0] == 0 and _collector_held[1]:
+                gc.enable()
+
 
 # (message type, field) → the element count or length the seeds state for that field.
 SEED_COUNTS: Mapping[tuple[str, str], int] = {
@@ -202,6 +265,8 @@ class Limits:
         self._lengths = dict(lengths)
         self._rules: dict[descriptor.Descriptor, Rules] = {}
         self._matters: dict[descriptor.Descriptor, bool] = {}
+        self._count_plans: dict[descriptor.Descriptor, CountPlan] = {}
+        self._counted: dict[descriptor.Descriptor, bool] = {}
 
     def rules(
         self,
@@ -258,6 +323,125 @@ class Limits:
         walk.message(message, path)
         return walk.violations
 
+    def count_plan(self, message_type: descriptor.Descriptor) -> CountPlan:
+        """What the count checks look at in a message of ``message_type``, by field number:
+        repeated fields and maps with their limit, and the fields that lead to more (messages
+        that can hold one, Structs). Built once per type."""
+        plan = self._count_plans.get(message_type)
+        if plan is not None:
+            return plan
+        found: dict[int, Count] = {}
+        for field in message_type.fields:
+            behaviors = field.GetOptions().Extensions[field_behavior_pb2.field_behavior]
+            output_only = field_behavior_pb2.OUTPUT_ONLY in behaviors
+            own = (message_type.full_name, field.name)
+            entry = field.message_type
+            if entry is not None and entry.GetOptions().map_entry:
+                element, target = self._count_kind(entry.fields_by_name["value"])
+                limit = self._counts.get(own, MAX_MAP_ENTRIES)
+                found[field.number] = (_MAP, limit, element, field.name, target, -1, output_only)
+            elif field.is_repeated:
+                element, target = self._count_kind(field)
+                limit = self._counts.get(own, MAX_REPEATED)
+                width = _packed_width(field)
+                found[field.number] = (
+                    _REPEATED,
+                    limit,
+                    element,
+                    field.name,
+                    target,
+                    width,
+                    output_only,
+                )
+            else:
+                kind, target = self._count_kind(field)
+                if kind != _SCALAR:
+                    found[field.number] = (kind, 0, _SCALAR, field.name, target, -1, output_only)
+        self._count_plans[message_type] = found
+        return found
+
+    def _count_kind(
+        self, field: descriptor.FieldDescriptor
+    ) -> tuple[int, descriptor.Descriptor | None]:
+        target = field.message_type
+        if target is None:
+            return _SCALAR, None
+        special = _WELL_KNOWN.get(target.full_name)
+        if special is not None:
+            return special, target
+        if _counted(target, self._counted):
+            return _MESSAGE, target
+        return _SCALAR, None
+
+    def counts(
+        self, message: Message, path: str = "", size: int | None = None
+    ) -> list[FieldViolation]:
+        """The first few (:data:`MAX_COUNT_VIOLATIONS`) repeated fields, maps and Structs of
+        the decoded ``message`` over their count limits, by ``len()`` before anything inside
+        them is looked at; paths start at ``path`` ("" for a whole request). OUTPUT_ONLY fields
+        are not counted (the core clears them). ``size``: the message's encoded size, when
+        known; below twice :data:`MAX_STRUCT_ENTRIES` bytes no Struct total can pass it."""
+        counter = _Counter(self, structs=size is None or size > 2 * MAX_STRUCT_ENTRIES)
+        with suppress(_Stop):
+            counter.message(message, path)
+        return counter.violations
+
+    def json_counts(
+        self,
+        message_type: descriptor.Descriptor,
+        document: object,
+        path: str = "",
+        *,
+        structs: bool = True,
+    ) -> list[FieldViolation]:
+        """:meth:`counts` for a request given as a JSON document (REST and MCP bodies), before
+        anything else reads it. ``structs`` false: the document is too small for any Struct
+        total to pass the limit (fewer JSON values than :data:`MAX_STRUCT_ENTRIES`)."""
+        counter = _JsonCounter(self, structs=structs)
+        with suppress(_Stop):
+            counter.message(message_type, document, path)
+        return counter.violations
+
+    def json_overflow(
+        self,
+        message_type: descriptor.Descriptor,
+        steps: Iterable[str | int],
+        path: str = "",
+        *,
+        is_object: bool,
+    ) -> FieldViolation:
+        """The violation for a JSON object (``is_object``) or array holding more than
+        :data:`MAX_DECODED_ENTRIES` entries, which the JSON reader found at the keys and indexes
+        ``steps`` of a request of ``message_type``: TOO_MANY at its field path."""
+        where, kind, limit = _json_location(self, message_type, steps, path)
+        if kind in (_REPEATED, _MAP):
+            return too_many(where, limit, None)
+        if kind == _VALUE_KIND:
+            return too_many_struct_entries(
+                where + (".struct_value" if is_object else ".list_value")
+            )
+        if kind in (_STRUCT_KIND, _LIST_KIND):
+            return too_many_struct_entries(where)
+        return too_many(where or "body", MAX_DECODED_ENTRIES, None)
+
+    def encoded_counts(
+        self, message_type: descriptor.Descriptor, data: bytes, path: str = ""
+    ) -> list[FieldViolation]:
+        """The first container over its count limit in ``data``, an encoded message of
+        ``message_type``, found on the encoding itself (protobuf's decoder never sees a
+        request over a count limit): one violation, whose description cannot give the total
+        (counting stops at the limit), or none. Containers under an OUTPUT_ONLY field may
+        hold :data:`MAX_DECODED_ENTRIES` each. Malformed encodings are left to the decoder."""
+        try:
+            _Encoded(self, data).message(
+                self.count_plan(message_type), (0, len(data)), 1, relaxed=False
+            )
+        except _Found as found:
+            return [found.violation(path)]
+        except (_Stop, IndexError):
+            pass
+        return []
+
 
 class Walk:
     """One pass over one message: the violations found (at most :data:`MAX_VIOLATIONS`) and
@@ -299,8 +483,10 @@ class Walk:
         rules: FieldRules,
         present: Iterable[tuple[descriptor.FieldDescriptor, Any]],
         path: str,
-    ) -> None:
-        """Check the set fields ``present`` (a message's ListFields()) against ``rules``."""
+    ) -> tuple[descriptor.FieldDescriptor, ...]:
+        """Check the set fields ``present`` (a message's ListFields()) against ``rules``; the
+        repeated fields and maps over their count, which nothing should look inside."""
+        over: tuple[descriptor.FieldDescriptor, ...] = ()
         for field, value in present:
             rule = rules.get(field)
             if rule is None:
@@ -313,9 +499,9 @@ class Walk:
                 self.message(value, f"{path}.{name}")
             elif kind in (_REPEATED, _MAP):
                 if len(value) > limit:
-                    self.report(
-                        f"{path}.{name}", f"At most {limit} entries; got {len(value)}.", "TOO_MANY"
-                    )
+                    over += (field,)
+                    violation = too_many(f"{path}.{name}", limit, len(value))
+                    self.report(violation.field, violation.description, violation.reason)
                 elif kind == _MAP:
                     self.entries_of(value, key_kind, element, f"{path}.{name}")
                 elif element != _SCALAR:
@@ -323,6 +509,7 @@ class Walk:
                         self.item(element, item, f"{path}.{name}[{index}]")
             else:
                 self.item(kind, value, f"{path}.{name}")
+        return over
 
     def entries_of(
         self,
@@ -427,6 +614,509 @@ class Walk:
         elif kind == "list_value":
             self.list(value.list_value, f"{path}.list_value", depth + 1)
 
+
+# -- counts, before anything else ----------------------------------------------------------------
+#
+# A request with a container over its count limit is refused before any per-element work, on
+# every surface: REST and MCP bodies as JSON (ces_eval.transcoding.body, with the plans below),
+# gRPC messages on their encoding when large (:meth:`Limits.encoded_counts`, before protobuf
+# decodes them) or right after decoding (:meth:`Limits.counts`). The refusal lists the first
+# containers found over their limit (at most MAX_COUNT_VIOLATIONS; the encoding check stops at
+# the first) and nothing else. OUTPUT_ONLY fields are ignored rather than limited (AIP-203), but
+# their encoding is still bounded: every container under one holds at most MAX_DECODED_ENTRIES.
+
+# kind, limit, element kind, field name, element message type (_MESSAGE), packed width
+# (repeated scalars: 0 varint, 4 or 8 fixed, -1 not packable), output only
+Count = tuple[int, int, int, str, "descriptor.Descriptor | None", int, bool]
+CountPlan = Mapping[int, Count]  # field number → what is counted there
+
+_F = descriptor.FieldDescriptor
+_FIXED32 = frozenset({_F.TYPE_FIXED32, _F.TYPE_SFIXED32, _F.TYPE_FLOAT})
+_FIXED64 = frozenset({_F.TYPE_FIXED64, _F.TYPE_SFIXED64, _F.TYPE_DOUBLE})
+_UNPACKABLE = frozenset({_F.TYPE_STRING, _F.TYPE_BYTES, _F.TYPE_MESSAGE, _F.TYPE_GROUP})
+_HIGH_BYTES = bytes(range(0x80, 0x100))
+
+
+def _packed_width(field: descriptor.FieldDescriptor) -> int:
+    if field.type in _UNPACKABLE:
+        return -1
+    return 4 if field.type in _FIXED32 else 8 if field.type in _FIXED64 else 0
+
+
+def too_many(path: str, limit: int, got: int | None) -> FieldViolation:
+    """``TOO_MANY`` at ``path``; ``got`` None when counting stopped at the limit."""
+    counted = f"got {got}" if got is not None else "got more"
+    return FieldViolation(path, f"At most {limit} entries; {counted}.", "TOO_MANY")
+
+
+def too_many_struct_entries(path: str) -> FieldViolation:
+    """``TOO_MANY`` at the Struct or list where the request's total passes the limit."""
+    return FieldViolation(
+        path,
+        f"Structs and lists may hold at most {MAX_STRUCT_ENTRIES} fields and elements in all; "
+        "the total passes it here.",
+        "TOO_MANY",
+    )
+
+
+def _counted(message_type: descriptor.Descriptor, memo: dict[descriptor.Descriptor, bool]) -> bool:
+    """Whether a message of this type can hold a repeated field, a map or a Struct."""
+    known = memo.get(message_type)
+    if known is not None:
+        return known
+    memo[message_type] = True  # while a recursive type is being decided
+    found = any(
+        field.is_repeated
+        or (
+            field.message_type is not None
+            and (field.message_type.full_name in _WELL_KNOWN or _counted(field.message_type, memo))
+        )
+        for field in message_type.fields
+    )
+    memo[message_type] = found
+    return found
+
+
+class _Stop(Exception):
+    """Counting is over: enough violations were found (or the encoding ended badly)."""
+
+
+class _Found(Exception):
+    """A container over its limit, found in an encoding; each enclosing level adds its step
+    to ``steps`` (innermost first) on the way out, so no path is built before one is needed."""
+
+    def __init__(self, limit: int, *, struct_total: bool) -> None:
+        super().__init__()
+        self.limit = limit
+        self.struct_total = struct_total
+        self.steps: list[str] = []
+
+    def violation(self, path: str) -> FieldViolation:
+        where = path + "".join(reversed(self.steps))
+        where = where.removeprefix(".")
+        if self.struct_total:
+            return too_many_struct_entries(where)
+        return too_many(where, self.limit, None)
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """The varint at ``at`` and the offset after it; IndexError past the end."""
+    byte = data[at]
+    if byte < 0x80:
+        return byte, at + 1
+    value, shift = byte & 0x7F, 7
+    while True:
+        at += 1
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, at + 1
+        shift += 7
+        if shift > 63:
+            raise _Stop
+
+
+class _Tally:
+    """One count pass over one request: the violations found and the Struct entries counted.
+    Raises :class:`_Stop` once there is nothing more worth reporting."""
+
+    __slots__ = ("entries", "limits", "structs", "violations")
+
+    def __init__(self, limits: Limits, *, structs: bool) -> None:
+        self.limits = limits
+        self.violations: list[FieldViolation] = []
+        self.entries = 0
+        self.structs = structs  # whether Struct entries can pass the limit at all (size)
+
+    def report(self, violation: FieldViolation) -> None:
+        self.violations.append(violation)
+        if len(self.violations) >= MAX_COUNT_VIOLATIONS:
+            raise _Stop
+
+    def add_entries(self, path: str, added: int) -> None:
+        """Count ``added`` Struct entries; once the total passes the limit, that is reported
+        at ``path`` and counting ends (nothing inside would be worth reporting)."""
+        self.entries += added
+        if self.entries > MAX_STRUCT_ENTRIES:
+            self.violations.append(too_many_struct_entries(path))
+            raise _Stop
+
+
+class _Counter(_Tally):
+    """A count pass over a decoded message."""
+
+    __slots__ = ()
+
+    def message(self, message: Message, path: str) -> None:
+        plan = self.limits.count_plan(cast("descriptor.Descriptor", message.DESCRIPTOR))
+        if not plan:
+            return
+        for field, value in message.ListFields():
+            rule = plan.get(field.number)
+            if rule is None or rule[6]:  # output only: decoded already, cleared by the core
+                continue
+            kind, limit, element, name, _, _, _ = rule
+            at = f"{path}.{name}" if path else name
+            if kind in (_REPEATED, _MAP):
+                if len(value) > limit:
+                    self.report(too_many(at, limit, len(value)))
+                elif element == _SCALAR:
+                    continue
+                elif kind == _MAP:
+                    for key, item in value.items():
+                        self.item(element, item, f"{at}{key_path(key)}")
+                else:
+                    for index, item in enumerate(value):
+                        self.item(element, item, f"{at}[{index}]")
+            else:
+                self.item(kind, value, at)
+
+    def item(self, kind: int, value: Any, path: str) -> None:  # noqa: ANN401 - by kind
+        if kind == _MESSAGE:
+            self.message(value, path)
+        elif not self.structs:
+            return
+        elif kind == _STRUCT_KIND:
+            self.struct(value, path)
+        elif kind == _LIST_KIND:
+            self.list(value, path)
+        elif kind == _VALUE_KIND:
+            self.value(value, path)
+
+    def value(self, value: struct_pb2.Value, path: str) -> None:
+        kind = value.WhichOneof("kind")
+        if kind == "struct_value":
+            self.struct(value.struct_value, f"{path}.struct_value")
+        elif kind == "list_value":
+            self.list(value.list_value, f"{path}.list_value")
+
+    def struct(self, struct: struct_pb2.Struct, path: str) -> None:
+        fields = struct.fields
+        self.add_entries(path, len(fields))
+        for key, value in fields.items():
+            if value.WhichOneof("kind") in _NESTED:
+                self.value(value, f"{path}.fields{key_path(key)}")
+
+    def list(self, values: struct_pb2.ListValue, path: str) -> None:
+        elements = values.values
+        self.add_entries(path, len(elements))
+        for index, value in enumerate(elements):
+            if value.WhichOneof("kind") in _NESTED:
+                self.value(value, f"{path}.values[{index}]")
+
+
+class _Encoded:
+    """One count pass over an encoded request: raises :class:`_Found` at the first container
+    over its limit. Spans are (start, end) offsets of a payload in ``data``."""
+
+    __slots__ = ("data", "entries", "limits", "structs")
+
+    def __init__(self, limits: Limits, data: bytes) -> None:
+        self.limits = limits
+        self.data = data
+        self.entries = 0
+        # Each Struct entry or list element takes at least 2 bytes.
+        self.structs = len(data) > 2 * MAX_STRUCT_ENTRIES
+
+    def message(self, plan: CountPlan, span: tuple[int, int], depth: int, *, relaxed: bool) -> None:
+        """The fields of one message. ``relaxed``: under an OUTPUT_ONLY field, where every
+        container may hold MAX_DECODED_ENTRIES. Messages nested deeper than protobuf's parser
+        allows are left to it (it refuses them)."""
+        if depth > MAX_MESSAGE_NESTING:
+            return
+        seen: dict[int, int] = {}
+        for number, wire, first, last in _fields(self.data, *span):
+            rule = plan.get(number)
+            if rule is None:
+                continue
+            kind, limit, element, name, target, packed, output_only = rule
+            inner = relaxed or output_only
+            if kind not in (_REPEATED, _MAP):
+                if wire == 2:
+                    try:
+                        self.item(kind, target, (first, last), depth, relaxed=inner)
+                    except _Found as found:
+                        found.steps.append(f".{name}")
+                        raise
+                continue
+            index = seen.get(number, 0)
+            seen[number] = index + self.occurrences(wire, packed, first, last)
+            if seen[number] > (MAX_DECODED_ENTRIES if inner else limit):
+                over = _Found(MAX_DECODED_ENTRIES if inner else limit, struct_total=False)
+                over.steps.append(f".{name}")
+                raise over
+            if wire == 2 and element != _SCALAR:
+                self.element(rule, index, (first, last), depth, relaxed=inner)
+
+    def element(
+        self, rule: Count, index: int, span: tuple[int, int], depth: int, *, relaxed: bool
+    ) -> None:
+        """Element ``index`` of a repeated field, or an entry of a map (its value, field 2)."""
+        kind, _, element, name, target, _, _ = rule
+        try:
+            if kind == _REPEATED:
+                self.item(element, target, span, depth, relaxed=relaxed)
+                return
+            for number, first, last in _delimited(self.data, *span):
+                if number == 2:
+                    self.item(element, target, (first, last), depth + 1, relaxed=relaxed)
+        except _Found as found:
+            key = f"[{index}]" if kind == _REPEATED else _entry_key(self.data, *span)
+            found.steps.extend((key, f".{name}"))
+            raise
+
+    def occurrences(self, wire: int, packed: int, first: int, last: int) -> int:
+        """Elements in one occurrence of a repeated field: one, or a packed run of scalars."""
+        if wire != 2 or packed < 0:
+            return 1
+        if packed:
+            return (last - first) // packed
+        return len(self.data[first:last].translate(None, _HIGH_BYTES))  # varints' last bytes
+
+    def item(
+        self,
+        kind: int,
+        target: descriptor.Descriptor | None,
+        span: tuple[int, int],
+        depth: int,
+        *,
+        relaxed: bool,
+    ) -> None:
+        """One value of ``kind`` (a message, Struct, ListValue or Value) at ``span``."""
+        if relaxed and kind in _STRUCT_TYPES:
+            # Ignored, so not counted in the total: each container is bounded by itself.
+            target, kind = _STRUCT_TYPES[kind], _MESSAGE
+        if kind == _MESSAGE and target is not None:
+            plan = self.limits.count_plan(target)
+            if plan:
+                self.message(plan, span, depth + 1, relaxed=relaxed)
+        elif self.structs:
+            if kind == _VALUE_KIND:
+                self.value(span, depth + 1)
+            elif kind in (_STRUCT_KIND, _LIST_KIND):
+                self.container(span, depth + 1, struct=kind == _STRUCT_KIND)
+
+    def container(self, span: tuple[int, int], depth: int, *, struct: bool) -> None:
+        """A Struct (each entry is field 1, a map entry whose value is its field 2) or a
+        ListValue (each element is field 1, a Value): its entries are added to the request's
+        total first, then those holding more are entered, as :class:`Walk` does."""
+        if depth > MAX_MESSAGE_NESTING:
+            return
+        data = self.data
+        for number, _, _ in _delimited(data, *span):
+            if number == 1:
+                self.entries += 1
+                if self.entries > MAX_STRUCT_ENTRIES:
+                    raise _Found(MAX_STRUCT_ENTRIES, struct_total=True)
+        index = -1
+        for number, first, last in _delimited(data, *span):
+            if number != 1:
+                continue
+            index += 1
+            try:
+                if not struct:
+                    self.value((first, last), depth + 1)
+                    continue
+                for field, value_first, value_last in _delimited(data, first, last):
+                    if field == 2:
+                        self.value((value_first, value_last), depth + 2)
+            except _Found as found:
+                if struct:
+                    found.steps.append(".fields" + _entry_key(data, first, last))
+                else:
+                    found.steps.append(f".values[{index}]")
+                raise
+
+    def value(self, span: tuple[int, int], depth: int) -> None:
+        """A Value: only a struct_value (field 5) or list_value (field 6) holds more."""
+        for number, first, last in _delimited(self.data, *span):
+            if number in (5, 6):
+                with _step(".struct_value" if number == 5 else ".list_value"):
+                    self.container((first, last), depth + 1, struct=number == 5)
+
+
+@contextmanager
+def _step(step: str) -> Iterator[None]:
+    """Add ``step`` to the path of a container found over its limit inside."""
+    try:
+        yield
+    except _Found as found:
+        found.steps.append(step)
+        raise
+
+
+def _fields(data: bytes, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+    """The fields of the message encoded in ``data[start:end]``: (number, wire type, start and
+    end of the payload); raises :class:`_Stop` (or IndexError) where the encoding is broken,
+    which only the decoder then judges."""
+    at = start
+    while at < end:
+        tag = data[at]
+        if tag < 0x80:
+            at += 1
+        else:
+            tag, at = _varint(data, at)
+        wire = tag & 7
+        first = at
+        if wire == 2:
+            length = data[at]
+            if length < 0x80:
+                first = at = at + 1
+            else:
+                length, at = _varint(data, at)
+                first = at
+            at += length
+        elif wire == 0:
+            while data[at] >= 0x80:
+                at += 1
+            at += 1
+        elif wire == 1:
+            at += 8
+        elif wire == 5:
+            at += 4
+        else:
+            raise _Stop  # groups: not proto3
+        if at > end:
+            raise _Stop
+        yield tag >> 3, wire, first, at
+
+
+def _delimited(data: bytes, start: int, end: int) -> Iterator[tuple[int, int, int]]:
+    """The length-delimited fields of the message in ``data[start:end]``: (number, start and
+    end of the payload)."""
+    for number, wire, first, last in _fields(data, start, end):
+        if wire == 2:
+            yield number, first, last
+
+
+def _entry_key(data: bytes, start: int, end: int) -> str:
+    """The key (field 1) of the map entry encoded in ``data[start:end]`` as a path suffix."""
+    for number, wire, first, last in _fields(data, start, end):
+        if number == 1:
+            if wire == 2:
+                return key_path(data[first:last].decode(errors="replace"))
+            return key_path(_varint(data, first)[0])
+    return key_path("")
+
+
+class _JsonCounter(_Tally):
+    """A count pass over a request as a JSON document (proto3 JSON: camelCase or proto field
+    names, a Struct is an object, a ListValue an array, a Value either), for REST and MCP."""
+
+    __slots__ = ()
+
+    def message(self, message_type: descriptor.Descriptor, document: object, path: str) -> None:
+        plan = self.limits.count_plan(message_type)
+        if not plan or not isinstance(document, dict):
+            return  # a wrong JSON type is reported by the body check
+        names = _json_names(message_type)
+        for key, value in document.items():
+            field = names.get(key)
+            rule = plan.get(field.number) if field is not None else None
+            if rule is None or rule[6] or value is None:
+                continue  # output only: ignored, and the reader bounded it
+            kind, limit, element, name, target, _, _ = rule
+            at = f"{path}.{name}" if path else name
+            if kind == _MAP and isinstance(value, dict):
+                if len(value) > limit:
+                    self.report(too_many(at, limit, len(value)))
+                elif element != _SCALAR:
+                    for entry_key, item in value.items():
+                        self.item(element, target, item, f"{at}{key_path(entry_key)}")
+            elif kind == _REPEATED and isinstance(value, list):
+                if len(value) > limit:
+                    self.report(too_many(at, limit, len(value)))
+                elif element != _SCALAR:
+                    for index, item in enumerate(value):
+                        self.item(element, target, item, f"{at}[{index}]")
+            elif kind not in (_MAP, _REPEATED):
+                self.item(kind, target, value, at)
+
+    def item(
+        self, kind: int, target: descriptor.Descriptor | None, value: object, path: str
+    ) -> None:
+        if kind == _MESSAGE and target is not None:
+            self.message(target, value, path)
+        elif not self.structs:
+            return
+        elif kind == _VALUE_KIND:
+            self.value(value, path)
+        elif kind == _STRUCT_KIND and isinstance(value, dict):
+            self.struct(value, path)
+        elif kind == _LIST_KIND and isinstance(value, list):
+            self.list(value, path)
+
+    def value(self, value: object, path: str) -> None:
+        if isinstance(value, dict):
+            self.struct(value, f"{path}.struct_value")
+        elif isinstance(value, list):
+            self.list(value, f"{path}.list_value")
+
+    def struct(self, fields: dict[str, object], path: str) -> None:
+        self.add_entries(path, len(fields))
+        for key, value in fields.items():
+            if isinstance(value, dict | list):
+                self.value(value, f"{path}.fields{key_path(key)}")
+
+    def list(self, values: list[object], path: str) -> None:
+        self.add_entries(path, len(values))
+        for index, value in enumerate(values):
+            if isinstance(value, dict | list):
+                self.value(value, f"{path}.values[{index}]")
+
+
+@cache
+def _json_names(message_type: descriptor.Descriptor) -> Mapping[str, descriptor.FieldDescriptor]:
+    """A message's fields by the names proto3 JSON accepts: JSON (camelCase) and proto."""
+    names = {field.name: field for field in message_type.fields}
+    names.update((field.json_name, field) for field in message_type.fields)
+    return names
+
+
+def _json_location(
+    limits: Limits, message_type: descriptor.Descriptor, steps: Iterable[str | int], path: str
+) -> tuple[str, int, int]:
+    """Where the JSON keys and indexes ``steps`` lead in a request of ``message_type``: the
+    field path (proto names, Struct notation), the kind of what is there (_SCALAR once the
+    steps leave the descriptors: an unknown field, say) and its count limit."""
+    kind, limit, relaxed = _MESSAGE, MAX_DECODED_ENTRIES, False
+    target: descriptor.Descriptor | None = message_type
+    element, element_target = _SCALAR, target  # of a repeated field or map
+    for step in steps:
+        if kind == _MESSAGE and target is not None and isinstance(step, str):
+            field = _json_names(target).get(step)
+            path = f"{path}.{field.name if field else shown(step)}".removeprefix(".")
+            rule = limits.count_plan(target).get(field.number) if field is not None else None
+            if rule is None:
+                kind, target = _SCALAR, None
+                continue
+            kind, limit, element, _, element_target, _, output_only = rule
+            relaxed = relaxed or output_only
+            limit = MAX_DECODED_ENTRIES if relaxed else limit
+            target = element_target
+        elif kind in (_REPEATED, _MAP):
+            path += f"[{step}]" if kind == _REPEATED else key_path(step)
+            kind, target = element, element_target
+        elif kind == _STRUCT_KIND:
+            path += f".fields{key_path(step)}"
+            kind = _VALUE_KIND
+        elif kind == _LIST_KIND:
+            path += f".values[{step}]"
+            kind = _VALUE_KIND
+        elif kind == _VALUE_KIND:
+            nested = f".struct_value.fields{key_path(step)}"
+            path += nested if isinstance(step, str) else f".list_value.values[{step}]"
+        else:
+            path += f".{shown(step)}" if isinstance(step, str) else f"[{step}]"
+            kind = _SCALAR
+    return path, kind, limit
+
+
+_STRUCT_TYPES = {
+    _STRUCT_KIND: struct_pb2.Struct.DESCRIPTOR,
+    _LIST_KIND: struct_pb2.ListValue.DESCRIPTOR,
+    _VALUE_KIND: struct_pb2.Value.DESCRIPTOR,
+}
 
 LIMITS = Limits()  # the generic limits and the seeds' ones
 

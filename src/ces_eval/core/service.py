@@ -128,13 +128,9 @@ class Core(LongRunning):
         app = names.APP.parse(request.parent, "parent", owned=0)
         if request.evaluation_id:
             names.validate_id(request.evaluation_id, "evaluation_id")
-        evaluation = evaluation_pb2.Evaluation()
-        evaluation.CopyFrom(request.evaluation)
-        evaluation.ClearField("name")
-        violations = validation.validate_evaluation(evaluation, "evaluation")
-        violations += unrenderable(evaluation, "evaluation")
-        if not request.HasField("evaluation"):
-            violations = [FieldViolation("evaluation", "Required.", "REQUIRED")]
+        # Validated in a worker thread when large: the event loop serves everyone else meanwhile.
+        large = request.evaluation.ByteSize() > limits.LOOP_BYTES
+        evaluation, violations = await limits.off_loop(large, _new_evaluation, request)
         validation.raise_if_invalid(violations, "evaluation")
         created = now()
         evaluation.name = names.EVALUATION.format(
@@ -235,7 +231,10 @@ class Core(LongRunning):
             current = await self._existing_evaluation(name)
             if request.evaluation.etag and request.evaluation.etag != current.etag:
                 raise ServiceError.aborted_etag(names.EVALUATION.type, name)
-            updated = self._updated_evaluation(current, request, caller)
+            large = max(request.evaluation.ByteSize(), current.ByteSize()) > limits.LOOP_BYTES
+            updated = await limits.off_loop(
+                large, self._updated_evaluation, current, request, caller
+            )
             try:
                 await self._storage.replace_evaluation(updated, expected_etag=current.etag)
             except Missing as missing:
@@ -264,8 +263,8 @@ class Core(LongRunning):
         fields.apply_update_mask(updated, incoming, list(request.update_mask.paths), "update_mask")
         editable = evaluation_pb2.Evaluation()
         editable.CopyFrom(updated)
-        violations = validation.validate_evaluation(editable, "evaluation")
-        validation.raise_if_invalid(violations + unrenderable(editable, "evaluation"), "evaluation")
+        violations = validation.evaluation_violations(editable, "evaluation")
+        validation.raise_if_invalid(violations, "evaluation")
         updated.update_time.CopyFrom(now())
         updated.last_updated_by = caller.user
         updated.etag = new_etag()
@@ -376,7 +375,10 @@ class Core(LongRunning):
         if not result.display_name:
             # The seeds' default: "<evaluation display name> Result - <time>".
             result.display_name = f"{evaluation.display_name} Result - {created.ToJsonString()}"
-        validation.raise_if_invalid(self._result_violations(result, parts), "evaluation_result")
+        violations = await limits.off_loop(
+            result.ByteSize() > limits.LOOP_BYTES, self._result_violations, result, parts
+        )
+        validation.raise_if_invalid(violations, "evaluation_result")
         try:
             await self._storage.insert_result(result, parent_etag=new_etag())
         except Missing as missing:
@@ -391,9 +393,12 @@ class Core(LongRunning):
     def _result_violations(
         result: evaluation_pb2.EvaluationResult, parts: dict[str, str]
     ) -> list[FieldViolation]:
+        counted = validation.counts_first(limits.check(result, "evaluation_result"))
+        if any(v.reason == "TOO_MANY" for v in counted):
+            return counted
         violations = fields.required_violations(result, "evaluation_result")
         violations += unrenderable(result, "evaluation_result")
-        violations += limits.check(result, "evaluation_result")
+        violations += counted
         completed = evaluation_pb2.EvaluationResult.ExecutionState.COMPLETED
         if result.evaluation_status and result.execution_state != completed:
             violations.append(
@@ -450,6 +455,19 @@ class Core(LongRunning):
             f"display_name {resource.display_name!r} is already used by {conflict.existing}; "
             f"display names are unique within the {scope}.",
         )
+
+
+def _new_evaluation(
+    request: service_pb2.CreateEvaluationRequest,
+) -> tuple[evaluation_pb2.Evaluation, list[FieldViolation]]:
+    """The evaluation a create stores (name and OUTPUT_ONLY fields dropped), and what is wrong
+    with it."""
+    evaluation = evaluation_pb2.Evaluation()
+    if not request.HasField("evaluation"):
+        return evaluation, [FieldViolation("evaluation", "Required.", "REQUIRED")]
+    evaluation.CopyFrom(request.evaluation)
+    evaluation.ClearField("name")
+    return evaluation, validation.evaluation_violations(evaluation, "evaluation")
 
 
 def snake_case(name: str) -> str:

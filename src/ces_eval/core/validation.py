@@ -2,17 +2,28 @@
 and the request limits (:mod:`ces_eval.core.limits`).
 
 Every problem in one request is reported together, as the field violations of a single
-``google.rpc.BadRequest`` (AIP-193), so a caller can fix them all at once.
+``google.rpc.BadRequest`` (AIP-193), so a caller can fix them all at once: up to
+:data:`limits.MAX_VIOLATIONS` of them, where every check stops. A request over a count limit
+(a repeated field, map or Struct with too many entries, reason ``TOO_MANY``) is the exception: it
+is refused with those alone, as the surfaces refuse a large one before decoding it
+(:mod:`ces_eval.core.limits`, "counts, before anything else").
 """
 
 from __future__ import annotations
 
-from ces_eval.core import fields, limits
+from ces_eval.core import fields, json_safe, limits
 from ces_eval.core.limits import MAX_GOLDEN_TURNS, MAX_SCENARIO_TURNS
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_config_pb2, evaluation_pb2
 
-__all__ = ["MAX_GOLDEN_TURNS", "MAX_SCENARIO_TURNS", "raise_if_invalid", "validate_evaluation"]
+__all__ = [
+    "MAX_GOLDEN_TURNS",
+    "MAX_SCENARIO_TURNS",
+    "counts_first",
+    "evaluation_violations",
+    "raise_if_invalid",
+    "validate_evaluation",
+]
 
 _Thresholds = evaluation_config_pb2.EvaluationMetricsThresholds.GoldenEvaluationMetricsThresholds
 # (message, field) → inclusive range, from the seeds' descriptions of the thresholds.
@@ -40,6 +51,8 @@ def validate_evaluation(evaluation: evaluation_pb2.Evaluation, path: str) -> lis
     """Violations of an Evaluation as written by a caller, limits included; clears its
     OUTPUT_ONLY fields in the same pass (AIP-203: ignored, not rejected)."""
     violations, out_of_range = _INPUT.inspect(evaluation, path)
+    if any(v.reason == "TOO_MANY" for v in out_of_range):
+        return counts_first(out_of_range)
     if evaluation.WhichOneof("inputs") is None:
         violations.append(
             FieldViolation(f"{path}.inputs", "Set either golden or scenario.", "REQUIRED")
@@ -47,19 +60,36 @@ def validate_evaluation(evaluation: evaluation_pb2.Evaluation, path: str) -> lis
     return violations + out_of_range
 
 
+def evaluation_violations(evaluation: evaluation_pb2.Evaluation, path: str) -> list[FieldViolation]:
+    """:func:`validate_evaluation`, then the values proto3 JSON could not render
+    (:mod:`ces_eval.core.json_safe`) unless the count limits already refuse it."""
+    violations = validate_evaluation(evaluation, path)
+    if not any(v.reason == "TOO_MANY" for v in violations):
+        violations += json_safe.violations(evaluation, path)
+    return violations
+
+
+def counts_first(violations: list[FieldViolation]) -> list[FieldViolation]:
+    """``violations``, or only those of the count limits when there are any (see above)."""
+    counts = [v for v in violations if v.reason == "TOO_MANY"]
+    return counts[: limits.MAX_COUNT_VIOLATIONS] if counts else violations
+
+
 _PROBLEMS_IN_MESSAGE = 5
 
 
 def raise_if_invalid(violations: list[FieldViolation], what: str) -> None:
     """INVALID_ARGUMENT listing ``violations``: the first :data:`limits.MAX_VIOLATIONS` in the
-    BadRequest and the first few in the message, which counts them all, so that a request with
-    thousands of problems does not get an error of thousands of lines."""
+    BadRequest and the first few in the message, which counts them ("at least" once the checks
+    stopped counting), so that a request with thousands of problems does not get an error of
+    thousands of lines."""
     if violations:
         count = len(violations)
         listed = "; ".join(f"{v.field}: {v.description}" for v in violations[:_PROBLEMS_IN_MESSAGE])
         more = count - _PROBLEMS_IN_MESSAGE
+        counted = f"at least {count}" if count >= limits.MAX_VIOLATIONS else str(count)
         raise ServiceError.invalid_argument(
-            f"The {what} is invalid ({count} problem{'s' if count > 1 else ''}): {listed}"
+            f"The {what} is invalid ({counted} problem{'s' if count > 1 else ''}): {listed}"
             + (f"; and {more} more" if more > 0 else ""),
             violations[: limits.MAX_VIOLATIONS],
         )

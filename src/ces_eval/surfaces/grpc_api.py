@@ -19,7 +19,9 @@ from grpc_status import rpc_status
 
 from ces_eval import logs, schema
 from ces_eval.admission import Admission
+from ces_eval.core.limits import ENCODED_CHECK_BYTES, LIMITS, LOOP_BYTES, off_loop
 from ces_eval.core.service import Caller, Handler
+from ces_eval.core.validation import raise_if_invalid
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.logs import Call, RequestLog
 
@@ -104,13 +106,24 @@ async def _abort(context: grpc.aio.ServicerContext[Any, Any], error: ServiceErro
 
 
 def _decode(request_class: type[Message], raw: bytes) -> Message:
+    """The request in ``raw``, held to the count limits (docs/security.md, "Limits"): a large
+    one on its encoding, before protobuf's decoder holds the interpreter for it, a smaller one
+    right after (the smallest are left to the core's own walk). Run in a worker thread for
+    all but the smallest (see ``serve``)."""
+    message_type: descriptor.Descriptor = request_class.DESCRIPTOR  # type: ignore[assignment]
+    size = len(raw)
+    if size > ENCODED_CHECK_BYTES:
+        raise_if_invalid(LIMITS.encoded_counts(message_type, raw), "request")
     try:
-        return request_class.FromString(raw)
+        request = request_class.FromString(raw)
     except DecodeError as error:
         # Malformed bytes, invalid UTF-8 in a string, or messages nested deeper than protobuf's
         # recursion limit (100).
-        description = f"The request is not a valid {request_class.DESCRIPTOR.full_name}."
+        description = f"The request is not a valid {message_type.full_name}."
         raise ServiceError(Code.INVALID_ARGUMENT, description, "MALFORMED_REQUEST") from error
+    if LOOP_BYTES < size <= ENCODED_CHECK_BYTES:
+        raise_if_invalid(LIMITS.counts(request, "", size), "request")
+    return request
 
 
 def _behavior(
@@ -145,7 +158,7 @@ def _behavior(
                 call.caller = caller.user
             if implementation is None or request_class is None:
                 raise ServiceError.unimplemented(name)
-            request = _decode(request_class, raw)
+            request = await off_loop(len(raw) > LOOP_BYTES, _decode, request_class, raw)
             if call is not None and resource:
                 call.resource = logs.field_value(request, resource)
             return await implementation(request, caller)

@@ -46,6 +46,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
@@ -59,16 +60,23 @@ from mcp.shared.exceptions import MCPError
 from ces_eval import logs, schema
 from ces_eval.access import authorize_json
 from ces_eval.comments import comment
-from ces_eval.core.limits import MAX_REQUEST_BYTES
+from ces_eval.core.limits import (
+    LIMITS,
+    LOOP_BYTES,
+    MAX_REQUEST_BYTES,
+    MAX_VIOLATIONS,
+    off_loop,
+)
 from ces_eval.core.service import Caller, Handler, implements, snake_case
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.jsonschema import JsonSchema, document
 from ces_eval.logs import Call
 from ces_eval.transcoding.app import caller_of, challenge
-from ces_eval.transcoding.body import parse_body
+from ces_eval.transcoding.body import heavy_document, parse_document
 from ces_eval.transcoding.errors import envelope
 
 if TYPE_CHECKING:
+    from google.protobuf.message import Message
     from mcp.server.context import ServerRequestContext
     from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -207,10 +215,25 @@ def _field_path(message: descriptor.Descriptor | None, path: Iterable[Any]) -> s
     return out
 
 
+# The schema check (jsonschema) costs 0.1 to 0.3 ms per JSON value: 30 ms for a typical 5 KB
+# evaluation, minutes for the largest the limits allow. Arguments with more values than this
+# skip it: the descriptor checks every body gets (ces_eval.transcoding.body) then report the
+# same problems (unknown fields, JSON types, enum values, oneofs), in REST's words.
+_SCHEMA_VALUES = 2_000
+# Arguments with more values than this are checked and parsed in a worker thread (~5 ms).
+_LOOP_VALUES = 32
+
+
 def _violations(spec: ToolSpec, arguments: dict[str, Any]) -> list[FieldViolation]:
-    found: list[FieldViolation] = []
+    """The count limits first (cheap: a ``len()`` per container, and a hostile array makes
+    the schema check itself catastrophically slow), then the schema's first
+    ``MAX_VIOLATIONS`` errors, sorted by path (none past :data:`_SCHEMA_VALUES` values)."""
+    found = LIMITS.json_counts(spec.request, arguments)
+    if found or heavy_document(arguments, _SCHEMA_VALUES):
+        return found
     errors: list[ValidationError] = sorted(
-        spec.validator.iter_errors(arguments), key=lambda e: [str(p) for p in e.absolute_path]
+        islice(spec.validator.iter_errors(arguments), MAX_VIOLATIONS),
+        key=lambda e: [str(p) for p in e.absolute_path],
     )
     for error in errors:
         path = list(error.absolute_path)
@@ -247,24 +270,35 @@ async def _call(
     """``call``: the request line to complete (:mod:`ces_eval.logs`)."""
     if caller.principal is not None:  # before validation: a foreign token learns nothing
         authorize_json(caller.principal, spec.method, arguments)
-    if violations := _violations(spec, arguments):
-        first = violations[0]
-        more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
-        raise ServiceError.invalid_argument(
-            f"The arguments of {spec.tool.name} are invalid: {first.field}: "
-            f"{first.description}{more}",
-            violations,
+
+    def parsed() -> Message:
+        if violations := _violations(spec, arguments):
+            first = violations[0]
+            more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
+            raise ServiceError.invalid_argument(
+                f"The arguments of {spec.tool.name} are invalid: {first.field}: "
+                f"{first.description}{more}",
+                violations,
+            )
+        request: Message = message_factory.GetMessageClass(spec.request)()
+        parse_document(arguments, request, "", counted=True)
+        return request
+
+    def result(response: Message) -> types.CallToolResult:
+        structured = json_format.MessageToDict(response)
+        return types.CallToolResult(
+            content=[types.TextContent(text=json.dumps(structured, ensure_ascii=False))],
+            structured_content=structured,
         )
-    request = message_factory.GetMessageClass(spec.request)()
-    parse_body(json.dumps(arguments).encode(), request, "")
+
+    # Large arguments are checked and parsed, and their answer rendered, in a worker thread:
+    # the event loop keeps serving every other caller meanwhile (docs/security.md, "Limits").
+    large = heavy_document(arguments, _LOOP_VALUES)
+    request = await off_loop(large, parsed)
     if call is not None and (field := logs.resource_field(spec.method)):
         call.resource = logs.field_value(request, field)
     response = await implementations[spec.rpc](request, caller)
-    structured = json_format.MessageToDict(response)
-    return types.CallToolResult(
-        content=[types.TextContent(text=json.dumps(structured, ensure_ascii=False))],
-        structured_content=structured,
-    )
+    return await off_loop(large or response.ByteSize() > LOOP_BYTES, result, response)
 
 
 def _call_of(ctx: ServerRequestContext[Any]) -> Call | None:

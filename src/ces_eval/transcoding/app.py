@@ -14,12 +14,12 @@ from urllib.parse import parse_qsl
 
 from ces_eval.access import authorize_values
 from ces_eval.admission import WATCHED_METHODS, server_timeout, until_disconnected, within
-from ces_eval.core.limits import MAX_REQUEST_BYTES
+from ces_eval.core.limits import LOOP_BYTES, MAX_REQUEST_BYTES, off_loop
 from ces_eval.core.service import Caller
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.logs import CALL_KEY
 from ces_eval.transcoding import errors
-from ces_eval.transcoding.body import parse_body
+from ces_eval.transcoding.body import heavy, parse_body
 from ces_eval.transcoding.query import SYSTEM_PARAMETERS, QueryError, apply_query
 from ces_eval.transcoding.rendering import JsonRenderer
 
@@ -188,7 +188,10 @@ class Transcoder:
             authorize_values(caller.principal, route.binding.method, variables)
         int_enums = _int_enums(params)
         data = await self._read_body(receive)
-        request = self._request(route, variables, params, data)
+        # A large body is parsed, checked and (below) answered in a worker thread, so that the
+        # event loop keeps serving every other caller meanwhile (docs/security.md, "Limits").
+        large = heavy(data)
+        request = await off_loop(large, self._request, route, variables, params, data)
         handler = self._handlers.get(route.path)
         if handler is None:
             raise ServiceError.unimplemented(route.path.lstrip("/"))
@@ -196,7 +199,8 @@ class Transcoder:
         if route.path in WATCHED_METHODS:  # long calls end when their client goes
             call = until_disconnected(call, receive)
         response = await call
-        return 200, self._renderer.render(response, int_enums)
+        large = large or response.ByteSize() > LOOP_BYTES
+        return 200, await off_loop(large, self._renderer.render, response, int_enums)
 
     @staticmethod
     def _request(

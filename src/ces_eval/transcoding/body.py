@@ -4,26 +4,41 @@ protobuf's json_format does the conversion; before it, a descriptor walk checks 
 that unknown fields, wrong JSON types, unknown enum names and doubly-set oneofs are reported with
 their field paths (proto names, ``evaluation.golden.turns[0].steps``), all at once, instead of
 json_format's first-error message.
+
+Before either, the count limits (:mod:`ces_eval.core.limits`: repeated fields, maps, Struct
+entries) are checked on the document: a body over one is refused with those violations alone,
+before any per-element work. Reading the document itself is bounded too (see "reading the
+document"), and :func:`heavy` tells the surfaces which bodies to parse off the event loop.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from google.protobuf import descriptor, json_format
 
 from ces_eval import schema
-from ces_eval.core.limits import MAX_MESSAGE_NESTING, shown
+from ces_eval.core.limits import (
+    LIMITS,
+    MAX_DECODED_ENTRIES,
+    MAX_MESSAGE_NESTING,
+    MAX_STRUCT_ENTRIES,
+    shown,
+)
 from ces_eval.errors import FieldViolation, ServiceError
+
+# The C string scanner json.loads itself uses (typed in _json only).
+scanstring: Callable[[str, int, bool], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message
 
-__all__ = ["parse_body"]
+__all__ = ["heavy", "heavy_document", "parse_body", "parse_document"]
 
 _F = descriptor.FieldDescriptor
 _INTEGERS = {
@@ -207,6 +222,189 @@ def _not_json(constant: str) -> object:
     raise ValueError(f"{constant} is not JSON (RFC 8259 has no NaN or Infinity literals)")
 
 
+# -- reading the document: bounded work --------------------------------------------------------
+#
+# json.loads (C) holds the interpreter while it runs, ~70 ns per value: on 10 MiB of ``{},`` that
+# is a quarter of a second in which no other thread (the event loop among them) runs. Bodies with
+# few values (commas bound them: n values need about n-1) go to it; the others are read by
+# :class:`_Reader`, which walks containers in Python (strings and numbers still in C) and so lets
+# other threads run every few milliseconds, and stops at the first container holding more than
+# MAX_DECODED_ENTRIES: a hostile body is refused after reading that much of it.
+
+_C_VALUES = 20_000  # commas in a body json.loads reads (~1.5 ms)
+_LOOP_BODY_BYTES = 64 * 1024
+# Commas in a body parsed and checked on the event loop (~10 ms of work at most): larger bodies
+# are parsed in a worker thread (see :func:`heavy`).
+_LOOP_VALUES = 512
+_COMMA_CHUNK = 1 << 20
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_NUMBER = re.compile(r"(-?(?:0|[1-9][0-9]*))(\.[0-9]+)?([eE][-+]?[0-9]+)?")
+_LITERALS = {"n": ("null", None), "t": ("true", True), "f": ("false", False)}
+
+
+def _commas(data: bytes) -> int:
+    """Commas in ``data``, counted a megabyte at a time (each count holds the interpreter)."""
+    return sum(
+        data.count(b",", start, start + _COMMA_CHUNK) for start in range(0, len(data), _COMMA_CHUNK)
+    )
+
+
+def heavy(data: bytes) -> bool:
+    """Whether parsing the body ``data`` into a message is work for a worker thread rather
+    than the event loop (docs/security.md, "Limits"): parsing and checking costs up to ~20 us
+    per JSON value."""
+    return len(data) > _LOOP_BODY_BYTES or data.count(b",") > _LOOP_VALUES
+
+
+def heavy_document(document: object, values: int = _LOOP_VALUES) -> bool:
+    """:func:`heavy` for a document parsed already (MCP arguments): whether it holds more than
+    ``values`` values (counting stops there)."""
+    budget = values
+    pending = [document]
+    while pending:
+        item = pending.pop()
+        children = (
+            item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        )
+        budget -= len(children)
+        if budget < 0:
+            return True
+        pending.extend(child for child in children if isinstance(child, dict | list))
+    return False
+
+
+class _Overflow(Exception):
+    """A JSON array or object with more than MAX_DECODED_ENTRIES entries. Each enclosing
+    container adds the key or index leading to it (innermost first) on the way out."""
+
+    def __init__(self, *, is_object: bool) -> None:
+        super().__init__()
+        self.is_object = is_object
+        self.steps: list[str | int] = []
+
+
+class _Reader:
+    """A JSON reader equivalent to json.loads, for bodies with many values (see above)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.keys: dict[str, str] = {}  # one str object per distinct key, as json.loads does
+
+    def document(self) -> object:
+        text = self.text
+        at = _WHITESPACE.match(text, 0).end()  # type: ignore[union-attr]
+        value, at = self.value(at)
+        at = _WHITESPACE.match(text, at).end()  # type: ignore[union-attr]
+        if at != len(text):
+            raise json.JSONDecodeError("Extra data", text, at)
+        return value
+
+    def value(self, at: int) -> tuple[object, int]:
+        text = self.text
+        char = text[at : at + 1]
+        if char == '"':
+            return scanstring(text, at + 1, True)
+        if char == "{":
+            return self.members(at + 1)
+        if char == "[":
+            return self.elements(at + 1)
+        literal = _LITERALS.get(char)
+        if literal is not None and text.startswith(literal[0], at):
+            return literal[1], at + len(literal[0])
+        number = _NUMBER.match(text, at)
+        if number is not None:
+            integer, fraction, exponent = number.groups()
+            if fraction or exponent:
+                return float(number.group()), number.end()
+            return int(integer), number.end()
+        for constant in ("NaN", "Infinity", "-Infinity"):
+            if text.startswith(constant, at):
+                _not_json(constant)
+        raise json.JSONDecodeError("Expecting value", text, at)
+
+    def _skip(self, at: int) -> int:
+        return _WHITESPACE.match(self.text, at).end()  # type: ignore[union-attr]
+
+    def members(self, at: int) -> tuple[dict[str, object], int]:
+        text = self.text
+        members: dict[str, object] = {}
+        at = self._skip(at)
+        if text[at : at + 1] == "}":
+            return members, at + 1
+        count = 0
+        while True:
+            if text[at : at + 1] != '"':
+                raise json.JSONDecodeError(
+                    "Expecting property name enclosed in double quotes", text, at
+                )
+            key, at = scanstring(text, at + 1, True)
+            key = self.keys.setdefault(key, key)
+            at = self._skip(at)
+            if text[at : at + 1] != ":":
+                raise json.JSONDecodeError("Expecting ':' delimiter", text, at)
+            count += 1
+            if count > MAX_DECODED_ENTRIES:
+                raise _Overflow(is_object=True)
+            try:
+                members[key], at = self.value(self._skip(at + 1))
+            except _Overflow as overflow:
+                overflow.steps.append(key)
+                raise
+            at = self._skip(at)
+            char = text[at : at + 1]
+            if char == "}":
+                return members, at + 1
+            if char != ",":
+                raise json.JSONDecodeError("Expecting ',' delimiter", text, at)
+            at = self._skip(at + 1)
+
+    def elements(self, at: int) -> tuple[list[object], int]:
+        text = self.text
+        values: list[object] = []
+        at = self._skip(at)
+        if text[at : at + 1] == "]":
+            return values, at + 1
+        while True:
+            if len(values) == MAX_DECODED_ENTRIES:
+                raise _Overflow(is_object=False)
+            try:
+                value, at = self.value(at)
+            except _Overflow as overflow:
+                overflow.steps.append(len(values))
+                raise
+            values.append(value)
+            at = self._skip(at)
+            char = text[at : at + 1]
+            if char == "]":
+                return values, at + 1
+            if char != ",":
+                raise json.JSONDecodeError("Expecting ',' delimiter", text, at)
+            at = self._skip(at + 1)
+
+
+def _load(data: bytes) -> object:
+    """The JSON document ``data``: ValueError (JSONDecodeError, UnicodeDecodeError) when it is
+    not one, RecursionError when it nests deeper than Python recurses, :class:`_Overflow` when
+    a container holds more than MAX_DECODED_ENTRIES."""
+    if len(data) <= _LOOP_BODY_BYTES or _commas(data) <= _C_VALUES:
+        return json.loads(data, parse_constant=_not_json)
+    return _Reader(data.decode(json.detect_encoding(data), "surrogatepass")).document()
+
+
+def _refused(violations: list[FieldViolation]) -> ServiceError:
+    return ServiceError.invalid_argument(
+        f"The request body is invalid: {violations[0].field}: {violations[0].description}"
+        + (f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""),
+        violations,
+    )
+
+
+def _too_deep(path: str) -> ServiceError:
+    return ServiceError.invalid_argument(
+        _TOO_DEEP, [FieldViolation(path or "body", _TOO_DEEP, "TOO_DEEP")]
+    )
+
+
 def parse_body(data: bytes, message: Message, path: str) -> None:
     """Merge the JSON document ``data`` into ``message``.
 
@@ -214,32 +412,52 @@ def parse_body(data: bytes, message: Message, path: str) -> None:
     Raises INVALID_ARGUMENT listing every problem.
     """
     try:
-        document = json.loads(data, parse_constant=_not_json)
-        violations: list[FieldViolation] = []
-        if message.DESCRIPTOR.full_name not in _OPAQUE:
-            _check_message(message.DESCRIPTOR, document, path, violations)  # type: ignore[arg-type]
+        document = _load(data)
+    except _Overflow as overflow:
+        violation = LIMITS.json_overflow(
+            message.DESCRIPTOR,  # type: ignore[arg-type]
+            reversed(overflow.steps),
+            path,
+            is_object=overflow.is_object,
+        )
+        raise _refused([violation]) from None
     except RecursionError as error:
         # Deeper than any message json_format accepts (MAX_NESTING): refused before it is walked.
-        raise ServiceError.invalid_argument(
-            _TOO_DEEP, [FieldViolation(path or "body", _TOO_DEEP, "TOO_DEEP")]
-        ) from error
+        raise _too_deep(path) from error
     except (ValueError, UnicodeDecodeError) as error:
         description = f"The request body is not valid JSON: {error}."
         raise ServiceError.invalid_argument(
             description, [FieldViolation(path or "body", description)]
         ) from error
-    if violations:
-        raise ServiceError.invalid_argument(
-            f"The request body is invalid: {violations[0].field}: {violations[0].description}"
-            + (f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""),
-            violations,
-        )
+    # Each Struct entry or list element takes 2 bytes at least ("0," or "[]").
+    parse_document(document, message, path, structs=len(data) > 2 * MAX_STRUCT_ENTRIES)
+
+
+def parse_document(
+    document: object, message: Message, path: str, *, structs: bool = True, counted: bool = False
+) -> None:
+    """Merge the parsed JSON ``document`` into ``message`` (see :func:`parse_body`); it may be
+    changed in place. ``structs`` false: too small for any Struct total to pass its limit;
+    ``counted``: the count limits were checked already (:meth:`Limits.json_counts`)."""
+    message_type: descriptor.Descriptor = message.DESCRIPTOR  # type: ignore[assignment]
+    violations: list[FieldViolation] = []
     try:
-        json_format.ParseDict(document, message, max_recursion_depth=MAX_NESTING)
+        if message_type.full_name not in _OPAQUE:
+            if not counted:
+                violations = LIMITS.json_counts(message_type, document, path, structs=structs)
+                if violations:
+                    raise _refused(violations)
+            _check_message(message_type, document, path, violations)
     except RecursionError as error:
-        raise ServiceError.invalid_argument(
-            _TOO_DEEP, [FieldViolation(path or "body", _TOO_DEEP, "TOO_DEEP")]
-        ) from error
+        raise _too_deep(path) from error
+    if violations:
+        raise _refused(violations)
+    try:
+        json_format.ParseDict(
+            cast("dict[str, Any]", document), message, max_recursion_depth=MAX_NESTING
+        )
+    except RecursionError as error:
+        raise _too_deep(path) from error
     except (json_format.ParseError, ValueError, TypeError, OverflowError) as error:
         # OverflowError: an integer literal too large for a double where json_format converts
         # one (a Struct number hundreds of digits long).
