@@ -123,6 +123,10 @@ def _decode(request_class: type[Message], raw: bytes) -> Message:
         raise ServiceError(Code.INVALID_ARGUMENT, description, "MALFORMED_REQUEST") from error
     if LOOP_BYTES < size <= ENCODED_CHECK_BYTES:
         raise_if_invalid(LIMITS.counts(request, "", size), "request")
+    # Fields this contract does not declare are ignored, as a proto3 server ignores them, and
+    # never kept: stored, they would be served back past every limit (docs/security.md). JSON
+    # (REST, MCP, imports) refuses unknown fields, so only the binary surface can carry them.
+    request.DiscardUnknownFields()
     return request
 
 
