@@ -26,7 +26,6 @@ connection would cost them.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -123,16 +122,7 @@ class Admitted:
         self._admission = admission
         body = admission.http_refusal
         if jsonrpc:
-            error = json.loads(body)["error"]
-            body = json.dumps(
-                {
-                    "jsonrpc": "2.0",
-                    "id": None,
-                    # JSON-RPC 2.0 leaves -32000 to -32099 to the server's own errors.
-                    "error": {"code": -32000, "message": error["message"], "data": error},
-                },
-                ensure_ascii=False,
-            ).encode()
+            _, body = errors.jsonrpc_envelope(admission.refusal())
         self._start = {
             "type": "http.response.start",
             "status": Code.RESOURCE_EXHAUSTED.http_status,

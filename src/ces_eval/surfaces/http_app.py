@@ -30,7 +30,7 @@ from ces_eval.transcoding import errors
 from ces_eval.transcoding.app import AUTHORIZATION_HEADER, CALLER_HEADER
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Sequence
     from contextlib import AbstractAsyncContextManager
 
     from starlette.requests import Request
@@ -93,26 +93,22 @@ class BodyLimit:
 
 
 async def refusal(
-    send: Send, error: ServiceError, http_status: int, *, jsonrpc: bool = False
+    send: Send,
+    error: ServiceError,
+    http_status: int,
+    *,
+    jsonrpc: bool = False,
+    extra_headers: Sequence[tuple[bytes, bytes]] = (),
 ) -> None:
     """Answer ``error`` with ``http_status``: Google's error envelope, or with ``jsonrpc`` (an
-    ``/mcp`` request refused before MCP read it) a JSON-RPC error with id null, as the MCP SDK
-    answers transport errors, whose ``data`` is the envelope's error object (the SDK's client
-    surfaces a JSON-RPC error body; a bare envelope would reach its user as "Server returned an
-    error response"). :class:`ces_eval.admission.Admitted` answers its 429 the same way."""
-    _, body = errors.envelope(error, http_status)
-    if jsonrpc:
-        data = json.loads(body)["error"]
-        body = json.dumps(
-            {
-                "jsonrpc": "2.0",
-                "id": None,
-                # JSON-RPC 2.0 leaves -32000 to -32099 to the server's own errors.
-                "error": {"code": -32000, "message": error.message, "data": data},
-            },
-            ensure_ascii=False,
-        ).encode()
-    headers = [(b"content-type", _JSON), (b"content-length", str(len(body)).encode())]
+    ``/mcp`` request refused before MCP read it) its JSON-RPC form
+    (:func:`~ces_eval.transcoding.errors.jsonrpc_envelope`); ``headers`` are added."""
+    _, body = (errors.jsonrpc_envelope if jsonrpc else errors.envelope)(error, http_status)
+    headers = [
+        (b"content-type", _JSON),
+        (b"content-length", str(len(body)).encode()),
+        *extra_headers,
+    ]
     await send({"type": "http.response.start", "status": http_status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

@@ -71,9 +71,10 @@ from ces_eval.core.service import Caller, Handler, implements, snake_case
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.jsonschema import JsonSchema, document
 from ces_eval.logs import Call
+from ces_eval.surfaces.http_app import refusal
 from ces_eval.transcoding.app import caller_of, challenge
 from ces_eval.transcoding.body import heavy_document, parse_document
-from ces_eval.transcoding.errors import envelope
+from ces_eval.transcoding.errors import envelope, method_not_allowed
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message
@@ -360,33 +361,14 @@ def post_only(app: ASGIApp) -> ASGIApp:
     server-initiated stream (GET) and no session to end (DELETE). The Streamable HTTP
     transport lets a server answer both with 405 Method Not Allowed; the SDK would instead
     hold a GET open as an event stream on which nothing ever arrives."""
-    body = json.dumps(
-        {
-            "jsonrpc": "2.0",
-            "id": None,
-            "error": {
-                "code": -32000,
-                "message": "Method Not Allowed: this stateless MCP server answers POST only.",
-            },
-        }
-    ).encode()
-    start = {
-        "type": "http.response.start",
-        "status": 405,
-        "headers": [
-            (b"allow", b"POST"),
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-        ],
-    }
 
     async def checked(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] != "POST":
+            error = method_not_allowed(scope["method"], scope["path"], ["POST"])
             call = scope.get(logs.CALL_KEY)
             if isinstance(call, Call):
-                call.code = Code.UNIMPLEMENTED
-            await send(start)
-            await send({"type": "http.response.body", "body": body})
+                call.code = error.code
+            await refusal(send, error, 405, jsonrpc=True, extra_headers=[(b"allow", b"POST")])
             return
         await app(scope, receive, send)
 

@@ -13,23 +13,45 @@ from google.protobuf import json_format
 
 from ces_eval.errors import Code, ServiceError
 
-__all__ = ["envelope", "method_not_allowed", "not_found_path", "payload_too_large"]
+__all__ = [
+    "envelope",
+    "jsonrpc_envelope",
+    "method_not_allowed",
+    "not_found_path",
+    "payload_too_large",
+]
 
 
 def envelope(error: ServiceError, http_status: int | None = None) -> tuple[int, bytes]:
     """HTTP status and JSON body for ``error``; ``http_status`` overrides the code's mapping
     for the answers HTTP has and gRPC lacks (405, 413)."""
     status = http_status or error.code.http_status
-    details = [json_format.MessageToDict(detail) for detail in error.details()]
+    body = {"error": _error_object(error, status)}
+    return status, json.dumps(body, ensure_ascii=False).encode()
+
+
+def jsonrpc_envelope(error: ServiceError, http_status: int | None = None) -> tuple[int, bytes]:
+    """As :func:`envelope`, for ``/mcp`` requests refused before MCP read them: a JSON-RPC
+    error with id null, as the MCP SDK answers transport errors, whose ``data`` is the
+    envelope's error object (the SDK's client surfaces a JSON-RPC error body; a bare envelope
+    would reach its user as "Server returned an error response")."""
+    status = http_status or error.code.http_status
     body = {
-        "error": {
-            "code": status,
-            "message": error.message,
-            "status": error.code.name,
-            "details": details,
-        }
+        "jsonrpc": "2.0",
+        "id": None,
+        # JSON-RPC 2.0 leaves -32000 to -32099 to the server's own errors.
+        "error": {"code": -32000, "message": error.message, "data": _error_object(error, status)},
     }
     return status, json.dumps(body, ensure_ascii=False).encode()
+
+
+def _error_object(error: ServiceError, status: int) -> dict[str, object]:
+    return {
+        "code": status,
+        "message": error.message,
+        "status": error.code.name,
+        "details": [json_format.MessageToDict(detail) for detail in error.details()],
+    }
 
 
 def not_found_path(method: str, path: str) -> ServiceError:
