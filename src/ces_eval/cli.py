@@ -68,6 +68,7 @@ def _serve(args: argparse.Namespace) -> int:
         auth_tokens=Path(args.auth_tokens) if args.auth_tokens else None,
         allow_unauthenticated=args.allow_unauthenticated,
         max_concurrent_requests=args.max_concurrent_requests,
+        max_connections=args.max_connections,
         log_level=args.log_level,
         log_format=args.log_format,
         allow_host=tuple(args.allow_host),
@@ -116,6 +117,7 @@ def _bounded(kind: str, low: int, high: int, note: str = "") -> Callable[[str], 
 
 _port = _bounded("a port", 0, 65535, " (0: the system picks a free one)")
 _request_limit = _bounded("a request limit", 1, 1_000_000)
+_connection_limit = _bounded("a connection limit", 1, 1_000_000)
 
 
 def _worker_count(text: str) -> int:
@@ -350,6 +352,14 @@ def _serve_parser(commands: argparse._SubParsersAction[_Parser]) -> argparse.Arg
         metavar="N",
         help="calls each surface (gRPC, REST, MCP) serves at once, per process; one more is "
         "refused at once with RESOURCE_EXHAUSTED (HTTP 429, Retry-After)",
+    )
+    add(
+        "--max-connections",
+        type=_connection_limit,
+        default=defaults.max_connections,
+        metavar="N",
+        help="open connections each port (gRPC, HTTP) keeps at once, per process; one more is "
+        "closed at once (docs/security.md)",
     )
     add(
         "--log-level",

@@ -66,6 +66,8 @@ __all__ = [
 
 _log = logging.getLogger("ces_eval")
 DRAIN_SECONDS = 10.0
+# Per listener and process; at most 2 x this of the process's file descriptors go to clients.
+DEFAULT_MAX_CONNECTIONS = 4096
 HEALTH_PING_SECONDS = 2.0
 
 
@@ -80,6 +82,8 @@ class ServerConfig:
     auth_tokens: Path | None = None  # the --auth-tokens file (docs/security.md)
     allow_unauthenticated: bool = False
     max_concurrent_requests: int = DEFAULT_LIMIT  # per surface and process (admission.py)
+    # Open connections per listener (gRPC port, HTTP port) and process; one more is closed.
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
     log_level: str = "info"  # logs.LEVELS; info writes the request log
     log_format: str = "text"  # logs.FORMATS
     # Web pages (http_app.BrowserGuard): more Host names (any port) and cross-origin origins.

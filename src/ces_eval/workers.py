@@ -163,6 +163,8 @@ class _Group:
             repr(config.operation_lease),
             "--max-concurrent-requests",
             str(config.max_concurrent_requests),
+            "--max-connections",
+            str(config.max_connections),
             "--log-level",
             config.log_level,
             "--log-format",
