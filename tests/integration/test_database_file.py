@@ -32,7 +32,9 @@ from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as
 from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
 )
-from tests.support.load import FRESH_CONNECTION, golden_evaluation
+from ces_eval.storage.sqlite import SqliteStorage
+from tests.support.datasets import seed_large
+from tests.support.load import FRESH_CONNECTION, golden_evaluation, start_export
 from tests.support.server import RunningServer, run_serve, start_server
 from tests.unit.test_sqlite_files import ATTACKS, immutable, other_database, sibling
 
@@ -108,10 +110,19 @@ def serving(database: Path, *extra: str) -> Iterator[RunningServer]:
         server.kill()
 
 
-def stop_refusing(server: RunningServer) -> None:
-    """SIGTERM a server whose files changed: it stops (0, or 1 when its shutdown could not
-    record the end of its operations either), never by a signal such as SIGBUS."""
-    assert server.stop(signal.SIGTERM) in (0, 1), server.output()
+UNRECORDED = "could not record at stop that this process's unfinished operations ended"
+
+
+def stop_refusing(server: RunningServer, workers: int = 1) -> None:
+    """SIGTERM a server whose files changed: it stops cleanly (exit status 0, "ces-eval
+    stopped"), never by a signal such as SIGBUS. Before: exit status 1, "stopped by an
+    unexpected error: Unavailable", because the shutdown could not record the end of its
+    operations either; now one line says so."""
+    assert server.stop(signal.SIGTERM) == 0, server.output()
+    output = server.output()
+    assert "unexpected error" not in output, output
+    assert output.count(UNRECORDED) == workers, output
+    assert "ces-eval stopped" in output.splitlines(), output
 
 
 def integrity(path: Path) -> None:
@@ -140,6 +151,21 @@ def test_after_its_files_changed_the_server_acknowledges_no_write_and_loses_none
         assert names(server) == (acknowledged if kept_in else [])
         assert server.stop(signal.SIGTERM) == 0
     integrity(kept_in or database)
+
+
+def test_a_server_whose_file_was_removed_during_an_export_stops_cleanly(tmp_path: Path) -> None:
+    """An export running when the database file goes: SIGTERM cancels it, its end cannot be
+    recorded, and the server still stops at once with exit status 0 and one line naming the
+    operation left unrecorded (the next start fails it)."""
+    database = tmp_path / "db.sqlite"
+    evaluations = seed_large(SqliteStorage(database), APP, 30, 100)
+    with serving(database) as server:
+        operation = start_export(server.grpc_target, APP, evaluations)
+        assert not operation.done
+        database.unlink()
+        stop_refusing(server)
+        assert f"{UNRECORDED} (1 were running)" in server.output()
+    assert not list(server.export_dir.rglob("*.tmp"))
 
 
 def test_removing_the_lock_file_no_longer_lets_a_second_server_start(tmp_path: Path) -> None:
@@ -208,7 +234,7 @@ def test_a_worker_group_acknowledges_no_write_once_its_file_is_removed(tmp_path:
         acknowledge(group, "before")
         database.unlink()
         assert_refused(group, "late", count=8)  # connections of their own: both workers
-        stop_refusing(group)
+        stop_refusing(group, workers=2)
 
 
 # -- item 6: the shared-memory index -------------------------------------------------------------

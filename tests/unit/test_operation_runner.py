@@ -4,8 +4,10 @@ and the leases through which runners of several processes see each other's opera
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
+import pytest
 from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2
 from google.rpc import code_pb2
@@ -164,3 +166,35 @@ def test_a_caller_cancelled_while_cancel_waits_is_cancelled_at_once(tmp_path: Pa
         await storage.close()
 
     asyncio.run(scenario())
+
+
+def test_shutdown_ends_when_the_database_cannot_record_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The database file removed under running work, then shutdown (SIGTERM): the end of the
+    cancelled work cannot be stored, and shutdown neither retries it for its 30 s wait nor
+    raises Unavailable (which stopped the server with exit status 1); one line says what was
+    left unrecorded."""
+
+    async def scenario() -> None:
+        database = tmp_path / "db.sqlite"
+        storage = SqliteStorage(database)
+        await storage.open()
+        runner = OperationRunner(storage)
+        await runner.recover()
+        await runner.start(PARENT, "M", service_pb2.OperationMetadata(), asyncio.Event().wait)
+        await asyncio.sleep(0.05)
+        database.unlink()
+        stopping = asyncio.create_task(runner.shutdown())
+        done, _ = await asyncio.wait([stopping], timeout=10)
+        assert stopping in done
+        stopping.result()  # raises nothing
+        await storage.close()
+
+    with caplog.at_level(logging.WARNING, logger="ces_eval.core.operations"):
+        asyncio.run(scenario())
+    lines = [r.getMessage() for r in caplog.records if r.name == "ces_eval.core.operations"]
+    assert len(lines) == 1, lines
+    assert "could not record at stop" in lines[0]
+    assert "(1 were running)" in lines[0]
+    assert "the next start marks them failed" in lines[0]

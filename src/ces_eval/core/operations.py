@@ -240,6 +240,8 @@ class OperationRunner:
             try:
                 await asyncio.shield(self._storage.finish_operation(final))
             except Unavailable as error:
+                if self._stopping:  # shutdown() records it, or logs that it could not
+                    return
                 if not delay:  # the first failure; the log need not repeat it
                     _log.warning("cannot record the end of %s (%s); retrying", final.name, error)
                 delay = min(delay * 2 or 0.05, _FINISH_RETRY_MAX)
@@ -281,7 +283,11 @@ class OperationRunner:
                 delay = min(delay * 2, 0.5)
 
     async def shutdown(self) -> None:
-        """Stop running work; its operations end with UNAVAILABLE (SIGTERM path)."""
+        """Stop running work; its operations end with UNAVAILABLE (SIGTERM path).
+
+        Never raises for a database that cannot take the record (full disk, files removed
+        under a SQLite server, an outage): the server must still stop cleanly, so one line says
+        what was left unrecorded and who fails it later."""
         self._stopping = True
         if self._keeper is not None:
             self._keeper.cancel()
@@ -291,4 +297,18 @@ class OperationRunner:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=30)
-        await self._storage.fail_unfinished(_SHUTDOWN, owner=self.owner)
+        try:
+            await self._storage.fail_unfinished(_SHUTDOWN, owner=self.owner)
+        except Unavailable as error:
+            later = (
+                "the other servers mark them failed once their lease runs out"
+                if self._storage.shared
+                else "the next start marks them failed"
+            )
+            _log.warning(
+                "could not record at stop that this process's unfinished operations ended "
+                "(%d were running): %s; %s",
+                len(tasks),
+                error,
+                later,
+            )
