@@ -1,14 +1,19 @@
-"""The content-addressed JSON rendering cache: same bytes as rendering afresh, per enum encoding,
-bounded in memory."""
+"""JSON rendering: in pieces, exactly as rendered whole; the content-addressed cache: same bytes
+as rendering afresh, per enum encoding, bounded in memory."""
 
 from __future__ import annotations
 
 import json
 
-from google.protobuf import json_format
+import pytest
+from google.longrunning import operations_pb2
+from google.protobuf import json_format, message_factory
+from google.protobuf.message import Message
 
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
-from ces_eval.transcoding.rendering import JsonRenderer
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from ces_eval.transcoding import rendering
+from ces_eval.transcoding.rendering import COMPACT, JsonRenderer, encode
 from tests.support import samples
 
 
@@ -41,3 +46,60 @@ def test_memory_stays_within_the_bound() -> None:
     first = evaluation_pb2.Evaluation(name="e0", description="x" * 500)
     renderer.render(first, int_enums=False)
     assert renderer.misses == 501  # evicted long ago: rendered again
+
+
+def _every_message() -> list[Message]:
+    """Each message type of the contract (its file's and nested ones), populated in a few
+    variants: every field kind, oneof branch, map and well-known type the contract has."""
+    found: list[Message] = []
+    pending = [
+        message_type
+        for module in (evaluation_pb2, service_pb2, operations_pb2)
+        for message_type in module.DESCRIPTOR.message_types_by_name.values()
+    ]
+    seen: set[str] = set()
+    while pending:
+        message_type = pending.pop()
+        if message_type.full_name in seen or message_type.GetOptions().map_entry:
+            continue
+        seen.add(message_type.full_name)
+        pending.extend(message_type.nested_types)
+        cls = message_factory.GetMessageClass(message_type)
+        found += [samples.populate(cls(), variant) for variant in range(4)]
+    return found
+
+
+@pytest.mark.parametrize("int_enums", [False, True])
+@pytest.mark.parametrize("separators", [COMPACT, (", ", ": ")])
+def test_rendering_in_pieces_is_exactly_rendering_whole(
+    int_enums: bool, separators: tuple[str, str]
+) -> None:
+    messages = _every_message()
+    assert len(messages) > 200
+    maps = [m for m in messages if isinstance(m, service_pb2.ExportEvaluationsResponse)]
+    assert any(m.failed_evaluations for m in maps)  # a map, rendered whole
+    for message in messages:
+        document = json_format.MessageToDict(message, use_integers_for_enums=int_enums)
+        whole = json.dumps(document, ensure_ascii=False, separators=separators)
+        # piece=0: every message with a field is taken apart, down to its leaves.
+        assert encode(message, int_enums, separators, piece=0) == whole, message.DESCRIPTOR.name
+
+
+def test_a_large_message_is_rendered_in_pieces_no_larger_than_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    evaluation = evaluation_pb2.Evaluation(display_name="large")
+    for _ in range(40):
+        evaluation.golden.turns.add().steps.add().user_input.text = "x" * 1000
+    pieces: list[int] = []
+    original = rendering._whole
+
+    def counted(message: Message, int_enums: bool, separators: tuple[str, str]) -> str:
+        pieces.append(message.ByteSize())
+        return original(message, int_enums, separators)
+
+    monkeypatch.setattr(rendering, "_whole", counted)
+    rendered = encode(evaluation, piece=4096)
+    assert rendered == _fresh(evaluation, False).decode()
+    assert len(pieces) > 40
+    assert max(pieces) <= 4096
