@@ -251,6 +251,17 @@ def _grpc_server(config: ServerConfig, *, join: bool) -> tuple[grpc.aio.Server, 
     options: list[tuple[str, int]] = [
         ("grpc.max_receive_message_length", limits.MAX_REQUEST_BYTES),
         ("grpc.so_reuseport", 1 if join else 0),
+        # Connections (docs/security.md, "Connections"). One past the cap is accepted and
+        # closed at once, so a flood never takes the descriptors the HTTP port needs; grpc
+        # counts per address bound (``--host localhost``: 127.0.0.1 and ::1 each).
+        ("grpc.max_allowed_incoming_connections", config.max_connections),
+        # The client's preface and SETTINGS must arrive within this (grpc's default: 120 s);
+        # a real client sends them with its first bytes.
+        ("grpc.server_handshake_timeout_ms", 10_000),
+        # A connection without a call for this long gets a graceful GOAWAY; clients reconnect
+        # by themselves at their next call. Longer than google-api-core's longest gap between
+        # two polls of an operation (20 s), so a client waiting on one keeps its connection.
+        ("grpc.max_connection_idle_ms", 30_000),
     ]
     if not join and config.grpc_port:
         # grpc would say only that it failed (and log it): a plain socket bound the same way
