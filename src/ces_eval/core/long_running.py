@@ -49,19 +49,55 @@ _WAIT_DEFAULT = 60.0
 _WAIT_MAX = 600.0
 
 
-def _limit_violations(
-    source: str,
-    evaluations: list[evaluation_pb2.Evaluation],
-    results: list[evaluation_pb2.EvaluationResult],
-) -> list[FieldViolation]:
-    """The limits each imported evaluation and result exceeds, located in the document
-    (``content.evaluations[2].golden.turns``); at most :data:`limits.MAX_VIOLATIONS`."""
+def _renamed(
+    source: str, bundle: exchange.Bundle, app: dict[str, str]
+) -> tuple[
+    list[evaluation_pb2.Evaluation], list[evaluation_pb2.EvaluationResult], list[FieldViolation]
+]:
+    """The evaluations and results of ``bundle`` renamed into ``app``, and what makes them
+    unfit to store: a name that is not an evaluation's (a result's) resource name
+    (:meth:`names.ResourcePattern.violation`), and the limits each exceeds, all located in the document (``content.evaluations[2].name``,
+    ``content.evaluations[2].golden.turns``); at most :data:`limits.MAX_VIOLATIONS`. A document
+    read from a file (not ``content``) is quoted nowhere: neither names nor map keys."""
+    quote = source == "content"
     violations: list[FieldViolation] = []
-    for index, evaluation in enumerate(evaluations):
-        violations += limits.check(evaluation, f"{source}.evaluations[{index}]")
-    for index, result in enumerate(results):
-        violations += limits.check(result, f"{source}.evaluationResults[{index}]")
-    return violations[: limits.MAX_VIOLATIONS]
+
+    def bad(pattern: names.ResourcePattern, name: str, field: str, owned: int) -> bool:
+        violation = pattern.violation(name, field, owned=owned, quote=quote)
+        if violation is not None:
+            violations.append(violation)
+        return violation is not None
+
+    evaluations = []
+    for index, evaluation in enumerate(bundle.evaluations):
+        if len(violations) >= limits.MAX_VIOLATIONS:
+            break  # every check stops there (raise_if_invalid: "at least 100 problems")
+        at = f"{source}.evaluations[{index}]"
+        if bad(names.EVALUATION, evaluation.name, f"{at}.name", 0):
+            continue
+        renamed = evaluation_pb2.Evaluation()
+        renamed.CopyFrom(evaluation)
+        renamed.ClearField("last_ten_results")
+        renamed.name = names.EVALUATION.format(**app, evaluation=evaluation.name.rsplit("/", 1)[1])
+        evaluations.append(renamed)
+        violations += limits.check(renamed, at)
+    results = []
+    for index, result in enumerate(bundle.results):
+        if len(violations) >= limits.MAX_VIOLATIONS:
+            break
+        at = f"{source}.evaluationResults[{index}]"
+        if bad(names.EVALUATION_RESULT, result.name, f"{at}.name", 0):
+            continue
+        parts = result.name.split("/")
+        renamed_result = evaluation_pb2.EvaluationResult()
+        renamed_result.CopyFrom(result)
+        renamed_result.name = names.EVALUATION_RESULT.format(
+            **app, evaluation=parts[-3], result=parts[-1]
+        )
+        results.append(renamed_result)
+        violations += limits.check(renamed_result, at)
+    violations = violations[: limits.MAX_VIOLATIONS]
+    return evaluations, results, violations if quote else [_unquoted(v) for v in violations]
 
 
 def _invalid(field: str, description: str) -> ServiceError:
@@ -419,29 +455,8 @@ class LongRunning:
             shown = error if source == "content" else error.redacted()
             field = f"{source}.{shown.path}" if shown.path else source
             raise _invalid(field, shown.message) from error
-        evaluations = []
-        for evaluation in bundle.evaluations:
-            renamed = evaluation_pb2.Evaluation()
-            renamed.CopyFrom(evaluation)
-            renamed.ClearField("last_ten_results")
-            renamed.name = names.EVALUATION.format(
-                **app, evaluation=evaluation.name.rsplit("/", 1)[-1]
-            )
-            evaluations.append(renamed)
-        results = []
-        for result in bundle.results:
-            parts = result.name.split("/")
-            renamed_result = evaluation_pb2.EvaluationResult()
-            renamed_result.CopyFrom(result)
-            renamed_result.name = names.EVALUATION_RESULT.format(
-                **app, evaluation=parts[-3], result=parts[-1]
-            )
-            results.append(renamed_result)
-        # The limits of every write (docs/security.md), per evaluation and result; off the event
-        # loop like the parse, since a document may hold many.
-        violations = await asyncio.to_thread(_limit_violations, source, evaluations, results)
-        if source != "content":
-            violations = [_unquoted(violation) for violation in violations]
+        # Many names and limits to check in a large document: off the event loop, like the parse.
+        evaluations, results, violations = await asyncio.to_thread(_renamed, source, bundle, app)
         raise_if_invalid(violations, "import")
         try:
             await self._storage.import_bundle(evaluations, results)

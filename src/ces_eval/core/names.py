@@ -81,39 +81,60 @@ class ResourcePattern:
         fast = _matcher(self.pattern, owned, allow_wildcard).fullmatch(name)
         if fast is not None:
             return fast.groupdict()
-        # Not a valid name: walk it segment by segment to say what is wrong.
-        segments = name.split("/")
-        template = self.pattern.split("/")
-        values: dict[str, str] = {}
-        problem = ""
-        if len(segments) != len(template):
-            problem = f"must have the form {self.pattern}"
-        else:
-            owned_names = set(self.variables[len(self.variables) - owned :]) if owned else set()
-            for segment, expected in zip(segments, template, strict=True):
-                variable = _VARIABLE.fullmatch(expected)
-                if variable is None:
-                    if segment != expected:
-                        problem = f"must have the form {self.pattern}"
-                        break
-                    continue
-                key = variable.group(1)
-                wildcard = key == allow_wildcard and segment == WILDCARD
-                rule = _ID if key in owned_names else _FOREIGN_SEGMENT
-                if not wildcard and rule.fullmatch(segment) is None:
-                    problem = f"has an invalid {key} ID {segment!r}" + (
-                        " (AIP-122: a lowercase letter, then up to 62 lowercase letters, digits "
-                        "or hyphens, not ending with a hyphen)"
-                        if key in owned_names
-                        else ""
-                    )
-                    break
-                values[key] = segment
+        values, problem, _ = self._walk(name, owned, allow_wildcard)
         if problem:
             raise ServiceError.invalid_argument(
                 f"{field} {name!r} {problem}.", [FieldViolation(field, f"{name!r} {problem}.")]
             )
         return values
+
+    def violation(
+        self, name: str, field: str, *, owned: int = 1, quote: bool = True
+    ) -> FieldViolation | None:
+        """The problem :meth:`parse` raises for ``name``, as a violation of ``field``; None for
+        a valid name. Without ``quote`` the description holds nothing of ``name`` (for a
+        document whose text must not be shown, docs/security.md)."""
+        if _matcher(self.pattern, owned, "").fullmatch(name) is not None:
+            return None
+        _, problem, blind = self._walk(name, owned, "")
+        if not problem:
+            return None
+        return FieldViolation(field, f"{name!r} {problem}." if quote else f"The name {blind}.")
+
+    def _walk(self, name: str, owned: int, allow_wildcard: str) -> tuple[dict[str, str], str, str]:
+        """Walk a name the fast path refused segment by segment to say what is wrong: (the
+        variables, the problem quoting the offending segment, the problem quoting nothing)."""
+        segments = name.split("/")
+        template = self.pattern.split("/")
+        values: dict[str, str] = {}
+        if len(segments) != len(template):
+            problem = f"must have the form {self.pattern}"
+            return values, problem, problem
+        owned_names = set(self.variables[len(self.variables) - owned :]) if owned else set()
+        for segment, expected in zip(segments, template, strict=True):
+            variable = _VARIABLE.fullmatch(expected)
+            if variable is None:
+                if segment != expected:
+                    problem = f"must have the form {self.pattern}"
+                    return values, problem, problem
+                continue
+            key = variable.group(1)
+            wildcard = key == allow_wildcard and segment == WILDCARD
+            rule = _ID if key in owned_names else _FOREIGN_SEGMENT
+            if not wildcard and rule.fullmatch(segment) is None:
+                why = (
+                    " (AIP-122: a lowercase letter, then up to 62 lowercase letters, digits "
+                    "or hyphens, not ending with a hyphen)"
+                    if key in owned_names
+                    else ""
+                )
+                return (
+                    values,
+                    f"has an invalid {key} ID {segment!r}{why}",
+                    f"has an invalid {key} ID{why}",
+                )
+            values[key] = segment
+        return values, "", ""
 
     def format(self, **values: str) -> str:
         return _VARIABLE.sub(lambda m: values[m.group(1)], self.pattern)
