@@ -186,3 +186,60 @@ def test_results_and_evaluations_with_their_names_are_imported_renamed(
         result = http.get(f"/v1beta/{APP}/evaluations/good/results/r1")
         assert result.status_code == 200, result.text
         assert http.delete(f"/v1beta/{APP}/evaluations/good").status_code == 200
+
+
+# -- AIP-122 IDs, as create checks them -----------------------------------------------------------
+
+BAD_IDS = [
+    pytest.param("Upper", id="uppercase"),
+    pytest.param("9lives", id="digit-first"),
+    pytest.param("trailing-", id="hyphen-last"),
+    pytest.param("under_score", id="underscore"),
+    pytest.param("a" * 64, id="64-characters"),
+]
+
+
+@pytest.mark.parametrize("bad", BAD_IDS)
+def test_imported_ids_follow_aip_122_like_created_ones(server: RunningServer, bad: str) -> None:
+    """Before: imported as they were (``…/evaluations/Upper``), though CreateEvaluation refuses
+    the same ID; now the import refuses it with the create's rule, for evaluations and results
+    (both of a result's IDs)."""
+    with httpx.Client(base_url=server.http_base, timeout=30) as http:
+        created = http.post(
+            f"/v1beta/{APP}/evaluations",
+            params={"evaluationId": bad},
+            json=evaluation(""),
+        )
+    assert created.status_code == 400, created.text
+    cases = {
+        "content.evaluations[0].name": document([f"{SOURCE}/evaluations/{bad}"]),
+        "content.evaluationResults[0].name": document(
+            [f"{SOURCE}/evaluations/e1"], [f"{SOURCE}/evaluations/e1/results/{bad}"]
+        ),
+    }
+    for field, content in cases.items():
+        found = rest_violations(
+            rest_import(server, {"content": base64.b64encode(content).decode()})
+        )
+        assert [f for f, _ in found] == [field], found
+        assert f"ID {bad!r} (AIP-122:" in found[0][1], found
+        status = grpc_import(
+            server, emulator_pb2.ImportEvaluationsRequest(parent=APP, content=content)
+        )
+        assert [f for f, _ in violations(status)] == [field]
+    content = document([], [f"{SOURCE}/evaluations/{bad}/results/r1"])
+    found = rest_violations(rest_import(server, {"content": base64.b64encode(content).decode()}))
+    assert "has an invalid evaluation ID" in found[0][1], found
+    assert listed(server) == []
+
+
+def test_bad_ids_in_a_file_are_refused_without_quoting_them(server: RunningServer) -> None:
+    (server.export_dir / "b" / "ids.json").write_bytes(
+        document([f"{SOURCE}/evaluations/{HIDDEN.upper()}"])
+    )
+    response = rest_import(server, {"gcsUri": "gs://b/ids.json"})
+    [(field, description)] = rest_violations(response)
+    assert field == "gcs_uri.evaluations[0].name"
+    assert description.startswith("The name has an invalid evaluation ID (AIP-122:")
+    assert HIDDEN.upper() not in response.text
+    assert listed(server) == []

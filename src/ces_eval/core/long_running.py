@@ -55,8 +55,9 @@ def _renamed(
     list[evaluation_pb2.Evaluation], list[evaluation_pb2.EvaluationResult], list[FieldViolation]
 ]:
     """The evaluations and results of ``bundle`` renamed into ``app``, and what makes them
-    unfit to store: a name that is not an evaluation's (a result's) resource name
-    (:meth:`names.ResourcePattern.violation`), and the limits each exceeds, all located in the document (``content.evaluations[2].name``,
+    unfit to store: a name that is not an evaluation's (a result's) resource name or whose IDs
+    break AIP-122 (:meth:`names.ResourcePattern.violation`, the rule every create applies), and
+    the limits each exceeds, all located in the document (``content.evaluations[2].name``,
     ``content.evaluations[2].golden.turns``); at most :data:`limits.MAX_VIOLATIONS`. A document
     read from a file (not ``content``) is quoted nowhere: neither names nor map keys."""
     quote = source == "content"
@@ -73,7 +74,7 @@ def _renamed(
         if len(violations) >= limits.MAX_VIOLATIONS:
             break  # every check stops there (raise_if_invalid: "at least 100 problems")
         at = f"{source}.evaluations[{index}]"
-        if bad(names.EVALUATION, evaluation.name, f"{at}.name", 0):
+        if bad(names.EVALUATION, evaluation.name, f"{at}.name", 1):
             continue
         renamed = evaluation_pb2.Evaluation()
         renamed.CopyFrom(evaluation)
@@ -86,7 +87,7 @@ def _renamed(
         if len(violations) >= limits.MAX_VIOLATIONS:
             break
         at = f"{source}.evaluationResults[{index}]"
-        if bad(names.EVALUATION_RESULT, result.name, f"{at}.name", 0):
+        if bad(names.EVALUATION_RESULT, result.name, f"{at}.name", 2):
             continue
         parts = result.name.split("/")
         renamed_result = evaluation_pb2.EvaluationResult()

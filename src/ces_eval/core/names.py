@@ -29,6 +29,10 @@ __all__ = [
 
 # AIP-122: lowercase letter first, then letters, digits and hyphens, no trailing hyphen, ≤ 63.
 _ID = re.compile(r"[a-z]([a-z0-9-]{0,61}[a-z0-9])?")
+_ID_RULE = (
+    "a lowercase letter, then up to 62 lowercase letters, digits or hyphens, not ending with a "
+    "hyphen"
+)
 # Segments of parents we do not own (projects, locations, apps): any URL-safe run without '/'.
 _FOREIGN_SEGMENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._~-]{0,127}")
 _VARIABLE = re.compile(r"\{([a-z_]+)\}")
@@ -122,12 +126,7 @@ class ResourcePattern:
             wildcard = key == allow_wildcard and segment == WILDCARD
             rule = _ID if key in owned_names else _FOREIGN_SEGMENT
             if not wildcard and rule.fullmatch(segment) is None:
-                why = (
-                    " (AIP-122: a lowercase letter, then up to 62 lowercase letters, digits "
-                    "or hyphens, not ending with a hyphen)"
-                    if key in owned_names
-                    else ""
-                )
+                why = f" (AIP-122: {_ID_RULE})" if key in owned_names else ""
                 return (
                     values,
                     f"has an invalid {key} ID {segment!r}{why}",
@@ -162,10 +161,7 @@ APP = _definitions()["ces.googleapis.com/App"]
 def validate_id(value: str, field: str) -> None:
     """Raise INVALID_ARGUMENT unless ``value`` is an AIP-122 resource ID."""
     if _ID.fullmatch(value) is None:
-        description = (
-            f"{value!r} is not a valid ID: use a lowercase letter, then up to 62 lowercase "
-            "letters, digits or hyphens, not ending with a hyphen (AIP-122)."
-        )
+        description = f"{value!r} is not a valid ID: use {_ID_RULE} (AIP-122)."
         raise ServiceError.invalid_argument(
             f"{field}: {description}", [FieldViolation(field, description)]
         )
