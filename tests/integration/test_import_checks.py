@@ -19,6 +19,7 @@ import pytest
 from google.rpc import error_details_pb2, status_pb2
 
 from ces_eval.core.exchange import FORMAT
+from ces_eval.core.limits import MAX_REQUEST_BYTES
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2_grpc as emulator_grpc
 from tests.support.server import RunningServer, start_server
@@ -243,3 +244,41 @@ def test_bad_ids_in_a_file_are_refused_without_quoting_them(server: RunningServe
     assert description.startswith("The name has an invalid evaluation ID (AIP-122:")
     assert HIDDEN.upper() not in response.text
     assert listed(server) == []
+
+
+# -- the size of an object read from gcs_uri -------------------------------------------------------
+
+
+def test_an_object_over_the_request_size_limit_is_not_imported(server: RunningServer) -> None:
+    """Before: read whole, whatever its size, and imported. Now an object is held to the limit
+    of a request (a document given as content): one of exactly MAX_REQUEST_BYTES imports, one
+    byte more is INVALID_ARGUMENT with a TOO_LARGE violation on gcs_uri, over REST and gRPC."""
+    limit = MAX_REQUEST_BYTES
+    content = document([f"{SOURCE}/evaluations/sized"])
+    exact = content + b" " * (limit - len(content))  # JSON allows trailing blanks
+    (server.export_dir / "b" / "exact.json").write_bytes(exact)
+    (server.export_dir / "b" / "over.json").write_bytes(exact + b" ")
+    response = rest_import(server, {"gcsUri": "gs://b/over.json"})
+    found = rest_violations(response)
+    description = (
+        f"gs://b/over.json is larger than {limit} bytes, the most one import reads. "
+        "Export fewer evaluations per file."
+    )
+    assert found == [("gcs_uri", description)]
+    error = response.json()["error"]
+    assert error["message"] == f"gcs_uri: {description}"
+    [info] = [d for d in error["details"] if d["@type"].endswith("ErrorInfo")]
+    assert info["metadata"] == {"uri": "gs://b/over.json", "limit": str(limit)}
+    [bad] = [d for d in error["details"] if d["@type"].endswith("BadRequest")]
+    assert bad["fieldViolations"][0]["reason"] == "TOO_LARGE"
+    status = grpc_import(
+        server, emulator_pb2.ImportEvaluationsRequest(parent=APP, gcs_uri="gs://b/over.json")
+    )
+    assert status.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert violations(status) == [("gcs_uri", description)]
+    assert listed(server) == []
+    imported = rest_import(server, {"gcsUri": "gs://b/exact.json"})
+    assert imported.status_code == 200, imported.text
+    assert listed(server) == [f"{APP}/evaluations/sized"]
+    with httpx.Client(base_url=server.http_base, timeout=30) as http:
+        assert http.delete(f"/v1beta/{APP}/evaluations/sized").status_code == 200

@@ -19,10 +19,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ces_eval.core import exchange
-from ces_eval.core.exchange import FORMAT, ExchangeError, ObjectMissing, PathRefused
+from ces_eval.core.exchange import (
+    FORMAT,
+    ExchangeError,
+    ObjectMissing,
+    ObjectTooLarge,
+    PathRefused,
+)
 
 SHADOW_LINE = "root:$6$s3cr3t-hash:19000:0:99999:7:::"
 MARKER = "s3cr3t"
+LIMIT = 1 << 20  # bytes read_object takes in these tests
 
 
 @dataclass
@@ -91,7 +98,7 @@ def test_an_import_through_a_link_is_refused_without_reading(
 ) -> None:
     _plant(folders, links)
     with pytest.raises(PathRefused) as caught:
-        exchange.read_object(_at(folders, uri))
+        exchange.read_object(_at(folders, uri), LIMIT)
     assert caught.value.link
     assert caught.value.message == (
         f"{named} is a symbolic link in the export folder; ces-eval never follows links there."
@@ -126,7 +133,7 @@ def test_a_root_that_is_a_link_is_the_operators_choice_and_followed(tmp_path: Pa
     target = exchange.locate("gs://b/x/e.json", tmp_path / "exports")
     exchange.write_atomically(target, b"{}")
     assert (real / "b" / "x" / "e.json").read_bytes() == b"{}"
-    assert exchange.read_object(target) == b"{}"
+    assert exchange.read_object(target, LIMIT) == b"{}"
 
 
 def test_a_file_where_a_folder_belongs_is_refused(folders: Folders) -> None:
@@ -137,29 +144,29 @@ def test_a_file_where_a_folder_belongs_is_refused(folders: Folders) -> None:
     assert not caught.value.link
     assert caught.value.message == "gs://b/file is an object, not a folder."
     with pytest.raises(PathRefused):
-        exchange.read_object(_at(folders, "gs://b/file/e.json"))
+        exchange.read_object(_at(folders, "gs://b/file/e.json"), LIMIT)
 
 
 def test_folders_and_special_files_are_no_objects(folders: Folders) -> None:
     (folders.root / "b" / "folder").mkdir(parents=True)
     os.mkfifo(folders.root / "b" / "fifo")  # a FIFO must not hang the read
     with pytest.raises(PathRefused, match=r"^gs://b/folder is a folder, not an object\.$"):
-        exchange.read_object(_at(folders, "gs://b/folder"))
+        exchange.read_object(_at(folders, "gs://b/folder"), LIMIT)
     with pytest.raises(PathRefused, match=r"^gs://b/fifo is not a regular file\.$"):
-        exchange.read_object(_at(folders, "gs://b/fifo"))
+        exchange.read_object(_at(folders, "gs://b/fifo"), LIMIT)
 
 
 @pytest.mark.parametrize("uri", ["gs://b/none", "gs://nob/x", "gs://b/a/b/c"])
 def test_a_missing_object_names_the_uri_only(folders: Folders, uri: str) -> None:
     (folders.root / "b").mkdir()
     with pytest.raises(ObjectMissing) as caught:
-        exchange.read_object(_at(folders, uri))
+        exchange.read_object(_at(folders, uri), LIMIT)
     assert caught.value.message == f"{uri} not found"
 
 
 def test_a_missing_root_is_a_missing_object(tmp_path: Path) -> None:
     with pytest.raises(ObjectMissing):
-        exchange.read_object(exchange.locate("gs://b/x", tmp_path / "none"))
+        exchange.read_object(exchange.locate("gs://b/x", tmp_path / "none"), LIMIT)
     exchange.probe(exchange.locate("gs://b/x", tmp_path / "none"))  # nothing refused yet
 
 
@@ -167,8 +174,49 @@ def test_reads_and_writes_inside_the_folder_work(folders: Folders) -> None:
     target = _at(folders, "gs://b/a/b/e.json")
     exchange.write_atomically(target, b"one")
     exchange.write_atomically(target, b"two")
-    assert exchange.read_object(target) == b"two"
+    assert exchange.read_object(target, LIMIT) == b"two"
     assert sorted(os.listdir(folders.root / "b" / "a" / "b")) == ["e.json"]
+
+
+def test_an_object_over_the_limit_is_refused_by_its_size_before_any_read(
+    folders: Folders, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: the whole file was read, whatever its size (a sparse file of a terabyte too)."""
+    (folders.root / "b").mkdir()
+    (folders.root / "b" / "exact").write_bytes(b" " * 100)
+    assert exchange.read_object(_at(folders, "gs://b/exact"), 100) == b" " * 100
+    (folders.root / "b" / "over").write_bytes(b" " * 101)
+    with pytest.raises(ObjectTooLarge) as caught:
+        exchange.read_object(_at(folders, "gs://b/over"), 100)
+    assert caught.value.limit == 100
+    assert (
+        caught.value.message == "gs://b/over is larger than 100 bytes, the most one import reads."
+    )
+    with (folders.root / "b" / "huge").open("wb") as huge:
+        huge.truncate(1 << 36)  # sparse: costs nothing to make, 64 GiB to read
+
+    def unread(*args: object) -> None:
+        raise AssertionError("the file was opened for reading")
+
+    monkeypatch.setattr(os, "fdopen", unread)
+    with pytest.raises(ObjectTooLarge):
+        exchange.read_object(_at(folders, "gs://b/huge"), LIMIT)
+
+
+def test_an_object_that_grows_after_its_size_was_checked_is_read_limit_plus_one_bytes(
+    folders: Folders, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (folders.root / "b").mkdir()
+    (folders.root / "b" / "growing").write_bytes(b" " * 1000)
+    real_fstat = os.fstat
+
+    def stale(descriptor: int) -> os.stat_result:  # the size before the file grew
+        status = real_fstat(descriptor)
+        return os.stat_result((*status[:6], 10, *status[7:]))
+
+    monkeypatch.setattr(os, "fstat", stale)
+    with pytest.raises(ObjectTooLarge):
+        exchange.read_object(_at(folders, "gs://b/growing"), 100)
 
 
 def test_concurrent_writes_make_the_same_folders(folders: Folders) -> None:

@@ -42,6 +42,7 @@ __all__ = [
     "ExchangeError",
     "ObjectMissing",
     "ObjectPath",
+    "ObjectTooLarge",
     "PathRefused",
     "detect_format",
     "dump",
@@ -754,6 +755,14 @@ class ObjectMissing(ExchangeError):
     """No object (or folder) at a URI, inside the export folder."""
 
 
+class ObjectTooLarge(ExchangeError):
+    """An object larger than a reader takes (``limit`` bytes); nothing of it was kept."""
+
+    def __init__(self, message: str, *, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
 _ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _FOLDER_FLAGS = _ROOT_FLAGS | os.O_NOFOLLOW
 
@@ -839,9 +848,11 @@ def probe(location: ObjectPath) -> None:
         os.close(_descend(location, len(location.parts), create=False))
 
 
-def read_object(location: ObjectPath) -> bytes:
-    """The bytes of the regular file at ``location``, reached without following links.
-    Raises :class:`ObjectMissing`, :class:`PathRefused` or OSError."""
+def read_object(location: ObjectPath, limit: int) -> bytes:
+    """The bytes of the regular file at ``location``, reached without following links, if it
+    holds at most ``limit`` bytes. Raises :class:`ObjectMissing`, :class:`PathRefused`,
+    :class:`ObjectTooLarge` (a larger file is refused by its size before any read, and one
+    that grew meanwhile after ``limit + 1`` bytes: never held in memory whole) or OSError."""
     *_, name = location.parts
     folder = _descend(location, len(location.parts) - 1, create=False)
     try:
@@ -857,16 +868,25 @@ def read_object(location: ObjectPath) -> bytes:
     finally:
         os.close(folder)
     try:
-        mode = os.fstat(descriptor_).st_mode
+        status = os.fstat(descriptor_)
     except BaseException:
         os.close(descriptor_)
         raise
-    if not stat.S_ISREG(mode):
+    if not stat.S_ISREG(status.st_mode):
         os.close(descriptor_)
-        what = "a folder, not an object" if stat.S_ISDIR(mode) else "not a regular file"
+        what = "a folder, not an object" if stat.S_ISDIR(status.st_mode) else "not a regular file"
         raise PathRefused(f"{location.uri} is {what}.", link=False)
+    too_large = ObjectTooLarge(
+        f"{location.uri} is larger than {limit} bytes, the most one import reads.", limit=limit
+    )
+    if status.st_size > limit:
+        os.close(descriptor_)
+        raise too_large
     with os.fdopen(descriptor_, "rb") as file:
-        return file.read()
+        data = file.read(limit + 1)  # the file may have grown since fstat
+    if len(data) > limit:
+        raise too_large
+    return data
 
 
 def _fsync_folder(folder: Path) -> None:

@@ -427,7 +427,22 @@ class LongRunning:
         except exchange.ExchangeError as error:
             raise _invalid("gcs_uri", error.message) from error
         try:
-            return await asyncio.to_thread(exchange.read_object, location)
+            # As large as a document given as content may be (the request size limit).
+            return await asyncio.to_thread(exchange.read_object, location, limits.MAX_REQUEST_BYTES)
+        except exchange.ObjectTooLarge as error:
+            # INVALID_ARGUMENT: the object is this call's input, as content would be, and Google
+            # answers input over a size limit so (Cloud Logging's "Log entry with size … exceeds
+            # maximum size"); this method answers so for the other objects it cannot import (a
+            # folder, a FIFO, a document it cannot read). Not FAILED_PRECONDITION: no change of
+            # the server's state makes this object importable; the caller must name another.
+            description = f"{error.message} Export fewer evaluations per file."
+            raise ServiceError(
+                Code.INVALID_ARGUMENT,
+                f"gcs_uri: {description}",
+                "INVALID_ARGUMENT",
+                {"uri": location.uri, "limit": str(error.limit)},
+                [FieldViolation("gcs_uri", description, "TOO_LARGE")],
+            ) from error
         except exchange.ObjectMissing as error:
             # Only paths inside the export folder can be missing: a link on the way was
             # refused before anything behind it was looked at.
