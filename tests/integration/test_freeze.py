@@ -7,21 +7,20 @@ minutes (validation built one violation per element): ``/healthz`` and gRPC Heal
 answer meanwhile, for every tenant. Also the worst requests the limits accept: 100 turns of
 1,000 steps each, stored.
 
-Each request is sent from a background thread while the main thread polls ``/healthz`` and
-gRPC Health: every probe must answer within 100 ms (the issue's bound), the hostile request
-must get a clean INVALID_ARGUMENT naming the container over its limit (one violation), and the
-server's peak RSS (VmHWM of a fresh server, reset before the request) must stay bounded. The
-measurements are printed (``pytest -s``) and kept in ``MEASURED`` for a report. Where code
-outside the request path still holds the event loop (see ``MCP_SDK``), a slow
-probe makes the test an expected failure; everything else is still asserted.
+Each request is sent from another process while the test polls ``/healthz`` and gRPC Health:
+every probe must answer within 100 ms (the issue's bound), the hostile request must get a clean
+INVALID_ARGUMENT naming the container over its limit (one violation), and the server's peak RSS
+(VmHWM of a fresh server, reset before the request) must stay bounded. The measurements are
+printed (``pytest -s``) and kept in ``MEASURED`` for a report.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +54,7 @@ MCP_BODY = 4 * 1024 * 1024 - 1024
 GRPC_MESSAGE = limits.MAX_REQUEST_BYTES - 1024
 
 MEASURED: dict[str, Measured] = {}
+Sent = tuple[object, float]  # what the sender's request got, and in how many seconds
 
 
 @dataclass
@@ -201,7 +201,15 @@ def _violations_of(error: dict[str, Any]) -> list[tuple[str, str]]:
     return [(v["field"], v.get("reason", "")) for v in bad_request["fieldViolations"]]
 
 
-def send_rest(server: RunningServer, body: bytes) -> object:
+@dataclass(frozen=True)
+class Target:
+    """Where a sender process sends its request."""
+
+    http_base: str
+    grpc_target: str
+
+
+def send_rest(server: Target, body: bytes) -> object:
     response = httpx.post(
         server.http_base + EVALUATIONS,
         content=body,
@@ -214,13 +222,15 @@ def send_rest(server: RunningServer, body: bytes) -> object:
     return _violations_of(response.json()["error"])
 
 
-def send_mcp(server: RunningServer, body: bytes) -> object:
+def send_mcp(server: Target, body: bytes) -> object:
     response = httpx.post(
         server.http_base + "/mcp",
         content=body,
         headers={"content-type": "application/json", "accept": ACCEPT},
         timeout=ANSWER_TIMEOUT,
     )
+    if response.status_code == 400:  # refused before MCP read it: a JSON-RPC error
+        return _violations_of(response.json()["error"]["data"])
     assert response.status_code == 200, response.text[:2000]
     result = response.json()["result"]
     if not result["isError"]:
@@ -228,7 +238,7 @@ def send_mcp(server: RunningServer, body: bytes) -> object:
     return _violations_of(json.loads(result["content"][0]["text"])["error"])
 
 
-def send_grpc(server: RunningServer, body: bytes) -> object:
+def send_grpc(server: Target, body: bytes) -> object:
     with grpc.insecure_channel(server.grpc_target) as channel:
         try:
             channel.unary_unary(CREATE)(body, timeout=ANSWER_TIMEOUT)
@@ -255,22 +265,43 @@ def _peak_rss(pid: int) -> int:
     raise AssertionError("no VmHWM")
 
 
-def measure(server: RunningServer, send: Callable[[], object]) -> Measured:
-    """Run ``send`` in a background thread, probing /healthz and gRPC Health until it ends."""
+def _timed(send: Callable[[Target, bytes], object], target: Target, body: bytes) -> Sent:
+    started = time.monotonic()
+    outcome = send(target, body)
+    return outcome, time.monotonic() - started
+
+
+@pytest.fixture(scope="module")
+def sender() -> Iterator[ProcessPoolExecutor]:
+    """The process that sends each request. Not a thread of the test's own: reading a large
+    answer (json.loads, C) holds the interpreter of the process it runs in, and would delay
+    the probes measured beside it as if the server had."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        pool.submit(time.monotonic).result()  # started and imported before any measure
+        yield pool
+
+
+def measure(
+    server: RunningServer,
+    sender: ProcessPoolExecutor,
+    send: Callable[[Target, bytes], object],
+    body: bytes,
+) -> Measured:
+    """Send ``body`` with ``send`` from the ``sender`` process, probing /healthz and gRPC
+    Health until it is answered."""
     pid = server.process.pid
     Path(f"/proc/{pid}/clear_refs").write_text("5")  # resets VmHWM to the current RSS
     measured = Measured()
     with (
         httpx.Client(base_url=server.http_base, timeout=ANSWER_TIMEOUT) as http,
         grpc.insecure_channel(server.grpc_target) as channel,
-        ThreadPoolExecutor(1) as pool,
     ):
         health = health_pb2_grpc.HealthStub(channel)
         ask = health_pb2.HealthCheckRequest()
         assert http.get("/healthz").status_code == 200  # connections open before the request
         health.Check(ask, timeout=ANSWER_TIMEOUT)
-        started = time.monotonic()
-        request = pool.submit(send)
+        target = Target(server.http_base, server.grpc_target)
+        request = sender.submit(_timed, send, target, body)
         while not request.done():
             begun = time.monotonic()
             assert http.get("/healthz").status_code == 200
@@ -280,63 +311,56 @@ def measure(server: RunningServer, send: Callable[[], object]) -> Measured:
             measured.probes.append(time.monotonic() - begun)
             assert answer.status == health_pb2.HealthCheckResponse.SERVING
             time.sleep(0.02)
-        measured.outcome = request.result()
-        measured.seconds = time.monotonic() - started
+        measured.outcome, measured.seconds = request.result()
     measured.peak_rss = _peak_rss(pid)
     return measured
-
-
-# Where the bound cannot hold yet, and why: code outside the request path this test covers
-# holds the interpreter on the event loop. The answer and the memory are still checked; a slow
-# probe then marks the test as an expected failure instead of failing it.
-MCP_SDK = (
-    "the MCP SDK parses the whole body (pydantic_core.from_json) and serializes the whole "
-    "result on the event loop, before and after any code of ours"
-)
 
 
 def _check(
     name: str,
     server: RunningServer,
-    send: Callable[[], object],
+    sender: ProcessPoolExecutor,
+    send: Callable[[Target, bytes], object],
+    body: bytes,
     expected: object,
-    gap: str | None = None,
 ) -> None:
-    measured = measure(server, send)
+    measured = measure(server, sender, send, body)
     MEASURED[name] = measured
     print(measured.line(name))
     assert measured.outcome == expected
     assert measured.peak_rss < PEAK_RSS_BOUND, f"peak RSS {measured.peak_rss / 2**20:.0f} MiB"
     assert "Traceback" not in server.output()
     slow = [f"{p * 1000:.0f} ms" for p in measured.probes if p > HEALTH_BOUND]
-    if slow and gap:
-        pytest.xfail(f"{gap}: probes {slow}")
     assert not slow, f"health probes slower than {HEALTH_BOUND * 1000:.0f} ms: {slow}"
 
 
+# Refused before MCP reads it (surfaces/mcp_bodies.py): the violation names the place in the
+# JSON-RPC message, as sent.
+MCP_TURNS = "params.arguments.evaluation.golden.turns"
+MCP_ARGS = "params.arguments.evaluation.golden.turns[0].steps[0].expectation.toolCall.args"
+
 HOSTILE = [
-    pytest.param(send_rest, rest_turns, [(TURNS, "TOO_MANY")], None, id="rest-turns"),
-    pytest.param(send_rest, rest_tags, [(TAGS, "TOO_MANY")], None, id="rest-tags"),
-    pytest.param(send_rest, rest_struct, [(ARGS, "TOO_MANY")], None, id="rest-struct"),
-    pytest.param(send_mcp, mcp_turns, [(TURNS, "TOO_MANY")], MCP_SDK, id="mcp-turns"),
-    pytest.param(send_mcp, mcp_struct, [(ARGS, "TOO_MANY")], MCP_SDK, id="mcp-struct"),
-    pytest.param(send_grpc, grpc_turns, [(TURNS, "TOO_MANY")], None, id="grpc-turns"),
-    pytest.param(send_grpc, grpc_tags, [(TAGS, "TOO_MANY")], None, id="grpc-tags"),
-    pytest.param(send_grpc, grpc_struct, [(ARGS, "TOO_MANY")], None, id="grpc-struct"),
+    pytest.param(send_rest, rest_turns, [(TURNS, "TOO_MANY")], id="rest-turns"),
+    pytest.param(send_rest, rest_tags, [(TAGS, "TOO_MANY")], id="rest-tags"),
+    pytest.param(send_rest, rest_struct, [(ARGS, "TOO_MANY")], id="rest-struct"),
+    pytest.param(send_mcp, mcp_turns, [(MCP_TURNS, "TOO_MANY")], id="mcp-turns"),
+    pytest.param(send_mcp, mcp_struct, [(MCP_ARGS, "TOO_MANY")], id="mcp-struct"),
+    pytest.param(send_grpc, grpc_turns, [(TURNS, "TOO_MANY")], id="grpc-turns"),
+    pytest.param(send_grpc, grpc_tags, [(TAGS, "TOO_MANY")], id="grpc-tags"),
+    pytest.param(send_grpc, grpc_struct, [(ARGS, "TOO_MANY")], id="grpc-struct"),
 ]
 
 
-@pytest.mark.parametrize(("send", "build", "expected", "gap"), HOSTILE)
+@pytest.mark.parametrize(("send", "build", "expected"), HOSTILE)
 def test_a_hostile_request_under_the_size_limit_freezes_nothing(
     server: RunningServer,
-    send: Callable[[RunningServer, bytes], object],
+    sender: ProcessPoolExecutor,
+    send: Callable[[Target, bytes], object],
     build: Callable[[], bytes],
     expected: list[tuple[str, str]],
-    gap: str | None,
     request: pytest.FixtureRequest,
 ) -> None:
-    body = build()
-    _check(request.node.callspec.id, server, lambda: send(server, body), expected, gap)
+    _check(request.node.callspec.id, server, sender, send, build(), expected)
 
 
 def _valid_json() -> bytes:
@@ -362,20 +386,19 @@ def _valid_grpc() -> bytes:
 
 
 ALLOWED = [
-    pytest.param(send_rest, _valid_json, None, id="rest"),
-    pytest.param(send_mcp, _valid_mcp, MCP_SDK, id="mcp"),
-    pytest.param(send_grpc, _valid_grpc, None, id="grpc"),
+    pytest.param(send_rest, _valid_json, id="rest"),
+    pytest.param(send_mcp, _valid_mcp, id="mcp"),
+    pytest.param(send_grpc, _valid_grpc, id="grpc"),
 ]
 
 
-@pytest.mark.parametrize(("send", "build", "gap"), ALLOWED)
+@pytest.mark.parametrize(("send", "build"), ALLOWED)
 def test_the_largest_allowed_evaluation_is_stored_without_freezing_anything(
     server: RunningServer,
-    send: Callable[[RunningServer, bytes], object],
+    sender: ProcessPoolExecutor,
+    send: Callable[[Target, bytes], object],
     build: Callable[[], bytes],
-    gap: str | None,
     request: pytest.FixtureRequest,
 ) -> None:
-    body = build()
     name = f"allowed-{request.node.callspec.id}"
-    _check(name, server, lambda: send(server, body), "created", gap)
+    _check(name, server, sender, send, build(), "created")

@@ -72,9 +72,11 @@ from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.jsonschema import JsonSchema, document
 from ces_eval.logs import Call
 from ces_eval.surfaces.http_app import refusal
+from ces_eval.surfaces.mcp_bodies import Large, arguments_of, large_of, lightened
 from ces_eval.transcoding.app import caller_of, challenge
 from ces_eval.transcoding.body import heavy_document, parse_document
 from ces_eval.transcoding.errors import envelope, method_not_allowed
+from ces_eval.transcoding.rendering import encode
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message
@@ -90,6 +92,7 @@ _log = logging.getLogger("ces_eval.mcp")
 TOOL_SERVICES = ("google.cloud.ces.v1beta.EvaluationService", "google.longrunning.Operations")
 _EMPTY = "google.protobuf.Empty"
 _CALLER_KEY = "ces_eval.caller"
+_TEXT = (", ", ": ")  # the text block's JSON: json.dumps's default separators
 
 
 @dataclass(frozen=True)
@@ -266,9 +269,12 @@ async def _call(
     implementations: Mapping[str, Handler],
     arguments: dict[str, Any],
     caller: Caller,
+    *,
     call: Call | None = None,
+    aside: Large | None = None,
 ) -> types.CallToolResult:
-    """``call``: the request line to complete (:mod:`ces_eval.logs`)."""
+    """``call``: the request line to complete (:mod:`ces_eval.logs`); ``aside``: where a large
+    result is rendered to (:mod:`ces_eval.surfaces.mcp_bodies`)."""
     if caller.principal is not None:  # before validation: a foreign token learns nothing
         authorize_json(caller.principal, spec.method, arguments)
 
@@ -286,6 +292,8 @@ async def _call(
         return request
 
     def result(response: Message) -> types.CallToolResult:
+        if aside is not None and response.ByteSize() > LOOP_BYTES:
+            return aside.result(encode(response, False, _TEXT), encode(response))
         structured = json_format.MessageToDict(response)
         return types.CallToolResult(
             content=[types.TextContent(text=json.dumps(structured, ensure_ascii=False))],
@@ -399,7 +407,11 @@ def build_server(
             call.method = spec.rpc.lstrip("/")
         try:
             caller = _caller(ctx, required=authentication)
-            result = await _call(spec, implementations, params.arguments or {}, caller, call)
+            scope = getattr(ctx.request, "scope", None)
+            arguments = arguments_of(scope, params.arguments or {})
+            result = await _call(
+                spec, implementations, arguments, caller, call=call, aside=large_of(scope)
+            )
         except ServiceError as error:
             result = _error_result(error)
             if call is not None:
@@ -454,5 +466,5 @@ def build_endpoint(
         security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         max_request_body_size=MAX_REQUEST_BYTES,
     )
-    app = post_only(authenticated(StreamableHTTPASGIApp(manager), tokens))
+    app = post_only(authenticated(lightened(StreamableHTTPASGIApp(manager)), tokens))
     return McpEndpoint(app, manager)

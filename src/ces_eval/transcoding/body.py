@@ -38,7 +38,7 @@ scanstring: Callable[[str, int, bool], tuple[str, int]] = json.decoder.scanstrin
 if TYPE_CHECKING:
     from google.protobuf.message import Message
 
-__all__ = ["heavy", "heavy_document", "parse_body", "parse_document"]
+__all__ = ["Overflow", "heavy", "heavy_document", "load_json", "parse_body", "parse_document"]
 
 _F = descriptor.FieldDescriptor
 _INTEGERS = {
@@ -273,7 +273,7 @@ def heavy_document(document: object, values: int = _LOOP_VALUES) -> bool:
     return False
 
 
-class _Overflow(Exception):
+class Overflow(Exception):
     """A JSON array or object with more than MAX_DECODED_ENTRIES entries. Each enclosing
     container adds the key or index leading to it (innermost first) on the way out."""
 
@@ -344,10 +344,10 @@ class _Reader:
                 raise json.JSONDecodeError("Expecting ':' delimiter", text, at)
             count += 1
             if count > MAX_DECODED_ENTRIES:
-                raise _Overflow(is_object=True)
+                raise Overflow(is_object=True)
             try:
                 members[key], at = self.value(self._skip(at + 1))
-            except _Overflow as overflow:
+            except Overflow as overflow:
                 overflow.steps.append(key)
                 raise
             at = self._skip(at)
@@ -366,10 +366,10 @@ class _Reader:
             return values, at + 1
         while True:
             if len(values) == MAX_DECODED_ENTRIES:
-                raise _Overflow(is_object=False)
+                raise Overflow(is_object=False)
             try:
                 value, at = self.value(at)
-            except _Overflow as overflow:
+            except Overflow as overflow:
                 overflow.steps.append(len(values))
                 raise
             values.append(value)
@@ -382,9 +382,9 @@ class _Reader:
             at = self._skip(at + 1)
 
 
-def _load(data: bytes) -> object:
+def load_json(data: bytes) -> object:
     """The JSON document ``data``: ValueError (JSONDecodeError, UnicodeDecodeError) when it is
-    not one, RecursionError when it nests deeper than Python recurses, :class:`_Overflow` when
+    not one, RecursionError when it nests deeper than Python recurses, :class:`Overflow` when
     a container holds more than MAX_DECODED_ENTRIES."""
     if len(data) <= _LOOP_BODY_BYTES or _commas(data) <= _C_VALUES:
         return json.loads(data, parse_constant=_not_json)
@@ -412,8 +412,8 @@ def parse_body(data: bytes, message: Message, path: str) -> None:
     Raises INVALID_ARGUMENT listing every problem.
     """
     try:
-        document = _load(data)
-    except _Overflow as overflow:
+        document = load_json(data)
+    except Overflow as overflow:
         violation = LIMITS.json_overflow(
             message.DESCRIPTOR,  # type: ignore[arg-type]
             reversed(overflow.steps),
