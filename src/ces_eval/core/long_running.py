@@ -28,6 +28,8 @@ from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as
 from ces_eval.storage.base import Conflict, Cursor, ListQuery, Missing, OrderBy, SortKey
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from ces_eval.core.operations import OperationRunner
     from ces_eval.core.service import Caller
     from ces_eval.storage.base import Storage
@@ -99,6 +101,22 @@ def _renamed(
         violations += limits.check(renamed_result, at)
     violations = violations[: limits.MAX_VIOLATIONS]
     return evaluations, results, violations if quote else [_unquoted(v) for v in violations]
+
+
+def _names_violations(
+    requested: Sequence[str], problem: Callable[[str, str], FieldViolation | None]
+) -> list[FieldViolation]:
+    """One violation per bad entry of an export's ``names`` (``problem(name, "names[3]")``),
+    stopping at :data:`limits.MAX_VIOLATIONS` like every check: a request of a thousand bad
+    names costs a hundred, and :func:`raise_if_invalid` says there are at least that many."""
+    found: list[FieldViolation] = []
+    for index, name in enumerate(requested):
+        violation = problem(name, f"names[{index}]")
+        if violation is not None:
+            found.append(violation)
+            if len(found) >= limits.MAX_VIOLATIONS:
+                break
+    return found
 
 
 def _invalid(field: str, description: str) -> ServiceError:
@@ -233,18 +251,15 @@ class LongRunning:
             )
         if not request.names:
             violations.append(FieldViolation("names", "Required.", "REQUIRED"))
-        for index, name in enumerate(request.names):
-            if not name.startswith(request.parent + "/evaluations/"):
-                violations.append(
-                    FieldViolation(f"names[{index}]", f"Must be an evaluation of {request.parent}.")
-                )
-            else:
-                try:
-                    names.EVALUATION.parse(name, f"names[{index}]")
-                except ServiceError as error:
-                    violations += error.violations
-        if violations:
-            raise ServiceError.invalid_argument("The export request is invalid.", violations)
+        prefix = request.parent + "/evaluations/"
+
+        def evaluation_problem(name: str, field: str) -> FieldViolation | None:
+            if not name.startswith(prefix):
+                return FieldViolation(field, f"Must be an evaluation of {request.parent}.")
+            return names.EVALUATION.violation(name, field)
+
+        violations += _names_violations(request.names, evaluation_problem)
+        raise_if_invalid(violations, "export request")
         await self._check_export_target(request.export_options, request.parent)
         wanted = list(dict.fromkeys(request.names))
 
@@ -288,13 +303,15 @@ class LongRunning:
         violations: list[FieldViolation] = []
         if not request.names:
             violations.append(FieldViolation("names", "Required.", "REQUIRED"))
-        for index, name in enumerate(request.names):
-            if not name.startswith(request.parent + "/results/"):
-                violations.append(
-                    FieldViolation(f"names[{index}]", f"Must be a result of {request.parent}.")
-                )
-        if violations:
-            raise ServiceError.invalid_argument("The export request is invalid.", violations)
+        prefix = request.parent + "/results/"
+
+        def result_problem(name: str, field: str) -> FieldViolation | None:
+            if not name.startswith(prefix):
+                return FieldViolation(field, f"Must be a result of {request.parent}.")
+            return None
+
+        violations += _names_violations(request.names, result_problem)
+        raise_if_invalid(violations, "export request")
         if await self._storage.get_evaluation(request.parent) is None:
             raise ServiceError.not_found(names.EVALUATION.type, request.parent)
         await self._check_export_target(request.export_options, request.parent)
