@@ -465,7 +465,19 @@ def test_every_surface_authenticates(
             assert response.status_code == 401, response.text
             assert response.headers["www-authenticate"] == challenge
             error = response.json()["error"]
+            if response.request.url.path == "/mcp":
+                # A JSON-RPC error (id null) carrying Google's error, as every /mcp refusal;
+                # before: Google's bare envelope, which MCP clients cannot read.
+                assert response.json()["jsonrpc"] == "2.0"
+                assert response.json()["id"] is None
+                assert error["code"] == -32000
+                assert error["message"] == error["data"]["message"]
+                error = error["data"]
+                assert error["code"] == 401
             assert (error["status"], error["details"][0]["reason"]) == ("UNAUTHENTICATED", reason)
+            assert [d["@type"] for d in error["details"]].count(
+                "type.googleapis.com/google.rpc.ErrorInfo"
+            ) == 1
         # Readiness and the API description stay open for load balancers and tooling.
         assert http.get("/healthz").status_code == 200
         assert http.get("/openapi.json").status_code == 200

@@ -336,7 +336,8 @@ def authenticated(app: ASGIApp, tokens: Tokens | None) -> ASGIApp:
     """``app`` behind authentication: each HTTP request's caller is identified from its headers
     (:func:`ces_eval.transcoding.app.caller_of`) and stored in the ASGI scope for the tool
     handlers; without valid credentials (with ``--auth-tokens``) the answer is 401 with
-    ``WWW-Authenticate`` (MCP authorization, RFC 6750) and the MCP layer never runs."""
+    ``WWW-Authenticate`` (MCP authorization, RFC 6750) and a JSON-RPC error (id null) whose
+    ``data`` is Google's error, and the MCP layer never runs."""
 
     async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -348,14 +349,10 @@ def authenticated(app: ASGIApp, tokens: Tokens | None) -> ASGIApp:
         except ServiceError as error:
             if isinstance(call, Call):
                 call.code = error.code
-            status, body = envelope(error)
-            headers = [
-                (b"content-type", b"application/json; charset=utf-8"),
-                (b"content-length", str(len(body)).encode()),
-                *challenge(error),
-            ]
-            await send({"type": "http.response.start", "status": status, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
+            # A JSON-RPC error carrying Google's error, as every other /mcp refusal.
+            await refusal(
+                send, error, error.code.http_status, jsonrpc=True, extra_headers=challenge(error)
+            )
             return
         if isinstance(call, Call):
             call.caller = caller.user
