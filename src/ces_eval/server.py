@@ -262,6 +262,14 @@ def _grpc_server(config: ServerConfig, *, join: bool) -> tuple[grpc.aio.Server, 
         # by themselves at their next call. Longer than google-api-core's longest gap between
         # two polls of an operation (20 s), so a client waiting on one keeps its connection.
         ("grpc.max_connection_idle_ms", 30_000),
+        # Calls grpc has received but the event loop has not begun yet wait in grpc's queue.
+        # Past 1,000 of them grpc dropped new calls at random, past 3,000 all of them, answering
+        # CANCELLED (no ErrorInfo; clients do not retry it). Up to this many wait for the loop
+        # instead, which refuses them like any call beyond --max-concurrent-requests:
+        # RESOURCE_EXHAUSTED, TOO_MANY_REQUESTS. Past it grpc still drops them, the memory
+        # bound of last resort (about 15 KB per waiting call).
+        ("grpc.server.max_pending_requests", 10_000),
+        ("grpc.server.max_pending_requests_hard_limit", 10_000),
     ]
     if not join and config.grpc_port:
         # grpc would say only that it failed (and log it): a plain socket bound the same way
