@@ -8,13 +8,15 @@ ones, which look at each backend's query plans and schema guards.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
 import pytest
-from google.protobuf import timestamp_pb2
+from google.longrunning import operations_pb2
+from google.protobuf import any_pb2, timestamp_pb2
 
 from ces_eval import filtering
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
@@ -28,6 +30,7 @@ from ces_eval.storage.base import (
     OrderBy,
     SortKey,
     Storage,
+    TooLarge,
 )
 from ces_eval.storage.postgresql import PostgresStorage
 from ces_eval.storage.sqlite import SqliteStorage
@@ -232,6 +235,177 @@ def test_results_listed_per_evaluation_or_across_the_app(
     run(_with(make_storage(), body))
 
 
+def _within(sizes: list[int], limit: int, max_bytes: int) -> int:
+    """How many rows ListQuery.max_bytes says a page of rows of ``sizes`` stored bytes reads:
+    each while the rows before it hold at most ``max_bytes``, the first two always."""
+    count = 0
+    for index in range(min(limit, len(sizes))):
+        if index >= 2 and sum(sizes[:index]) > max_bytes:
+            break
+        count += 1
+    return count
+
+
+def _stored_bytes(message: evaluation_pb2.Evaluation | Result) -> int:
+    if isinstance(message, evaluation_pb2.Evaluation):
+        return len(_tables.evaluation_row(message)[-1])  # data; derived is empty here
+    return len(message.SerializeToString(deterministic=True))
+
+
+def test_pages_end_at_the_first_row_past_the_byte_budget(
+    make_storage: Callable[[], Storage],
+) -> None:
+    """ListQuery.max_bytes, on evaluations and results, from the first page and from a
+    cursor, with a filter (its parameters appear twice in the statement): a page reads rows
+    while those before hold at most the budget, the first two always, never past the limit."""
+
+    async def body(storage: Storage) -> None:
+        lengths = [3000, 1000, 5000, 1000, 1000, 2000, 4000]
+        evaluations = []
+        for index, length in enumerate(lengths):
+            stored = evaluation(APP, f"e{index}", f"E{index}", index + 1)
+            stored.description = "d" * length
+            evaluations.append(stored)
+            await storage.insert_evaluation(stored)
+            if index == 0:  # results too, and a derived blob that counts as stored bytes
+                for rid, length_ in enumerate(lengths):
+                    made = result(stored.name, f"r{rid}", rid + 1)
+                    made.display_name = f"{rid}" + "r" * length_
+                    await storage.insert_result(made, "x")
+        order = OrderBy(SortKey.NAME, descending=False)
+        first = await storage.get_evaluation(evaluations[0].name)
+        assert first is not None
+        sizes = [first.ByteSize() - len(_Etag(first.etag))] + [
+            _stored_bytes(e) for e in evaluations[1:]
+        ]
+        parent = evaluations[0].name
+        results = [r for r, _ in await storage.list_results(ListQuery(parent, order, 100))]
+        result_sizes = [len(r) for r in results]
+        for budget in (0, 1, sizes[0], sizes[0] + sizes[1], sum(sizes[:4]) - 1, 10**9):
+            for limit in (1, 2, 5, 100):
+                page = await storage.list_evaluations(
+                    ListQuery(APP, order, limit, max_bytes=budget)
+                )
+                expected = evaluations[: _within(sizes, limit, budget)]
+                assert [e.name for e, _ in page] == [e.name for e in expected], (budget, limit)
+                page_results = await storage.list_results(
+                    ListQuery(parent, order, limit, max_bytes=budget)
+                )
+                assert [r for r, _ in page_results] == results[
+                    : _within(result_sizes, limit, budget)
+                ]
+            # From a cursor, through a filter whose parameters the statement repeats.
+            after = Cursor(evaluations[1].name, evaluations[1].name)
+            page = await storage.list_evaluations(
+                ListQuery(
+                    APP,
+                    order,
+                    100,
+                    filter=filtering.parse('display_name != "E4"'),
+                    after=after,
+                    max_bytes=budget,
+                )
+            )
+            rest = [2, 3, 5, 6]
+            count = _within([sizes[i] for i in rest], 100, budget)
+            assert [e.name for e, _ in page] == [evaluations[i].name for i in rest[:count]]
+
+    run(_with(make_storage(), body))
+
+
+def _Etag(etag: str) -> bytes:  # noqa: N802 - reads as the field it encodes
+    return evaluation_pb2.Evaluation(etag=etag).SerializeToString()
+
+
+def test_newest_results_and_operations_stop_at_the_byte_budget(
+    make_storage: Callable[[], Storage],
+) -> None:
+    async def body(storage: Storage) -> None:
+        names = []
+        for eid in ("e1", "e2", "e3"):
+            stored = evaluation(APP, eid, eid, 1)
+            names.append(stored.name)
+            await storage.insert_evaluation(stored)
+            for index in range(3):
+                made = result(stored.name, f"r{index}", 10 - index)
+                made.display_name = f"{index}" + "r" * 1000
+                await storage.insert_result(made, "x")
+        everything = await storage.recent_results(names, 10)
+        flat = [r for name in names for r in everything[name]]
+        size = len(flat[0].SerializeToString())
+        assert all(len(r.SerializeToString()) == size for r in flat)
+        for budget, kept in ((0, 1), (size - 1, 1), (size, 2), (4 * size, 5), (10**9, 9)):
+            recent = await storage.recent_results(names, 10, max_bytes=budget)
+            assert [r.name for name in names for r in recent.get(name, [])] == [
+                r.name for r in flat[:kept]
+            ], budget
+        operations = [
+            operations_pb2.Operation(
+                name=f"projects/p1/locations/l/operations/o{index}",
+                metadata=any_pb2.Any(value=b"m" * 1000 * (index + 1)),
+            )
+            for index in range(5)
+        ]
+        for operation in operations:
+            await storage.insert_operation(operation, "M", owner="A", lease=60)
+        sizes = [o.ByteSize() for o in operations]
+        for budget in (0, sizes[0] + sizes[1], sum(sizes[:3]), 10**9):
+            listed = await storage.list_operations(
+                "projects/p1/locations/l", 4, None, None, max_bytes=budget
+            )
+            assert [o.name for o in listed] == [
+                o.name for o in operations[: _within(sizes, 4, budget)]
+            ], budget
+
+    run(_with(make_storage(), body))
+
+
+def test_result_writes_never_make_their_evaluation_too_large_to_serve(
+    make_storage: Callable[[], Storage],
+) -> None:
+    """max_evaluation_bytes: a result write that would make its evaluation, served with the
+    fields derived from its results (last_completed_result copies a whole result), larger than
+    the bound and larger than before raises TooLarge with that size, and stores nothing."""
+
+    async def body(storage: Storage) -> None:
+        parent = evaluation(APP, "e1", "One", 1)
+        await storage.insert_evaluation(parent)
+        small = result(parent.name, "small", 10)
+        await storage.insert_result(small, "p1", max_evaluation_bytes=10_000)
+        served = await storage.get_evaluation(parent.name)
+        assert served is not None
+        big = result(parent.name, "big", 20)
+        big.display_name = "b" * 5000
+        would_be = served.ByteSize() - small.ByteSize() + big.ByteSize()
+        with pytest.raises(TooLarge) as refused:
+            await storage.insert_result(big, "p2", max_evaluation_bytes=would_be - 1)
+        assert (refused.value.name, refused.value.size) == (parent.name, would_be)
+        assert await storage.get_result(big.name) is None
+        assert await storage.get_evaluation(parent.name) == served  # etag and derived kept
+        await storage.insert_result(big, "p2", max_evaluation_bytes=would_be)
+        after = await storage.get_evaluation(parent.name)
+        assert after is not None and after.ByteSize() == would_be
+        # Over the bound already: a write that does not make it larger passes; one that does
+        # is refused, whatever the bound.
+        bigger = Result()
+        bigger.CopyFrom(big)
+        bigger.display_name += "b"
+        with pytest.raises(TooLarge):
+            await storage.replace_result(bigger, "p3", max_evaluation_bytes=100)
+        await storage.replace_result(big, "p3", max_evaluation_bytes=100)
+        # An import stores nothing when one evaluation would be too large.
+        imported = evaluation(APP, "e2", "Two", 1, etag="i1")
+        heavy = result(imported.name, "r", 5)
+        heavy.display_name = "h" * 5000
+        with pytest.raises(TooLarge) as refused:
+            await storage.import_bundle([imported], [heavy], max_evaluation_bytes=4000)
+        assert refused.value.name == imported.name
+        assert await storage.get_evaluation(imported.name) is None
+        assert await storage.get_result(heavy.name) is None
+
+    run(_with(make_storage(), body))
+
+
 def test_reset_project_removes_only_that_project(make_storage: Callable[[], Storage]) -> None:
     async def body(storage: Storage) -> None:
         await storage.insert_evaluation(evaluation(APP, "e1", "One", 1))
@@ -270,10 +444,12 @@ def test_sqlite_refuses_a_newer_schema(tmp_path: Path) -> None:
         run(_with(SqliteStorage(tmp_path / "db.sqlite"), lambda s: asyncio.sleep(0)))
 
 
-def _page_statements(sql: _tables.Sql) -> list[tuple[str, list[object]]]:
+def _page_statements(
+    sql: _tables.Sql, max_bytes: int | None = None
+) -> list[tuple[str, list[object]]]:
     """The backends' own page statements (``Sql.page``) for three list shapes, each resuming
     after a cursor: results of an app filtered by run, newest first; results of one evaluation
-    by create time; evaluations of an app by name."""
+    by create time; evaluations of an app by name. With ``max_bytes``: within that budget."""
     shapes = [
         (
             "evaluation_results",
@@ -303,6 +479,7 @@ def _page_statements(sql: _tables.Sql) -> list[tuple[str, list[object]]]:
     ]
     statements = []
     for table, scope, query, fields in shapes:
+        query = dataclasses.replace(query, max_bytes=max_bytes)  # noqa: PLW2901 - the same shape
         where = [f"{table}.{scope} = {sql.p}"]
         params: list[object] = [APP]
         condition, values = sql.compile(query.filter, fields, "filter")
@@ -327,6 +504,50 @@ def test_sqlite_list_queries_use_indexes(tmp_path: Path) -> None:
             cursor = "name>?" if "evaluations.name >" in statement else ",name)<(?,?)"
             assert cursor in plan, plan  # the cursor bounds the index range
     connection.close()
+
+
+def test_sqlite_pages_within_a_byte_budget_read_one_index_range(tmp_path: Path) -> None:
+    """With ListQuery.max_bytes the page is still one index range from its cursor with no sort
+    of the rows it returns; the budget's row count comes from the same range read a second
+    time for the stored lengths (its window sorts those small rows, never a blob)."""
+    storage = SqliteStorage(tmp_path / "db.sqlite")
+    run(_with(storage, lambda s: asyncio.sleep(0)))
+    sql = _tables.Sql(filtering.SQLITE, "?")
+    statements = [
+        *_page_statements(sql, max_bytes=4_000_000),
+        sql.list_operations("projects/p/locations/l", 51, "x", None, 4_000_000),
+    ]
+    with sqlite3.connect(tmp_path / "db.sqlite") as connection:
+        for statement, params in statements:
+            rows = list(connection.execute("EXPLAIN QUERY PLAN " + statement, params))
+            top = [row[3] for row in rows if row[1] == 0]
+            searches = [row[3] for row in rows if row[3].startswith("SEARCH")]
+            assert not any("TEMP B-TREE" in step for step in top), top
+            assert len(searches) == 2, searches
+            assert all(
+                "INDEX" in step and ("name>?" in step or ",name)<(?,?)" in step)
+                for step in searches
+            ), searches
+    connection.close()
+
+
+def test_postgresql_pages_within_a_byte_budget_read_one_index_range(postgres_url: str) -> None:
+    """The same statements on PostgreSQL: two index scans bounded by the cursor (the page, and
+    the stored lengths in its InitPlan), no Sort node anywhere."""
+    run(_with(PostgresStorage(postgres_url), lambda s: asyncio.sleep(0)))
+    sql = _tables.Sql(filtering.POSTGRESQL, "%s")
+    statements = [
+        *_page_statements(sql, max_bytes=4_000_000),
+        sql.list_operations("projects/p/locations/l", 51, "x", None, 4_000_000),
+    ]
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        connection.execute("SET enable_seqscan = off")
+        for statement, params in statements:
+            rows = connection.execute(("EXPLAIN " + statement).encode(), params).fetchall()
+            plan = " | ".join(str(row[0]) for row in rows)
+            assert plan.count("Index Scan") == 2, plan
+            assert "Sort" not in plan, plan
+            assert plan.count("Index Cond") == 2, plan
 
 
 def test_postgresql_refuses_a_newer_schema(postgres_url: str) -> None:

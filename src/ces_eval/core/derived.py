@@ -93,7 +93,7 @@ import json
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from google.protobuf import duration_pb2
 
@@ -106,9 +106,23 @@ if TYPE_CHECKING:
 
     from ces_eval.generated.google.cloud.ces.v1beta import content_pb2
 
-__all__ = ["Derived", "Tally", "add_tally", "contribution", "derive", "render_tally"]
+__all__ = [
+    "FIELDS",
+    "Derived",
+    "Tally",
+    "add_tally",
+    "contribution",
+    "derive",
+    "render_tally",
+]
 
 Tally = dict[str, int]
+# The Evaluation fields the server derives from its results (stored apart from the rest).
+FIELDS: tuple[Literal["aggregated_metrics", "evaluation_runs", "last_completed_result"], ...] = (
+    "aggregated_metrics",
+    "evaluation_runs",
+    "last_completed_result",
+)
 
 _Result = evaluation_pb2.EvaluationResult
 _Metrics = evaluation_pb2.AggregatedMetrics

@@ -3,9 +3,11 @@
 The values are documented in ``docs/security.md`` (section "Limits"), one row each. Request
 size is enforced by the surfaces (:data:`MAX_REQUEST_BYTES`: REST and MCP bodies, gRPC
 messages), message nesting by protobuf's parsers (:data:`MAX_MESSAGE_NESTING`), page size by
-:mod:`ces_eval.core.pages`, and the field limits below by :class:`Limits` on everything a
-caller writes: inside the one validation pass for evaluations (CreateEvaluation, the merged
-result of UpdateEvaluation; :class:`ces_eval.core.fields.InputRules` calls
+:mod:`ces_eval.core.pages`, what a read returns by :data:`MAX_RESOURCE_BYTES` (every write, on
+the resource as it will be served: :func:`size_violations`) and :data:`MAX_PAGE_BYTES` (every
+list page: :func:`ces_eval.core.pages.fill`), and the field limits below by :class:`Limits` on
+everything a caller writes: inside the one validation pass for evaluations (CreateEvaluation,
+the merged result of UpdateEvaluation; :class:`ces_eval.core.fields.InputRules` calls
 :meth:`Walk.fields` on each message it visits), standalone (:func:`check`) for
 CreateEvaluationResult and each evaluation and result of ImportEvaluations.
 
@@ -42,14 +44,17 @@ if TYPE_CHECKING:
     from google.protobuf.message import Message
 
 __all__ = [
+    "CLIENT_RECEIVE_BYTES",
     "LIMITS",
     "MAX_DISPLAY_NAME",
     "MAX_GOLDEN_TURNS",
     "MAX_MAP_ENTRIES",
     "MAX_MESSAGE_NESTING",
+    "MAX_PAGE_BYTES",
     "MAX_PAGE_SIZE",
     "MAX_REPEATED",
     "MAX_REQUEST_BYTES",
+    "MAX_RESOURCE_BYTES",
     "MAX_SCENARIO_TURNS",
     "MAX_STRING_CHARS",
     "MAX_STRUCT_DEPTH",
@@ -67,6 +72,8 @@ __all__ = [
     "key_path",
     "off_loop",
     "shown",
+    "size_violations",
+    "too_large",
     "too_many",
     "too_many_struct_entries",
 ]
@@ -77,6 +84,17 @@ __all__ = [
 MAX_REQUEST_BYTES = 10 * 1024 * 1024
 # AIP-158: larger page sizes are coerced down to it, negative ones are INVALID_ARGUMENT.
 MAX_PAGE_SIZE = 1000
+# What Google's client libraries accept in one response message by default: grpc's
+# max_receive_message_length (Python, C++, Go, Java, Node: 4 MiB).
+CLIENT_RECEIVE_BYTES = 4 * 1024 * 1024
+# One evaluation, result or operation as it is served (binary protobuf, with its name, times,
+# etag and the fields the server derives): every write is held to it, so a Get, and a List page
+# of that one item, fits what the clients receive. The 64 KiB left over hold a response's
+# envelope: a List item's tag and length, next_page_token (at most 2,048 characters).
+MAX_RESOURCE_BYTES = CLIENT_RECEIVE_BYTES - 64 * 1024
+# The items of one List page (each with its tag and length): a page ends before the item that
+# would pass it, with a next_page_token, whatever page_size asked; it holds one item at least.
+MAX_PAGE_BYTES = MAX_RESOURCE_BYTES
 # Message levels in one request, as protobuf's parsers allow: its binary parser stops there by
 # itself (gRPC: INVALID_ARGUMENT, MALFORMED_REQUEST), REST bodies are parsed with it as
 # json_format's max_recursion_depth. In JSON a Struct and each Value in it count one level each.
@@ -641,6 +659,33 @@ def _packed_width(field: descriptor.FieldDescriptor) -> int:
     if field.type in _UNPACKABLE:
         return -1
     return 4 if field.type in _FIXED32 else 8 if field.type in _FIXED64 else 0
+
+
+def too_large(path: str, size: int, evaluation: str = "") -> FieldViolation:
+    """``TOO_LARGE`` at ``path``: ``size`` bytes as served, over :data:`MAX_RESOURCE_BYTES`.
+    ``evaluation``: the resource over the limit is that evaluation, which the result written
+    at ``path`` would make so large (its last_completed_result, aggregated_metrics and
+    evaluation_runs are derived from its results)."""
+    limit = f"at most {MAX_RESOURCE_BYTES} bytes, so that every client can read it"
+    if evaluation:
+        description = (
+            f"Storing it would make {evaluation}, with the fields derived from its results, "
+            f"{size} bytes as served; {limit}."
+        )
+    else:
+        description = (
+            f"{size} bytes as served (binary protobuf, with its output-only and derived "
+            f"fields); {limit}."
+        )
+    return FieldViolation(path, description[0].upper() + description[1:], "TOO_LARGE")
+
+
+def size_violations(message: Message, path: str) -> list[FieldViolation]:
+    """``[too_large(path, ...)]`` when ``message``, as it will be served, is larger than
+    :data:`MAX_RESOURCE_BYTES`; empty otherwise. One ``ByteSize()`` (an encoding pass: in a
+    worker thread for a large message, like the rest of its checks)."""
+    size = message.ByteSize()
+    return [too_large(path, size)] if size > MAX_RESOURCE_BYTES else []
 
 
 def too_many(path: str, limit: int, got: int | None) -> FieldViolation:

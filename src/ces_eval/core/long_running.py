@@ -12,23 +12,33 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2
 
-from ces_eval.core import exchange, limits, names, rerun
-from ces_eval.core.pages import PageTokens, page_size
+from ces_eval.core import derived, exchange, limits, names, rerun
+from ces_eval.core.pages import PageTokens, fill, page_size
 from ces_eval.core.stamps import new_etag
-from ces_eval.core.validation import raise_if_invalid
+from ces_eval.core.validation import raise_if_invalid, with_size
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
-from ces_eval.storage.base import Conflict, Cursor, ListQuery, Missing, OrderBy, SortKey
+from ces_eval.storage.base import (
+    Conflict,
+    Cursor,
+    ListQuery,
+    Missing,
+    OrderBy,
+    SortKey,
+    TooLarge,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+
+    from google.protobuf.message import Message
 
     from ces_eval.core.operations import OperationRunner
     from ces_eval.core.service import Caller
@@ -81,9 +91,11 @@ def _renamed(
         renamed = evaluation_pb2.Evaluation()
         renamed.CopyFrom(evaluation)
         renamed.ClearField("last_ten_results")
+        for field in derived.FIELDS:  # derived again from what is imported
+            renamed.ClearField(field)
         renamed.name = names.EVALUATION.format(**app, evaluation=evaluation.name.rsplit("/", 1)[1])
         evaluations.append(renamed)
-        violations += limits.check(renamed, at)
+        violations += with_size(limits.check(renamed, at), renamed, at)
     results = []
     for index, result in enumerate(bundle.results):
         if len(violations) >= limits.MAX_VIOLATIONS:
@@ -98,9 +110,31 @@ def _renamed(
             **app, evaluation=parts[-3], result=parts[-1]
         )
         results.append(renamed_result)
-        violations += limits.check(renamed_result, at)
+        violations += with_size(limits.check(renamed_result, at), renamed_result, at)
     violations = violations[: limits.MAX_VIOLATIONS]
     return evaluations, results, violations if quote else [_unquoted(v) for v in violations]
+
+
+_Response = TypeVar("_Response", bound="Message")
+# An operation's name, metadata and the type URL of its response, at most.
+_OPERATION_ENVELOPE = 1024
+
+
+def _readable(response: _Response) -> _Response:
+    """``response``, unless the operation that carries it would be larger than any other
+    resource (:data:`limits.MAX_RESOURCE_BYTES`): a client could not read it back. An inline
+    export that large fails instead; a file holds any size."""
+    size = response.ByteSize() + _OPERATION_ENVELOPE
+    if size <= limits.MAX_RESOURCE_BYTES:
+        return response
+    raise ServiceError(
+        Code.FAILED_PRECONDITION,
+        f"The export would make its operation about {size} bytes, more than the "
+        f"{limits.MAX_RESOURCE_BYTES} every client can read; write it to a file "
+        "(export_options.gcs_uri) or export fewer evaluations at a time.",
+        "EXPORT_TOO_LARGE",
+        {"size": str(size), "limit": str(limits.MAX_RESOURCE_BYTES)},
+    )
 
 
 def _names_violations(
@@ -287,7 +321,7 @@ class LongRunning:
                 response.evaluations_uri = uri
             else:
                 response.evaluations_content = content
-            return response
+            return _readable(response)
 
         return await self._runner.start(
             self._location(request.parent),
@@ -336,7 +370,9 @@ class LongRunning:
             )
             if uri:
                 return service_pb2.ExportEvaluationResultsResponse(evaluation_results_uri=uri)
-            return service_pb2.ExportEvaluationResultsResponse(evaluation_results_content=content)
+            return _readable(
+                service_pb2.ExportEvaluationResultsResponse(evaluation_results_content=content)
+            )
 
         return await self._runner.start(
             self._location(request.parent),
@@ -359,10 +395,17 @@ class LongRunning:
             if result is None or evaluation is None:
                 raise ServiceError.not_found(names.EVALUATION_RESULT.type, name)
             updated = rerun.rerun(result, evaluation)
+            # The rerun result is stored: held to the size every write is held to.
+            raise_if_invalid(limits.size_violations(updated, "evaluation_result_id"), "result")
             try:
-                await self._storage.replace_result(updated, new_etag())
+                await self._storage.replace_result(
+                    updated, new_etag(), max_evaluation_bytes=limits.MAX_RESOURCE_BYTES
+                )
             except Missing as missing:
                 raise ServiceError.not_found(names.EVALUATION_RESULT.type, name) from missing
+            except TooLarge as large:
+                violation = limits.too_large("evaluation_result_id", large.size, large.name)
+                raise_if_invalid([violation], "result")
             return service_pb2.RunEvaluationResultMetricsResponse(status=updated.evaluation_status)
 
         return await self._runner.start(
@@ -400,10 +443,13 @@ class LongRunning:
         after = (
             self._tokens.decode(request.page_token, query_key).name if request.page_token else None
         )
-        found = await self._storage.list_operations(request.name, size + 1, after, done)
-        response = operations_pb2.ListOperationsResponse(operations=found[:size])
-        if len(found) > size:
-            last = found[size - 1].name
+        found = await self._storage.list_operations(
+            request.name, size + 1, after, done, max_bytes=limits.MAX_PAGE_BYTES
+        )
+        taken = fill((operation.ByteSize() for operation in found), size, limits.MAX_PAGE_BYTES)
+        response = operations_pb2.ListOperationsResponse(operations=found[:taken])
+        if taken < len(found):
+            last = found[taken - 1].name
             response.next_page_token = self._tokens.encode(query_key, Cursor(last, last))
         return response
 
@@ -492,7 +538,17 @@ class LongRunning:
         evaluations, results, violations = await asyncio.to_thread(_renamed, source, bundle, app)
         raise_if_invalid(violations, "import")
         try:
-            await self._storage.import_bundle(evaluations, results)
+            await self._storage.import_bundle(
+                evaluations, results, max_evaluation_bytes=limits.MAX_RESOURCE_BYTES
+            )
+        except TooLarge as large:
+            # The results imported for it make it too large: named at the first of them.
+            index = next(i for i, r in enumerate(results) if r.name.startswith(large.name + "/"))
+            evaluation = large.name if source == "content" else "its evaluation"
+            violation = limits.too_large(
+                f"{source}.evaluationResults[{index}]", large.size, evaluation
+            )
+            raise_if_invalid([violation], "import")
         except Conflict as conflict:
             raise ServiceError.already_exists(
                 names.EVALUATION.type,

@@ -1,5 +1,9 @@
 """List paging (AIP-158) and ordering (AIP-132).
 
+A page holds at most ``page_size`` items and at most :data:`~ces_eval.core.limits.MAX_PAGE_BYTES`
+of them (:func:`fill`): it ends early, with a next_page_token, rather than grow past what a
+client receives in one message (AIP-158 lets a page hold fewer items than asked).
+
 Page tokens are opaque to callers: a signed, base64url-encoded cursor (the last row's sort value
 and name) plus a digest of the query that produced it. A token only works with the same parent,
 filters and order; anything else, or a token that was altered, is INVALID_ARGUMENT. Signing uses a
@@ -12,18 +16,31 @@ import base64
 import hashlib
 import hmac
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ces_eval.core.limits import MAX_PAGE_SIZE
+from ces_eval.core.limits import MAX_PAGE_BYTES, MAX_PAGE_SIZE
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.storage.base import Cursor, OrderBy, SortKey
 
-__all__ = ["DEFAULT_PAGE_SIZE", "MAX_PAGE_SIZE", "PageTokens", "order_by", "page_size"]
+__all__ = [
+    "DEFAULT_PAGE_SIZE",
+    "ITEM_FRAMING",
+    "MAX_PAGE_SIZE",
+    "PageTokens",
+    "fill",
+    "order_by",
+    "page_size",
+]
 
 DEFAULT_PAGE_SIZE = 50
 # The seeds: "name" ascending, "create_time"/"update_time" descending, default update_time.
 _DEFAULT_DIRECTION = {SortKey.NAME: False, SortKey.CREATE_TIME: True, SortKey.UPDATE_TIME: True}
 _MAX_TOKEN = 2048
+# What one element of a repeated message field adds to its message besides its own bytes: the
+# tag (2 bytes up to field 2047) and the length (4 bytes below 256 MiB). An upper bound, so
+# that a page's count never falls below the stored bytes the storage measured.
+ITEM_FRAMING = 6
 
 
 def page_size(requested: int, field: str = "page_size") -> int:
@@ -35,6 +52,25 @@ def page_size(requested: int, field: str = "page_size") -> int:
     if requested == 0:
         return DEFAULT_PAGE_SIZE
     return min(requested, MAX_PAGE_SIZE)
+
+
+def fill(sizes: Iterable[int], limit: int, budget: int = MAX_PAGE_BYTES) -> int:
+    """How many items, of ``sizes`` bytes each in page order, one page holds: at most
+    ``limit``; the first always (an item is never larger than the budget, unless it was
+    stored before the limit existed: it is then a page of its own); then each while the
+    items so far, with :data:`ITEM_FRAMING` each, stay within ``budget``.
+
+    The storage stops reading rows by the same budget on stored bytes
+    (:attr:`~ces_eval.storage.base.ListQuery.max_bytes`), counting no framing: an item it
+    returned after the ones that fit never fits here, so "fewer items than rows" is exactly
+    "more rows follow"."""
+    taken = total = 0
+    for size in sizes:
+        total += size + ITEM_FRAMING
+        if taken == limit or (taken and total > budget):
+            break
+        taken += 1
+    return taken
 
 
 def order_by(text: str, field: str = "order_by") -> OrderBy:

@@ -33,6 +33,7 @@ from ces_eval.storage.base import (
     InvalidFilter,
     ListQuery,
     Missing,
+    TooLarge,
     Unavailable,
 )
 
@@ -128,18 +129,13 @@ class Core(LongRunning):
         app = names.APP.parse(request.parent, "parent", owned=0)
         if request.evaluation_id:
             names.validate_id(request.evaluation_id, "evaluation_id")
+        name = names.EVALUATION.format(**app, evaluation=request.evaluation_id or names.new_id())
         # Validated in a worker thread when large: the event loop serves everyone else meanwhile.
         large = request.evaluation.ByteSize() > limits.LOOP_BYTES
-        evaluation, violations = await limits.off_loop(large, _new_evaluation, request)
-        validation.raise_if_invalid(violations, "evaluation")
-        created = now()
-        evaluation.name = names.EVALUATION.format(
-            **app, evaluation=request.evaluation_id or names.new_id()
+        evaluation, violations = await limits.off_loop(
+            large, _new_evaluation, request, name, caller.user
         )
-        evaluation.create_time.CopyFrom(created)
-        evaluation.update_time.CopyFrom(created)
-        evaluation.created_by = evaluation.last_updated_by = caller.user
-        evaluation.etag = new_etag()
+        validation.raise_if_invalid(violations, "evaluation")
         try:
             await self._storage.insert_evaluation(evaluation)
         except Conflict as conflict:
@@ -193,6 +189,7 @@ class Core(LongRunning):
             else (filtering.And(tuple(clauses)) if clauses else None),
             run_filter=run_filter,
             after=after,
+            max_bytes=limits.MAX_PAGE_BYTES,
         )
         try:
             rows = await self._storage.list_evaluations(query)
@@ -203,17 +200,44 @@ class Core(LongRunning):
                 else ("evaluation_filter" if request.evaluation_filter else "filter")
             )
             raise _filter_error(invalid.error, field) from invalid
+        sizes = [evaluation.ByteSize() for evaluation, _ in rows]
+        taken = pages.fill(sizes, size)
+        page = [evaluation for evaluation, _ in rows[:taken]]
+        if request.last_ten_results and page:
+            taken = await self._with_recent_results(page, sizes)
         response = service_pb2.ListEvaluationsResponse()
-        response.evaluations.extend(row for row, _ in rows[:size])
-        if len(rows) > size:
-            response.next_page_token = self._tokens.encode(query_key, rows[size - 1][1])
-        if request.last_ten_results and response.evaluations:
-            recent = await self._storage.recent_results(
-                [e.name for e in response.evaluations], _RECENT_RESULTS
-            )
-            for evaluation in response.evaluations:
-                evaluation.last_ten_results.extend(recent.get(evaluation.name, []))
+        response.evaluations.extend(page[:taken])
+        if taken < len(rows):
+            response.next_page_token = self._tokens.encode(query_key, rows[taken - 1][1])
         return response
+
+    async def _with_recent_results(
+        self, page: list[evaluation_pb2.Evaluation], sizes: list[int]
+    ) -> int:
+        """Give each evaluation of ``page`` (of ``sizes`` bytes) its newest results
+        (ListEvaluationsRequest.last_ten_results) and say how many of them the page holds now:
+        those that still fit the page's bytes with their results, the first always. When the
+        first alone does not, it keeps the newest results that fit and ends the page (the
+        results after it were not read: the storage stops at the same budget)."""
+        recent = await self._storage.recent_results(
+            [e.name for e in page], _RECENT_RESULTS, max_bytes=limits.MAX_PAGE_BYTES
+        )
+        found = [recent.get(e.name, []) for e in page]
+        result_sizes = [[r.ByteSize() + pages.ITEM_FRAMING for r in rs] for rs in found]
+        taken = pages.fill(
+            [size + sum(extra) for size, extra in zip(sizes, result_sizes, strict=False)],
+            len(page),
+        )
+        if taken == 1:
+            room = limits.MAX_PAGE_BYTES - pages.ITEM_FRAMING - sizes[0]
+            kept = 0
+            while kept < len(found[0]) and result_sizes[0][kept] <= room:
+                room -= result_sizes[0][kept]
+                kept += 1
+            found[0] = found[0][:kept]
+        for evaluation, results in zip(page[:taken], found, strict=False):
+            evaluation.last_ten_results.extend(results)
+        return taken
 
     async def update_evaluation(
         self, request: service_pb2.UpdateEvaluationRequest, caller: Caller
@@ -264,10 +288,13 @@ class Core(LongRunning):
         editable = evaluation_pb2.Evaluation()
         editable.CopyFrom(updated)
         violations = validation.evaluation_violations(editable, "evaluation")
-        validation.raise_if_invalid(violations, "evaluation")
         updated.update_time.CopyFrom(now())
         updated.last_updated_by = caller.user
         updated.etag = new_etag()
+        # What the update stores, served with the derived fields it keeps, is what is bounded.
+        validation.raise_if_invalid(
+            validation.with_size(violations, updated, "evaluation"), "evaluation"
+        )
         return updated
 
     async def delete_evaluation(
@@ -333,17 +360,19 @@ class Core(LongRunning):
             filter=_filter(request.filter, "filter"),
             after=after,
             across_evaluations=across,
+            max_bytes=limits.MAX_PAGE_BYTES,
         )
         try:
             rows = await self._storage.list_results(query)
         except InvalidFilter as invalid:
             raise _filter_error(invalid.error, "filter") from invalid
+        taken = pages.fill((len(data) for data, _ in rows), size)
         response = service_pb2.ListEvaluationResultsResponse()
-        for data, _ in rows[:size]:
+        for data, _ in rows[:taken]:
             # Parsed straight into the response: no intermediate message to copy.
             response.evaluation_results.add().MergeFromString(data)
-        if len(rows) > size:
-            response.next_page_token = self._tokens.encode(query_key, rows[size - 1][1])
+        if taken < len(rows):
+            response.next_page_token = self._tokens.encode(query_key, rows[taken - 1][1])
         return response
 
     async def delete_evaluation_result(
@@ -380,9 +409,14 @@ class Core(LongRunning):
         )
         validation.raise_if_invalid(violations, "evaluation_result")
         try:
-            await self._storage.insert_result(result, parent_etag=new_etag())
+            await self._storage.insert_result(
+                result, parent_etag=new_etag(), max_evaluation_bytes=limits.MAX_RESOURCE_BYTES
+            )
         except Missing as missing:
             raise ServiceError.not_found(names.EVALUATION.type, request.parent) from missing
+        except TooLarge as large:
+            violation = limits.too_large("evaluation_result", large.size, large.name)
+            validation.raise_if_invalid([violation], "evaluation_result")
         except Conflict as conflict:
             raise self._conflict(
                 conflict, names.EVALUATION_RESULT, result, "evaluation"
@@ -420,7 +454,7 @@ class Core(LongRunning):
                         f"Must be a resource name of the form {prefix}{{id}}.",
                     )
                 )
-        return violations
+        return validation.with_size(violations, result, "evaluation_result")
 
     async def reset_project(
         self, request: emulator_pb2.ResetProjectRequest, caller: Caller
@@ -458,16 +492,24 @@ class Core(LongRunning):
 
 
 def _new_evaluation(
-    request: service_pb2.CreateEvaluationRequest,
+    request: service_pb2.CreateEvaluationRequest, name: str, user: str
 ) -> tuple[evaluation_pb2.Evaluation, list[FieldViolation]]:
-    """The evaluation a create stores (name and OUTPUT_ONLY fields dropped), and what is wrong
-    with it."""
+    """The evaluation a create stores (the caller's name and OUTPUT_ONLY fields dropped; named
+    ``name``, created by ``user`` now, with a new etag), and what is wrong with it: the field
+    rules, then its size as it will be served."""
     evaluation = evaluation_pb2.Evaluation()
     if not request.HasField("evaluation"):
         return evaluation, [FieldViolation("evaluation", "Required.", "REQUIRED")]
     evaluation.CopyFrom(request.evaluation)
     evaluation.ClearField("name")
-    return evaluation, validation.evaluation_violations(evaluation, "evaluation")
+    violations = validation.evaluation_violations(evaluation, "evaluation")
+    created = now()
+    evaluation.name = name
+    evaluation.create_time.CopyFrom(created)
+    evaluation.update_time.CopyFrom(created)
+    evaluation.created_by = evaluation.last_updated_by = user
+    evaluation.etag = new_etag()
+    return evaluation, validation.with_size(violations, evaluation, "evaluation")
 
 
 def snake_case(name: str) -> str:

@@ -1,5 +1,5 @@
-"""Input validation of evaluations and results: field behaviours, the ranges the seeds state
-and the request limits (:mod:`ces_eval.core.limits`).
+"""Input validation of evaluations and results: field behaviours, the ranges the seeds state,
+the request limits (:mod:`ces_eval.core.limits`) and the size of what a write stores.
 
 Every problem in one request is reported together, as the field violations of a single
 ``google.rpc.BadRequest`` (AIP-193), so a caller can fix them all at once: up to
@@ -11,10 +11,15 @@ is refused with those alone, as the surfaces refuse a large one before decoding 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ces_eval.core import fields, json_safe, limits
 from ces_eval.core.limits import MAX_GOLDEN_TURNS, MAX_SCENARIO_TURNS
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_config_pb2, evaluation_pb2
+
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
 
 __all__ = [
     "MAX_GOLDEN_TURNS",
@@ -23,6 +28,7 @@ __all__ = [
     "evaluation_violations",
     "raise_if_invalid",
     "validate_evaluation",
+    "with_size",
 ]
 
 _Thresholds = evaluation_config_pb2.EvaluationMetricsThresholds.GoldenEvaluationMetricsThresholds
@@ -75,6 +81,20 @@ def counts_first(violations: list[FieldViolation]) -> list[FieldViolation]:
     return counts[: limits.MAX_COUNT_VIOLATIONS] if counts else violations
 
 
+def with_size(
+    violations: list[FieldViolation], message: Message, path: str
+) -> list[FieldViolation]:
+    """``violations`` of ``message`` (the resource a write stores, exactly as it will be served:
+    named, stamped, with its derived fields) and its size limit
+    (:func:`limits.size_violations`). The size is measured only on a resource within every
+    other limit: a string too long or a container with too many entries is what makes it
+    large, and is reported by itself."""
+    if any(v.reason in _LIMIT_REASONS for v in violations):
+        return violations
+    return violations + limits.size_violations(message, path)
+
+
+_LIMIT_REASONS = frozenset({"TOO_MANY", "TOO_LONG", "TOO_DEEP"})
 _PROBLEMS_IN_MESSAGE = 5
 
 

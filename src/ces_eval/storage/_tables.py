@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ces_eval import filtering
 from ces_eval.core import derived
 from ces_eval.generated.google.cloud.ces.v1beta import common_pb2, evaluation_pb2
-from ces_eval.storage.base import InvalidFilter, ListQuery, SortKey
+from ces_eval.storage.base import InvalidFilter, ListQuery, SortKey, TooLarge
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -39,6 +39,7 @@ __all__ = [
     "evaluation_row",
     "micros",
     "now_micros",
+    "refuse_growth",
     "result_row",
     "tally_change",
     "tally_json",
@@ -120,6 +121,13 @@ RESULT_FILTER_FIELDS = _specs("evaluation_results", _RESULT_SPECS)
 RUN_FILTER_FIELDS = _specs("r", _RESULT_SPECS)
 
 _JSON_COLUMNS = frozenset({"tags", "evaluation_datasets"})
+# What a row holds of its resource as served, in bytes (ListQuery.max_bytes): read from the
+# stored lengths, never from the blobs.
+_STORED_BYTES = {
+    "evaluations": "length(evaluations.data) + length(evaluations.derived)",
+    "evaluation_results": "length(evaluation_results.data)",
+    "operations": "length(operations.data)",
+}
 _SORT_COLUMNS = {
     SortKey.NAME: "name",
     SortKey.CREATE_TIME: "create_time",
@@ -170,11 +178,12 @@ class Sql:
         self, table: str, columns: str, where: list[str], params: list[object], query: ListQuery
     ) -> str:
         """``SELECT <columns>, name, <sort column>`` of one keyset page; appends the page's
-        parameters (cursor, limit) to ``params``.
+        parameters (cursor, limit, byte budget) to ``params``.
 
         The page starts strictly after the cursor's (sort column, name); the name breaks ties in
         the same direction as the sort column, so one index scan in one direction serves the page
-        with no sort step, however deep the page is.
+        with no sort step, however deep the page is. With ``query.max_bytes`` the page ends at the
+        first row past the budget (:meth:`limit`).
         """
         sort = _SORT_COLUMNS[query.order.key]
         column = f"{table}.{sort}"
@@ -194,10 +203,64 @@ class Sql:
                 # equivalent OR of two conditions makes SQLite walk every row before the cursor).
                 where.append(f"({column}, {table}.name) {compare} ({p}, {p})")
                 params += [after.value, after.name]
-        params.append(query.limit)
+        limit = self.limit(
+            table,
+            where,
+            params,
+            column=column,
+            order=order,
+            limit=query.limit,
+            max_bytes=query.max_bytes,
+        )
         return (
             f"SELECT {columns}, name, {sort} FROM {table} "  # noqa: S608 - fixed identifiers, compiled clauses; values are parameters
-            f"WHERE {' AND '.join(where)} {order} LIMIT {p}"
+            f"WHERE {' AND '.join(where)} {order} {limit}"
+        )
+
+    def limit(
+        self,
+        table: str,
+        where: list[str],
+        params: list[object],
+        *,
+        column: str,
+        order: str,
+        limit: int,
+        max_bytes: int | None,
+    ) -> str:
+        """The ``LIMIT`` of a page of ``table`` whose rows ``where`` selects in ``order`` (an
+        ``ORDER BY`` clause: ``column``, then name); appends its parameters to ``params``
+        (which holds those of ``where``).
+
+        With ``max_bytes``, the limit is also a byte budget: a row is read only while the rows
+        before it hold at most ``max_bytes`` stored bytes, or when it is among the first two
+        (a caller then sees more follow even after a row larger than the budget). The number
+        of such rows comes from the same selection read for its stored lengths alone (both
+        engines read a blob's length without reading the blob), so the page itself remains one
+        index range, read in order, that stops at its last row.
+        """
+        p = self.p
+        if max_bytes is None:
+            params.append(limit)
+            return f"LIMIT {p}"
+        direction = "DESC" if order.endswith("DESC") else "ASC"
+        window = f"ORDER BY name {direction}"
+        if column != f"{table}.name":
+            window = f"ORDER BY sort_value {direction}, name {direction}"
+        sizes = (
+            f"SELECT {column} AS sort_value, {table}.name AS name, "  # noqa: S608 - fixed identifiers, compiled clauses; values are parameters
+            f"{_STORED_BYTES[table]} AS size FROM {table} WHERE {' AND '.join(where)} "
+            f"{order} LIMIT {p}"
+        )
+        counted = (
+            f"SELECT row_number() OVER ({window}) AS position, "  # noqa: S608 - fixed identifiers
+            f"sum(size) OVER ({window} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) "
+            f"AS before FROM ({sizes}) AS sizes"
+        )
+        params += [*params, limit, max_bytes]
+        return (
+            f"LIMIT (SELECT count(*) FROM ({counted}) AS counted "  # noqa: S608 - fixed identifiers; values are parameters
+            f"WHERE position <= 2 OR before <= {p})"
         )
 
     def list_evaluations(self, query: ListQuery) -> tuple[str, list[object]]:
@@ -227,9 +290,15 @@ class Sql:
         return self.page("evaluation_results", "data", where, params, query), params
 
     def list_operations(
-        self, parent: str, limit: int, after: str | None, done: bool | None
+        self,
+        parent: str,
+        limit: int,
+        after: str | None,
+        done: bool | None,
+        max_bytes: int | None = None,
     ) -> tuple[str, list[object]]:
-        """Operations under ``parent`` by name after ``after``, done or running or both."""
+        """Operations under ``parent`` by name after ``after``, done or running or both; with
+        ``max_bytes``, cut as :meth:`limit` says."""
         p = self.p
         where = [f"parent = {p}"]
         params: list[object] = [parent]
@@ -239,11 +308,18 @@ class Sql:
         if done is not None:
             where.append(f"done = {p}")
             params.append(done)
-        params.append(limit)
-        statement = (
-            f"SELECT data FROM operations WHERE {' AND '.join(where)} "  # noqa: S608 - fixed clauses
-            f"ORDER BY name LIMIT {p}"
+        where_sql = " AND ".join(where)
+        order = "ORDER BY operations.name ASC"
+        limit_sql = self.limit(
+            "operations",
+            where,
+            params,
+            column="operations.name",
+            order=order,
+            limit=limit,
+            max_bytes=max_bytes,
         )
+        statement = f"SELECT data FROM operations WHERE {where_sql} {order} {limit_sql}"  # noqa: S608 - fixed clauses
         return statement, params
 
     def runs_of(self) -> str:
@@ -321,14 +397,10 @@ def evaluation_row(evaluation: _Evaluation) -> tuple[object, ...]:
     base.CopyFrom(evaluation)
     # Fields computed from results (stored apart, in ``derived``, or read on demand) and the
     # etag (a column of its own) are never part of the ``data`` blob.
-    for field in (
-        "aggregated_metrics",
-        "evaluation_runs",
-        "last_completed_result",
-        "last_ten_results",
-        "etag",
-    ):
+    for field in derived.FIELDS:
         base.ClearField(field)
+    base.ClearField("last_ten_results")
+    base.ClearField("etag")
     return (
         evaluation.name,
         evaluation.name.rsplit("/evaluations/", 1)[0],
@@ -350,6 +422,26 @@ def evaluation_from_row(data: bytes, derived: bytes, etag: str) -> _Evaluation:
     return _Evaluation.FromString(
         bytes(data) + bytes(derived) + _Evaluation(etag=etag).SerializeToString()
     )
+
+
+def refuse_growth(
+    evaluation: str,
+    stored: tuple[int, int, str],
+    derived: bytes,
+    etag: str,
+    max_bytes: int | None,
+) -> None:
+    """Raise TooLarge when the evaluation whose row holds ``stored`` (the lengths of its data
+    and derived blobs, its etag) would, served with the new ``derived`` blob and ``etag``, be
+    larger than ``max_bytes`` and larger than it was. Its blobs hold disjoint fields, so its
+    size as served is their lengths plus the etag's field: no blob is read or parsed."""
+    if max_bytes is None:
+        return
+    data_length, derived_length, old_etag = stored
+    before = data_length + derived_length + _Evaluation(etag=old_etag).ByteSize()
+    after = data_length + len(derived) + _Evaluation(etag=etag).ByteSize()
+    if after > max_bytes and after > before:
+        raise TooLarge(evaluation, after)
 
 
 def derived_blob(tally: Tally, runs: list[str], last_completed: bytes | None) -> bytes:

@@ -32,6 +32,7 @@ __all__ = [
     "ResetCounts",
     "SortKey",
     "Storage",
+    "TooLarge",
     "Unavailable",
 ]
 
@@ -65,6 +66,12 @@ class ListQuery:
     ``parent`` is the collection owner; for results it may be an app (all evaluations, the
     AIP-159 ``-`` wildcard) or one evaluation. ``run_filter`` restricts evaluations to those with
     a result matching it (ListEvaluationsRequest.evaluation_run_filter).
+
+    ``max_bytes`` bounds what is read besides ``limit``: a row is read only while the rows
+    before it hold at most that many stored bytes (an evaluation's data and derived fields, a
+    result's data), or when it is the first or second. The first row past the budget is
+    therefore the last one returned, and tells the caller that more follow; no row after it is
+    read (the sizes come from the stored lengths, not from reading the rows).
     """
 
     parent: str
@@ -74,6 +81,7 @@ class ListQuery:
     run_filter: Expr | None = None
     after: Cursor | None = None
     across_evaluations: bool = False
+    max_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -116,6 +124,16 @@ class EtagMismatch(Exception):
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self.name = name
+
+
+class TooLarge(Exception):
+    """A result write would make its evaluation, with the fields derived from its results,
+    ``size`` bytes as served: more than the write allowed, and more than before."""
+
+    def __init__(self, name: str, size: int) -> None:
+        super().__init__(f"{name} would be {size} bytes")
+        self.name = name
+        self.size = size
 
 
 class InUse(Exception):
@@ -173,32 +191,48 @@ class Storage(Protocol):
         """Delete an evaluation and its results. Raises Missing or EtagMismatch."""
 
     async def recent_results(
-        self, evaluations: Sequence[str], count: int
+        self, evaluations: Sequence[str], count: int, max_bytes: int | None = None
     ) -> dict[str, list[evaluation_pb2.EvaluationResult]]:
-        """The ``count`` newest results of each evaluation, newest first."""
+        """The ``count`` newest results of each evaluation, newest first. With ``max_bytes``,
+        taken in that order (evaluations as given) only while the results before hold at most
+        that many stored bytes: the first one past it is the last returned, and evaluations
+        after it get none."""
 
     async def insert_result(
-        self, result: evaluation_pb2.EvaluationResult, parent_etag: str
+        self,
+        result: evaluation_pb2.EvaluationResult,
+        parent_etag: str,
+        *,
+        max_evaluation_bytes: int | None = None,
     ) -> None:
         """Store a new result; recompute its evaluation's derived fields and give the
-        evaluation ``parent_etag``. Raises Missing (evaluation) or Conflict."""
+        evaluation ``parent_etag``. Raises Missing (evaluation) or Conflict; TooLarge (nothing
+        stored) when the evaluation, served with its new derived fields, would be larger than
+        ``max_evaluation_bytes`` and larger than it was (the same for every result write)."""
 
     async def get_result(self, name: str) -> evaluation_pb2.EvaluationResult | None: ...
 
     async def replace_result(
-        self, result: evaluation_pb2.EvaluationResult, parent_etag: str
+        self,
+        result: evaluation_pb2.EvaluationResult,
+        parent_etag: str,
+        *,
+        max_evaluation_bytes: int | None = None,
     ) -> None:
         """Overwrite a stored result, recompute its evaluation's derived fields and give the
-        evaluation ``parent_etag``. Raises Missing."""
+        evaluation ``parent_etag``. Raises Missing or TooLarge."""
 
     async def import_bundle(
         self,
         evaluations: Sequence[evaluation_pb2.Evaluation],
         results: Sequence[evaluation_pb2.EvaluationResult],
+        *,
+        max_evaluation_bytes: int | None = None,
     ) -> None:
         """Store evaluations (with their etags) and results in one transaction, then derive.
         Raises Conflict (nothing stored) on a taken name or display name, Missing when a
-        result's evaluation is neither stored nor imported."""
+        result's evaluation is neither stored nor imported, TooLarge (nothing stored) for the
+        first evaluation the results would make too large."""
 
     async def list_results(self, query: ListQuery) -> list[tuple[bytes, Cursor]]:
         """Up to ``query.limit`` results after ``query.after``, each serialized as stored
@@ -221,10 +255,15 @@ class Storage(Protocol):
     async def get_operation(self, name: str) -> operations_pb2.Operation | None: ...
 
     async def list_operations(
-        self, parent: str, limit: int, after: str | None, done: bool | None
+        self,
+        parent: str,
+        limit: int,
+        after: str | None,
+        done: bool | None,
+        max_bytes: int | None = None,
     ) -> list[operations_pb2.Operation]:
         """Operations under ``parent`` (``projects/p/locations/l``) by name, after ``after``;
-        ``done`` restricts to finished or running ones."""
+        ``done`` restricts to finished or running ones; ``max_bytes`` as in ListQuery."""
 
     async def finish_operation(self, operation: operations_pb2.Operation) -> bool:
         """Record the final state of a running operation; False if it was already done."""

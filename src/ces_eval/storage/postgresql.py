@@ -296,19 +296,32 @@ class PostgresStorage:
     # -- results -------------------------------------------------------------------------------
 
     async def recent_results(
-        self, evaluations: Sequence[str], count: int
+        self, evaluations: Sequence[str], count: int, max_bytes: int | None = None
     ) -> dict[str, list[_Result]]:
         if not evaluations:
             return {}
+        newest = (
+            "SELECT e.name AS evaluation, e.n, r.name, r.create_time, length(r.data) AS size "
+            "FROM unnest(%s::text[]) WITH ORDINALITY AS e(name, n) "
+            "CROSS JOIN LATERAL (SELECT name, create_time, data FROM evaluation_results "
+            "WHERE evaluation = e.name ORDER BY create_time DESC, name DESC LIMIT %s) r"
+        )
+        order = "n, create_time DESC, name DESC"
+        # Within max_bytes: as Sql.within_bytes, from the stored lengths (no blob is read
+        # past the budget's last result).
+        statement = (
+            "SELECT page.evaluation, r.data FROM ("  # noqa: S608 - fixed clauses
+            "SELECT evaluation, n, name, create_time, sum(size) OVER "
+            f"(ORDER BY {order} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before "
+            f"FROM ({newest}) AS newest) AS page "
+            "JOIN evaluation_results r ON r.name = page.name "
+            "WHERE page.before IS NULL OR %s::bigint IS NULL OR page.before <= %s::bigint "
+            "ORDER BY page.n, page.create_time DESC, page.name DESC"
+        )
 
         async def work(connection: _Connection) -> list[TupleRow]:
             return await self._all(
-                connection,
-                "SELECT e.name, r.data FROM unnest(%s::text[]) WITH ORDINALITY AS e(name, n) "
-                "CROSS JOIN LATERAL (SELECT data, create_time, name FROM evaluation_results "
-                "WHERE evaluation = e.name ORDER BY create_time DESC, name DESC LIMIT %s) r "
-                "ORDER BY e.n, r.create_time DESC, r.name DESC",
-                (list(evaluations), count),
+                connection, statement, (list(evaluations), count, max_bytes, max_bytes)
             )
 
         found: dict[str, list[_Result]] = {name: [] for name in evaluations}
@@ -327,14 +340,25 @@ class PostgresStorage:
         return str(row[0])
 
     async def _refresh_derived(
-        self, connection: _Connection, evaluation: str, etag: str, change: Tally
+        self,
+        connection: _Connection,
+        evaluation: str,
+        etag: str,
+        change: Tally,
+        max_bytes: int | None = None,
     ) -> None:
         """Apply a result write's ``change`` to the evaluation's metrics tally and store its
-        derived fields with ``etag`` (the caller holds the evaluation's row lock)."""
+        derived fields with ``etag`` (the caller holds the evaluation's row lock). TooLarge
+        (see Storage.insert_result) before anything is stored."""
         row = await self._one(
-            connection, "SELECT metrics_tally FROM evaluations WHERE name = %s", (evaluation,)
+            connection,
+            "SELECT metrics_tally, length(data), length(derived), etag FROM evaluations "
+            "WHERE name = %s",
+            (evaluation,),
         )
-        stored = None if row is None else row[0]
+        if row is None:
+            raise Missing(evaluation)
+        stored = row[0]
         if stored is None:  # from before incremental upkeep: sum every result once
             rows = await self._all(
                 connection,
@@ -346,14 +370,13 @@ class PostgresStorage:
             tally = _tables.updated_tally(stored, change, list)
         runs = [str(run) for (run,) in await self._all(connection, _RUNS, (evaluation,))]
         last = await self._one(connection, _LAST_COMPLETED, (evaluation, _COMPLETED))
+        derived = _tables.derived_blob(tally, runs, last[0] if last else None)
+        _tables.refuse_growth(
+            evaluation, (int(row[1]), int(row[2]), str(row[3])), derived, etag, max_bytes
+        )
         await connection.execute(
             "UPDATE evaluations SET derived = %s, etag = %s, metrics_tally = %s WHERE name = %s",
-            (
-                _tables.derived_blob(tally, runs, last[0] if last else None),
-                etag,
-                _tables.tally_json(tally),
-                evaluation,
-            ),
+            (derived, etag, _tables.tally_json(tally), evaluation),
         )
 
     async def _insert_result(self, connection: _Connection, result: _Result) -> str:
@@ -362,14 +385,17 @@ class PostgresStorage:
         await connection.execute(_INSERT_RESULT, row)
         return evaluation
 
-    async def insert_result(self, result: _Result, parent_etag: str) -> None:
+    async def insert_result(
+        self, result: _Result, parent_etag: str, *, max_evaluation_bytes: int | None = None
+    ) -> None:
         evaluation = result.name.rsplit("/results/", 1)[0]
 
         async def work(connection: _Connection) -> None:
             await self._lock_evaluation(connection, evaluation)
             await self._insert_result(connection, result)
+            change = _tables.tally_change(result, None)
             await self._refresh_derived(
-                connection, evaluation, parent_etag, _tables.tally_change(result, None)
+                connection, evaluation, parent_etag, change, max_evaluation_bytes
             )
 
         try:
@@ -377,7 +403,9 @@ class PostgresStorage:
         except pg_errors.UniqueViolation as error:
             raise await self._conflict(error, result.name, result.display_name) from error
 
-    async def replace_result(self, result: _Result, parent_etag: str) -> None:
+    async def replace_result(
+        self, result: _Result, parent_etag: str, *, max_evaluation_bytes: int | None = None
+    ) -> None:
         row = _tables.result_row(result)
         evaluation = str(row[1])
 
@@ -390,7 +418,9 @@ class PostgresStorage:
                 raise Missing(result.name)
             await connection.execute(_UPDATE_RESULT, (*row[3:], result.name))
             change = _tables.tally_change(result, _Result.FromString(before[0]))
-            await self._refresh_derived(connection, evaluation, parent_etag, change)
+            await self._refresh_derived(
+                connection, evaluation, parent_etag, change, max_evaluation_bytes
+            )
 
         try:
             await self._write(work)
@@ -398,7 +428,11 @@ class PostgresStorage:
             raise Missing(result.name) from missing
 
     async def import_bundle(
-        self, evaluations: Sequence[_Evaluation], results: Sequence[_Result]
+        self,
+        evaluations: Sequence[_Evaluation],
+        results: Sequence[_Result],
+        *,
+        max_evaluation_bytes: int | None = None,
     ) -> None:
         etags = {e.name: e.etag for e in evaluations}
         # Evaluations that receive results, in order, each once; locked in name order so that
@@ -420,7 +454,11 @@ class PostgresStorage:
                 add_tally(changes[name], contribution(result))
             for name in touched:
                 await self._refresh_derived(
-                    connection, name, etags.get(name, stored[name]), changes[name]
+                    connection,
+                    name,
+                    etags.get(name, stored[name]),
+                    changes[name],
+                    max_evaluation_bytes,
                 )
 
         try:
@@ -501,9 +539,14 @@ class PostgresStorage:
         return None if row is None else operations_pb2.Operation.FromString(row[0])
 
     async def list_operations(
-        self, parent: str, limit: int, after: str | None, done: bool | None
+        self,
+        parent: str,
+        limit: int,
+        after: str | None,
+        done: bool | None,
+        max_bytes: int | None = None,
     ) -> list[operations_pb2.Operation]:
-        statement, params = _SQL.list_operations(parent, limit, after, done)
+        statement, params = _SQL.list_operations(parent, limit, after, done, max_bytes)
 
         async def work(connection: _Connection) -> list[TupleRow]:
             return await self._all(connection, statement, params)

@@ -412,31 +412,41 @@ class SqliteStorage:
     # -- results -------------------------------------------------------------------------------
 
     async def recent_results(
-        self, evaluations: Sequence[str], count: int
+        self, evaluations: Sequence[str], count: int, max_bytes: int | None = None
     ) -> dict[str, list[_Result]]:
         def work(connection: sqlite3.Connection) -> dict[str, list[_Result]]:
-            return {
-                name: [
-                    _Result.FromString(row[0])
-                    for row in connection.execute(
-                        "SELECT data FROM evaluation_results WHERE evaluation = ? "
-                        "ORDER BY create_time DESC, name DESC LIMIT ?",
-                        (name, count),
-                    )
-                ]
-                for name in evaluations
-            }
+            found: dict[str, list[_Result]] = {name: [] for name in evaluations}
+            read = 0
+            for name in evaluations:
+                # Rows are read one at a time as iterated: none after the budget's last.
+                for (data,) in connection.execute(
+                    "SELECT data FROM evaluation_results WHERE evaluation = ? "
+                    "ORDER BY create_time DESC, name DESC LIMIT ?",
+                    (name, count),
+                ):
+                    found[name].append(_Result.FromString(data))
+                    read += len(data)
+                    if max_bytes is not None and read > max_bytes:
+                        return found
+            return found
 
         return await self._read(work)
 
     @staticmethod
     def _refresh_derived(
-        connection: sqlite3.Connection, evaluation: str, etag: str, change: Tally
+        connection: sqlite3.Connection,
+        evaluation: str,
+        etag: str,
+        change: Tally,
+        max_bytes: int | None = None,
     ) -> None:
         """Apply a result write's ``change`` to the evaluation's metrics tally and store its
-        derived fields with ``etag``: a few indexed reads, whatever the number of results."""
+        derived fields with ``etag``: a few indexed reads, whatever the number of results.
+        TooLarge (see Storage.insert_result) before anything is stored."""
         row = connection.execute(
-            "SELECT metrics_tally FROM evaluations WHERE name = ?", (evaluation,)
+            "SELECT metrics_tally, length(data), length(derived), etag FROM evaluations "
+            "WHERE name = ?",
+            (evaluation,),
         ).fetchone()
         tally = _tables.updated_tally(
             row[0],
@@ -450,14 +460,11 @@ class SqliteStorage:
         )
         runs = [run for (run,) in connection.execute(_RUNS, (evaluation,))]
         last = connection.execute(_LAST_COMPLETED, (evaluation, _COMPLETED)).fetchone()
+        derived = _tables.derived_blob(tally, runs, last[0] if last else None)
+        _tables.refuse_growth(evaluation, row[1:], derived, etag, max_bytes)
         connection.execute(
             "UPDATE evaluations SET derived = ?, etag = ?, metrics_tally = ? WHERE name = ?",
-            (
-                _tables.derived_blob(tally, runs, last[0] if last else None),
-                etag,
-                _tables.tally_json(tally),
-                evaluation,
-            ),
+            (derived, etag, _tables.tally_json(tally), evaluation),
         )
 
     def _insert_result(self, connection: sqlite3.Connection, result: _Result) -> str:
@@ -474,16 +481,19 @@ class SqliteStorage:
             raise self._conflict(connection, error, result.name, result.display_name) from error
         return evaluation
 
-    async def insert_result(self, result: _Result, parent_etag: str) -> None:
+    async def insert_result(
+        self, result: _Result, parent_etag: str, *, max_evaluation_bytes: int | None = None
+    ) -> None:
         def work(connection: sqlite3.Connection) -> None:
             evaluation = self._insert_result(connection, result)
-            self._refresh_derived(
-                connection, evaluation, parent_etag, _tables.tally_change(result, None)
-            )
+            change = _tables.tally_change(result, None)
+            self._refresh_derived(connection, evaluation, parent_etag, change, max_evaluation_bytes)
 
         await self._write(work)
 
-    async def replace_result(self, result: _Result, parent_etag: str) -> None:
+    async def replace_result(
+        self, result: _Result, parent_etag: str, *, max_evaluation_bytes: int | None = None
+    ) -> None:
         row = _tables.result_row(result)
 
         def work(connection: sqlite3.Connection) -> None:
@@ -494,12 +504,18 @@ class SqliteStorage:
                 raise Missing(result.name)
             connection.execute(_UPDATE_RESULT, (*row[3:], result.name))
             change = _tables.tally_change(result, _Result.FromString(before[0]))
-            self._refresh_derived(connection, str(row[1]), parent_etag, change)
+            self._refresh_derived(
+                connection, str(row[1]), parent_etag, change, max_evaluation_bytes
+            )
 
         await self._write(work)
 
     async def import_bundle(
-        self, evaluations: Sequence[_Evaluation], results: Sequence[_Result]
+        self,
+        evaluations: Sequence[_Evaluation],
+        results: Sequence[_Result],
+        *,
+        max_evaluation_bytes: int | None = None,
     ) -> None:
         def work(connection: sqlite3.Connection) -> None:
             for evaluation in evaluations:
@@ -515,7 +531,11 @@ class SqliteStorage:
                     "SELECT etag FROM evaluations WHERE name = ?", (evaluation_name,)
                 ).fetchone()[0]
                 self._refresh_derived(
-                    connection, evaluation_name, etags.get(evaluation_name, current), change
+                    connection,
+                    evaluation_name,
+                    etags.get(evaluation_name, current),
+                    change,
+                    max_evaluation_bytes,
                 )
 
         await self._write(work)
@@ -591,9 +611,14 @@ class SqliteStorage:
         return self._read_now(work)
 
     async def list_operations(
-        self, parent: str, limit: int, after: str | None, done: bool | None
+        self,
+        parent: str,
+        limit: int,
+        after: str | None,
+        done: bool | None,
+        max_bytes: int | None = None,
     ) -> list[operations_pb2.Operation]:
-        statement, params = _SQL.list_operations(parent, limit, after, done)
+        statement, params = _SQL.list_operations(parent, limit, after, done, max_bytes)
 
         def work(connection: sqlite3.Connection) -> list[operations_pb2.Operation]:
             return [
