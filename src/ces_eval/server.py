@@ -27,7 +27,7 @@ import signal
 import socket
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,7 +36,7 @@ import uvicorn
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from ces_eval import openapi, schema
+from ces_eval import connections, openapi, schema
 from ces_eval import storage as storage_backends
 from ces_eval.access import TokenFileError, Tokens
 from ces_eval.admission import DEFAULT_LIMIT, Admission, Admitted
@@ -84,6 +84,8 @@ class ServerConfig:
     max_concurrent_requests: int = DEFAULT_LIMIT  # per surface and process (admission.py)
     # Open connections per listener (gRPC port, HTTP port) and process; one more is closed.
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    # How long the HTTP port waits for a client (connections.py); no flag sets them.
+    timeouts: connections.Timeouts = field(default_factory=connections.Timeouts)
     log_level: str = "info"  # logs.LEVELS; info writes the request log
     log_format: str = "text"  # logs.FORMATS
     # Web pages (http_app.BrowserGuard): more Host names (any port) and cross-origin origins.
@@ -433,6 +435,9 @@ async def serve(config: ServerConfig, worker_of: socket.socket | None = None) ->
     ports are bound before the database is opened, so a taken port changes nothing."""
     role = _Role(worker_of)
     tokens = preflight(config)
+    open_files = connections.raise_open_file_limit()
+    if (problem := connections.descriptor_problem(open_files, config.max_connections)) is not None:
+        _log.warning("%s", problem)
     async with contextlib.AsyncExitStack() as cleanup:
         http_sockets = role.http_sockets(config)
         for sock in http_sockets:
@@ -502,9 +507,12 @@ async def _serve(
         mcp=Admitted(mcp.app, Admission("mcp", config.max_concurrent_requests), jsonrpc=True),
         lifespan=lambda _app: mcp.manager.run(),
         browser=BrowserRules(config.host, config.allow_host, config.allow_origin),
+        timeouts=config.timeouts,
     )
     if log is not None:
         app = HttpRequestLog(app, log)
+    connections.AcceptErrors.install(asyncio.get_running_loop())
+    listener = connections.Listener("HTTP", config.max_connections, config.timeouts)
     http = _Uvicorn(
         uvicorn.Config(
             app,
@@ -513,6 +521,9 @@ async def _serve(
             log_level="debug" if config.log_level == "debug" else "warning",
             lifespan="on",
             timeout_graceful_shutdown=int(DRAIN_SECONDS),
+            http=connections.http_protocol(listener),
+            ws="none",
+            timeout_keep_alive=config.timeouts.idle,
         )
     )
     http_task = asyncio.create_task(http.serve(sockets=http_sockets))

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["RunningServer", "run_serve", "serve_command", "start_server"]
+__all__ = ["RunningServer", "run_serve", "serve_command", "start_server", "with_timeouts"]
 
 _READY_LINE = re.compile(r"serving gRPC on (\S+):(\d+) and HTTP on http://(\S+):(\d+)")
 
@@ -84,6 +84,26 @@ def serve_command(database_url: str, *extra: str, program: Sequence[str] = ()) -
         database_url,
         *extra,
     ]
+
+
+def with_timeouts(**seconds: float) -> list[str]:
+    """A ``program`` for :func:`start_server`: ``ces-eval`` whose HTTP connection timeouts
+    (``ServerConfig.timeouts``, :class:`ces_eval.connections.Timeouts`) are ``seconds``, so that
+    a test need not wait out the defaults. No flag sets them: this wraps ``serve`` to replace
+    them in the configuration the command line built."""
+    code = "\n".join(
+        [
+            "import dataclasses, sys",
+            "from ces_eval import cli, connections, server",
+            f"timeouts = connections.Timeouts(**{seconds!r})",
+            "async def serve(config, worker_of=None):",
+            "    config = dataclasses.replace(config, timeouts=timeouts)",
+            "    return await server.serve(config, worker_of)",
+            "cli.serve = serve",
+            "sys.exit(cli.main(sys.argv[1:]))",
+        ]
+    )
+    return [sys.executable, "-c", code]
 
 
 def run_serve(database_url: str, *extra: str) -> subprocess.CompletedProcess[str]:

@@ -2,13 +2,15 @@
 
 ``/healthz``, ``/openapi.json`` and ``/mcp`` (MCP Streamable HTTP) are plain routes; every other
 request goes to the REST transcoder, which owns its own 404/405 answers in Google's error format.
-``/mcp`` bodies are limited like REST bodies (:class:`BodyLimit`). Every request, whatever its
-path, first passes :class:`BrowserGuard`: web pages must not drive a local server (issue 15,
-item 2; docs/security.md, "Web pages").
+REST and ``/mcp`` bodies are read whole, bounded in size and time, before the surface (and its
+admission) sees the request (:class:`BodyLimit`). Every request, whatever its path, first
+passes :class:`BrowserGuard`: web pages must not drive a local server (issue 15, item 2;
+docs/security.md, "Web pages").
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import ipaddress
 import json
@@ -24,6 +26,7 @@ from starlette.routing import Route
 
 from ces_eval import logs
 from ces_eval.admission import SERVER_TIMEOUT_HEADER
+from ces_eval.connections import Timeouts
 from ces_eval.core.limits import MAX_REQUEST_BYTES
 from ces_eval.errors import Code, ServiceError
 from ces_eval.transcoding import errors
@@ -43,53 +46,98 @@ MCP_PATH = "/mcp"
 
 
 class BodyLimit:
-    """``app`` refusing HTTP request bodies over ``limit`` bytes with 413 and Google's error
-    envelope (RESOURCE_EXHAUSTED, ``REQUEST_BODY_TOO_LARGE``), as the REST transcoder does.
+    """``app`` behind a complete request body: read here, bounded in size and in time, and
+    replayed to ``app`` once complete. In front of admission, a body still arriving holds no
+    slot (issue 15, item 4).
 
-    Never more than ``limit`` bytes (plus one chunk) are held: a declared Content-Length over
-    the limit is refused before any of the body is read; otherwise the body is read and counted
-    chunk by chunk (chunked uploads declare no length), refused as soon as it passes the limit,
-    and replayed to ``app`` once complete. uvicorn discards whatever of a refused body is still
-    on the way. A class, not a function: Starlette's ``Route`` mounts instances as ASGI apps.
-    ``jsonrpc`` (``/mcp``): the refusal is a JSON-RPC error carrying that envelope's error
-    (:func:`refusal`).
+    **Size.** Bodies over ``limit`` bytes get 413 and Google's error envelope
+    (RESOURCE_EXHAUSTED, ``REQUEST_BODY_TOO_LARGE``), as the REST transcoder answers. Never
+    more than ``limit`` bytes (plus one chunk) are held: a declared Content-Length over the
+    limit is refused before any of the body is read; otherwise the body is counted chunk by
+    chunk (chunked uploads declare no length) and refused as soon as it passes the limit.
+    uvicorn discards whatever of a refused body is still on the way (for at most the header
+    timeout, :mod:`ces_eval.connections`).
+
+    **Time.** The body must be complete by :meth:`~ces_eval.connections.Timeouts.body_deadline`
+    (10 s, plus a second per 16 KiB received), else 408 (DEADLINE_EXCEEDED,
+    ``REQUEST_BODY_TIMEOUT``) and the connection is closed: a client sending a byte a second
+    holds neither a slot nor a connection for long.
+
+    A request without a body (no Content-Length or a zero one, no Transfer-Encoding) goes to
+    ``app`` as it is; a client gone before its body is complete gets nothing (no app runs).
+    A class, not a function: Starlette's ``Route`` mounts instances as ASGI apps. ``jsonrpc``
+    (``/mcp``): refusals are JSON-RPC errors carrying that envelope's error (:func:`refusal`).
     """
 
     def __init__(
-        self, app: ASGIApp, limit: int = MAX_REQUEST_BYTES, *, jsonrpc: bool = False
+        self,
+        app: ASGIApp,
+        limit: int = MAX_REQUEST_BYTES,
+        *,
+        jsonrpc: bool = False,
+        timeouts: Timeouts | None = None,
     ) -> None:
         self.app = app
         self.limit = limit
         self.jsonrpc = jsonrpc
+        self.timeouts = timeouts or Timeouts()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if _content_length(scope) > self.limit:
-            await self._refuse(send)
+        declared, chunked = _body_headers(scope)
+        if declared is not None and declared > self.limit:
+            await self._refuse(scope, send, errors.payload_too_large(self.limit), 413)
+            return
+        if not chunked and not declared:  # no body: nothing to wait for
+            await self.app(scope, receive, send)
             return
         received: deque[Message] = deque()
         size = 0
-        while True:
-            message = await receive()
-            received.append(message)
-            if message["type"] != "http.request":
-                break  # the client went away: the app sees that too
-            size += len(message.get("body", b""))
-            if size > self.limit:
-                await self._refuse(send)
-                return
-            if not message.get("more_body", False):
-                break
+        start = asyncio.get_running_loop().time()
+        bound = asyncio.timeout_at(self.timeouts.body_deadline(start, 0))
+        try:
+            async with bound:
+                while True:
+                    message = await receive()
+                    if message["type"] != "http.request":
+                        return  # the client went away: nobody to answer
+                    received.append(message)
+                    size += len(message.get("body", b""))
+                    if size > self.limit:
+                        await self._refuse(scope, send, errors.payload_too_large(self.limit), 413)
+                        return
+                    if not message.get("more_body", False):
+                        break
+                    bound.reschedule(self.timeouts.body_deadline(start, size))
+        except TimeoutError:
+            if not bound.expired():
+                raise
+            elapsed = asyncio.get_running_loop().time() - start
+            timeouts = self.timeouts
+            late = errors.request_body_timeout(size, elapsed, timeouts.body, timeouts.body_rate)
+            # The rest of the body may still come: the connection ends with this answer.
+            await self._refuse(scope, send, late, 408, [(b"connection", b"close")])
+            return
 
         async def replay() -> Message:
             return received.popleft() if received else await receive()
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, send: Send) -> None:
-        await refusal(send, errors.payload_too_large(self.limit), 413, jsonrpc=self.jsonrpc)
+    async def _refuse(
+        self,
+        scope: Scope,
+        send: Send,
+        error: ServiceError,
+        status: int,
+        headers: Sequence[tuple[bytes, bytes]] = (),
+    ) -> None:
+        call = scope.get(logs.CALL_KEY)  # the request line's code: 408 has none of its own
+        if isinstance(call, logs.Call):
+            call.code = error.code
+        await refusal(send, error, status, jsonrpc=self.jsonrpc, extra_headers=headers)
 
 
 async def refusal(
@@ -113,16 +161,21 @@ async def refusal(
     await send({"type": "http.response.body", "body": body})
 
 
-def _content_length(scope: Scope) -> int:
-    """The declared body length; -1 when absent or unreadable (the server rejects malformed
-    lengths itself; a chunked body is counted as it arrives)."""
+def _body_headers(scope: Scope) -> tuple[int | None, bool]:
+    """The declared body length (None when absent or unreadable: the server rejects malformed
+    lengths itself) and whether a Transfer-Encoding is given (a chunked body is counted as it
+    arrives)."""
+    declared: int | None = None
+    chunked = False
     for name, value in scope.get("headers", ()):
         if name == b"content-length":
             try:
-                return int(value)
+                declared = int(value)
             except ValueError:
-                return -1
-    return -1
+                declared = None
+        elif name == b"transfer-encoding":
+            chunked = True
+    return declared, chunked
 
 
 # -- web pages ------------------------------------------------------------------------------------
@@ -431,13 +484,15 @@ def build_app(
     lifespan: Callable[[Starlette], AbstractAsyncContextManager[None]] | None = None,
     *,
     browser: BrowserRules | None = None,
+    timeouts: Timeouts | None = None,
 ) -> ASGIApp:
     """``GET /healthz``: 200 once every listener accepts connections and the database answers,
     503 otherwise (before start-up ends, while draining, while the database is away), so load
     balancers and test harnesses can poll it. ``ready`` returns None when serving, else why
     not. ``lifespan`` encloses serving (the MCP session manager's run context). Every request,
     ``/healthz`` included, passes :class:`BrowserGuard` with ``browser`` (default: a loopback
-    server's rules, no other name or origin)."""
+    server's rules, no other name or origin). ``rest`` and ``mcp`` get their requests with
+    complete bodies (:class:`BodyLimit`, reading them within ``timeouts``)."""
 
     async def healthz(request: Request) -> JSONResponse:
         problem = await ready()
@@ -454,8 +509,8 @@ def build_app(
 
         routes.append(Route("/openapi.json", openapi_json, methods=["GET"]))
     if mcp is not None:
-        routes.append(Route(MCP_PATH, BodyLimit(mcp, jsonrpc=True)))
+        routes.append(Route(MCP_PATH, BodyLimit(mcp, jsonrpc=True, timeouts=timeouts)))
     app = Starlette(routes=routes, lifespan=lifespan)
     if rest is not None:
-        app.router.default = rest  # requests no route above matches
+        app.router.default = BodyLimit(rest, timeouts=timeouts)  # what no route above matches
     return BrowserGuard(app, browser or BrowserRules())

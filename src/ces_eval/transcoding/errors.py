@@ -19,6 +19,7 @@ __all__ = [
     "method_not_allowed",
     "not_found_path",
     "payload_too_large",
+    "request_body_timeout",
 ]
 
 
@@ -80,4 +81,19 @@ def payload_too_large(limit: int) -> ServiceError:
         f"The request body is larger than {limit} bytes.",
         "REQUEST_BODY_TOO_LARGE",
         {"limit": str(limit)},
+    )
+
+
+def request_body_timeout(
+    received: int, elapsed: float, allowance: float, rate: int
+) -> ServiceError:
+    """408 is not a canonical code either: DEADLINE_EXCEEDED's text with HTTP 408 set by the
+    caller, for a body not complete in time (``received`` bytes in ``elapsed`` seconds, where a
+    body may take ``allowance`` seconds plus one per ``rate`` bytes)."""
+    return ServiceError(
+        Code.DEADLINE_EXCEEDED,
+        f"The request body did not arrive in time: {received} bytes in {elapsed:.1f} s, where "
+        f"a body may take {allowance:g} s plus 1 s per {rate} bytes.",
+        "REQUEST_BODY_TIMEOUT",
+        {"received": str(received), "elapsed": f"{elapsed:.1f}s", "rate": str(rate)},
     )
