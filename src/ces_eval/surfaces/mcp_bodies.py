@@ -117,10 +117,10 @@ def _overflow(overflow: Overflow) -> ServiceError:
 
 
 def _lightened_body(body: bytes, large: Large) -> bytes:
-    """The large ``body`` the SDK is handed instead: the tools/call it holds, its arguments
-    set aside in ``large``. Anything else this large is refused (INVALID_ARGUMENT): not JSON,
-    a container over MAX_DECODED_ENTRIES, or a message whose size is not its arguments' (no
-    other MCP message has a reason to be large)."""
+    """The large ``body`` the SDK is handed instead, re-encoded without its whitespace and,
+    for a tools/call, without its arguments (set aside in ``large``). Refused
+    (INVALID_ARGUMENT) when it is not JSON, holds a container over MAX_DECODED_ENTRIES, or is
+    still large then: no other part of an MCP message has a reason to be."""
     try:
         document = load_json(body)
     except Overflow as overflow:
@@ -131,18 +131,21 @@ def _lightened_body(body: bytes, large: Large) -> bytes:
             description, [FieldViolation("body", description)]
         ) from None
     params = document.get("params") if isinstance(document, dict) else None
-    if isinstance(document, dict) and isinstance(params, dict):
-        arguments = params.get("arguments")
-        if document.get("method") == "tools/call" and isinstance(arguments, dict):
-            params["arguments"] = {STAND_IN: large.token}
-            lightened = json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
-            if not heavy(lightened):
-                large.arguments = arguments
-                return lightened
-    description = (
-        f"Only the arguments of a tools/call may make a request this large ({len(body)} bytes)."
-    )
-    raise ServiceError.invalid_argument(description, [FieldViolation("body", description)])
+    arguments = params.get("arguments") if isinstance(params, dict) else None
+    tool_call = isinstance(document, dict) and document.get("method") == "tools/call"
+    if tool_call and isinstance(params, dict) and isinstance(arguments, dict):
+        params["arguments"] = {STAND_IN: large.token}
+    else:
+        arguments = None
+    lightened = json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
+    if heavy(lightened):
+        description = (
+            "Only the arguments of a tools/call may make an MCP request this large "
+            f"({len(body)} bytes)."
+        )
+        raise ServiceError.invalid_argument(description, [FieldViolation("body", description)])
+    large.arguments = arguments
+    return lightened
 
 
 async def _body(receive: Receive) -> bytes:
