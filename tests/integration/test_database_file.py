@@ -16,6 +16,7 @@ stops without it, and loses nothing.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -166,6 +167,57 @@ def test_a_server_whose_file_was_removed_during_an_export_stops_cleanly(tmp_path
         stop_refusing(server)
         assert f"{UNRECORDED} (1 were running)" in server.output()
     assert not list(server.export_dir.rglob("*.tmp"))
+
+
+@pytest.mark.parametrize("other_kind", ["ces-eval", "plain"])
+def test_a_database_overwritten_in_place_is_refused_and_the_new_content_served_intact(
+    tmp_path: Path, other_kind: str
+) -> None:
+    """``cp other.db db.sqlite`` while serving (same inode, other content). Before: reads
+    served a mix of both databases (a GET of one evaluation answered another's), writes were
+    acknowledged, and the stop checkpointed the old log into the new content, which was left
+    malformed (the plain case: 500s and exit status 1). Now every call answers UNAVAILABLE, the
+    stop is clean, and the next start serves the new content as it was copied."""
+    other = tmp_path / "other" / "db.sqlite"
+    other.parent.mkdir()
+    if other_kind == "ces-eval":
+        with serving(other) as theirs:
+            expected = acknowledge(theirs, "theirs", 6)
+            assert theirs.stop(signal.SIGTERM) == 0
+    else:
+        other_database(other)
+        expected = []
+    database = tmp_path / "db.sqlite"
+    with serving(database) as server:
+        acknowledge(server, "mine", 6)
+        assert server.stop(signal.SIGTERM) == 0  # checkpointed: the file holds the pages
+    with serving(database) as server:
+        acknowledge(server, "more", 1)  # only in the log
+        inode = database.stat().st_ino
+        shutil.copyfile(other, database)
+        assert database.stat().st_ino == inode
+        assert_refused(server, "late")
+        assert "was overwritten while the server had it open" in server.output()
+        stop_refusing(server)
+    assert not sibling(database, "-wal").exists()
+    with serving(database) as server:
+        assert names(server) == expected
+        assert server.stop(signal.SIGTERM) == 0
+    integrity(database)
+    if other_kind == "plain":
+        with closing(sqlite3.connect(database)) as connection:
+            assert connection.execute("SELECT a FROM x").fetchall() == [(42,)]
+
+
+def test_a_worker_group_refuses_a_database_overwritten_in_place(tmp_path: Path) -> None:
+    database = tmp_path / "db.sqlite"
+    with serving(database, "--workers", "2") as group:
+        acknowledge(group, "before")
+        shutil.copyfile(other_database(tmp_path / "other.sqlite"), database)
+        assert_refused(group, "late", count=8)  # connections of their own: both workers
+        stop_refusing(group, workers=2)
+    with closing(sqlite3.connect(database)) as connection:
+        assert connection.execute("SELECT a FROM x").fetchall() == [(42,)]
 
 
 def test_removing_the_lock_file_no_longer_lets_a_second_server_start(tmp_path: Path) -> None:

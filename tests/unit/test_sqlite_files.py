@@ -15,6 +15,7 @@ import os
 import shutil
 import sqlite3
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -169,6 +170,123 @@ def test_after_its_files_changed_the_storage_refuses_every_call_and_leaves_no_st
     reopened = SqliteStorage(database)
     asyncio.run(reopened.open())
     asyncio.run(reopened.close())
+
+
+def overwrite(database: Path, other: Path) -> None:
+    """``other`` copied over ``database`` in place (``cp``): the same file, other content."""
+    before = database.stat().st_ino
+    shutil.copyfile(other, database)
+    assert database.stat().st_ino == before
+
+
+def test_a_database_overwritten_in_place_is_refused_and_the_new_content_left_intact(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The storage's connections stay open after close (the last close would checkpoint into
+    the new content), so the file is read here with sqlite3 alone; the real server, whose
+    process ends, serves it at its next start (tests/integration/test_database_file.py)."""
+    database = tmp_path / "db.sqlite"
+    storage = _opened(database)
+    overwrite(database, other_database(tmp_path / "other.sqlite"))
+    _refuses_everything(storage, "late")
+    assert "every call answers UNAVAILABLE" in caplog.text
+    asyncio.run(storage.close())
+    assert not sibling(database, "-wal").exists()
+    assert not sibling(database, "-shm").exists()
+    with contextlib.closing(sqlite3.connect(database)) as connection:
+        assert connection.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        assert connection.execute("SELECT a FROM x").fetchall() == [(42,)]
+
+
+_LIST = """
+import sqlite3, sys
+connection = sqlite3.connect(sys.argv[1])
+print(connection.execute("PRAGMA integrity_check").fetchone()[0])
+for (name,) in connection.execute("SELECT name FROM evaluations ORDER BY 1"):
+    print(name)
+"""
+
+
+def _header_identity(path: Path) -> int:
+    """The user_version in the file's header itself (not through SQLite and its log)."""
+    return int.from_bytes(path.read_bytes()[60:64], "big")
+
+
+def test_another_ces_eval_database_copied_over_in_place_is_refused_and_left_intact(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: the storage served a mix of both databases (a read of e1 answered the other's
+    row), acknowledged writes, and its checkpoints left the file malformed. Both databases
+    were written by this storage, so only their identities in the header differ."""
+    other = tmp_path / "other" / "db.sqlite"
+    other.parent.mkdir()
+    theirs = _opened(other, 5)
+    asyncio.run(theirs.close())
+    database = tmp_path / "db.sqlite"
+    asyncio.run(_opened(database).close())  # checkpointed: the file holds most pages
+    storage = _opened(database, 0)
+    asyncio.run(storage.insert_evaluation(evaluation("in-the-log")))
+    assert _header_identity(database) != _header_identity(other) != 0
+    overwrite(database, other)
+    _refuses_everything(storage, "late")
+    assert "was overwritten while the server had it open" in caplog.text
+    asyncio.run(storage.close())
+    assert "the file holds another database now" in caplog.text
+    # Neither checkpointed into the other's pages nor left to be replayed into them.
+    assert not sibling(database, "-wal").exists()
+    assert not sibling(database, "-shm").exists()
+    # Read by another process: this one's connections to the file are still open.
+    assert database.read_bytes() == other.read_bytes()
+    listed = subprocess.run(
+        [sys.executable, "-c", _LIST, str(database)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert listed.stdout.split() == ["ok", *(f"{APP}/evaluations/e{index}" for index in range(5))]
+
+
+def test_the_identity_survives_checkpoints_and_is_given_to_an_older_database(
+    tmp_path: Path,
+) -> None:
+    """No false alarm: writes far past the autocheckpoint (page 1 copied to the file again and
+    again) are acknowledged, and a database from before the identity (user_version 0) gets one
+    at open, in its header at once."""
+    database = tmp_path / "db.sqlite"
+    storage = _opened(database, 0)
+    identity = _header_identity(database)
+    assert identity != 0
+
+    async def many() -> None:
+        for index in range(400):
+            message = evaluation(f"big{index}")
+            message.description = "x" * 20_000  # ~5 pages each: several autocheckpoints
+            await storage.insert_evaluation(message)
+        await storage.ping()
+        await storage.close()
+
+    asyncio.run(many())
+    assert _header_identity(database) == identity
+    with contextlib.closing(sqlite3.connect(database)) as connection:
+        connection.execute("PRAGMA user_version = 0")
+    assert _header_identity(database) == 0
+    older = _opened(database, 1)
+    assert _header_identity(database) not in (0, identity)
+    asyncio.run(older.close())
+
+
+def test_a_worker_refuses_a_database_overwritten_under_its_group(tmp_path: Path) -> None:
+    database = tmp_path / "db.sqlite"
+    owner = _opened(database, 1)
+    worker = _opened(database, 0, shared=True)
+    overwrite(database, other_database(tmp_path / "other.sqlite"))
+    _refuses_everything(worker, "late")
+    asyncio.run(worker.close())
+    asyncio.run(owner.close())
+    with contextlib.closing(sqlite3.connect(database)) as connection:
+        assert connection.execute("SELECT a FROM x").fetchall() == [(42,)]
+    assert not sibling(database, "-wal").exists()
 
 
 def test_files_put_back_in_place_are_served_again(tmp_path: Path) -> None:

@@ -8,16 +8,27 @@ server writes is kept only while the files it has open are the ones at the path:
   the open files, which nothing reaches any more, and whatever was written is gone at the next
   start. :meth:`DatabaseFiles.check` therefore requires the path to name the same files
   (``st_dev``, ``st_ino``) as when they were opened.
+- Overwritten in place (``cp other.db db.sqlite``: same file, other content): SQLite reads the
+  pages its log does not hold from the new content, serves a mix of both databases, and its
+  checkpoints write the old database's pages into the new one, which ends up malformed. The
+  database header (its first 100 bytes) says so: :meth:`DatabaseFiles.check` requires the bytes
+  no write of this server changes (the magic string, page size, format versions, reserved space
+  and payload fractions, application ID) to be as they were, and the header's ``user_version``
+  to be the database's identity, a random number the storage writes there once
+  (:meth:`DatabaseFiles.opened`). Another file copied over it has another identity (or none);
+  a copy of the same database (an older backup of it) has the same one and goes unnoticed, as
+  does content changed in place beyond the header.
 - The index made immutable (``chattr +i``) or cut short (``truncate``): the next access through
   the mapping faults and the kernel ends the process with SIGBUS, which no handler can recover
   from inside SQLite's C code. :meth:`DatabaseFiles.check` requires the index to be as long as it
   was and neither immutable nor append-only, so that the server refuses the call instead.
 
-A check is a few system calls and opens nothing; the storage runs it before and after every
-write transaction, in its health check, and before reads (at most every few milliseconds: a read
-acknowledges nothing, and a check costs as much as a point read). What remains is a change made
-during one SQLite call: a write committed then is refused after its commit (never acknowledged),
-and an index made immutable exactly then still ends the process.
+A check is a few system calls (one ``pread`` of the header) and opens nothing; the storage
+runs it before and after every write transaction, in its health check, and before reads (at
+most every few milliseconds: a read acknowledges nothing, and a check costs as much as a point
+read). What remains is a change made during one SQLite call: a write committed then is refused
+after its commit (never acknowledged), a read then may see the other content, and an index made
+immutable exactly then still ends the process.
 
 The owner: one process owns a SQLite file (``ces-eval serve``, or the supervisor of
 ``serve --workers``, whose workers open the file shared). It holds ``flock(LOCK_EX)`` on the
@@ -58,6 +69,15 @@ from ces_eval.storage.base import InUse, Unavailable
 __all__ = ["DatabaseFiles", "FilesChanged"]
 
 _log = logging.getLogger(__name__)
+
+# The database header (https://www.sqlite.org/fileformat.html#the_database_header): the bytes no
+# write of this server changes (magic string, page size, file format versions, reserved space,
+# payload fractions; the application ID), and user_version, where the storage keeps the
+# database's identity. The change counter, page count and schema cookie change with writes
+# (checkpoints copy page 1 from the log), and the text encoding is set by the first table.
+_HEADER_BYTES = 100
+_FIXED = (slice(0, 24), slice(68, 72))
+_IDENTITY = slice(60, 64)
 
 # linux/fs.h: FS_IOC_GETFLAGS is _IOR('f', 1, long); the flags that forbid writing in place.
 _FS_IOC_GETFLAGS = 0x80086601
@@ -108,6 +128,9 @@ class DatabaseFiles:
         self._descriptors: dict[str, int] = {}  # log and index, by path
         self._expected: list[tuple[str, str, tuple[int, int]]] = []
         self._index_size = 0
+        self._fixed = b""  # the header's unchanging bytes, once opened (empty: not checked)
+        self._identities: frozenset[bytes] = frozenset()  # user_version values allowed
+        self._identity = b""  # the database's own user_version
         self._flags_readable = sys.platform.startswith("linux")
         self._changed = False
         self._transition = threading.Lock()
@@ -180,9 +203,12 @@ class DatabaseFiles:
             "the group's supervisor opened it"
         )
 
-    def opened(self, *, wal: bool) -> None:
+    def opened(self, *, wal: bool, identity: int = 0) -> None:
         """Record the log and index as the storage's connections opened them (in WAL mode:
-        they keep both open until the storage closes, so SQLite never replaces them)."""
+        they keep both open until the storage closes, so SQLite never replaces them), and the
+        database header as it is now in the file. ``identity``: the database's
+        ``user_version``, as SQLite reads it (the header in the file may still hold the value
+        before it, until a checkpoint copies page 1 there)."""
         if wal:
             for what, path in (
                 ("write-ahead log", self._log_path),
@@ -199,6 +225,12 @@ class DatabaseFiles:
                 self._expected.append((what, path, _identity(status)))
                 if path == self._index_path:
                     self._index_size = status.st_size
+        if self._database is not None:
+            header = os.pread(self._database, _HEADER_BYTES, 0)
+            if len(header) == _HEADER_BYTES:  # else no page was ever written: nothing to keep
+                self._fixed = b"".join(header[part] for part in _FIXED)
+                self._identity = identity.to_bytes(4, "big") if identity else header[_IDENTITY]
+                self._identities = frozenset({header[_IDENTITY], self._identity})
         self.check()
 
     # -- checking --------------------------------------------------------------------------
@@ -241,7 +273,36 @@ class DatabaseFiles:
                 return f"the {what} {path} was replaced while the server had it open"
             if path == self._index_path and status.st_size < self._index_size:
                 return f"the {what} {path} was truncated while the server had it mapped"
-        return self._index_problem()
+        return self._header_problem() or self._index_problem()
+
+    def _header_problem(self) -> str | None:
+        """Whether the database file now holds another database (see the module's docstring)."""
+        if not self._fixed or self._database is None:
+            return None
+        try:
+            header = os.pread(self._database, _HEADER_BYTES, 0)
+        except OSError as error:
+            return f"the database file {self._path} cannot be read: {error.strerror}"
+        identity = header[_IDENTITY]
+        if (
+            len(header) < _HEADER_BYTES
+            or b"".join(header[part] for part in _FIXED) != self._fixed
+            or identity not in self._identities
+        ):
+            return (
+                f"the database file {self._path} was overwritten while the server had it open "
+                "(its header is not this database's)"
+            )
+        if identity == self._identity and len(self._identities) > 1:
+            # A checkpoint brought the identity into the file: the value before it (the header
+            # when opened) is no longer this database's.
+            self._identities = frozenset({identity})
+        return None
+
+    def overwritten(self) -> bool:
+        """Whether the database file holds another database now: its connections must not
+        close (the last one would checkpoint this database's log into the other's pages)."""
+        return self._database is not None and self._header_problem() is not None
 
     def _index_problem(self) -> str | None:
         index = self._descriptors.get(self._index_path)
@@ -286,10 +347,13 @@ class DatabaseFiles:
         """Close the descriptors (releasing the locks), after every connection of the file.
         The owner of a database that is no longer at the path first removes its log and index
         from the path while they are still its own, unless not ``settled`` (a moved
-        database's checkpoint failed: the log still holds its last writes)."""
-        if self._owner and settled and self._expected:
+        database's checkpoint failed: the log still holds its last writes); so does the owner
+        of a database overwritten in place (its log belongs to no file any more, and replayed
+        into the new content it would corrupt it)."""
+        if self._owner and self._expected:
             database, *rest = self._expected
-            if not _names(self._path, database[2]):
+            gone = settled and not _names(self._path, database[2])
+            if gone or self.overwritten():  # the path holds another database, or none
                 for what, path, expected in rest:
                     if _names(path, expected):
                         with contextlib.suppress(FileNotFoundError):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 import shutil
 import sqlite3
 import tempfile
@@ -226,7 +227,7 @@ class SqliteStorage:
             self._files.claim(owner=not self._shared)
         self._writer.start()
 
-        def migrate(connection: sqlite3.Connection) -> bytes:
+        def migrate(connection: sqlite3.Connection) -> tuple[bytes, int]:
             connection.execute(
                 "CREATE TABLE IF NOT EXISTS schema_migrations "
                 "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)"
@@ -248,16 +249,24 @@ class SqliteStorage:
             row = connection.execute(
                 "SELECT value FROM meta WHERE key = 'page_token_secret'"
             ).fetchone()
-            return bytes(row[0])
+            # The database's identity in its file header, by which DatabaseFiles tells another
+            # database copied over this one in place: random, set once, never 0.
+            identity = int(connection.execute("PRAGMA user_version").fetchone()[0])
+            if not identity:
+                identity = 1 + secrets.randbelow(2**31 - 1)
+                connection.execute(f"PRAGMA user_version = {identity}")
+            return bytes(row[0]), identity
 
         try:
-            self._secret = await self._write(migrate)
+            self._secret, identity = await self._write(migrate)
             # Held open until close, as the writer's connection is: the log and index stay
             # the ones recorded, even when the writer replaces a failed connection.
             self._point_reader = self._connect()
             if self._files is not None:
                 mode = self._point_reader.execute("PRAGMA journal_mode").fetchone()[0]
-                self._files.opened(wal=mode == "wal")
+                if not self._shared:  # the header in the file gets the identity now
+                    self._point_reader.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                self._files.opened(wal=mode == "wal", identity=identity)
         except BaseException as error:
             await self.close()  # releases the file for whoever fixes the cause
             if isinstance(error, sqlite3.OperationalError):
@@ -265,14 +274,24 @@ class SqliteStorage:
             raise
 
     async def close(self) -> None:
-        """Close every connection, then release the file. When SQLite cannot close them (its
-        shared-memory index was made immutable or cut short while mapped), they are left open
-        until the process ends, held by a thread that never ends so that not even the
-        interpreter's shutdown closes them: closing would end the process with SIGBUS, and
-        every acknowledged write is already in the log, which the next start recovers."""
+        """Close every connection, then release the file. When they must not close, they are
+        left open until the process ends, held by a thread that never ends so that not even the
+        interpreter's shutdown closes them: when the shared-memory index was made immutable or
+        cut short while mapped (closing would end the process with SIGBUS, and every
+        acknowledged write is already in the log, which the next start recovers), and when the
+        file was overwritten in place with another database (the last close would checkpoint
+        this one's log into it)."""
         if self._files is not None and not self._files.closable():
             _log.error(
                 "leaving the connections to %s open: its index cannot be written", self._path
+            )
+            self._abandoned = []
+        elif self._files is not None and self._files.overwritten():
+            # Closing the last connection checkpoints: it would write this database's pages
+            # into the other one now in the file. Its log is removed instead (DatabaseFiles).
+            _log.error(
+                "leaving the connections to %s open: the file holds another database now",
+                self._path,
             )
             self._abandoned = []
         self._writer.stop()
