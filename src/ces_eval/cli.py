@@ -69,6 +69,9 @@ def _serve(args: argparse.Namespace) -> int:
         allow_unauthenticated=args.allow_unauthenticated,
         max_concurrent_requests=args.max_concurrent_requests,
         max_connections=args.max_connections,
+        header_timeout=args.header_timeout,
+        idle_timeout=args.idle_timeout,
+        body_timeout=args.body_timeout,
         log_level=args.log_level,
         log_format=args.log_format,
         allow_host=tuple(args.allow_host),
@@ -137,6 +140,23 @@ def _positive_seconds(text: str) -> float:
             f"{text!r} is not a lease: expected seconds from 0.3 to 86400"
         )
     return value
+
+
+def _timeout(kind: type[float] | type[int]) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = -1
+        if not 0 < value <= 3600:
+            unit = "whole seconds" if kind is int else "seconds"
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a timeout: expected {unit} from {1 if kind is int else 0.1} "
+                "to 3600"
+            )
+        return value
+
+    return parse
 
 
 def _database_url(text: str) -> str:
@@ -360,6 +380,29 @@ def _serve_parser(commands: argparse._SubParsersAction[_Parser]) -> argparse.Arg
         metavar="N",
         help="open connections each port (gRPC, HTTP) keeps at once, per process; one more is "
         "closed at once (docs/security.md)",
+    )
+    add(
+        "--header-timeout",
+        type=_timeout(float),
+        default=defaults.header_timeout,
+        metavar="SECONDS",
+        help="HTTP port: a request head (line and headers) not complete this long after the "
+        "connection opened or the previous answer closes the connection",
+    )
+    add(
+        "--idle-timeout",
+        type=_timeout(int),
+        default=defaults.idle_timeout,
+        metavar="SECONDS",
+        help="HTTP port: a connection with no request in progress this long is closed",
+    )
+    add(
+        "--body-timeout",
+        type=_timeout(float),
+        default=defaults.body_timeout,
+        metavar="SECONDS",
+        help="HTTP port: a request body gets this long, plus one second per 16 KiB received, "
+        "or is answered 408",
     )
     add(
         "--log-level",

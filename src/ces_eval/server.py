@@ -27,7 +27,7 @@ import signal
 import socket
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -84,13 +84,19 @@ class ServerConfig:
     max_concurrent_requests: int = DEFAULT_LIMIT  # per surface and process (admission.py)
     # Open connections per listener (gRPC port, HTTP port) and process; one more is closed.
     max_connections: int = DEFAULT_MAX_CONNECTIONS
-    # How long the HTTP port waits for a client (connections.py); no flag sets them.
-    timeouts: connections.Timeouts = field(default_factory=connections.Timeouts)
+    # How long the HTTP port waits for a client (connections.Timeouts), in seconds.
+    header_timeout: float = connections.Timeouts.header
+    idle_timeout: int = connections.Timeouts.idle
+    body_timeout: float = connections.Timeouts.body
     log_level: str = "info"  # logs.LEVELS; info writes the request log
     log_format: str = "text"  # logs.FORMATS
     # Web pages (http_app.BrowserGuard): more Host names (any port) and cross-origin origins.
     allow_host: tuple[str, ...] = ()
     allow_origin: tuple[str, ...] = ()
+
+    @property
+    def timeouts(self) -> connections.Timeouts:
+        return connections.Timeouts(self.header_timeout, self.idle_timeout, self.body_timeout)
 
 
 class ExitStatus(enum.IntEnum):

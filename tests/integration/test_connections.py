@@ -144,8 +144,8 @@ def _descriptors() -> None:
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     """A server whose header, idle and body timeouts are short (HEADER, IDLE, BODY)."""
-    program = with_timeouts(header=HEADER, idle=IDLE, body=BODY)
-    running = start_server(tmp_path_factory.mktemp("quick") / "db.sqlite", program=program)
+    flags = with_timeouts(header=HEADER, idle=IDLE, body=BODY)
+    running = start_server(tmp_path_factory.mktemp("quick") / "db.sqlite", *flags)
     try:
         yield running
     finally:

@@ -86,24 +86,17 @@ def serve_command(database_url: str, *extra: str, program: Sequence[str] = ()) -
     ]
 
 
-def with_timeouts(**seconds: float) -> list[str]:
-    """A ``program`` for :func:`start_server`: ``ces-eval`` whose HTTP connection timeouts
-    (``ServerConfig.timeouts``, :class:`ces_eval.connections.Timeouts`) are ``seconds``, so that
-    a test need not wait out the defaults. No flag sets them: this wraps ``serve`` to replace
-    them in the configuration the command line built."""
-    code = "\n".join(
-        [
-            "import dataclasses, sys",
-            "from ces_eval import cli, connections, server",
-            f"timeouts = connections.Timeouts(**{seconds!r})",
-            "async def serve(config, worker_of=None):",
-            "    config = dataclasses.replace(config, timeouts=timeouts)",
-            "    return await server.serve(config, worker_of)",
-            "cli.serve = serve",
-            "sys.exit(cli.main(sys.argv[1:]))",
-        ]
-    )
-    return [sys.executable, "-c", code]
+def with_timeouts(*, header: float, idle: int, body: float) -> list[str]:
+    """The ``serve`` flags setting the HTTP port's timeouts, so that a test need not wait out
+    the defaults."""
+    return [
+        "--header-timeout",
+        str(header),
+        "--idle-timeout",
+        str(idle),
+        "--body-timeout",
+        str(body),
+    ]
 
 
 def run_serve(database_url: str, *extra: str) -> subprocess.CompletedProcess[str]:
