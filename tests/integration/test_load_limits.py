@@ -312,10 +312,10 @@ def rest_pair_admitted(base: str, database: Path, pool: ThreadPoolExecutor) -> b
     return all(h.result().status_code == 200 for h in holders)
 
 
-def _admitted_post(base: str, path: str) -> httpx.Response:
+def _admitted_post(base: str, path: str, display_name: str = "slow") -> httpx.Response:
     """A slow write that comes back while a probe holds the slot it needs, until admitted."""
     while True:
-        response = _post(base, path, golden("slow"))
+        response = _post(base, path, golden(display_name))
         if response.status_code != 429:
             return response
 
@@ -483,6 +483,26 @@ def _new_grpc_call_refused(target: str, name: str) -> bool:
     return False
 
 
+def _grpc_holder(stub: operations_pb2_grpc.OperationsStub, name: str) -> grpc.Future:
+    """A WaitOperation holding the server's one gRPC slot, once a probe beside it is refused.
+    A holder refused because a probe had the slot is sent again (as the REST and MCP holders
+    are); one that ended otherwise fails the test with its own status, not after 30 s of
+    probes that "never held the one gRPC slot"."""
+    while True:
+        holder = stub.WaitOperation.future(wait_request(name), timeout=60)
+        poll(
+            lambda held=holder: held.done() or grpc_refusal(stub) is not None,
+            "held the one gRPC slot",
+        )
+        if not holder.done():
+            return holder
+        error = holder.exception()
+        if not isinstance(error, grpc.RpcError) or (
+            error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[attr-defined]
+        ):
+            raise AssertionError(f"the holder ended before holding the slot: {error!r}")
+
+
 def test_sigterm_lets_calls_in_flight_finish_and_refuses_new_connections(
     tmp_path: Path,
 ) -> None:
@@ -492,12 +512,13 @@ def test_sigterm_lets_calls_in_flight_finish_and_refuses_new_connections(
         name = running_operation(database)
         with grpc.insecure_channel(running.grpc_target) as channel, ThreadPoolExecutor(2) as pool:
             stub = operations_pb2_grpc.OperationsStub(channel)
-            waiting = stub.WaitOperation.future(wait_request(name), timeout=60)
-            poll(lambda: grpc_refusal(stub), "held the one gRPC slot")
+            waiting = _grpc_holder(stub, name)
             lock = WriteLock(database)
             try:
+                # A writer that arrives while a probe has the one REST slot is refused (429):
+                # it comes back until admitted, as in the tests above.
                 writing: Future[httpx.Response] = pool.submit(
-                    _post, running.http_base, EVALUATIONS + "?evaluationId=drained", golden("d")
+                    _admitted_post, running.http_base, EVALUATIONS + "?evaluationId=drained", "d"
                 )
                 with httpx.Client(base_url=running.http_base, timeout=30) as http:
                     poll(lambda: rest_refusal(http), "held the one REST slot")
@@ -516,7 +537,10 @@ def test_sigterm_lets_calls_in_flight_finish_and_refuses_new_connections(
             assert waiting.result().done
             created = writing.result()
             assert created.status_code == 200, created.text
-        assert running.stop(timeout=60) == 0
+        # Waited for, not signalled again: a second SIGTERM that lands after the server's
+        # event loop closed (its last 0.1-0.3 s) ends it by the signal (exit status -15).
+        assert running.process.wait(timeout=60) == 0
+        running.stop()
         assert "ces-eval stopped" in running.output()
     finally:
         running.kill()
