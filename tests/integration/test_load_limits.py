@@ -488,19 +488,21 @@ def _grpc_holder(stub: operations_pb2_grpc.OperationsStub, name: str) -> grpc.Fu
     A holder refused because a probe had the slot is sent again (as the REST and MCP holders
     are); one that ended otherwise fails the test with its own status, not after 30 s of
     probes that "never held the one gRPC slot"."""
-    while True:
-        holder = stub.WaitOperation.future(wait_request(name), timeout=60)
-        poll(
-            lambda held=holder: held.done() or grpc_refusal(stub) is not None,
-            "held the one gRPC slot",
-        )
-        if not holder.done():
-            return holder
-        error = holder.exception()
-        if not isinstance(error, grpc.RpcError) or (
-            error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[attr-defined]
-        ):
-            raise AssertionError(f"the holder ended before holding the slot: {error!r}")
+    holders = [stub.WaitOperation.future(wait_request(name), timeout=60)]
+
+    def holding() -> grpc.Future | None:
+        holder = holders[-1]
+        if holder.done():
+            error = holder.exception()
+            if not isinstance(error, grpc.RpcError) or (
+                error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[attr-defined]
+            ):
+                raise AssertionError(f"the holder ended before holding the slot: {error!r}")
+            holders.append(stub.WaitOperation.future(wait_request(name), timeout=60))
+            return None
+        return holder if grpc_refusal(stub) is not None else None
+
+    return poll(holding, "held the one gRPC slot")
 
 
 def test_sigterm_lets_calls_in_flight_finish_and_refuses_new_connections(
