@@ -167,7 +167,8 @@ def test_a_connection_without_a_preface_or_without_calls_is_closed(tmp_path: Pat
 
         for sock in (idle, trickling):
             assert closed(sock, wait=started + IDLE_SECONDS + 5 - time.monotonic())
-        assert time.monotonic() - started > IDLE_SECONDS - 1
+        # Not before most of the idle time: grpc core's idle timer has closed one 27 s into 30.
+        assert time.monotonic() - started > IDLE_SECONDS * 0.8
         # A call in flight (a Watch stream) keeps its connection; a client that was idle
         # reconnects by itself for its next call.
         assert watching.is_active()  # type: ignore[attr-defined]
