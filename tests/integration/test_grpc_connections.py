@@ -30,6 +30,7 @@ from tests.support.server import RunningServer, start_server
 # What a client sends first (RFC 9113, 3.4): the preface, then its SETTINGS frame.
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 SETTINGS, HEADERS = 4, 1
+ACK = 1
 # The server's bounds (server.py, _grpc_server).
 HANDSHAKE_SECONDS = 10
 IDLE_SECONDS = 30
@@ -53,7 +54,9 @@ def connect(target: str, first: bytes = b"") -> socket.socket:
     return sock
 
 
-HANDSHAKEN = PREFACE + frame(SETTINGS)
+# The preface, our SETTINGS and the acknowledgement of the server's (sent blind: a client may
+# acknowledge before it reads them), as a client that then stays idle does.
+HANDSHAKEN = PREFACE + frame(SETTINGS) + frame(SETTINGS, flags=ACK)
 
 
 def closed(sock: socket.socket, wait: float = 0.0) -> bool:
