@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import enum
 import errno
+import gc
 import ipaddress
 import logging
 import os
@@ -492,6 +493,10 @@ async def _serve(
     )
     http_port = int(http_sockets[0].getsockname()[1])
     health_servicer = await _start_grpc(server, dispatcher)
+    # What start-up built (modules, descriptors, schemas: ~110,000 objects) lives as long as the
+    # process: the cyclic collector no longer walks it, so a full collection during a request
+    # holds the interpreter for a few milliseconds instead of ~50.
+    gc.freeze()
 
     draining = asyncio.Event()
 

@@ -69,6 +69,7 @@ __all__ = [
     "Rules",
     "Walk",
     "check",
+    "collector_paused",
     "key_path",
     "off_loop",
     "shown",
@@ -155,22 +156,32 @@ async def off_loop(heavy: bool, work: Callable[..., _T], *args: Any) -> _T:  # n
 
 
 _collector = threading.Lock()
-_collector_held = [0, False]  # heavy works running; whether the collector was enabled before
+_collector_held = [0, False]  # pauses in force; whether the collector was enabled before
 
 
-def _collector_waiting(work: Callable[..., _T], *args: Any) -> _T:  # noqa: ANN401
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector waits while this holds (see :func:`off_loop`). Held by a
+    request for as long as a large document of it stays alive between two heavy works (MCP's
+    arguments, read in one and parsed in the next): a collection in between would walk all
+    of it, holding the interpreter for tens of milliseconds."""
     with _collector:
         if _collector_held[0] == 0:
             _collector_held[1] = gc.isenabled()
             gc.disable()
         _collector_held[0] += 1
     try:
-        return work(*args)
+        yield
     finally:
         with _collector:
             _collector_held[0] -= 1
             if _collector_held[0] == 0 and _collector_held[1]:
                 gc.enable()
+
+
+def _collector_waiting(work: Callable[..., _T], *args: Any) -> _T:  # noqa: ANN401
+    with collector_paused():
+        return work(*args)
 
 
 # (message type, field) → the element count or length the seeds state for that field.

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
 
-from ces_eval.core.limits import MAX_DECODED_ENTRIES, key_path, off_loop
+from ces_eval.core.limits import MAX_DECODED_ENTRIES, collector_paused, key_path, off_loop
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.surfaces.http_app import refusal
 from ces_eval.transcoding.body import Overflow, heavy, load_json
@@ -169,47 +169,57 @@ def lightened(app: ASGIApp) -> ASGIApp:
             return
         body = await _body(receive)
         large = Large()
-        if heavy(body):
+        if not heavy(body):
+            await _handed(app, scope, receive, send, large=large, body=body)
+            return
+        with collector_paused():  # the arguments stay alive until the tool has parsed them
             try:
                 body = await off_loop(True, _lightened_body, body, large)
             except ServiceError as error:
                 await refusal(send, error, 400, jsonrpc=True)
                 return
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        start: Message | None = None
-
-        async def splice(message: Message) -> None:
-            nonlocal start
-            if not large.text:
-                await send(message)
-                return
-            if message["type"] == "http.response.start":
-                start = message  # sent with the body, whose length changes
-                return
-            if message["type"] == "http.response.body" and start is not None:
-                answer = large.replaced(message.get("body", b""))
-                if answer is None or message.get("more_body", False):
-                    _log.error("the MCP SDK's answer does not hold the result's stand-ins")
-                    error = ServiceError(Code.INTERNAL, "Internal error.", "INTERNAL")
-                    await refusal(send, error, 500, jsonrpc=True)
-                    return
-                headers = [
-                    (name, str(len(answer)).encode() if name == b"content-length" else value)
-                    for name, value in start["headers"]
-                ]
-                await send({**start, "headers": headers})
-                await send({"type": "http.response.body", "body": answer})
-                return
-            await send(message)
-
-        await app({**scope, _KEY: large}, replay, splice)
+            await _handed(app, scope, receive, send, large=large, body=body)
 
     return light
+
+
+async def _handed(
+    app: ASGIApp, scope: Scope, receive: Receive, send: Send, *, large: Large, body: bytes
+) -> None:
+    """``app`` called with ``body`` as the request's, its answer's stand-ins replaced."""
+    replayed = False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    start: Message | None = None
+
+    async def splice(message: Message) -> None:
+        nonlocal start
+        if not large.text:
+            await send(message)
+            return
+        if message["type"] == "http.response.start":
+            start = message  # sent with the body, whose length changes
+            return
+        if message["type"] == "http.response.body" and start is not None:
+            answer = large.replaced(message.get("body", b""))
+            if answer is None or message.get("more_body", False):
+                _log.error("the MCP SDK's answer does not hold the result's stand-ins")
+                error = ServiceError(Code.INTERNAL, "Internal error.", "INTERNAL")
+                await refusal(send, error, 500, jsonrpc=True)
+                return
+            headers = [
+                (name, str(len(answer)).encode() if name == b"content-length" else value)
+                for name, value in start["headers"]
+            ]
+            await send({**start, "headers": headers})
+            await send({"type": "http.response.body", "body": answer})
+            return
+        await send(message)
+
+    await app({**scope, _KEY: large}, replay, splice)
