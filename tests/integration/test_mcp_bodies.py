@@ -118,7 +118,9 @@ def test_only_a_tool_calls_arguments_may_be_large(server: RunningServer) -> None
         listing.replace(b"{}", meta),
         b'{"jsonrpc": "2.0", "id": 3, "method": ' + PADDING + b"[}",
     )
-    for body in refused:
+    deep = b'{"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": ' + PADDING
+    deep += b"[" * 100_000 + b"]" * 100_000 + b"}"
+    for body, reason in [(refused[0], None), (refused[1], None), (deep, "TOO_DEEP")]:
         response = _post(server, body)
         assert response.status_code == 400
         error = response.json()["error"]
@@ -127,5 +129,6 @@ def test_only_a_tool_calls_arguments_may_be_large(server: RunningServer) -> None
             d["fieldViolations"] for d in error["data"]["details"] if "fieldViolations" in d
         )
         assert violation["field"] == "body"
+        assert violation.get("reason") == reason
     assert server.process.poll() is None
     assert "Traceback" not in server.output()

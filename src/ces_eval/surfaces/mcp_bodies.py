@@ -44,7 +44,6 @@ _log = logging.getLogger("ces_eval.mcp")
 
 STAND_IN = "ces-eval-stand-in"
 _KEY = "ces_eval.mcp_large"
-_JSON = b"application/json"
 
 
 @dataclass
@@ -125,7 +124,12 @@ def _lightened_body(body: bytes, large: Large) -> bytes:
         document = load_json(body)
     except Overflow as overflow:
         raise _overflow(overflow) from None
-    except (ValueError, RecursionError) as error:
+    except RecursionError:
+        description = "The request body nests deeper than a JSON document may here."
+        raise ServiceError.invalid_argument(
+            description, [FieldViolation("body", description, "TOO_DEEP")]
+        ) from None
+    except ValueError as error:
         description = f"The request body is not valid JSON: {error}."
         raise ServiceError.invalid_argument(
             description, [FieldViolation("body", description)]
