@@ -49,11 +49,23 @@ postgres:
 build/third_party: $(VENV)/.installed
 	$(PY) tools/stage_protos.py build/third_party
 
+# generated/ from protos/: `buf generate` (buf.gen.yaml) plus tools/generate.py's own steps (import
+# rewriting, descriptor set, official routes, OpenAPI document, MCP tool schemas). check-generated
+# regenerates into a temporary folder and fails naming every file that differs from the commit.
 generate: setup
 	$(PY) tools/generate.py --client-python $(CLIENT_VENV)/bin/python
 
 check-generated: setup
 	$(PY) tools/generate.py --check --client-python $(CLIENT_VENV)/bin/python
+
+# mypy finds modules by path and does not follow the editable install's import hook, which maps
+# ces_eval.generated to generated/ (pyproject.toml): it reads the stubs through this link instead
+# (mypy_path). The empty __init__.pyi only makes build/typing/ces_eval a package; mypy takes
+# ces_eval itself from src/, the first entry of mypy_path.
+build/typing/ces_eval/generated:
+	mkdir -p build/typing/ces_eval
+	touch build/typing/ces_eval/__init__.pyi
+	ln -sfn ../../../generated $@
 
 lint: setup build/third_party
 	$(VENV)/bin/ruff check src tests tools bench
@@ -67,7 +79,7 @@ format: setup
 	$(VENV)/bin/ruff check --fix src tests tools bench
 	$(BUF) format -w protos
 
-typecheck: setup
+typecheck: setup build/typing/ces_eval/generated
 	$(VENV)/bin/mypy
 
 unit: setup build/third_party postgres

@@ -2,7 +2,7 @@
 
 Runs in the client's own environment (``.venv-client/bin/python tools/official_routes.py``):
 the client cannot share a process with our generated modules (GUIDE §2). ``tools/generate.py``
-calls it and writes ``src/ces_eval/generated/official_routes.json``; the server reads that file
+calls it and writes ``generated/official_routes.json``; the server reads that file
 to answer 501 UNIMPLEMENTED (not 404) on the official routes it does not serve yet, and the
 README's methods table lists them.
 

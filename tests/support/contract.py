@@ -1,6 +1,6 @@
 """Access to our compiled contract and to the official client's dumped facts, for tests.
 
-Our side is ``src/ces_eval/generated/descriptor_set.binpb``; the official side comes from running
+Our side is ``generated/descriptor_set.binpb``; the official side comes from running
 ``tests/official/dump_official.py`` in the client's own environment. Each is loaded into a
 DescriptorPool of its own, so both can be compared in one process without touching protobuf's
 default pool (GUIDE §2).
@@ -20,7 +20,7 @@ from typing import Any
 from google.protobuf import descriptor, descriptor_pb2, descriptor_pool
 
 ROOT = Path(__file__).resolve().parents[2]
-DESCRIPTOR_SET = ROOT / "src" / "ces_eval" / "generated" / "descriptor_set.binpb"
+DESCRIPTOR_SET = ROOT / "generated" / "descriptor_set.binpb"
 CLIENT_PYTHON = Path(os.environ.get("CES_CLIENT_PYTHON", ROOT / ".venv-client" / "bin" / "python"))
 SERVICE = "google.cloud.ces.v1beta.EvaluationService"
 

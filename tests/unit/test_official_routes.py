@@ -33,7 +33,7 @@ from tests.support.contract import CLIENT_PYTHON
 from tests.support.tokens import ALICE, write_token_file
 
 ROOT = Path(__file__).resolve().parents[2]
-JSON_FILE = ROOT / "src" / "ces_eval" / "generated" / "official_routes.json"
+JSON_FILE = ROOT / "generated" / "official_routes.json"
 EVALUATION_SERVICE = "google.cloud.ces.v1beta.EvaluationService"
 APP = "/v1beta/projects/p/locations/l/apps/a"
 RUN_EVALUATION = "google.cloud.ces.v1beta.EvaluationService/RunEvaluation"
