@@ -1,19 +1,26 @@
-"""Regenerate ``src/ces_eval/generated`` from ``protos/`` (``make generate``).
+"""Regenerate ``generated/`` from ``protos/`` (``make generate``; ``make check-generated``).
 
-Runs grpcio-tools' protoc with the message, gRPC and mypy-protobuf (``.pyi``) generators and writes
-``descriptor_set.binpb``: a FileDescriptorSet of our files and their imports, with source info
-(comments), which the server reads at start to drive routes, schemas and docs.
+``generated/`` is the whole generated contract, committed so that a change of the contract shows in
+review (GUIDE §7.6). The package maps it in as ``ces_eval.generated`` (pyproject.toml, setup.py).
 
-Google's ``google-cloud-ces`` owns the ``google.cloud.ces`` Python package (GUIDE §2), so our
-modules live under ``ces_eval.generated`` and imports between them are rewritten: relative in
-``.py`` files, package-qualified in ``.pyi`` stubs.
+- The Python modules (``*_pb2.py``, ``*_pb2_grpc.py`` and their ``.pyi`` stubs): ``buf generate``
+  with buf.gen.yaml (grpcio-tools' generators through ``tools/grpc_tools_plugin.py``,
+  mypy-protobuf's ``protoc-gen-mypy``), into a temporary folder. Google's ``google-cloud-ces``
+  owns the ``google.cloud.ces`` Python package (GUIDE §2), so our modules live under
+  ``ces_eval.generated`` and imports between them are rewritten here: relative in ``.py`` files,
+  package-qualified in ``.pyi`` stubs. Empty gRPC modules of files without services are dropped.
+- ``descriptor_set.binpb``: ``buf build --as-file-descriptor-set``, our files and their imports with
+  source info (comments), which the server reads at start to drive routes, schemas and docs.
+- ``official_routes.json``: the methods and HTTP routes of Google's published client, read by
+  ``tools/official_routes.py`` in the client's own environment (``.venv-client``; the client cannot
+  share a process with our generated modules, GUIDE §2). The server answers 501 on the official
+  routes it does not serve yet, and the README lists them.
+- ``openapi.json`` and ``mcp_tools.json``: the REST surface's OpenAPI document (which the server
+  serves) and the MCP tool list with its JSON Schemas, built by ces_eval from the fresh modules
+  (``tools/documents.py``).
 
-It also writes ``official_routes.json``: the methods and HTTP routes of Google's published client,
-read by ``tools/official_routes.py`` in the client's own environment (``.venv-client``; the client
-cannot share a process with our generated modules, GUIDE §2). The server answers 501 on the
-official routes it does not serve yet, and the README lists them.
-
-``--check`` regenerates into a temporary folder and fails when the committed tree differs.
+``--check`` regenerates into a temporary folder and fails naming every file that differs from the
+committed ``generated/``.
 """
 
 from __future__ import annotations
@@ -163,13 +170,18 @@ def generate(output: Path, client_python: Path = CLIENT_PYTHON) -> None:
     write_documents(output)
 
 
-def _differences(left: Path, right: Path) -> list[str]:
-    comparison = filecmp.dircmp(left, right)
-    found = [f"only in committed: {n}" for n in comparison.left_only]
-    found += [f"missing from committed: {n}" for n in comparison.right_only]
-    found += [f"differs: {n}" for n in comparison.diff_files]
-    for name, sub in comparison.subdirs.items():
-        found += [f"{name}/{d}" for d in _differences(Path(sub.left), Path(sub.right))]
+def _differences(committed: Path, fresh: Path, prefix: str = "") -> list[str]:
+    """Every file that differs between the two trees, by its path below them, contents compared
+    byte for byte."""
+    comparison = filecmp.dircmp(committed, fresh)
+    _, differing, unreadable = filecmp.cmpfiles(
+        committed, fresh, comparison.common_files, shallow=False
+    )
+    found = [f"only in committed: {prefix}{n}" for n in sorted(comparison.left_only)]
+    found += [f"missing from committed: {prefix}{n}" for n in sorted(comparison.right_only)]
+    found += [f"differs: {prefix}{n}" for n in sorted(differing + unreadable)]
+    for name, sub in sorted(comparison.subdirs.items()):
+        found += _differences(Path(sub.left), Path(sub.right), f"{prefix}{name}/")
     return found
 
 
@@ -190,7 +202,11 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             fresh = Path(tmp) / "generated"
             generate(fresh, args.client_python)
-            stale = _differences(OUTPUT, fresh) if OUTPUT.exists() else ["generated/ is missing"]
+            stale = (
+                _differences(OUTPUT, fresh, "generated/")
+                if OUTPUT.exists()
+                else ["generated/ is missing"]
+            )
     except MissingClient as error:
         print(f"tools/generate.py: {error}", file=sys.stderr)
         return 2

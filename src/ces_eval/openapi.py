@@ -1,4 +1,8 @@
-"""The OpenAPI 3.1 document of the REST surface, generated at start from the HTTP rules.
+"""The OpenAPI 3.1 document of the REST surface, generated from the HTTP rules.
+
+``make generate`` writes what :func:`build_openapi` returns to ``generated/openapi.json`` (so a
+contract change shows in review, and ``make check-generated`` fails when it is stale); the server
+serves that file (:func:`committed_openapi`) instead of building the document at every start.
 
 Every operation is one ``google.api.http`` binding (google/api/http.proto) of a method in
 :func:`ces_eval.schema.http_bindings`; every schema comes from :mod:`ces_eval.jsonschema`, with
@@ -27,8 +31,10 @@ Google's JSON envelope, ``components.schemas.Status``.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
+from importlib import resources
 from typing import TYPE_CHECKING
 
 from google.longrunning import operations_proto_pb2
@@ -42,8 +48,15 @@ from ces_eval.schema import HttpBinding, http_bindings, services
 if TYPE_CHECKING:
     from google.protobuf import descriptor
 
-__all__ = ["PathParameter", "build_openapi", "convert_template"]
+__all__ = [
+    "OPENAPI_JSON",
+    "PathParameter",
+    "build_openapi",
+    "committed_openapi",
+    "convert_template",
+]
 
+OPENAPI_JSON = "openapi.json"  # in ces_eval.generated
 OPENAPI_VERSION = "3.1.0"
 TITLE = "ces-eval — Customer Engagement Suite EvaluationService (google.cloud.ces.v1beta)"
 SCHEMAS = "#/components/schemas/"
@@ -372,7 +385,7 @@ def build_openapi(*, server_url: str | None = None) -> JsonSchema:
             "title": TITLE,
             "version": ces_eval.__version__,
             "description": (
-                "Generated at start from the compiled protos (google.api.http rules, field"
+                "Generated from the compiled protos (google.api.http rules, field"
                 " behaviours and comments). Request bodies and parameters follow the proto3 JSON"
                 " mapping."
             ),
@@ -397,4 +410,14 @@ def build_openapi(*, server_url: str | None = None) -> JsonSchema:
             }
         },
     }
+    return document
+
+
+def committed_openapi() -> JsonSchema:
+    """The document ``generated/openapi.json`` holds, as a fresh dict: what :func:`build_openapi`
+    returns (without ``servers``), written by ``make generate``. Read as package data, like the
+    descriptor set beside it; a few milliseconds instead of building it."""
+    document: JsonSchema = json.loads(
+        resources.files("ces_eval.generated").joinpath(OPENAPI_JSON).read_bytes()
+    )
     return document

@@ -514,7 +514,7 @@ async def _serve(
     app: ASGIApp = build_app(
         ready,
         rest=Admitted(rest, Admission("rest", config.max_concurrent_requests)),
-        openapi=openapi.build_openapi(),
+        openapi=openapi.committed_openapi(),
         mcp=Admitted(mcp.app, Admission("mcp", config.max_concurrent_requests), jsonrpc=True),
         lifespan=lambda _app: mcp.manager.run(),
         browser=BrowserRules(config.host, config.allow_host, config.allow_origin),
