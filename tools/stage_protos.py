@@ -1,4 +1,4 @@
-"""Stage third-party .proto files into an ignored build folder for protoc and buf.
+"""Stage third-party .proto files into an ignored build folder for buf and the Node.js test.
 
 We never commit googleapis or protobuf sources (GUIDE §2). They come from the installed
 ``googleapis-common-protos`` (google/api, google/rpc, google/longrunning, google/type) and

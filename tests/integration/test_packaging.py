@@ -1,8 +1,9 @@
 """The package as users get it, not as the editable checkout pretends it is.
 
 ``python -m build`` on a copy of the git-tracked tree (the wheel is built from the sdist, so the
-sdist must hold what the wheel needs); every tracked file under ``src/ces_eval`` in both; the wheel
-installed into a fresh virtual environment outside the checkout serves gRPC and REST from there.
+sdist must hold what the wheel needs); every tracked file under ``src/ces_eval`` and ``generated/``
+(mapped in as ``ces_eval.generated``) in both; the wheel installed into a fresh virtual environment
+outside the checkout serves gRPC and REST from there.
 Then the developer entry points: ``make serve`` installs the package alone, ``make test`` the
 whole toolchain, and npm runs only the install scripts package.json reviewed.
 """
@@ -34,7 +35,9 @@ from tests.support.load import golden_evaluation
 from tests.support.server import start_server
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGE = "src/ces_eval/"
+# Where each folder of the package sits in the checkout and in the wheel (pyproject.toml's
+# package-dir): src/ces_eval is ces_eval, generated/ is ces_eval.generated.
+PACKAGE_FOLDERS = {"src/ces_eval/": "ces_eval/", "generated/": "ces_eval/generated/"}
 APP = "projects/p/locations/l/apps/a"
 # The commands below install packages (pip, npm) and build: minutes on a cold cache, seconds warm.
 INSTALL_TIMEOUT = 900
@@ -113,11 +116,14 @@ def test_build_prints_no_deprecation_warnings(built: Built) -> None:
 
 
 def test_sdist_and_wheel_hold_every_tracked_file_of_the_package(built: Built) -> None:
-    package = [p for p in built.tracked if p.startswith(PACKAGE)]
+    package = [p for p in built.tracked if p.startswith(tuple(PACKAGE_FOLDERS))]
     # The files the server reads at run time, so an empty or misread listing cannot pass.
     assert {
         "src/ces_eval/py.typed",
-        "src/ces_eval/generated/descriptor_set.binpb",
+        "generated/descriptor_set.binpb",
+        "generated/official_routes.json",
+        "generated/openapi.json",
+        "generated/google/cloud/ces/v1beta/evaluation_pb2.pyi",
         "src/ces_eval/storage/migrations/sqlite/0001_initial.sql",
         "src/ces_eval/storage/migrations/postgresql/0001_initial.sql",
     } <= set(package)
@@ -127,13 +133,20 @@ def test_sdist_and_wheel_hold_every_tracked_file_of_the_package(built: Built) ->
     with zipfile.ZipFile(built.wheel) as archive:
         in_wheel = {name for name in archive.namelist() if not name.endswith("/")}
     data = sorted(p for p in package if not p.endswith(".py"))
-    print(f"\n{len(package)} tracked files under {PACKAGE}, {len(data)} of them not Python:")
+    folders = " and ".join(PACKAGE_FOLDERS)
+    print(f"\n{len(package)} tracked files under {folders}, {len(data)} of them not Python:")
     print("\n".join(f"  {p}" for p in data))
     print(f"{built.sdist.name}: {len(in_sdist)} files; {built.wheel.name}: {len(in_wheel)} files:")
     print("\n".join(f"  {name}" for name in sorted(in_wheel)))
     assert [p for p in package if p not in in_sdist] == []
-    assert [p for p in package if p.removeprefix("src/") not in in_wheel] == []
+    assert [p for p in package if _in_wheel(p) not in in_wheel] == []
     assert [name for name in in_wheel if name.endswith((".pyc", ".pyo"))] == []
+
+
+def _in_wheel(tracked: str) -> str:
+    """The wheel's name of a tracked file of the package."""
+    folder = next(f for f in PACKAGE_FOLDERS if tracked.startswith(f))
+    return PACKAGE_FOLDERS[folder] + tracked.removeprefix(folder)
 
 
 @pytest.fixture
@@ -170,6 +183,18 @@ def test_installed_wheel_serves_grpc_and_rest(installed: Path, tmp_path: Path) -
     print(f"ces_eval imported from {module}")
     assert module.is_relative_to(installed.resolve())
     assert not module.is_relative_to(REPO)
+    stubs = _run(
+        [
+            str(installed / "bin" / "python"),
+            "-c",
+            "from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2 as m;"
+            " print(m.__file__)",
+        ],
+        tmp_path,
+    )
+    assert (
+        Path(stubs.strip()).resolve().parent == module.parent / "generated/google/cloud/ces/v1beta"
+    )
 
     started = time.monotonic()
     served = start_server(
@@ -211,6 +236,9 @@ def test_installed_wheel_serves_grpc_and_rest(installed: Path, tmp_path: Path) -
                 },
             )
             assert posted.status_code == 200, posted.text
+            document = http.get("/openapi.json")  # generated/openapi.json, as package data
+            assert document.status_code == 200
+            assert document.json() == json.loads((REPO / "generated" / "openapi.json").read_text())
             over_grpc = stub.GetEvaluation(
                 service_pb2.GetEvaluationRequest(name=posted.json()["name"]), timeout=10
             )
