@@ -117,6 +117,7 @@ def write_official_routes(target: Path, client_python: Path = CLIENT_PYTHON) -> 
 
 
 def _buf(*arguments: str) -> None:
+    """Run the pinned buf CLI in the repository root, the folder buf.gen.yaml's paths start from."""
     subprocess.run([str(BUF), *arguments], check=True, cwd=ROOT)
 
 
