@@ -33,7 +33,7 @@ from ces_eval.storage import _tables
 from ces_eval.storage._migrations import pending
 from ces_eval.storage.base import Cursor, ListQuery, ResetCounts
 from ces_eval.storage.derived import Tally, add_tally, contribution
-from ces_eval.storage.errors import EtagMismatch, Missing
+from ces_eval.storage.errors import Conflict, EtagMismatch, Missing
 
 if TYPE_CHECKING:
     from google.rpc import status_pb2
@@ -83,20 +83,22 @@ class Taken(Exception):
 def drive(script: Script[T], execute: Callable[[Statement], Rows]) -> T:
     """Run ``script`` to its end with a synchronous ``execute``; an exception of ``execute``
     propagates (the script is abandoned with it)."""
+    send = script.send
     try:
-        statement = next(script)
+        statement = send(None)  # type: ignore[arg-type] # a generator starts with None
         while True:
-            statement = script.send(execute(statement))
+            statement = send(execute(statement))
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return] # StopIteration.value is Any; the script's T
 
 
 async def drive_async(script: Script[T], execute: Callable[[Statement], Awaitable[Rows]]) -> T:
     """:func:`drive` with an asynchronous ``execute``."""
+    send = script.send
     try:
-        statement = next(script)
+        statement = send(None)  # type: ignore[arg-type] # a generator starts with None
         while True:
-            statement = script.send(await execute(statement))
+            statement = send(await execute(statement))
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return] # StopIteration.value is Any; the script's T
 
@@ -312,6 +314,26 @@ def delete_result(sql: Sql, name: str, parent_etag: str) -> Script[None]:
     yield from _refresh_derived(sql, evaluation, parent_etag, change)
 
 
+class _Bundle:
+    """The names and display names an import has written so far."""
+
+    def __init__(self) -> None:
+        self._names: set[str] = set()
+        self._holders: dict[tuple[str, str], str] = {}
+
+    def claim(self, name: str, collection: str, display_name: str) -> None:
+        """Record ``name`` (in its parent's ``collection``) and its display name; Conflict
+        when an earlier row of the bundle has either (the name first, as the primary key is
+        checked before the display name's index)."""
+        if name in self._names:
+            raise Conflict("name", name)
+        scope = (name.rsplit(collection, 1)[0], display_name)
+        holder = self._holders.setdefault(scope, name)
+        if holder != name:
+            raise Conflict("display_name", holder)
+        self._names.add(name)
+
+
 def import_bundle(
     sql: Sql,
     evaluations: Sequence[_Evaluation],
@@ -320,8 +342,14 @@ def import_bundle(
 ) -> Script[None]:
     """Insert the evaluations, lock every evaluation that receives results (in name order, so
     that concurrent imports never wait on each other in a cycle), insert the results, then
-    derive each of those evaluations once, in the order the results first name them."""
+    derive each of those evaluations once, in the order the results first name them.
+
+    A row that clashes with an earlier row of the bundle is a Conflict naming that row, found
+    here before the database refuses it: once the transaction rolls back, the database can no
+    longer say who held the name (:meth:`ScriptedStorage._conflict`)."""
+    bundle = _Bundle()
     for evaluation in evaluations:
+        bundle.claim(evaluation.name, "/evaluations/", evaluation.display_name)
         yield from _insert_evaluation(sql, evaluation)
     touched = list(dict.fromkeys(r.name.rsplit("/results/", 1)[0] for r in results))
     stored: dict[str, str | None] = {}
@@ -333,6 +361,7 @@ def import_bundle(
             raise Missing(name)
     changes: dict[str, Tally] = {name: {} for name in touched}
     for result in results:
+        bundle.claim(result.name, "/results/", result.display_name)
         yield from _insert_result(sql, result)
         add_tally(changes[result.name.rsplit("/results/", 1)[0]], contribution(result))
     etags = {e.name: e.etag for e in evaluations}

@@ -177,10 +177,12 @@ def evaluation_row(evaluation: _Evaluation) -> tuple[object, ...]:
 
 
 def evaluation_from_row(data: bytes, derived: bytes, etag: str) -> _Evaluation:
-    # Serialized protobuf messages merge when concatenated.
-    return _Evaluation.FromString(
-        bytes(data) + bytes(derived) + _Evaluation(etag=etag).SerializeToString()
-    )
+    """The evaluation as served from its row. Serialized protobuf messages merge when
+    concatenated; the blobs hold disjoint fields, neither the etag, which is set after parsing
+    (cheaper than serializing a message of it to append)."""
+    message = _Evaluation.FromString(bytes(data) + bytes(derived) if derived else bytes(data))
+    message.etag = etag
+    return message
 
 
 def refuse_growth(

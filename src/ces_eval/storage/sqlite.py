@@ -172,7 +172,13 @@ class SqliteStorage(ScriptedStorage):
         except sqlite3.OperationalError as error:
             raise Unavailable(str(error)) from error
 
-    def _read_now(self, work: Callable[[sqlite3.Connection], T]) -> T:
+    async def _transaction(self, make: Make[T]) -> T:
+        return await self._transact(partial(_run, make))
+
+    async def _query(self, make: Make[T]) -> T:
+        return await self._read(partial(_run, make))
+
+    async def _point_query(self, make: Make[T]) -> T:
         """Run a point read (one row by primary key) on the calling thread, the event loop's.
 
         A WAL reader never waits for the writer, and a point read takes microseconds, far less
@@ -183,18 +189,9 @@ class SqliteStorage(ScriptedStorage):
             connection = self._point_reader
             if connection is None:
                 connection = self._point_reader = self._connect()
-            return work(connection)
+            return _run(make, connection)
         except sqlite3.OperationalError as error:
             raise Unavailable(str(error)) from error
-
-    async def _transaction(self, make: Make[T]) -> T:
-        return await self._transact(partial(_run, make))
-
-    async def _query(self, make: Make[T]) -> T:
-        return await self._read(partial(_run, make))
-
-    async def _point_query(self, make: Make[T]) -> T:
-        return self._read_now(partial(_run, make))
 
     async def _transact(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``work`` in a write transaction (grouped with concurrent writes into one commit);
