@@ -515,7 +515,7 @@ def test_sqlite_pages_within_a_byte_budget_read_one_index_range(tmp_path: Path) 
     sql = _dialect.SQLITE
     statements = [
         *_page_statements(sql, max_bytes=4_000_000),
-        sql.list_operations("projects/p/locations/l", 51, "x", None, 4_000_000),
+        sql.list_operations("projects/p/locations/l", 51, "x", done=None, max_bytes=4_000_000),
     ]
     with sqlite3.connect(tmp_path / "db.sqlite") as connection:
         for statement, params in statements:
@@ -538,7 +538,7 @@ def test_postgresql_pages_within_a_byte_budget_read_one_index_range(postgres_url
     sql = _dialect.POSTGRESQL
     statements = [
         *_page_statements(sql, max_bytes=4_000_000),
-        sql.list_operations("projects/p/locations/l", 51, "x", None, 4_000_000),
+        sql.list_operations("projects/p/locations/l", 51, "x", done=None, max_bytes=4_000_000),
     ]
     with psycopg.connect(postgres_url, autocommit=True) as connection:
         connection.execute("SET enable_seqscan = off")

@@ -352,8 +352,9 @@ class Sql:
         parent: str,
         limit: int,
         after: str | None,
+        *,
         done: bool | None,
-        max_bytes: int | None = None,
+        max_bytes: int | None,
     ) -> tuple[str, list[object]]:
         """Operations under ``parent`` by name after ``after``, done or running or both; with
         ``max_bytes``, cut as :meth:`limit` says."""

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.storage import _scripts
 from ces_eval.storage._scripts import Script, Statement, Taken
 from ces_eval.storage.errors import Conflict
@@ -23,7 +24,6 @@ if TYPE_CHECKING:
     from google.longrunning import operations_pb2
     from google.rpc import status_pb2
 
-    from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
     from ces_eval.storage._dialect import Sql
     from ces_eval.storage.base import Cursor, ListQuery, ResetCounts
 
@@ -31,6 +31,8 @@ __all__ = ["ScriptedStorage"]
 
 T = TypeVar("T")
 Make = Callable[[], Script[T]]
+_Evaluation = evaluation_pb2.Evaluation
+_Result = evaluation_pb2.EvaluationResult
 
 
 class ScriptedStorage(abc.ABC):
@@ -70,20 +72,16 @@ class ScriptedStorage(abc.ABC):
 
     # -- evaluations -------------------------------------------------------------------------
 
-    async def insert_evaluation(self, evaluation: evaluation_pb2.Evaluation) -> None:
+    async def insert_evaluation(self, evaluation: _Evaluation) -> None:
         await self._write(partial(_scripts.insert_evaluation, self._sql, evaluation))
 
-    async def get_evaluation(self, name: str) -> evaluation_pb2.Evaluation | None:
+    async def get_evaluation(self, name: str) -> _Evaluation | None:
         return await self._point_query(partial(_scripts.get_evaluation, self._sql, name))
 
-    async def list_evaluations(
-        self, query: ListQuery
-    ) -> list[tuple[evaluation_pb2.Evaluation, Cursor]]:
+    async def list_evaluations(self, query: ListQuery) -> list[tuple[_Evaluation, Cursor]]:
         return await self._query(partial(_scripts.list_evaluations, self._sql, query))
 
-    async def replace_evaluation(
-        self, evaluation: evaluation_pb2.Evaluation, expected_etag: str
-    ) -> None:
+    async def replace_evaluation(self, evaluation: _Evaluation, expected_etag: str) -> None:
         await self._write(
             partial(_scripts.replace_evaluation, self._sql, evaluation, expected_etag)
         )
@@ -95,31 +93,23 @@ class ScriptedStorage(abc.ABC):
 
     async def recent_results(
         self, evaluations: Sequence[str], count: int, max_bytes: int | None = None
-    ) -> dict[str, list[evaluation_pb2.EvaluationResult]]:
+    ) -> dict[str, list[_Result]]:
         return await self._query(
             partial(_scripts.recent_results, self._sql, evaluations, count, max_bytes)
         )
 
     async def insert_result(
-        self,
-        result: evaluation_pb2.EvaluationResult,
-        parent_etag: str,
-        *,
-        max_evaluation_bytes: int | None = None,
+        self, result: _Result, parent_etag: str, *, max_evaluation_bytes: int | None = None
     ) -> None:
         await self._write(
             partial(_scripts.insert_result, self._sql, result, parent_etag, max_evaluation_bytes)
         )
 
-    async def get_result(self, name: str) -> evaluation_pb2.EvaluationResult | None:
+    async def get_result(self, name: str) -> _Result | None:
         return await self._point_query(partial(_scripts.get_result, self._sql, name))
 
     async def replace_result(
-        self,
-        result: evaluation_pb2.EvaluationResult,
-        parent_etag: str,
-        *,
-        max_evaluation_bytes: int | None = None,
+        self, result: _Result, parent_etag: str, *, max_evaluation_bytes: int | None = None
     ) -> None:
         await self._write(
             partial(_scripts.replace_result, self._sql, result, parent_etag, max_evaluation_bytes)
@@ -127,8 +117,8 @@ class ScriptedStorage(abc.ABC):
 
     async def import_bundle(
         self,
-        evaluations: Sequence[evaluation_pb2.Evaluation],
-        results: Sequence[evaluation_pb2.EvaluationResult],
+        evaluations: Sequence[_Evaluation],
+        results: Sequence[_Result],
         *,
         max_evaluation_bytes: int | None = None,
     ) -> None:

@@ -427,7 +427,7 @@ def list_operations(
     done: bool | None,
     max_bytes: int | None,
 ) -> Script[list[operations_pb2.Operation]]:
-    statement, params = sql.list_operations(parent, limit, after, done, max_bytes)
+    statement, params = sql.list_operations(parent, limit, after, done=done, max_bytes=max_bytes)
     rows = (yield Statement(statement, params)).rows
     return [operations_pb2.Operation.FromString(row[0]) for row in rows]
 

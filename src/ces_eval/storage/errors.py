@@ -38,12 +38,16 @@ class Conflict(StorageError):
         self.existing = existing
 
 
-class Missing(StorageError):
-    """The named resource (or the parent a write needs) does not exist."""
+class _About(StorageError):
+    """An outcome about one resource, ``name``."""
 
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self.name = name
+
+
+class Missing(_About):
+    """The named resource (or the parent a write needs) does not exist."""
 
 
 class InvalidFilter(StorageError):
@@ -56,12 +60,8 @@ class InvalidFilter(StorageError):
         self.error = error
 
 
-class EtagMismatch(StorageError):
+class EtagMismatch(_About):
     """A conditional write found another etag than the caller's."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(name)
-        self.name = name
 
 
 class TooLarge(StorageError):
