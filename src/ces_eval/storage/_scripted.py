@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.storage import _scripts
-from ces_eval.storage._scripts import Script, Statement, Taken
+from ces_eval.storage._scripts import Rows, Script, Statement, Taken
 from ces_eval.storage.errors import Conflict
 
 if TYPE_CHECKING:
@@ -50,9 +50,10 @@ class ScriptedStorage(abc.ABC):
     async def _query(self, make: Make[T]) -> T:
         """Run the read-only script ``make()`` on the last committed state."""
 
-    async def _point_query(self, make: Make[T]) -> T:
-        """Run a read of one row by primary key (backends may take a faster path)."""
-        return await self._query(make)
+    async def _point_query(self, statement: Statement, decode: Callable[[Rows], T]) -> T:
+        """Read one row by primary key: ``decode`` of what ``statement`` answers (a backend
+        may run it on a faster path than a script's)."""
+        return await self._query(partial(_scripts.point, statement, decode))
 
     async def _write(self, make: Make[T]) -> T:
         try:
@@ -76,7 +77,9 @@ class ScriptedStorage(abc.ABC):
         await self._write(partial(_scripts.insert_evaluation, self._sql, evaluation))
 
     async def get_evaluation(self, name: str) -> _Evaluation | None:
-        return await self._point_query(partial(_scripts.get_evaluation, self._sql, name))
+        return await self._point_query(
+            Statement(self._sql.evaluation_get, (name,)), _scripts.evaluation_of
+        )
 
     async def list_evaluations(self, query: ListQuery) -> list[tuple[_Evaluation, Cursor]]:
         return await self._query(partial(_scripts.list_evaluations, self._sql, query))
@@ -106,7 +109,7 @@ class ScriptedStorage(abc.ABC):
         )
 
     async def get_result(self, name: str) -> _Result | None:
-        return await self._point_query(partial(_scripts.get_result, self._sql, name))
+        return await self._point_query(Statement(self._sql.result_get, (name,)), _scripts.result_of)
 
     async def replace_result(
         self, result: _Result, parent_etag: str, *, max_evaluation_bytes: int | None = None
@@ -145,7 +148,9 @@ class ScriptedStorage(abc.ABC):
         )
 
     async def get_operation(self, name: str) -> operations_pb2.Operation | None:
-        return await self._point_query(partial(_scripts.get_operation, self._sql, name))
+        return await self._point_query(
+            Statement(self._sql.operation_get, (name,)), _scripts.operation_of
+        )
 
     async def list_operations(
         self,
@@ -177,7 +182,9 @@ class ScriptedStorage(abc.ABC):
         return await self._write(partial(_scripts.request_cancel, self._sql, name))
 
     async def cancel_requested(self, name: str) -> bool:
-        return await self._point_query(partial(_scripts.cancel_requested, self._sql, name))
+        return await self._point_query(
+            Statement(self._sql.operation_cancel_requested, (name,)), _scripts.flag_of
+        )
 
     async def delete_operation(self, name: str) -> bool:
         return await self._write(partial(_scripts.delete_operation, self._sql, name))

@@ -13,6 +13,9 @@ Why generators rather than a small synchronous connection protocol with an async
 psycopg's async connection cannot be called from a worker thread without a second event loop,
 and SQLite's writer cannot await; a generator is neither, and costs one ``send`` per statement.
 
+A read of one row by primary key is a statement and a decoder (:func:`point`), so a backend
+can run it on the fast path it has for those (SQLite answers them on the event loop's thread).
+
 Statements whose failure is a uniqueness conflict carry ``unique`` (the name and display name
 written): the driver turns the engine's unique violation into :class:`Taken`, which the
 storage (:mod:`._scripted`) answers with :class:`~.errors.Conflict` once the transaction is
@@ -107,6 +110,13 @@ def _first(rows: Rows) -> tuple[Any, ...] | None:
     return rows.rows[0] if rows.rows else None
 
 
+def point(statement: Statement, decode: Callable[[Rows], T]) -> Script[T]:
+    """A read of one statement whose rows ``decode`` turns into the answer: the point reads
+    by primary key (``evaluation_of`` and the like), which a backend may also run without a
+    generator (:meth:`~._scripted.ScriptedStorage._point_query`)."""
+    return decode((yield statement))
+
+
 # -- start-up ----------------------------------------------------------------------------------
 
 
@@ -163,9 +173,9 @@ def insert_evaluation(sql: Sql, evaluation: _Evaluation) -> Script[None]:
     yield from _insert_evaluation(sql, evaluation)
 
 
-def get_evaluation(sql: Sql, name: str) -> Script[_Evaluation | None]:
-    row = _first((yield Statement(sql.evaluation_get, (name,))))
-    return None if row is None else _tables.evaluation_from_row(*row)
+def evaluation_of(rows: Rows) -> _Evaluation | None:
+    """The answer of ``sql.evaluation_get``."""
+    return _tables.evaluation_from_row(*rows.rows[0]) if rows.rows else None
 
 
 def list_evaluations(sql: Sql, query: ListQuery) -> Script[list[tuple[_Evaluation, Cursor]]]:
@@ -284,9 +294,9 @@ def insert_result(
     yield from _refresh_derived(sql, evaluation, parent_etag, change, max_bytes)
 
 
-def get_result(sql: Sql, name: str) -> Script[_Result | None]:
-    row = _first((yield Statement(sql.result_get, (name,))))
-    return None if row is None else _Result.FromString(row[0])
+def result_of(rows: Rows) -> _Result | None:
+    """The answer of ``sql.result_get``."""
+    return _Result.FromString(rows.rows[0][0]) if rows.rows else None
 
 
 def replace_result(
@@ -413,9 +423,9 @@ def insert_operation(
     )
 
 
-def get_operation(sql: Sql, name: str) -> Script[operations_pb2.Operation | None]:
-    row = _first((yield Statement(sql.operation_get, (name,))))
-    return None if row is None else operations_pb2.Operation.FromString(row[0])
+def operation_of(rows: Rows) -> operations_pb2.Operation | None:
+    """The answer of ``sql.operation_get``."""
+    return operations_pb2.Operation.FromString(rows.rows[0][0]) if rows.rows else None
 
 
 def list_operations(
@@ -448,12 +458,12 @@ def replace_running(sql: Sql, operation: operations_pb2.Operation) -> Script[boo
 
 def request_cancel(sql: Sql, name: str) -> Script[operations_pb2.Operation | None]:
     yield Statement(sql.operation_request_cancel, (name,))
-    return (yield from get_operation(sql, name))
+    return operation_of((yield Statement(sql.operation_get, (name,))))
 
 
-def cancel_requested(sql: Sql, name: str) -> Script[bool]:
-    row = _first((yield Statement(sql.operation_cancel_requested, (name,))))
-    return bool(row and row[0])
+def flag_of(rows: Rows) -> bool:
+    """The answer of ``sql.operation_cancel_requested``."""
+    return bool(rows.rows and rows.rows[0][0])
 
 
 def delete_operation(sql: Sql, name: str) -> Script[bool]:

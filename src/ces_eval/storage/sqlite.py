@@ -178,7 +178,7 @@ class SqliteStorage(ScriptedStorage):
     async def _query(self, make: Make[T]) -> T:
         return await self._read(partial(_run, make))
 
-    async def _point_query(self, make: Make[T]) -> T:
+    async def _point_query(self, statement: Statement, decode: Callable[[Rows], T]) -> T:
         """Run a point read (one row by primary key) on the calling thread, the event loop's.
 
         A WAL reader never waits for the writer, and a point read takes microseconds, far less
@@ -189,7 +189,7 @@ class SqliteStorage(ScriptedStorage):
             connection = self._point_reader
             if connection is None:
                 connection = self._point_reader = self._connect()
-            return _run(make, connection)
+            return decode(_execute(connection, statement))
         except sqlite3.OperationalError as error:
             raise Unavailable(str(error)) from error
 
