@@ -65,7 +65,7 @@ class Rows(NamedTuple):
     """What a statement answered: its rows (none for most writes) and the rows it changed
     (``changed``: the driver's rowcount, -1 for a query)."""
 
-    rows: list[tuple[Any, ...]]
+    rows: Sequence[tuple[Any, ...]]
     changed: int
 
 
@@ -161,8 +161,8 @@ def display_name_owner(sql: Sql, name: str, display_name: str) -> Script[str]:
 # -- evaluations -------------------------------------------------------------------------------
 
 
-def _insert_evaluation(sql: Sql, evaluation: _Evaluation) -> Script[None]:
-    yield Statement(
+def _insert_evaluation(sql: Sql, evaluation: _Evaluation) -> Statement:
+    return Statement(
         sql.evaluation_insert,
         _tables.evaluation_row(evaluation),
         (evaluation.name, evaluation.display_name),
@@ -170,7 +170,7 @@ def _insert_evaluation(sql: Sql, evaluation: _Evaluation) -> Script[None]:
 
 
 def insert_evaluation(sql: Sql, evaluation: _Evaluation) -> Script[None]:
-    yield from _insert_evaluation(sql, evaluation)
+    yield _insert_evaluation(sql, evaluation)
 
 
 def evaluation_of(rows: Rows) -> _Evaluation | None:
@@ -278,8 +278,8 @@ def _refresh_derived(
     yield Statement(sql.evaluation_derive, (derived, etag, _tables.tally_json(tally), evaluation))
 
 
-def _insert_result(sql: Sql, result: _Result) -> Script[None]:
-    yield Statement(
+def _insert_result(sql: Sql, result: _Result) -> Statement:
+    return Statement(
         sql.result_insert, _tables.result_row(result), (result.name, result.display_name)
     )
 
@@ -289,7 +289,7 @@ def insert_result(
 ) -> Script[None]:
     evaluation = result.name.rsplit("/results/", 1)[0]
     yield from _lock_evaluation(sql, evaluation, evaluation)
-    yield from _insert_result(sql, result)
+    yield _insert_result(sql, result)
     change = _tables.tally_change(result, None)
     yield from _refresh_derived(sql, evaluation, parent_etag, change, max_bytes)
 
@@ -360,7 +360,7 @@ def import_bundle(
     bundle = _Bundle()
     for evaluation in evaluations:
         bundle.claim(evaluation.name, "/evaluations/", evaluation.display_name)
-        yield from _insert_evaluation(sql, evaluation)
+        yield _insert_evaluation(sql, evaluation)
     touched = list(dict.fromkeys(r.name.rsplit("/results/", 1)[0] for r in results))
     stored: dict[str, str | None] = {}
     for name in sorted(touched):
@@ -372,7 +372,7 @@ def import_bundle(
     changes: dict[str, Tally] = {name: {} for name in touched}
     for result in results:
         bundle.claim(result.name, "/results/", result.display_name)
-        yield from _insert_result(sql, result)
+        yield _insert_result(sql, result)
         add_tally(changes[result.name.rsplit("/results/", 1)[0]], contribution(result))
     etags = {e.name: e.etag for e in evaluations}
     for name in touched:

@@ -51,7 +51,7 @@ async def _execute(connection: _Connection, statement: Statement) -> Rows:
         name, display_name = statement.unique
         constraint = error.diag.constraint_name or ""
         raise Taken(name, display_name, on_display_name="display_name" in constraint) from error
-    rows = await cursor.fetchall() if cursor.description is not None else []
+    rows = await cursor.fetchall() if cursor.description is not None else ()
     return Rows(rows, cursor.rowcount)
 
 

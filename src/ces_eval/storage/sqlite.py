@@ -58,7 +58,8 @@ def _execute(connection: sqlite3.Connection, statement: Statement) -> Rows:
             raise
         name, display_name = statement.unique
         raise Taken(name, display_name, on_display_name="display_name" in str(error)) from error
-    return Rows(cursor.fetchall(), cursor.rowcount)
+    # A write without RETURNING has no rows to fetch (fetching would step it once more).
+    return Rows(cursor.fetchall() if cursor.description is not None else (), cursor.rowcount)
 
 
 def _run(make: Make[T], connection: sqlite3.Connection) -> T:
