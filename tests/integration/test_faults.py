@@ -45,7 +45,6 @@ from google.protobuf.message import Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from ces_eval.core import exchange
-from ces_eval.storage.derived import derive
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2_grpc as emulator_grpc
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
@@ -53,6 +52,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as
 from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
 )
+from ces_eval.storage.derived import derive
 from ces_eval.storage.sqlite import SqliteStorage
 from tests.support.datasets import seed_large
 from tests.support.load import start_export

@@ -14,8 +14,8 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ces_eval.storage.derived import Derived, Tally, add_tally, contribution, derive, render_tally
 from ces_eval.generated.google.cloud.ces.v1beta import common_pb2, content_pb2, evaluation_pb2
+from ces_eval.storage.derived import Derived, Tally, add_tally, contribution, derive, render_tally
 
 R = evaluation_pb2.EvaluationResult
 M = evaluation_pb2.AggregatedMetrics

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Rows", "Script", "Statement", "Taken", "drive", "drive_async"]
 
-_log = logging.getLogger("ces_eval.storage")
+_log = logging.getLogger(__name__)
 T = TypeVar("T")
 _Result = evaluation_pb2.EvaluationResult
 _Evaluation = evaluation_pb2.Evaluation
@@ -73,8 +73,8 @@ Script: TypeAlias = Generator[Statement, Rows, T]
 
 
 class Taken(Exception):
-    """A statement carrying ``unique`` broke a unique index; ``display_name`` says whether it
-    was the display name's (within its app or evaluation) rather than the name's."""
+    """A statement carrying ``unique`` broke a unique index: ``on_display_name`` when it was
+    the display name's (within its app or evaluation), else the name's."""
 
     def __init__(self, name: str, display_name: str, *, on_display_name: bool) -> None:
         super().__init__(name)

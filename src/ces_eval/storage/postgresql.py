@@ -1,5 +1,10 @@
 """PostgreSQL storage: one database shared by any number of ``ces-eval serve`` replicas.
 
+What each call reads and writes is a transaction script of :mod:`._scripts`, shared with
+SQLite, in this engine's SQL (:data:`._dialect.POSTGRESQL`); this module runs them on pooled
+connections, retries what the database aborted and maps ``psycopg``'s exceptions onto
+:mod:`.errors`.
+
 Nothing about correctness lives in process memory. Every conditional write is one transaction
 that the database serializes: etag checks are ``UPDATE … WHERE etag = …`` (or run under the
 evaluation's row lock), display-name uniqueness is a unique index, a result write locks its

@@ -1,5 +1,10 @@
 """SQLite storage: one database file in WAL mode, the embedded default.
 
+What each call reads and writes is a transaction script of :mod:`._scripts`, shared with
+PostgreSQL; this module runs them (writes in the group-committing writer thread, lists on
+reader threads, point reads on the event loop's thread), owns the file and maps ``sqlite3``'s
+exceptions onto :mod:`.errors`.
+
 Durability: ``synchronous=FULL`` in WAL mode, so a write returns only after its commit reached
 the disk; a crash (even power loss) never loses an acknowledged write. All writes run on one
 dedicated thread and connection (SQLite has one writer at a time anyway); reads run on a small
