@@ -57,7 +57,9 @@ class Sql:
     the database's clock (their parameters are then seconds and nothing) or this process's
     (microseconds since the epoch, and now). ``migrations_table`` and ``record_migration``:
     the DDL and the insert of the migrations ledger; ``migration_lock``: a statement that
-    serializes migrating processes, if any.
+    serializes migrating processes, if any. ``recent_results_batch``: where the engine can,
+    the newest results of a whole page of evaluations in one statement (parameters: the
+    evaluations as an array, the count, the byte budget twice), rows of (evaluation, data).
     """
 
     def __init__(
@@ -75,6 +77,7 @@ class Sql:
         migrations_table: str,
         record_migration: str,
         migration_lock: str | None = None,
+        recent_results_batch: str | None = None,
     ) -> None:
         self.dialect = dialect
         self.json_param = json_param
@@ -82,6 +85,7 @@ class Sql:
         self.migrations_table = migrations_table
         self.record_migration = record_migration
         self.migration_lock = migration_lock
+        self.recent_results_batch = recent_results_batch
         p = self.p
         self.applied_migrations = "SELECT version FROM schema_migrations"
         self.secret_insert = (
@@ -403,6 +407,25 @@ SQLITE = Sql(
 )
 # Any constant shared by every replica: the advisory lock that serializes migrations.
 _MIGRATION_LOCK = 0x6365735F6576616C  # "ces_eval"
+# Each evaluation's newest results (LATERAL over the array of names, in its order), read within
+# the byte budget as Sql.limit reads a page: from the stored lengths, so no blob past the
+# budget's last result is read; the first result always.
+_NEWEST = (
+    "SELECT e.name AS evaluation, e.n, r.name, r.create_time, length(r.data) AS size "
+    "FROM unnest(%s::text[]) WITH ORDINALITY AS e(name, n) "
+    "CROSS JOIN LATERAL (SELECT name, create_time, data FROM evaluation_results "
+    "WHERE evaluation = e.name ORDER BY create_time DESC, name DESC LIMIT %s) r"
+)
+_NEWEST_ORDER = "n, create_time DESC, name DESC"
+_RECENT_RESULTS_BATCH = (
+    "SELECT page.evaluation, r.data FROM ("
+    "SELECT evaluation, n, name, create_time, sum(size) OVER "
+    f"(ORDER BY {_NEWEST_ORDER} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before "
+    f"FROM ({_NEWEST}) AS newest) AS page "
+    "JOIN evaluation_results r ON r.name = page.name "
+    "WHERE page.before IS NULL OR %s::bigint IS NULL OR page.before <= %s::bigint "
+    "ORDER BY page.n, page.create_time DESC, page.name DESC"
+)
 POSTGRESQL = Sql(
     filtering.POSTGRESQL,
     json_param="%s::jsonb",
@@ -420,4 +443,5 @@ POSTGRESQL = Sql(
     ),
     record_migration="INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
     migration_lock=f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})",
+    recent_results_batch=_RECENT_RESULTS_BATCH,
 )

@@ -219,11 +219,20 @@ def delete_evaluation(sql: Sql, name: str, expected_etag: str | None) -> Script[
 def recent_results(
     sql: Sql, evaluations: Sequence[str], count: int, max_bytes: int | None
 ) -> Script[dict[str, list[_Result]]]:
-    """The ``count`` newest results of each evaluation, newest first; with ``max_bytes``, each
-    evaluation's statement returns only the results within what is left of the budget (its
-    first one always), and the evaluations after the budget ran out get none. No result past
-    the budget's last is read."""
+    """The ``count`` newest results of each evaluation, newest first; with ``max_bytes``, only
+    while the results before hold at most that many bytes (the first one always), and the
+    evaluations after the budget ran out get none. No result past the budget's last is read.
+
+    One statement for the whole page where the dialect has one (PostgreSQL: one round trip
+    instead of one per evaluation); else one per evaluation, each within what is left of the
+    budget."""
     found: dict[str, list[_Result]] = {name: [] for name in evaluations}
+    if sql.recent_results_batch is not None:
+        if evaluations:
+            params = (list(evaluations), count, max_bytes, max_bytes)
+            for name, data in (yield Statement(sql.recent_results_batch, params)).rows:
+                found[str(name)].append(_Result.FromString(data))
+        return found
     read = 0
     for name in evaluations:
         if max_bytes is None:

@@ -26,6 +26,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.pq import ExecStatus
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -56,12 +57,19 @@ async def _execute(connection: _Connection, statement: Statement) -> Rows:
         name, display_name = statement.unique
         constraint = error.diag.constraint_name or ""
         raise Taken(name, display_name, on_display_name="display_name" in constraint) from error
-    rows = await cursor.fetchall() if cursor.description is not None else ()
-    return Rows(rows, cursor.rowcount)
+    # Only a statement that returned rows has any to fetch (read from the result's status:
+    # ``description`` would build its columns first).
+    result = cursor.pgresult
+    tuples = result is not None and result.status == ExecStatus.TUPLES_OK
+    return Rows(await cursor.fetchall() if tuples else (), cursor.rowcount)
 
 
 async def _run(make: Make[T], connection: _Connection) -> T:
     return await _scripts.drive_async(make(), partial(_execute, connection))
+
+
+async def _point(statement: Statement, decode: Callable[[Rows], T], connection: _Connection) -> T:
+    return decode(await _execute(connection, statement))
 
 
 def _split_url(url: str) -> tuple[str, dict[str, int]]:
@@ -127,6 +135,9 @@ class PostgresStorage(ScriptedStorage):
 
     async def _query(self, make: Make[T]) -> T:
         return await self._read(partial(_run, make))
+
+    async def _point_query(self, statement: Statement, decode: Callable[[Rows], T]) -> T:
+        return await self._read(partial(_point, statement, decode))
 
     async def _transact(self, work: Callable[[_Connection], Awaitable[T]]) -> T:
         """Run ``work`` in one transaction, again if the database aborted it to resolve a
