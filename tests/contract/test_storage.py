@@ -20,7 +20,7 @@ from google.protobuf import any_pb2, timestamp_pb2
 
 from ces_eval import filtering
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
-from ces_eval.storage import _tables
+from ces_eval.storage import _dialect, _tables
 from ces_eval.storage.base import (
     Conflict,
     Cursor,
@@ -445,7 +445,7 @@ def test_sqlite_refuses_a_newer_schema(tmp_path: Path) -> None:
 
 
 def _page_statements(
-    sql: _tables.Sql, max_bytes: int | None = None
+    sql: _dialect.Sql, max_bytes: int | None = None
 ) -> list[tuple[str, list[object]]]:
     """The backends' own page statements (``Sql.page``) for three list shapes, each resuming
     after a cursor: results of an app filtered by run, newest first; results of one evaluation
@@ -495,7 +495,7 @@ def test_sqlite_list_queries_use_indexes(tmp_path: Path) -> None:
     storage = SqliteStorage(tmp_path / "db.sqlite")
     run(_with(storage, lambda s: asyncio.sleep(0)))
     with sqlite3.connect(tmp_path / "db.sqlite") as connection:
-        for statement, params in _page_statements(_tables.Sql(filtering.SQLITE, "?")):
+        for statement, params in _page_statements(_dialect.SQLITE):
             plan = " | ".join(
                 row[3] for row in connection.execute("EXPLAIN QUERY PLAN " + statement, params)
             )
@@ -512,10 +512,10 @@ def test_sqlite_pages_within_a_byte_budget_read_one_index_range(tmp_path: Path) 
     time for the stored lengths (its window sorts those small rows, never a blob)."""
     storage = SqliteStorage(tmp_path / "db.sqlite")
     run(_with(storage, lambda s: asyncio.sleep(0)))
-    sql = _tables.Sql(filtering.SQLITE, "?")
+    sql = _dialect.SQLITE
     statements = [
         *_page_statements(sql, max_bytes=4_000_000),
-        sql.list_operations("projects/p/locations/l", 51, "x", None, 4_000_000),
+        sql.list_operations("projects/p/locations/l", 51, "x", done=None, max_bytes=4_000_000),
     ]
     with sqlite3.connect(tmp_path / "db.sqlite") as connection:
         for statement, params in statements:
@@ -535,10 +535,10 @@ def test_postgresql_pages_within_a_byte_budget_read_one_index_range(postgres_url
     """The same statements on PostgreSQL: two index scans bounded by the cursor (the page, and
     the stored lengths in its InitPlan), no Sort node anywhere."""
     run(_with(PostgresStorage(postgres_url), lambda s: asyncio.sleep(0)))
-    sql = _tables.Sql(filtering.POSTGRESQL, "%s")
+    sql = _dialect.POSTGRESQL
     statements = [
         *_page_statements(sql, max_bytes=4_000_000),
-        sql.list_operations("projects/p/locations/l", 51, "x", None, 4_000_000),
+        sql.list_operations("projects/p/locations/l", 51, "x", done=None, max_bytes=4_000_000),
     ]
     with psycopg.connect(postgres_url, autocommit=True) as connection:
         connection.execute("SET enable_seqscan = off")
@@ -565,7 +565,7 @@ def test_postgresql_list_queries_use_indexes_without_sorting(postgres_url: str) 
     run(_with(PostgresStorage(postgres_url), lambda s: asyncio.sleep(0)))
     with psycopg.connect(postgres_url, autocommit=True) as connection:
         connection.execute("SET enable_seqscan = off")
-        for statement, params in _page_statements(_tables.Sql(filtering.POSTGRESQL, "%s")):
+        for statement, params in _page_statements(_dialect.POSTGRESQL):
             rows = connection.execute(("EXPLAIN " + statement).encode(), params).fetchall()
             plan = " | ".join(str(row[0]) for row in rows)
             assert "Index Scan" in plan, plan

@@ -8,7 +8,7 @@ left. The server is killed at a moment drawn from a seeded generator; on the sam
 the checks after every kill are: ``PRAGMA integrity_check`` and ``foreign_key_check`` on the file,
 then, through a restarted server, every evaluation and result in exactly an allowed state (the
 acknowledged one, or the cut call's), etags as acknowledged, derived fields equal to
-:func:`ces_eval.core.derived.derive` of the stored results, nothing that no writer wrote. One
+:func:`ces_eval.storage.derived.derive` of the stored results, nothing that no writer wrote. One
 cycle kills during an export operation, one kills a ``--workers 2`` group outright.
 
 Disk full: a file size limit (RLIMIT_FSIZE with SIGXFSZ ignored, so writes fail with EFBIG; no
@@ -45,7 +45,6 @@ from google.protobuf.message import Message
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from ces_eval.core import exchange
-from ces_eval.core.derived import derive
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2_grpc as emulator_grpc
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
@@ -53,6 +52,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as
 from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
 )
+from ces_eval.storage.derived import derive
 from ces_eval.storage.sqlite import SqliteStorage
 from tests.support.datasets import seed_large
 from tests.support.load import start_export

@@ -1,4 +1,4 @@
-"""The derived fields of an Evaluation (src/ces_eval/core/derived.py).
+"""The derived fields of an Evaluation (src/ces_eval/storage/derived.py).
 
 The expected AggregatedMetrics messages are written out by hand, with the arithmetic behind each
 number in a comment, so that they do not share any logic with the code under test.
@@ -14,8 +14,8 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ces_eval.core.derived import Derived, Tally, add_tally, contribution, derive, render_tally
 from ces_eval.generated.google.cloud.ces.v1beta import common_pb2, content_pb2, evaluation_pb2
+from ces_eval.storage.derived import Derived, Tally, add_tally, contribution, derive, render_tally
 
 R = evaluation_pb2.EvaluationResult
 M = evaluation_pb2.AggregatedMetrics

@@ -46,7 +46,7 @@ async def _cap(storage: SqliteStorage, extra_pages: int | None) -> None:
             pages = connection.execute("PRAGMA page_count").fetchone()[0] + extra_pages
         connection.execute(f"PRAGMA max_page_count = {pages}")
 
-    await storage._write(work)
+    await storage._transact(work)
 
 
 async def _fill(storage: SqliteStorage, prefix: str) -> list[str]:

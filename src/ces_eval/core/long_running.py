@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TypeVar
 from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2
 
-from ces_eval.core import derived, exchange, limits, names, rerun
+from ces_eval.core import exchange, limits, names, rerun
 from ces_eval.core.pages import PageTokens, fill, page_size
 from ces_eval.core.stamps import new_etag
 from ces_eval.core.validation import raise_if_invalid, with_size
@@ -25,6 +25,7 @@ from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from ces_eval.storage import derived
 from ces_eval.storage.base import (
     Conflict,
     Cursor,

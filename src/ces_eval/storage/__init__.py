@@ -1,13 +1,23 @@
-"""Storage backends behind one Protocol; :func:`from_url` picks one from a database URL."""
+"""Storage backends behind one Protocol; :func:`from_url` picks one from a database URL.
+
+The package, from the contract down: :mod:`.base` (the ``Storage`` Protocol and its query
+types), :mod:`.errors` (``StorageError`` and its outcomes), :mod:`.derived` (the evaluation
+fields computed from its results); ``_scripted`` (every data method, once, as "run this
+script"), ``_scripts`` (the transaction scripts: sans-IO generators of statements),
+``_dialect`` (their SQL text per engine, built once) and ``_tables`` (rows to messages and
+back); then the backends, :mod:`.sqlite` and :mod:`.postgresql`, which supply connections,
+threads, locks and error mapping, and ``migrations/`` per engine.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from ces_eval.storage.base import Storage
+from ces_eval.storage.errors import StorageError
 from ces_eval.storage.sqlite import SqliteStorage
 
-__all__ = ["Storage", "from_url"]
+__all__ = ["Storage", "StorageError", "from_url"]
 
 _SQLITE = "sqlite:///"
 _POSTGRESQL = ("postgresql://", "postgres://")

@@ -1,31 +1,29 @@
 """How resources map to table rows, shared by the SQL backends.
 
 Both backends keep the same tables (``evaluations``, ``evaluation_results``, ``operations``) with
-the same columns; they differ in column types, placeholders and transaction plumbing. This module
-holds what does not differ: the filterable columns, the keyset page clauses, and the conversion of
-messages to rows and back. SQL text is built with the backend's placeholder.
+the same columns; they differ in column types (:mod:`._dialect` holds the SQL text of each). This
+module holds what does not differ: the filterable columns, the conversion of messages to rows and
+back, and the upkeep of the derived fields' blob and metrics tally.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ces_eval import filtering
-from ces_eval.core import derived
 from ces_eval.generated.google.cloud.ces.v1beta import common_pb2, evaluation_pb2
-from ces_eval.storage.base import InvalidFilter, ListQuery, SortKey, TooLarge
+from ces_eval.storage import derived
+from ces_eval.storage.errors import TooLarge
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Iterable
 
     from google.protobuf import timestamp_pb2
     from google.protobuf.descriptor import EnumDescriptor
 
-    from ces_eval.core.derived import Tally
+    from ces_eval.storage.derived import Tally
 
 __all__ = [
     "EVALUATION_COLUMNS",
@@ -33,7 +31,6 @@ __all__ = [
     "RESULT_COLUMNS",
     "RESULT_FILTER_FIELDS",
     "RUN_FILTER_FIELDS",
-    "Sql",
     "derived_blob",
     "evaluation_from_row",
     "evaluation_row",
@@ -120,244 +117,6 @@ RESULT_FILTER_FIELDS = _specs("evaluation_results", _RESULT_SPECS)
 # evaluation_run_filter: the same result fields, over the results of the evaluation in the row.
 RUN_FILTER_FIELDS = _specs("r", _RESULT_SPECS)
 
-_JSON_COLUMNS = frozenset({"tags", "evaluation_datasets"})
-# What a row holds of its resource as served, in bytes (ListQuery.max_bytes): read from the
-# stored lengths, never from the blobs.
-_STORED_BYTES = {
-    "evaluations": "length(evaluations.data) + length(evaluations.derived)",
-    "evaluation_results": "length(evaluation_results.data)",
-    "operations": "length(operations.data)",
-}
-_SORT_COLUMNS = {
-    SortKey.NAME: "name",
-    SortKey.CREATE_TIME: "create_time",
-    SortKey.UPDATE_TIME: "update_time",
-}
-
-
-@dataclass(frozen=True)
-class Sql:
-    """Statement text shared by the backends, in one backend's dialect.
-
-    ``json_param`` is the placeholder of a JSON array column (string lists), with whatever cast
-    the backend's column type needs.
-    """
-
-    dialect: filtering.Dialect
-    json_param: str
-
-    @property
-    def p(self) -> str:
-        """The placeholder."""
-        return self.dialect.placeholder
-
-    def _param(self, column: str) -> str:
-        return self.json_param if column in _JSON_COLUMNS else self.p
-
-    def insert(self, table: str, columns: Sequence[str], extra: dict[str, str]) -> str:
-        """``INSERT`` of ``columns`` (parameters) and ``extra`` (column → SQL expression)."""
-        names = [*columns, *extra]
-        values = [self._param(column) for column in columns] + list(extra.values())
-        return f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join(values)})"  # noqa: S608 - fixed identifiers; values are parameters
-
-    def update(self, table: str, columns: Sequence[str], where: str) -> str:
-        """``UPDATE`` setting ``columns`` (parameters, in order) for rows matching ``where``."""
-        assignments = ", ".join(f"{column} = {self._param(column)}" for column in columns)
-        return f"UPDATE {table} SET {assignments} WHERE {where}"  # noqa: S608 - fixed identifiers; values are parameters
-
-    def compile(
-        self, expr: filtering.Expr | None, fields: dict[str, filtering.FieldSpec], which: str
-    ) -> tuple[str, list[object]]:
-        """A filter as a condition and its parameters; InvalidFilter names ``which``."""
-        try:
-            return filtering.compile_filter(expr, fields, self.dialect)
-        except filtering.FilterError as error:
-            raise InvalidFilter(which, error) from error
-
-    def page(
-        self, table: str, columns: str, where: list[str], params: list[object], query: ListQuery
-    ) -> str:
-        """``SELECT <columns>, name, <sort column>`` of one keyset page; appends the page's
-        parameters (cursor, limit, byte budget) to ``params``.
-
-        The page starts strictly after the cursor's (sort column, name); the name breaks ties in
-        the same direction as the sort column, so one index scan in one direction serves the page
-        with no sort step, however deep the page is. With ``query.max_bytes`` the page ends at the
-        first row past the budget (:meth:`limit`).
-        """
-        sort = _SORT_COLUMNS[query.order.key]
-        column = f"{table}.{sort}"
-        direction = "DESC" if query.order.descending else "ASC"
-        compare = "<" if query.order.descending else ">"
-        p = self.p
-        after = query.after
-        if query.order.key is SortKey.NAME:
-            order = f"ORDER BY {table}.name {direction}"
-            if after is not None:
-                where.append(f"{table}.name {compare} {p}")
-                params.append(after.name)
-        else:
-            order = f"ORDER BY {column} {direction}, {table}.name {direction}"
-            if after is not None:
-                # A row-value comparison, which both engines turn into one index range (the
-                # equivalent OR of two conditions makes SQLite walk every row before the cursor).
-                where.append(f"({column}, {table}.name) {compare} ({p}, {p})")
-                params += [after.value, after.name]
-        limit = self.limit(
-            table,
-            where,
-            params,
-            column=column,
-            order=order,
-            limit=query.limit,
-            max_bytes=query.max_bytes,
-        )
-        return (
-            f"SELECT {columns}, name, {sort} FROM {table} "  # noqa: S608 - fixed identifiers, compiled clauses; values are parameters
-            f"WHERE {' AND '.join(where)} {order} {limit}"
-        )
-
-    def limit(
-        self,
-        table: str,
-        where: list[str],
-        params: list[object],
-        *,
-        column: str,
-        order: str,
-        limit: int,
-        max_bytes: int | None,
-    ) -> str:
-        """The ``LIMIT`` of a page of ``table`` whose rows ``where`` selects in ``order`` (an
-        ``ORDER BY`` clause: ``column``, then name); appends its parameters to ``params``
-        (which holds those of ``where``).
-
-        With ``max_bytes``, the limit is also a byte budget: a row is read only while the rows
-        before it hold at most ``max_bytes`` stored bytes, or when it is among the first two
-        (a caller then sees more follow even after a row larger than the budget). The number
-        of such rows comes from the same selection read for its stored lengths alone (both
-        engines read a blob's length without reading the blob), so the page itself remains one
-        index range, read in order, that stops at its last row.
-        """
-        p = self.p
-        if max_bytes is None:
-            params.append(limit)
-            return f"LIMIT {p}"
-        direction = "DESC" if order.endswith("DESC") else "ASC"
-        window = f"ORDER BY name {direction}"
-        if column != f"{table}.name":
-            window = f"ORDER BY sort_value {direction}, name {direction}"
-        sizes = (
-            f"SELECT {column} AS sort_value, {table}.name AS name, "  # noqa: S608 - fixed identifiers, compiled clauses; values are parameters
-            f"{_STORED_BYTES[table]} AS size FROM {table} WHERE {' AND '.join(where)} "
-            f"{order} LIMIT {p}"
-        )
-        counted = (
-            f"SELECT row_number() OVER ({window}) AS position, "  # noqa: S608 - fixed identifiers
-            f"sum(size) OVER ({window} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) "
-            f"AS before FROM ({sizes}) AS sizes"
-        )
-        params += [*params, limit, max_bytes]
-        return (
-            f"LIMIT (SELECT count(*) FROM ({counted}) AS counted "  # noqa: S608 - fixed identifiers; values are parameters
-            f"WHERE position <= 2 OR before <= {p})"
-        )
-
-    def list_evaluations(self, query: ListQuery) -> tuple[str, list[object]]:
-        """One page of an app's evaluations: ``data, derived, etag, name, <sort value>``."""
-        where = [f"evaluations.app = {self.p}"]
-        params: list[object] = [query.parent]
-        sql, values = self.compile(query.filter, EVALUATION_FILTER_FIELDS, "filter")
-        where.append(f"({sql})")
-        params += values
-        if query.run_filter is not None:
-            sql, values = self.compile(query.run_filter, RUN_FILTER_FIELDS, "run_filter")
-            where.append(
-                "EXISTS (SELECT 1 FROM evaluation_results r "  # noqa: S608 - compiled clause, values are parameters
-                f"WHERE r.evaluation = evaluations.name AND ({sql}))"
-            )
-            params += values
-        return self.page("evaluations", "data, derived, etag", where, params, query), params
-
-    def list_results(self, query: ListQuery) -> tuple[str, list[object]]:
-        """One page of an evaluation's (or an app's) results: ``data, name, <sort value>``."""
-        scope = "app" if query.across_evaluations else "evaluation"
-        where = [f"evaluation_results.{scope} = {self.p}"]
-        params: list[object] = [query.parent]
-        sql, values = self.compile(query.filter, RESULT_FILTER_FIELDS, "filter")
-        where.append(f"({sql})")
-        params += values
-        return self.page("evaluation_results", "data", where, params, query), params
-
-    def list_operations(
-        self,
-        parent: str,
-        limit: int,
-        after: str | None,
-        done: bool | None,
-        max_bytes: int | None = None,
-    ) -> tuple[str, list[object]]:
-        """Operations under ``parent`` by name after ``after``, done or running or both; with
-        ``max_bytes``, cut as :meth:`limit` says."""
-        p = self.p
-        where = [f"parent = {p}"]
-        params: list[object] = [parent]
-        if after is not None:
-            where.append(f"name > {p}")
-            params.append(after)
-        if done is not None:
-            where.append(f"done = {p}")
-            params.append(done)
-        where_sql = " AND ".join(where)
-        order = "ORDER BY operations.name ASC"
-        limit_sql = self.limit(
-            "operations",
-            where,
-            params,
-            column="operations.name",
-            order=order,
-            limit=limit,
-            max_bytes=max_bytes,
-        )
-        statement = f"SELECT data FROM operations WHERE {where_sql} {order} {limit_sql}"  # noqa: S608 - fixed clauses
-        return statement, params
-
-    def runs_of(self) -> str:
-        """The evaluation's distinct non-empty runs, most recent first (by their results'
-        latest create_time, then name); one parameter: the evaluation."""
-        p = self.p
-        return (
-            "SELECT evaluation_run FROM evaluation_results "  # noqa: S608 - placeholder only
-            f"WHERE evaluation = {p} AND evaluation_run <> '' GROUP BY evaluation_run "
-            "ORDER BY max(create_time) DESC, evaluation_run ASC"
-        )
-
-    def last_completed_of(self) -> str:
-        """The data of the evaluation's newest COMPLETED result (by create_time, then name);
-        parameters: the evaluation, the COMPLETED enum number."""
-        p = self.p
-        return (
-            "SELECT data FROM evaluation_results "  # noqa: S608 - placeholder only
-            f"WHERE evaluation = {p} AND execution_state = {p} "
-            "ORDER BY create_time DESC, name DESC LIMIT 1"
-        )
-
-    def display_name_owner(self, name: str, display_name: str) -> tuple[str, tuple[str, str]]:
-        """SQL finding the resource that holds ``display_name`` in the scope of ``name``: the
-        app for evaluations, the evaluation for results."""
-        p = self.p
-        if "/results/" in name:
-            return (
-                f"SELECT name FROM evaluation_results WHERE evaluation = {p} "  # noqa: S608 - placeholder only
-                f"AND display_name = {p}",
-                (name.rsplit("/results/", 1)[0], display_name),
-            )
-        return (
-            f"SELECT name FROM evaluations WHERE app = {p} AND display_name = {p}",  # noqa: S608 - placeholder only
-            (name.rsplit("/evaluations/", 1)[0], display_name),
-        )
-
-
 # Column order of evaluation_row / result_row, for INSERT and UPDATE statements. The first two
 # (evaluations) or three (results) are the identity, never updated.
 EVALUATION_COLUMNS = (
@@ -418,10 +177,12 @@ def evaluation_row(evaluation: _Evaluation) -> tuple[object, ...]:
 
 
 def evaluation_from_row(data: bytes, derived: bytes, etag: str) -> _Evaluation:
-    # Serialized protobuf messages merge when concatenated.
-    return _Evaluation.FromString(
-        bytes(data) + bytes(derived) + _Evaluation(etag=etag).SerializeToString()
-    )
+    """The evaluation as served from its row. Serialized protobuf messages merge when
+    concatenated; the blobs hold disjoint fields, neither the etag, which is set after parsing
+    (cheaper than serializing a message of it to append)."""
+    message = _Evaluation.FromString(bytes(data) + bytes(derived) if derived else bytes(data))
+    message.etag = etag
+    return message
 
 
 def refuse_growth(
@@ -471,14 +232,8 @@ def tally_of(results: Iterable[bytes]) -> Tally:
     return total
 
 
-def updated_tally(
-    stored: str | None, change: Tally, results: Callable[[], Iterable[bytes]]
-) -> Tally:
-    """The tally after ``change``: the stored JSON plus the change, or — for an evaluation
-    from before incremental upkeep (NULL) — the sum over ``results`` (which already reflect the
-    write)."""
-    if stored is None:
-        return tally_of(results())
+def updated_tally(stored: str, change: Tally) -> Tally:
+    """The tally after ``change``: the stored JSON plus the change."""
     tally: Tally = json.loads(stored)
     derived.add_tally(tally, change)
     return tally

@@ -1,9 +1,10 @@
 """The storage contract: what the service core needs from a database (GUIDE §7.4).
 
-Backends (SQLite now, PostgreSQL later) implement :class:`Storage`; one contract test suite runs
-against each. Resources cross this boundary as protobuf messages; a backend keeps whatever
-columns it needs for filtering, ordering and constraints. Conflicts are reported with the
-exceptions below and translated into API errors by the core.
+Backends (SQLite, PostgreSQL) implement :class:`Storage`; one contract test suite runs against
+each. Resources cross this boundary as protobuf messages; a backend keeps whatever columns it
+needs for filtering, ordering and constraints. Outcomes are reported with the exceptions of
+:mod:`.errors` (re-exported here, all :class:`StorageError`) and translated into API errors by
+the core.
 """
 
 from __future__ import annotations
@@ -13,11 +14,22 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from ces_eval.storage.errors import (
+    Conflict,
+    EtagMismatch,
+    InUse,
+    InvalidFilter,
+    Missing,
+    StorageError,
+    TooLarge,
+    Unavailable,
+)
+
 if TYPE_CHECKING:
     from google.longrunning import operations_pb2
     from google.rpc import status_pb2
 
-    from ces_eval.filtering import Expr, FilterError
+    from ces_eval.filtering import Expr
     from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 
 __all__ = [
@@ -32,6 +44,7 @@ __all__ = [
     "ResetCounts",
     "SortKey",
     "Storage",
+    "StorageError",
     "TooLarge",
     "Unavailable",
 ]
@@ -89,62 +102,6 @@ class ResetCounts:
     evaluations: int = 0
     evaluation_results: int = 0
     operations: int = 0
-
-
-class Conflict(Exception):
-    """A uniqueness constraint failed: ``field`` is ``name`` or ``display_name``."""
-
-    def __init__(self, field: str, existing: str) -> None:
-        super().__init__(f"{field} conflicts with {existing}")
-        self.field = field
-        self.existing = existing
-
-
-class Missing(Exception):
-    """The named resource (or the parent a write needs) does not exist."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(name)
-        self.name = name
-
-
-class InvalidFilter(Exception):
-    """A filter names fields or values the backend cannot apply; ``which`` is ``filter`` or
-    ``run_filter`` (the ListQuery attribute), ``error`` says where."""
-
-    def __init__(self, which: str, error: FilterError) -> None:
-        super().__init__(str(error))
-        self.which = which
-        self.error = error
-
-
-class EtagMismatch(Exception):
-    """A conditional write found another etag than the caller's."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(name)
-        self.name = name
-
-
-class TooLarge(Exception):
-    """A result write would make its evaluation, with the fields derived from its results,
-    ``size`` bytes as served: more than the write allowed, and more than before."""
-
-    def __init__(self, name: str, size: int) -> None:
-        super().__init__(f"{name} would be {size} bytes")
-        self.name = name
-        self.size = size
-
-
-class InUse(Exception):
-    """The database belongs to another process that does not share it (``open`` refuses)."""
-
-
-class Unavailable(Exception):
-    """The database cannot serve the call now (unreachable, locked, out of space, its files
-    removed or replaced); nothing of the call was committed to the database (a SQLite write
-    refused after its commit went into files that are no longer the database's), and retrying
-    later may succeed."""
 
 
 class Storage(Protocol):

@@ -1,5 +1,5 @@
 -- Derived metrics kept up to date incrementally: `metrics_tally` is the sum of the evaluation's
--- results' metric tallies (JSON, see core/derived.py); each result write adds or subtracts one
+-- results' metric tallies (JSON, see storage/derived.py); each result write adds or subtracts one
 -- result's tally instead of re-reading every result. NULL (evaluations stored before this
 -- migration) means "not summed yet": the next write of one of its results sums them once.
 ALTER TABLE evaluations ADD COLUMN metrics_tally TEXT;

@@ -1,0 +1,447 @@
+"""The SQL of every transaction script, in each backend's dialect, built once at import.
+
+The scripts (:mod:`._scripts`) name statements (``sql.evaluation_lock``); this module holds
+their text. Everything that differs between SQLite and PostgreSQL is decided here, by the
+:class:`Sql` instance a backend passes to the scripts: placeholders (``?`` or ``%s``), the cast
+of a JSON parameter, the empty blob literal, row locks (``FOR UPDATE`` and ``FOR UPDATE SKIP
+LOCKED``; SQLite has one writer and needs none), how a running operation is selected (so that
+SQLite's ``(done, owner)`` index serves it), whose clock a lease is read against (this
+process's on SQLite, the database's on PostgreSQL, shared by every replica) and the
+bookkeeping of migrations. Fixed statements are attributes computed in ``__init__``; only list
+pages, whose filters and cursors vary, are composed per call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ces_eval import filtering
+from ces_eval.storage._tables import (
+    EVALUATION_COLUMNS,
+    EVALUATION_FILTER_FIELDS,
+    RESULT_COLUMNS,
+    RESULT_FILTER_FIELDS,
+    RUN_FILTER_FIELDS,
+    now_micros,
+)
+from ces_eval.storage.base import ListQuery, SortKey
+from ces_eval.storage.errors import InvalidFilter
+
+__all__ = ["POSTGRESQL", "SQLITE", "Sql"]
+
+_JSON_COLUMNS = frozenset({"tags", "evaluation_datasets"})
+# What a row holds of its resource as served, in bytes (ListQuery.max_bytes): read from the
+# stored lengths, never from the blobs.
+_STORED_BYTES = {
+    "evaluations": "length(evaluations.data) + length(evaluations.derived)",
+    "evaluation_results": "length(evaluation_results.data)",
+    "operations": "length(operations.data)",
+}
+_SORT_COLUMNS = {
+    SortKey.NAME: "name",
+    SortKey.CREATE_TIME: "create_time",
+    SortKey.UPDATE_TIME: "update_time",
+}
+_NEWEST_FIRST = "ORDER BY evaluation_results.create_time DESC, evaluation_results.name DESC"
+
+
+class Sql:
+    """Statement text in one backend's dialect (see the module docstring for what differs).
+
+    ``json_param``: the placeholder of a JSON array column (string lists), with the cast the
+    column type needs. ``empty_blob``: the literal of an empty ``derived`` blob. ``lock_row``
+    and ``lock_skip``: the suffixes that lock the selected rows for the transaction, waiting
+    for or skipping rows locked by another one. ``running``: the condition of an operation not
+    yet done. ``lease_clock``: the SQL of "now plus a parameter" for lease deadlines and
+    ``expired``: the condition of a lease run out; ``database_clock`` says whether both read
+    the database's clock (their parameters are then seconds and nothing) or this process's
+    (microseconds since the epoch, and now). ``migrations_table`` and ``record_migration``:
+    the DDL and the insert of the migrations ledger; ``migration_lock``: a statement that
+    serializes migrating processes, if any. ``recent_results_batch``: where the engine can,
+    the newest results of a whole page of evaluations in one statement (parameters: the
+    evaluations as an array, the count, the byte budget twice), rows of (evaluation, data).
+    """
+
+    def __init__(
+        self,
+        dialect: filtering.Dialect,
+        *,
+        json_param: str,
+        empty_blob: str,
+        lock_row: str,
+        lock_skip: str,
+        running: str,
+        lease_clock: str,
+        expired: str,
+        database_clock: bool,
+        migrations_table: str,
+        record_migration: str,
+        migration_lock: str | None = None,
+        recent_results_batch: str | None = None,
+    ) -> None:
+        self.dialect = dialect
+        self.json_param = json_param
+        self.database_clock = database_clock
+        self.migrations_table = migrations_table
+        self.record_migration = record_migration
+        self.migration_lock = migration_lock
+        self.recent_results_batch = recent_results_batch
+        p = self.p
+        self.applied_migrations = "SELECT version FROM schema_migrations"
+        self.secret_insert = (
+            f"INSERT INTO meta (key, value) VALUES ('page_token_secret', {p}) "
+            "ON CONFLICT (key) DO NOTHING"
+        )
+        self.secret_get = "SELECT value FROM meta WHERE key = 'page_token_secret'"
+        self.ping = "SELECT 1"
+
+        self.evaluation_insert = self.insert(
+            "evaluations", EVALUATION_COLUMNS, {"derived": empty_blob, "metrics_tally": "'{}'"}
+        )
+        self.evaluation_get = f"SELECT data, derived, etag FROM evaluations WHERE name = {p}"
+        self.evaluation_exists = f"SELECT 1 FROM evaluations WHERE name = {p}"
+        # The identity columns (name, app) are never updated; the etag must still be the
+        # caller's, or nothing changes.
+        self.evaluation_update = self.update(
+            "evaluations", EVALUATION_COLUMNS[2:], f"name = {p} AND etag = {p}"
+        )
+        self.evaluation_lock = f"SELECT etag FROM evaluations WHERE name = {p}{lock_row}"
+        self.evaluation_delete = f"DELETE FROM evaluations WHERE name = {p}"
+        self.evaluation_stored = (
+            "SELECT metrics_tally, length(data), length(derived), etag FROM evaluations "
+            f"WHERE name = {p}"
+        )
+        self.evaluation_derive = (
+            f"UPDATE evaluations SET derived = {p}, etag = {p}, metrics_tally = {p} "
+            f"WHERE name = {p}"
+        )
+        self.evaluation_display_name = (
+            f"SELECT name FROM evaluations WHERE app = {p} AND display_name = {p}"
+        )
+
+        self.result_insert = self.insert("evaluation_results", RESULT_COLUMNS, {})
+        self.result_get = f"SELECT data FROM evaluation_results WHERE name = {p}"
+        # The identity columns (name, evaluation, app) are never updated.
+        self.result_update = self.update("evaluation_results", RESULT_COLUMNS[3:], f"name = {p}")
+        self.result_delete = f"DELETE FROM evaluation_results WHERE name = {p}"
+        self.result_display_name = (
+            f"SELECT name FROM evaluation_results WHERE evaluation = {p} AND display_name = {p}"
+        )
+        self.results_of = f"SELECT data FROM evaluation_results WHERE evaluation = {p}"
+        # The evaluation's distinct non-empty runs, most recent first (by their results'
+        # latest create_time, then name).
+        self.runs_of = (
+            "SELECT evaluation_run FROM evaluation_results "
+            f"WHERE evaluation = {p} AND evaluation_run <> '' GROUP BY evaluation_run "
+            "ORDER BY max(create_time) DESC, evaluation_run ASC"
+        )
+        # The data of the evaluation's newest result in a state (COMPLETED): by create_time,
+        # then name.
+        self.last_completed_of = (
+            "SELECT data FROM evaluation_results "
+            f"WHERE evaluation = {p} AND execution_state = {p} "
+            "ORDER BY create_time DESC, name DESC LIMIT 1"
+        )
+        # An evaluation's newest results (parameters: evaluation, count), and the same within
+        # a byte budget (evaluation, evaluation, count, budget): the first one always, each
+        # next one while those before hold at most the budget.
+        newest = ["evaluation_results.evaluation = " + p]
+        self.recent_results = (
+            f"SELECT data FROM evaluation_results WHERE {newest[0]} {_NEWEST_FIRST} LIMIT {p}"
+        )
+        self.recent_results_within = (
+            f"SELECT data FROM evaluation_results WHERE {newest[0]} {_NEWEST_FIRST} "
+            + self.limit(
+                "evaluation_results",
+                newest,
+                [],
+                column="evaluation_results.create_time",
+                order=_NEWEST_FIRST,
+                limit=0,
+                max_bytes=0,
+                always=1,
+            )
+        )
+
+        self.operation_insert = (
+            "INSERT INTO operations (name, parent, method, done, create_time, update_time, "
+            f"owner, lease_until, data) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, "
+            f"{lease_clock}, {p})"
+        )
+        self.operation_get = f"SELECT data FROM operations WHERE name = {p}"
+        self.operation_replace_running = (
+            f"UPDATE operations SET data = {p}, done = {p}, update_time = {p} "
+            f"WHERE name = {p} AND {running}"
+        )
+        self.operation_request_cancel = (
+            f"UPDATE operations SET cancel_requested = TRUE WHERE name = {p} AND {running}"
+        )
+        self.operation_cancel_requested = (
+            f"SELECT cancel_requested FROM operations WHERE name = {p}"
+        )
+        self.operation_delete = f"DELETE FROM operations WHERE name = {p}"
+        self.operation_renew = (
+            f"UPDATE operations SET lease_until = {lease_clock} WHERE {running} AND owner = {p}"
+        )
+        self.operation_cancelling = (
+            f"SELECT name FROM operations WHERE {running} AND owner = {p} AND cancel_requested"
+        )
+        running_select = f"SELECT data FROM operations WHERE {running} AND "
+        self.operations_expired = f"{running_select}{expired}{lock_skip}"
+        self.operations_of_owner = f"{running_select}owner = {p}{lock_skip}"
+        self.operations_running = f"{running_select}TRUE{lock_skip}"
+        self.operation_fail = (
+            f"UPDATE operations SET done = TRUE, data = {p}, update_time = {p} WHERE name = {p}"
+        )
+
+        like = f"LIKE {p} ESCAPE '\\'"
+        self.reset_count_results = f"SELECT count(*) FROM evaluation_results WHERE name {like}"
+        self.reset_evaluations = f"DELETE FROM evaluations WHERE name {like}"
+        self.reset_operations = f"DELETE FROM operations WHERE name {like}"
+
+    @property
+    def p(self) -> str:
+        """The placeholder."""
+        return self.dialect.placeholder
+
+    def lease(self, seconds: float) -> object:
+        """The parameter of ``lease_clock`` for a lease of ``seconds`` from now."""
+        return seconds if self.database_clock else now_micros() + int(seconds * 1_000_000)
+
+    def now(self) -> tuple[object, ...]:
+        """The parameters of ``expired``: none on the database's clock, else this process's."""
+        return () if self.database_clock else (now_micros(),)
+
+    def _param(self, column: str) -> str:
+        return self.json_param if column in _JSON_COLUMNS else self.p
+
+    def insert(self, table: str, columns: Sequence[str], extra: dict[str, str]) -> str:
+        """``INSERT`` of ``columns`` (parameters) and ``extra`` (column → SQL expression)."""
+        names = [*columns, *extra]
+        values = [self._param(column) for column in columns] + list(extra.values())
+        return f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join(values)})"
+
+    def update(self, table: str, columns: Sequence[str], where: str) -> str:
+        """``UPDATE`` setting ``columns`` (parameters, in order) for rows matching ``where``."""
+        assignments = ", ".join(f"{column} = {self._param(column)}" for column in columns)
+        return f"UPDATE {table} SET {assignments} WHERE {where}"
+
+    def compile(
+        self, expr: filtering.Expr | None, fields: dict[str, filtering.FieldSpec], which: str
+    ) -> tuple[str, list[object]]:
+        """A filter as a condition and its parameters; InvalidFilter names ``which``."""
+        try:
+            return filtering.compile_filter(expr, fields, self.dialect)
+        except filtering.FilterError as error:
+            raise InvalidFilter(which, error) from error
+
+    def page(
+        self, table: str, columns: str, where: list[str], params: list[object], query: ListQuery
+    ) -> str:
+        """``SELECT <columns>, name, <sort column>`` of one keyset page; appends the page's
+        parameters (cursor, limit, byte budget) to ``params``.
+
+        The page starts strictly after the cursor's (sort column, name); the name breaks ties in
+        the same direction as the sort column, so one index scan in one direction serves the page
+        with no sort step, however deep the page is. With ``query.max_bytes`` the page ends at the
+        first row past the budget (:meth:`limit`).
+        """
+        sort = _SORT_COLUMNS[query.order.key]
+        column = f"{table}.{sort}"
+        direction = "DESC" if query.order.descending else "ASC"
+        compare = "<" if query.order.descending else ">"
+        p = self.p
+        after = query.after
+        if query.order.key is SortKey.NAME:
+            order = f"ORDER BY {table}.name {direction}"
+            if after is not None:
+                where.append(f"{table}.name {compare} {p}")
+                params.append(after.name)
+        else:
+            order = f"ORDER BY {column} {direction}, {table}.name {direction}"
+            if after is not None:
+                # A row-value comparison, which both engines turn into one index range (the
+                # equivalent OR of two conditions makes SQLite walk every row before the cursor).
+                where.append(f"({column}, {table}.name) {compare} ({p}, {p})")
+                params += [after.value, after.name]
+        limit = self.limit(
+            table,
+            where,
+            params,
+            column=column,
+            order=order,
+            limit=query.limit,
+            max_bytes=query.max_bytes,
+        )
+        return (
+            f"SELECT {columns}, name, {sort} FROM {table} "
+            f"WHERE {' AND '.join(where)} {order} {limit}"
+        )
+
+    def limit(
+        self,
+        table: str,
+        where: list[str],
+        params: list[object],
+        *,
+        column: str,
+        order: str,
+        limit: int,
+        max_bytes: int | None,
+        always: int = 2,
+    ) -> str:
+        """The ``LIMIT`` of a page of ``table`` whose rows ``where`` selects in ``order`` (an
+        ``ORDER BY`` clause: ``column``, then name); appends its parameters to ``params``
+        (which holds those of ``where``).
+
+        With ``max_bytes``, the limit is also a byte budget: a row is read only while the rows
+        before it hold at most ``max_bytes`` stored bytes, or when it is among the first
+        ``always`` (two for pages: a caller then sees more follow even after a row larger than
+        the budget). The number of such rows comes from the same selection read for its stored
+        lengths alone (both engines read a blob's length without reading the blob), so the
+        page itself remains one index range, read in order, that stops at its last row.
+        """
+        p = self.p
+        if max_bytes is None:
+            params.append(limit)
+            return f"LIMIT {p}"
+        direction = "DESC" if order.endswith("DESC") else "ASC"
+        window = f"ORDER BY name {direction}"
+        if column != f"{table}.name":
+            window = f"ORDER BY sort_value {direction}, name {direction}"
+        sizes = (
+            f"SELECT {column} AS sort_value, {table}.name AS name, "
+            f"{_STORED_BYTES[table]} AS size FROM {table} WHERE {' AND '.join(where)} "
+            f"{order} LIMIT {p}"
+        )
+        counted = (
+            f"SELECT row_number() OVER ({window}) AS position, "
+            f"sum(size) OVER ({window} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) "
+            f"AS before FROM ({sizes}) AS sizes"
+        )
+        params += [*params, limit, max_bytes]
+        return (
+            f"LIMIT (SELECT count(*) FROM ({counted}) AS counted "
+            f"WHERE position <= {always} OR before <= {p})"
+        )
+
+    def list_evaluations(self, query: ListQuery) -> tuple[str, list[object]]:
+        """One page of an app's evaluations: ``data, derived, etag, name, <sort value>``."""
+        where = [f"evaluations.app = {self.p}"]
+        params: list[object] = [query.parent]
+        sql, values = self.compile(query.filter, EVALUATION_FILTER_FIELDS, "filter")
+        where.append(f"({sql})")
+        params += values
+        if query.run_filter is not None:
+            sql, values = self.compile(query.run_filter, RUN_FILTER_FIELDS, "run_filter")
+            where.append(
+                "EXISTS (SELECT 1 FROM evaluation_results r "
+                f"WHERE r.evaluation = evaluations.name AND ({sql}))"
+            )
+            params += values
+        return self.page("evaluations", "data, derived, etag", where, params, query), params
+
+    def list_results(self, query: ListQuery) -> tuple[str, list[object]]:
+        """One page of an evaluation's (or an app's) results: ``data, name, <sort value>``."""
+        scope = "app" if query.across_evaluations else "evaluation"
+        where = [f"evaluation_results.{scope} = {self.p}"]
+        params: list[object] = [query.parent]
+        sql, values = self.compile(query.filter, RESULT_FILTER_FIELDS, "filter")
+        where.append(f"({sql})")
+        params += values
+        return self.page("evaluation_results", "data", where, params, query), params
+
+    def list_operations(
+        self,
+        parent: str,
+        limit: int,
+        after: str | None,
+        *,
+        done: bool | None,
+        max_bytes: int | None,
+    ) -> tuple[str, list[object]]:
+        """Operations under ``parent`` by name after ``after``, done or running or both; with
+        ``max_bytes``, cut as :meth:`limit` says."""
+        p = self.p
+        where = [f"parent = {p}"]
+        params: list[object] = [parent]
+        if after is not None:
+            where.append(f"name > {p}")
+            params.append(after)
+        if done is not None:
+            where.append(f"done = {p}")
+            params.append(done)
+        where_sql = " AND ".join(where)
+        order = "ORDER BY operations.name ASC"
+        limit_sql = self.limit(
+            "operations",
+            where,
+            params,
+            column="operations.name",
+            order=order,
+            limit=limit,
+            max_bytes=max_bytes,
+        )
+        statement = f"SELECT data FROM operations WHERE {where_sql} {order} {limit_sql}"
+        return statement, params
+
+
+SQLITE = Sql(
+    filtering.SQLITE,
+    json_param="?",
+    empty_blob="x''",
+    # One writer at a time (the group commit's thread): a transaction never meets another's
+    # locks, so it takes none.
+    lock_row="",
+    lock_skip="",
+    # Spelled so that the (done, owner) index serves it; NOT done would not.
+    running="done = 0",
+    lease_clock="?",
+    expired="lease_until < ?",
+    database_clock=False,
+    migrations_table=(
+        "CREATE TABLE IF NOT EXISTS schema_migrations "
+        "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)"
+    ),
+    record_migration="INSERT INTO schema_migrations VALUES (?, ?, strftime('%s','now'))",
+)
+# Any constant shared by every replica: the advisory lock that serializes migrations.
+_MIGRATION_LOCK = 0x6365735F6576616C  # "ces_eval"
+# Each evaluation's newest results (LATERAL over the array of names, in its order), read within
+# the byte budget as Sql.limit reads a page: from the stored lengths, so no blob past the
+# budget's last result is read; the first result always.
+_NEWEST = (
+    "SELECT e.name AS evaluation, e.n, r.name, r.create_time, length(r.data) AS size "
+    "FROM unnest(%s::text[]) WITH ORDINALITY AS e(name, n) "
+    "CROSS JOIN LATERAL (SELECT name, create_time, data FROM evaluation_results "
+    "WHERE evaluation = e.name ORDER BY create_time DESC, name DESC LIMIT %s) r"
+)
+_NEWEST_ORDER = "n, create_time DESC, name DESC"
+_RECENT_RESULTS_BATCH = (
+    "SELECT page.evaluation, r.data FROM ("
+    "SELECT evaluation, n, name, create_time, sum(size) OVER "
+    f"(ORDER BY {_NEWEST_ORDER} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before "
+    f"FROM ({_NEWEST}) AS newest) AS page "
+    "JOIN evaluation_results r ON r.name = page.name "
+    "WHERE page.before IS NULL OR %s::bigint IS NULL OR page.before <= %s::bigint "
+    "ORDER BY page.n, page.create_time DESC, page.name DESC"
+)
+POSTGRESQL = Sql(
+    filtering.POSTGRESQL,
+    json_param="%s::jsonb",
+    empty_blob="''::bytea",
+    lock_row=" FOR UPDATE",
+    # Rows another process is finishing at the same moment are skipped, not waited for.
+    lock_skip=" FOR UPDATE SKIP LOCKED",
+    running="NOT done",
+    lease_clock="now() + make_interval(secs => %s)",
+    expired="lease_until < now()",
+    database_clock=True,
+    migrations_table=(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, "
+        "name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+    ),
+    record_migration="INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
+    migration_lock=f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})",
+    recent_results_batch=_RECENT_RESULTS_BATCH,
+)

@@ -1,0 +1,503 @@
+"""Every transaction script of the storage, written once for both backends.
+
+A script is a sans-IO generator: it yields a :class:`Statement` (SQL text named on the
+backend's :class:`~._dialect.Sql`, with its parameters), receives the statement's
+:class:`Rows`, and returns the call's value (``Generator[Statement, Rows, T]``). It never
+touches a connection, so the same script runs in SQLite's writer thread, inside one SAVEPOINT
+of a group commit, driven synchronously (:func:`drive`), and on a psycopg connection, driven
+by the event loop (:func:`drive_async`). A backend supplies only what a script must not know:
+connections, threads, locks, transactions, retries, migrations' surroundings and the mapping of
+its driver's exceptions onto :mod:`.errors`.
+
+Why generators rather than a small synchronous connection protocol with an async adapter:
+psycopg's async connection cannot be called from a worker thread without a second event loop,
+and SQLite's writer cannot await; a generator is neither, and costs one ``send`` per statement.
+
+A read of one row by primary key is a statement and a decoder (:func:`point`), so a backend
+can run it on the fast path it has for those (SQLite answers them on the event loop's thread).
+
+Statements whose failure is a uniqueness conflict carry ``unique`` (the name and display name
+written): the driver turns the engine's unique violation into :class:`Taken`, which the
+storage (:mod:`._scripted`) answers with :class:`~.errors.Conflict` once the transaction is
+rolled back. Everything else a script raises (Missing, EtagMismatch, TooLarge) rolls its
+transaction back and reaches the caller as it is.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar
+
+from google.longrunning import operations_pb2
+
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
+from ces_eval.storage import _tables
+from ces_eval.storage._migrations import pending
+from ces_eval.storage.base import Cursor, ListQuery, ResetCounts
+from ces_eval.storage.derived import Tally, add_tally, contribution
+from ces_eval.storage.errors import Conflict, EtagMismatch, Missing
+
+if TYPE_CHECKING:
+    from google.rpc import status_pb2
+
+    from ces_eval.storage._dialect import Sql
+
+__all__ = ["Rows", "Script", "Statement", "Taken", "drive", "drive_async"]
+
+_log = logging.getLogger(__name__)
+T = TypeVar("T")
+_Result = evaluation_pb2.EvaluationResult
+_Evaluation = evaluation_pb2.Evaluation
+_COMPLETED = int(_Result.ExecutionState.COMPLETED)
+
+
+class Statement(NamedTuple):
+    """One statement of a script: its text, its parameters and, when a unique index may
+    refuse it, the (name, display name) of the row it writes."""
+
+    sql: str
+    params: Sequence[object] = ()
+    unique: tuple[str, str] | None = None
+
+
+class Rows(NamedTuple):
+    """What a statement answered: its rows (none for most writes) and the rows it changed
+    (``changed``: the driver's rowcount, -1 for a query)."""
+
+    rows: Sequence[tuple[Any, ...]]
+    changed: int
+
+
+Script: TypeAlias = Generator[Statement, Rows, T]
+
+
+class Taken(Exception):
+    """A statement carrying ``unique`` broke a unique index: ``on_display_name`` when it was
+    the display name's (within its app or evaluation), else the name's."""
+
+    def __init__(self, name: str, display_name: str, *, on_display_name: bool) -> None:
+        super().__init__(name)
+        self.name = name
+        self.display_name = display_name
+        self.on_display_name = on_display_name
+
+
+def drive(script: Script[T], execute: Callable[[Statement], Rows]) -> T:
+    """Run ``script`` to its end with a synchronous ``execute``; an exception of ``execute``
+    propagates (the script is abandoned with it)."""
+    send = script.send
+    try:
+        statement = send(None)  # type: ignore[arg-type] # a generator starts with None
+        while True:
+            statement = send(execute(statement))
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return] # StopIteration.value is Any; the script's T
+
+
+async def drive_async(script: Script[T], execute: Callable[[Statement], Awaitable[Rows]]) -> T:
+    """:func:`drive` with an asynchronous ``execute``."""
+    send = script.send
+    try:
+        statement = send(None)  # type: ignore[arg-type] # a generator starts with None
+        while True:
+            statement = send(await execute(statement))
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return] # StopIteration.value is Any; the script's T
+
+
+def _first(rows: Rows) -> tuple[Any, ...] | None:
+    return rows.rows[0] if rows.rows else None
+
+
+def point(statement: Statement, decode: Callable[[Rows], T]) -> Script[T]:
+    """A read of one statement whose rows ``decode`` turns into the answer: the point reads
+    by primary key (``evaluation_of`` and the like), which a backend may also run without a
+    generator (:meth:`~._scripted.ScriptedStorage._point_query`)."""
+    return decode((yield statement))
+
+
+# -- start-up ----------------------------------------------------------------------------------
+
+
+def migrate(sql: Sql, dialect: str, database: str, secret: bytes) -> Script[bytes]:
+    """Apply the pending migrations of ``dialect`` (refusing a database newer than this code)
+    and return the database's page-token secret, storing ``secret`` if it has none."""
+    if sql.migration_lock is not None:
+        yield Statement(sql.migration_lock)
+    yield Statement(sql.migrations_table)
+    applied = {int(row[0]) for row in (yield Statement(sql.applied_migrations)).rows}
+    for migration in pending(dialect, applied, database):
+        for text in migration.statements():
+            yield Statement(text)
+        yield Statement(sql.record_migration, (migration.version, migration.name))
+        _log.info("applied migration %s to %s", migration.name, database)
+    yield Statement(sql.secret_insert, (secret,))
+    row = _first((yield Statement(sql.secret_get)))
+    if row is None:
+        raise RuntimeError("meta.page_token_secret vanished during start-up")
+    return bytes(row[0])
+
+
+def ping(sql: Sql) -> Script[None]:
+    yield Statement(sql.ping)
+
+
+def display_name_owner(sql: Sql, name: str, display_name: str) -> Script[str]:
+    """The resource holding ``display_name`` in the scope of ``name`` (the app for
+    evaluations, the evaluation for results); empty when none does any more."""
+    if "/results/" in name:
+        statement = Statement(
+            sql.result_display_name, (name.rsplit("/results/", 1)[0], display_name)
+        )
+    else:
+        statement = Statement(
+            sql.evaluation_display_name, (name.rsplit("/evaluations/", 1)[0], display_name)
+        )
+    row = _first((yield statement))
+    return "" if row is None else str(row[0])
+
+
+# -- evaluations -------------------------------------------------------------------------------
+
+
+def _insert_evaluation(sql: Sql, evaluation: _Evaluation) -> Statement:
+    return Statement(
+        sql.evaluation_insert,
+        _tables.evaluation_row(evaluation),
+        (evaluation.name, evaluation.display_name),
+    )
+
+
+def insert_evaluation(sql: Sql, evaluation: _Evaluation) -> Script[None]:
+    yield _insert_evaluation(sql, evaluation)
+
+
+def evaluation_of(rows: Rows) -> _Evaluation | None:
+    """The answer of ``sql.evaluation_get``."""
+    return _tables.evaluation_from_row(*rows.rows[0]) if rows.rows else None
+
+
+def list_evaluations(sql: Sql, query: ListQuery) -> Script[list[tuple[_Evaluation, Cursor]]]:
+    statement, params = sql.list_evaluations(query)
+    rows = (yield Statement(statement, params)).rows
+    return [
+        (_tables.evaluation_from_row(data, derived, etag), Cursor(value, name))
+        for data, derived, etag, name, value in rows
+    ]
+
+
+def replace_evaluation(sql: Sql, evaluation: _Evaluation, expected_etag: str) -> Script[None]:
+    """One conditional UPDATE; when it changed nothing, whether the evaluation exists tells
+    EtagMismatch from Missing."""
+    row = _tables.evaluation_row(evaluation)
+    answer = yield Statement(
+        sql.evaluation_update,
+        (*row[2:], evaluation.name, expected_etag),
+        (evaluation.name, evaluation.display_name),
+    )
+    if answer.changed == 1:
+        return
+    if (yield Statement(sql.evaluation_exists, (evaluation.name,))).rows:
+        raise EtagMismatch(evaluation.name)
+    raise Missing(evaluation.name)
+
+
+def delete_evaluation(sql: Sql, name: str, expected_etag: str | None) -> Script[None]:
+    """Delete an evaluation (its results go with it: ON DELETE CASCADE)."""
+    row = _first((yield Statement(sql.evaluation_lock, (name,))))
+    if row is None:
+        raise Missing(name)
+    if expected_etag and row[0] != expected_etag:
+        raise EtagMismatch(name)
+    yield Statement(sql.evaluation_delete, (name,))
+
+
+# -- results -----------------------------------------------------------------------------------
+
+
+def recent_results(
+    sql: Sql, evaluations: Sequence[str], count: int, max_bytes: int | None
+) -> Script[dict[str, list[_Result]]]:
+    """The ``count`` newest results of each evaluation, newest first; with ``max_bytes``, only
+    while the results before hold at most that many bytes (the first one always), and the
+    evaluations after the budget ran out get none. No result past the budget's last is read.
+
+    One statement for the whole page where the dialect has one (PostgreSQL: one round trip
+    instead of one per evaluation); else one per evaluation, each within what is left of the
+    budget."""
+    found: dict[str, list[_Result]] = {name: [] for name in evaluations}
+    if sql.recent_results_batch is not None:
+        if evaluations:
+            params = (list(evaluations), count, max_bytes, max_bytes)
+            for name, data in (yield Statement(sql.recent_results_batch, params)).rows:
+                found[str(name)].append(_Result.FromString(data))
+        return found
+    read = 0
+    for name in evaluations:
+        if max_bytes is None:
+            statement = Statement(sql.recent_results, (name, count))
+        elif read > max_bytes:
+            break
+        else:
+            statement = Statement(sql.recent_results_within, (name, name, count, max_bytes - read))
+        taken = found[name]
+        for (data,) in (yield statement).rows:
+            taken.append(_Result.FromString(data))
+            read += len(data)
+    return found
+
+
+def _lock_evaluation(sql: Sql, evaluation: str, missing: str) -> Script[str]:
+    """Lock the evaluation's row for the transaction (result writes of one evaluation run one
+    at a time, so its derived fields count every committed result) and return its etag;
+    Missing(``missing``) when there is no such evaluation."""
+    row = _first((yield Statement(sql.evaluation_lock, (evaluation,))))
+    if row is None:
+        raise Missing(missing)
+    return str(row[0])
+
+
+def _refresh_derived(
+    sql: Sql, evaluation: str, etag: str, change: Tally, max_bytes: int | None = None
+) -> Script[None]:
+    """Apply a result write's ``change`` to the evaluation's metrics tally and store its
+    derived fields with ``etag``: a few indexed reads, whatever the number of results (the
+    caller holds the evaluation's row). TooLarge (see Storage.insert_result) before anything
+    is stored."""
+    row = _first((yield Statement(sql.evaluation_stored, (evaluation,))))
+    if row is None:
+        raise Missing(evaluation)
+    stored, data_length, derived_length, old_etag = row
+    if stored is None:  # from before incremental upkeep: sum every result once
+        results = (yield Statement(sql.results_of, (evaluation,))).rows
+        tally = _tables.tally_of(data for (data,) in results)
+    else:
+        tally = _tables.updated_tally(stored, change)
+    runs = [str(run) for (run,) in (yield Statement(sql.runs_of, (evaluation,))).rows]
+    last = _first((yield Statement(sql.last_completed_of, (evaluation, _COMPLETED))))
+    derived = _tables.derived_blob(tally, runs, None if last is None else bytes(last[0]))
+    _tables.refuse_growth(
+        evaluation,
+        (int(data_length), int(derived_length), str(old_etag)),
+        derived,
+        etag,
+        max_bytes,
+    )
+    yield Statement(sql.evaluation_derive, (derived, etag, _tables.tally_json(tally), evaluation))
+
+
+def _insert_result(sql: Sql, result: _Result) -> Statement:
+    return Statement(
+        sql.result_insert, _tables.result_row(result), (result.name, result.display_name)
+    )
+
+
+def insert_result(
+    sql: Sql, result: _Result, parent_etag: str, max_bytes: int | None
+) -> Script[None]:
+    evaluation = result.name.rsplit("/results/", 1)[0]
+    yield from _lock_evaluation(sql, evaluation, evaluation)
+    yield _insert_result(sql, result)
+    change = _tables.tally_change(result, None)
+    yield from _refresh_derived(sql, evaluation, parent_etag, change, max_bytes)
+
+
+def result_of(rows: Rows) -> _Result | None:
+    """The answer of ``sql.result_get``."""
+    return _Result.FromString(rows.rows[0][0]) if rows.rows else None
+
+
+def replace_result(
+    sql: Sql, result: _Result, parent_etag: str, max_bytes: int | None
+) -> Script[None]:
+    row = _tables.result_row(result)
+    evaluation = str(row[1])
+    yield from _lock_evaluation(sql, evaluation, result.name)
+    before = _first((yield Statement(sql.result_get, (result.name,))))
+    if before is None:
+        raise Missing(result.name)
+    yield Statement(sql.result_update, (*row[3:], result.name))
+    change = _tables.tally_change(result, _Result.FromString(before[0]))
+    yield from _refresh_derived(sql, evaluation, parent_etag, change, max_bytes)
+
+
+def delete_result(sql: Sql, name: str, parent_etag: str) -> Script[None]:
+    evaluation = name.rsplit("/results/", 1)[0]
+    yield from _lock_evaluation(sql, evaluation, name)
+    gone = _first((yield Statement(sql.result_get, (name,))))
+    if gone is None:
+        raise Missing(name)
+    yield Statement(sql.result_delete, (name,))
+    change = _tables.tally_change(None, _Result.FromString(gone[0]))
+    yield from _refresh_derived(sql, evaluation, parent_etag, change)
+
+
+class _Bundle:
+    """The names and display names an import has written so far."""
+
+    def __init__(self) -> None:
+        self._names: set[str] = set()
+        self._holders: dict[tuple[str, str], str] = {}
+
+    def claim(self, name: str, collection: str, display_name: str) -> None:
+        """Record ``name`` (in its parent's ``collection``) and its display name; Conflict
+        when an earlier row of the bundle has either (the name first, as the primary key is
+        checked before the display name's index)."""
+        if name in self._names:
+            raise Conflict("name", name)
+        scope = (name.rsplit(collection, 1)[0], display_name)
+        holder = self._holders.setdefault(scope, name)
+        if holder != name:
+            raise Conflict("display_name", holder)
+        self._names.add(name)
+
+
+def import_bundle(
+    sql: Sql,
+    evaluations: Sequence[_Evaluation],
+    results: Sequence[_Result],
+    max_bytes: int | None,
+) -> Script[None]:
+    """Insert the evaluations, lock every evaluation that receives results (in name order, so
+    that concurrent imports never wait on each other in a cycle), insert the results, then
+    derive each of those evaluations once, in the order the results first name them.
+
+    A row that clashes with an earlier row of the bundle is a Conflict naming that row, found
+    here before the database refuses it: once the transaction rolls back, the database can no
+    longer say who held the name (:meth:`ScriptedStorage._conflict`)."""
+    bundle = _Bundle()
+    for evaluation in evaluations:
+        bundle.claim(evaluation.name, "/evaluations/", evaluation.display_name)
+        yield _insert_evaluation(sql, evaluation)
+    touched = list(dict.fromkeys(r.name.rsplit("/results/", 1)[0] for r in results))
+    stored: dict[str, str | None] = {}
+    for name in sorted(touched):
+        row = _first((yield Statement(sql.evaluation_lock, (name,))))
+        stored[name] = None if row is None else str(row[0])
+    for name in touched:  # the first result whose evaluation is neither stored nor imported
+        if stored[name] is None:
+            raise Missing(name)
+    changes: dict[str, Tally] = {name: {} for name in touched}
+    for result in results:
+        bundle.claim(result.name, "/results/", result.display_name)
+        yield _insert_result(sql, result)
+        add_tally(changes[result.name.rsplit("/results/", 1)[0]], contribution(result))
+    etags = {e.name: e.etag for e in evaluations}
+    for name in touched:
+        etag = etags[name] if name in etags else str(stored[name])
+        yield from _refresh_derived(sql, name, etag, changes[name], max_bytes)
+
+
+def list_results(sql: Sql, query: ListQuery) -> Script[list[tuple[bytes, Cursor]]]:
+    statement, params = sql.list_results(query)
+    rows = (yield Statement(statement, params)).rows
+    return [(bytes(data), Cursor(value, name)) for data, name, value in rows]
+
+
+def reset_project(sql: Sql, project: str) -> Script[ResetCounts]:
+    """Delete everything under ``projects/{project}/`` (results go with their evaluations)."""
+    prefix = f"projects/{project}/"
+    pattern = (prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",)
+    results = _first((yield Statement(sql.reset_count_results, pattern)))
+    evaluations = (yield Statement(sql.reset_evaluations, pattern)).changed
+    operations = (yield Statement(sql.reset_operations, pattern)).changed
+    return ResetCounts(
+        evaluations=evaluations,
+        evaluation_results=int(results[0]) if results else 0,
+        operations=operations,
+    )
+
+
+# -- long-running operations -------------------------------------------------------------------
+
+
+def insert_operation(
+    sql: Sql, operation: operations_pb2.Operation, method: str, owner: str, lease: float
+) -> Script[None]:
+    now = _tables.now_micros()
+    yield Statement(
+        sql.operation_insert,
+        (
+            operation.name,
+            operation.name.rsplit("/operations/", 1)[0],
+            method,
+            operation.done,
+            now,
+            now,
+            owner,
+            sql.lease(lease),
+            operation.SerializeToString(deterministic=True),
+        ),
+    )
+
+
+def operation_of(rows: Rows) -> operations_pb2.Operation | None:
+    """The answer of ``sql.operation_get``."""
+    return operations_pb2.Operation.FromString(rows.rows[0][0]) if rows.rows else None
+
+
+def list_operations(
+    sql: Sql,
+    parent: str,
+    limit: int,
+    after: str | None,
+    *,
+    done: bool | None,
+    max_bytes: int | None,
+) -> Script[list[operations_pb2.Operation]]:
+    statement, params = sql.list_operations(parent, limit, after, done=done, max_bytes=max_bytes)
+    rows = (yield Statement(statement, params)).rows
+    return [operations_pb2.Operation.FromString(row[0]) for row in rows]
+
+
+def replace_running(sql: Sql, operation: operations_pb2.Operation) -> Script[bool]:
+    """Store the operation's new state if it is still running; False if it was done."""
+    answer = yield Statement(
+        sql.operation_replace_running,
+        (
+            operation.SerializeToString(deterministic=True),
+            operation.done,
+            _tables.now_micros(),
+            operation.name,
+        ),
+    )
+    return answer.changed == 1
+
+
+def request_cancel(sql: Sql, name: str) -> Script[operations_pb2.Operation | None]:
+    yield Statement(sql.operation_request_cancel, (name,))
+    return operation_of((yield Statement(sql.operation_get, (name,))))
+
+
+def flag_of(rows: Rows) -> bool:
+    """The answer of ``sql.operation_cancel_requested``."""
+    return bool(rows.rows and rows.rows[0][0])
+
+
+def delete_operation(sql: Sql, name: str) -> Script[bool]:
+    return (yield Statement(sql.operation_delete, (name,))).changed == 1
+
+
+def renew_leases(sql: Sql, owner: str, lease: float) -> Script[list[str]]:
+    yield Statement(sql.operation_renew, (sql.lease(lease), owner))
+    return [str(name) for (name,) in (yield Statement(sql.operation_cancelling, (owner,))).rows]
+
+
+def fail_running(sql: Sql, select: Statement, error: status_pb2.Status) -> Script[int]:
+    """Finish with ``error`` every running operation ``select`` returns
+    (it selects their data, locking them where the dialect locks)."""
+    rows = (yield select).rows
+    for (data,) in rows:
+        operation = operations_pb2.Operation.FromString(data)
+        operation.done = True
+        operation.error.CopyFrom(error)
+        yield Statement(
+            sql.operation_fail,
+            (
+                operation.SerializeToString(deterministic=True),
+                _tables.now_micros(),
+                operation.name,
+            ),
+        )
+    return len(rows)
