@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ces_eval.core import exchange
-from ces_eval.core.exchange import FORMAT, Bundle, ExchangeError
+from ces_eval.core.exchange import FORMAT, Bundle, ExchangeError, yaml_dialect
+from ces_eval.core.exchange import document as export_document
 from ces_eval.generated.google.cloud.ces.v1beta import (
     content_pb2,
     evaluation_pb2,
@@ -66,25 +67,25 @@ def _json(document: object) -> bytes:
 
 # libyaml's parser and emitter (the default when PyYAML has it) and PyYAML's pure-Python ones.
 IMPLEMENTATIONS = {
-    "libyaml": (exchange._Loader, exchange._Dumper),
-    "python": (exchange._PY_LOADER, exchange._PY_DUMPER),
+    "libyaml": (yaml_dialect.LOADER, yaml_dialect.DUMPER),
+    "python": (yaml_dialect.PY_LOADER, yaml_dialect.PY_DUMPER),
 }
 
 
 @pytest.fixture(params=list(IMPLEMENTATIONS))
 def yaml_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     loader, dumper = IMPLEMENTATIONS[request.param]
-    monkeypatch.setattr(exchange, "_Loader", loader)
-    monkeypatch.setattr(exchange, "_Dumper", dumper)
+    monkeypatch.setattr(yaml_dialect, "LOADER", loader)
+    monkeypatch.setattr(yaml_dialect, "DUMPER", dumper)
     return str(request.param)
 
 
 def test_libyaml_is_used_when_available() -> None:
     assert yaml.__with_libyaml__  # PyYAML's wheels include it; the fixture relies on it
-    assert issubclass(exchange._Loader, yaml.CSafeLoader)
-    assert issubclass(exchange._Dumper, yaml.CSafeDumper)
-    assert not issubclass(exchange._PY_LOADER, yaml.CSafeLoader)
-    assert not issubclass(exchange._PY_DUMPER, yaml.CSafeDumper)
+    assert issubclass(yaml_dialect.LOADER, yaml.CSafeLoader)
+    assert issubclass(yaml_dialect.DUMPER, yaml.CSafeDumper)
+    assert not issubclass(yaml_dialect.PY_LOADER, yaml.CSafeLoader)
+    assert not issubclass(yaml_dialect.PY_DUMPER, yaml.CSafeDumper)
 
 
 # --- round trips ----------------------------------------------------------------------------------
@@ -118,8 +119,8 @@ def test_round_trip_of_fully_populated_messages(fmt: int, variant: int) -> None:
 def test_round_trip_of_fully_populated_messages_with_pure_python_yaml(
     variant: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(exchange, "_Loader", exchange._PY_LOADER)
-    monkeypatch.setattr(exchange, "_Dumper", exchange._PY_DUMPER)
+    monkeypatch.setattr(yaml_dialect, "LOADER", yaml_dialect.PY_LOADER)
+    monkeypatch.setattr(yaml_dialect, "DUMPER", yaml_dialect.PY_DUMPER)
     bundle = _populated(variant)
     assert exchange.load(exchange.dump(bundle, YAML)) == bundle
 
@@ -306,7 +307,7 @@ def test_yaml_numbers_bools_and_nulls_stay_typed(yaml_impl: str) -> None:
 def test_yaml_never_writes_anchors(yaml_impl: str) -> None:
     # json_format builds a fresh object for every value, so this guards against a future change.
     shared = {"x": [1]}
-    text = yaml.dump({"a": shared, "b": shared}, Dumper=exchange._Dumper)
+    text = yaml.dump({"a": shared, "b": shared}, Dumper=yaml_dialect.DUMPER)
     assert "&" not in text
     assert "*" not in text
 
@@ -765,15 +766,15 @@ def test_map_fields_are_checked_by_entry() -> None:
     """Evaluation and EvaluationResult have no map fields; the checks are generic all the same."""
     cls = evaluation_service_pb2.ExportEvaluationsResponse
     with pytest.raises(ExchangeError) as caught:
-        exchange._parse_item({"failedEvaluations": ["x"]}, cls, "r")
+        export_document._parse_item({"failedEvaluations": ["x"]}, cls, "r")
     assert (caught.value.path, caught.value.message) == (
         "r.failedEvaluations",
         "expected an object (a map)",
     )
     with pytest.raises(ExchangeError) as caught:
-        exchange._parse_item({"failedEvaluations": {"a": "ok", "b": 5}}, cls, "r")
+        export_document._parse_item({"failedEvaluations": {"a": "ok", "b": 5}}, cls, "r")
     assert caught.value.path == 'r.failedEvaluations["b"]'
-    parsed = exchange._parse_item({"failedEvaluations": {"a": "why"}}, cls, "r")
+    parsed = export_document._parse_item({"failedEvaluations": {"a": "why"}}, cls, "r")
     assert dict(parsed.failed_evaluations) == {"a": "why"}
 
 
@@ -844,8 +845,8 @@ def test_any_string_round_trips(first: str, second: str) -> None:
     assert exchange.load(exchange.dump(bundle, JSON)) == bundle
     for loader, dumper in IMPLEMENTATIONS.values():
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(exchange, "_Loader", loader)
-            patch.setattr(exchange, "_Dumper", dumper)
+            patch.setattr(yaml_dialect, "LOADER", loader)
+            patch.setattr(yaml_dialect, "DUMPER", dumper)
             assert exchange.load(exchange.dump(bundle, YAML)) == bundle
 
 
