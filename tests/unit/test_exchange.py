@@ -1,4 +1,4 @@
-"""The export document and the Cloud Storage stand-in (src/ces_eval/core/exchange.py).
+"""The export document and the Cloud Storage stand-in (src/ces_eval/core/exchange/).
 
 Expected documents and paths are written out literally; where the expected JSON of a message is
 needed it comes from google.protobuf.json_format, the definition of proto3 JSON the document uses.

@@ -1,7 +1,7 @@
 """The export folder on real files: no read or write follows a symbolic link out of it, errors name
 the gs:// URI only, temporary files carry their owner and the sweep removes only what it is told is
 abandoned, and errors about a document read from a file quote none of it
-(src/ces_eval/core/exchange.py, docs/security.md).
+(src/ces_eval/core/exchange/objects.py, docs/security.md).
 """
 
 from __future__ import annotations
