@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ces_eval.core import exchange
-from ces_eval.core.exchange import FORMAT, Bundle, ExchangeError, yaml_dialect
+from ces_eval.core.exchange import FORMAT, Bundle, ExchangeError, objects, yaml_dialect
 from ces_eval.core.exchange import document as export_document
 from ces_eval.generated.google.cloud.ces.v1beta import (
     content_pb2,
@@ -881,7 +881,7 @@ ROOT = Path("/srv/exports")
     ],
 )
 def test_locate_accepts(uri: str, expected: Path) -> None:
-    located = exchange.locate(uri, ROOT)
+    located = objects.locate(uri, ROOT)
     assert located.path == expected
     assert located.uri == uri.rstrip("/")
 
@@ -933,18 +933,18 @@ def test_locate_accepts(uri: str, expected: Path) -> None:
 )
 def test_locate_rejects(uri: str, fragment: str) -> None:
     with pytest.raises(ExchangeError) as caught:
-        exchange.locate(uri, ROOT)
+        objects.locate(uri, ROOT)
     assert fragment in caught.value.message
     assert caught.value.path == ""
 
 
 def test_locate_is_relative_to_a_relative_root() -> None:
-    assert exchange.locate("gs://b/x", Path()).path == Path("b/x")
-    assert exchange.locate("gs://b/x", Path("data/exports")).path == Path("data/exports/b/x")
+    assert objects.locate("gs://b/x", Path()).path == Path("b/x")
+    assert objects.locate("gs://b/x", Path("data/exports")).path == Path("data/exports/b/x")
 
 
 def test_locate_in_a_project_namespace_names_the_uri_only() -> None:
-    located = exchange.locate("gs://b/x/", ROOT, "proj-a")
+    located = objects.locate("gs://b/x/", ROOT, "proj-a")
     assert located.path == ROOT / "proj-a" / "b" / "x"
     assert located.parts == ("proj-a", "b", "x")
     assert located.uri == "gs://b/x"
@@ -958,21 +958,21 @@ def _listing(folder: Path) -> list[str]:
     return sorted(os.listdir(folder))
 
 
-def _object(root: Path, *parts: str) -> exchange.ObjectPath:
-    return exchange.ObjectPath("gs://" + "/".join(parts), root, parts)
+def _object(root: Path, *parts: str) -> objects.ObjectPath:
+    return objects.ObjectPath("gs://" + "/".join(parts), root, parts)
 
 
 def test_write_creates_the_file_with_the_exact_bytes(tmp_path: Path) -> None:
     data = os.urandom(3 * 1024 * 1024) + b"\x00\r\n"
     target = tmp_path / "export.json"
-    exchange.write_atomically(_object(tmp_path, "export.json"), data)
+    objects.write_atomically(_object(tmp_path, "export.json"), data)
     assert target.read_bytes() == data
     assert _listing(tmp_path) == ["export.json"]
 
 
 def test_write_of_empty_data(tmp_path: Path) -> None:
     target = tmp_path / "empty"
-    exchange.write_atomically(_object(tmp_path, "empty"), b"")
+    objects.write_atomically(_object(tmp_path, "empty"), b"")
     assert target.read_bytes() == b""
     assert _listing(tmp_path) == ["empty"]
 
@@ -980,14 +980,14 @@ def test_write_of_empty_data(tmp_path: Path) -> None:
 def test_write_replaces_an_existing_file(tmp_path: Path) -> None:
     target = tmp_path / "export.yaml"
     target.write_bytes(b"old content that is longer than the new one")
-    exchange.write_atomically(_object(tmp_path, "export.yaml"), b"new")
+    objects.write_atomically(_object(tmp_path, "export.yaml"), b"new")
     assert target.read_bytes() == b"new"
     assert _listing(tmp_path) == ["export.yaml"]
 
 
 def test_write_creates_missing_folders(tmp_path: Path) -> None:
-    target = exchange.locate("gs://bucket/a/b/export.json", tmp_path)
-    exchange.write_atomically(target, b"{}")
+    target = objects.locate("gs://bucket/a/b/export.json", tmp_path)
+    objects.write_atomically(target, b"{}")
     assert target.path.read_bytes() == b"{}"
     assert _listing(tmp_path / "bucket" / "a" / "b") == ["export.json"]
 
@@ -995,7 +995,7 @@ def test_write_creates_missing_folders(tmp_path: Path) -> None:
 def test_written_file_has_ordinary_permissions(tmp_path: Path) -> None:
     previous = os.umask(0o022)
     try:
-        exchange.write_atomically(_object(tmp_path, "x"), b"1")
+        objects.write_atomically(_object(tmp_path, "x"), b"1")
     finally:
         os.umask(previous)
     assert stat.S_IMODE((tmp_path / "x").stat().st_mode) == 0o644
@@ -1023,7 +1023,7 @@ def test_data_is_synced_before_the_rename_and_the_folder_after(
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
-    exchange.write_atomically(_object(tmp_path, "new", "export.json"), data)
+    objects.write_atomically(_object(tmp_path, "new", "export.json"), data)
     assert target.read_bytes() == data
     assert events == [
         ("folder", tmp_path.stat().st_ino),  # the new folder's own entry, once it is made
@@ -1042,7 +1042,7 @@ def test_failing_rename_leaves_no_target_and_no_temporary_file(
 
     monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(OSError, match="simulated rename failure"):
-        exchange.write_atomically(_object(tmp_path, "export.json"), b"payload")
+        objects.write_atomically(_object(tmp_path, "export.json"), b"payload")
     assert _listing(tmp_path) == []
 
 
@@ -1057,7 +1057,7 @@ def test_failing_rename_keeps_the_previous_file(
 
     monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(OSError, match="simulated rename failure"):
-        exchange.write_atomically(_object(tmp_path, "export.json"), b"next")
+        objects.write_atomically(_object(tmp_path, "export.json"), b"next")
     assert target.read_bytes() == b"previous"
     assert _listing(tmp_path) == ["export.json"]
 
@@ -1076,7 +1076,7 @@ def test_write_failing_half_way_leaves_nothing(
 
     monkeypatch.setattr(os, "write", write)
     with pytest.raises(OSError, match="simulated full disk"):
-        exchange.write_atomically(_object(tmp_path, "export.json"), b"x" * 1000)
+        objects.write_atomically(_object(tmp_path, "export.json"), b"x" * 1000)
     assert calls == [1000, 500]  # the short write was continued, not taken as the end
     assert _listing(tmp_path) == []
 
@@ -1087,7 +1087,7 @@ def test_failing_fsync_leaves_nothing(tmp_path: Path, monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(os, "fsync", fsync)
     with pytest.raises(OSError, match="simulated I/O error"):
-        exchange.write_atomically(_object(tmp_path, "export.json"), b"data")
+        objects.write_atomically(_object(tmp_path, "export.json"), b"data")
     assert _listing(tmp_path) == []
 
 
@@ -1095,7 +1095,7 @@ def test_target_that_is_a_folder_is_left_alone(tmp_path: Path) -> None:
     (tmp_path / "export.json").mkdir()
     (tmp_path / "export.json" / "inside").write_bytes(b"keep")
     with pytest.raises(IsADirectoryError):
-        exchange.write_atomically(_object(tmp_path, "export.json"), b"data")
+        objects.write_atomically(_object(tmp_path, "export.json"), b"data")
     assert _listing(tmp_path) == ["export.json"]
     assert (tmp_path / "export.json" / "inside").read_bytes() == b"keep"
 
@@ -1106,5 +1106,5 @@ def test_interrupted_write_leaves_nothing(tmp_path: Path, monkeypatch: pytest.Mo
 
     monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(KeyboardInterrupt):
-        exchange.write_atomically(_object(tmp_path, "export.json"), b"data")
+        objects.write_atomically(_object(tmp_path, "export.json"), b"data")
     assert _listing(tmp_path) == []

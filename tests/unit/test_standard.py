@@ -5,7 +5,6 @@ SQLite file. The resources' own RPCs (and their exact messages) are covered by t
 from __future__ import annotations
 
 import ast
-import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,16 +15,16 @@ from google.protobuf import field_mask_pb2
 from google.protobuf.message import Message
 
 from ces_eval import schema
-from ces_eval.core import names, pages, standard
+from ces_eval.core import names, standard
 from ces_eval.core.caller import Caller
 from ces_eval.core.evaluations import EVALUATIONS
 from ces_eval.core.results import RESULTS
-from ces_eval.core.service import RESOURCES, RPCS, Core, implements
+from ces_eval.core.service import RESOURCES, RPCS, implements
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
-from ces_eval.storage.sqlite import SqliteStorage
+from tests.unit.test_core import Harness as CoreHarness
 
 APP = "projects/p/locations/l/apps/a"
 PARENT_EVALUATION = f"{APP}/evaluations/parent"
@@ -72,41 +71,22 @@ KINDS = {
 }
 
 
-class Harness:
-    """A Core over a temporary database (with the results' parent evaluation), and a private
-    event loop for synchronous tests."""
+class Harness(CoreHarness):
+    """test_core's harness, with the results' parent evaluation, calling the generic methods
+    directly over the core's context."""
 
     def __init__(self, path: Path) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.storage = SqliteStorage(path)
-        self.run(self.storage.open())
-        self.core = Core(self.storage, pages.PageTokens(self.run(self.storage.secret())))
+        super().__init__(path)
         self.context = self.core.context
-        self.run(
-            standard.create(
-                self.context,
-                EVALUATIONS,
-                service_pb2.CreateEvaluationRequest(
-                    parent=APP, evaluation_id="parent", evaluation=_evaluation("Parent")
-                ),
-                ME,
-            )
-        )
+        self.make(KINDS["evaluation"], "parent", "Parent")
 
-    def run(self, awaitable: Awaitable[Any]) -> Any:
-        return self.loop.run_until_complete(awaitable)
-
-    def error(self, awaitable: Awaitable[Any]) -> ServiceError:
+    def fails(self, awaitable: Awaitable[Any]) -> ServiceError:
         with pytest.raises(ServiceError) as raised:
             self.run(awaitable)
         return raised.value
 
-    def create(self, kind: Kind, resource_id: str, display_name: str) -> Any:
+    def make(self, kind: Kind, resource_id: str, display_name: str) -> Any:
         return self.run(_create(self, kind, resource_id, display_name))
-
-    def close(self) -> None:
-        self.run(self.storage.close())
-        self.loop.close()
 
 
 @pytest.fixture
@@ -199,20 +179,20 @@ def test_core_modules_import_no_cycle() -> None:
 
 @each_kind
 def test_get_returns_what_create_stored(core: Harness, kind: Kind) -> None:
-    created = core.create(kind, "one", "One")
+    created = core.make(kind, "one", "One")
     assert core.run(standard.get(core.context, kind.resource, created.name)) == created
 
 
 @each_kind
 def test_get_of_a_missing_resource_is_not_found(core: Harness, kind: Kind) -> None:
     name = f"{kind.parent}/{kind.resource.collection}/nothing"
-    error = core.error(standard.get(core.context, kind.resource, name))
+    error = core.fails(standard.get(core.context, kind.resource, name))
     assert (error.code, error.resource) == (Code.NOT_FOUND, (kind.resource.pattern.type, name))
 
 
 @each_kind
 def test_get_of_a_malformed_name_is_invalid(core: Harness, kind: Kind) -> None:
-    error = core.error(standard.get(core.context, kind.resource, f"{kind.parent}/elsewhere/x"))
+    error = core.fails(standard.get(core.context, kind.resource, f"{kind.parent}/elsewhere/x"))
     assert error.code == Code.INVALID_ARGUMENT
     assert [v.field for v in error.violations] == ["name"]
 
@@ -222,7 +202,7 @@ def test_get_of_a_malformed_name_is_invalid(core: Harness, kind: Kind) -> None:
 
 @each_kind
 def test_create_names_and_stamps_what_the_descriptor_has(core: Harness, kind: Kind) -> None:
-    created = core.create(kind, "", "Fresh")
+    created = core.make(kind, "", "Fresh")
     parts = kind.resource.pattern.parse(created.name, "name", owned=kind.resource.owned)
     assert created.name.startswith(kind.parent + "/")
     assert parts[kind.resource.pattern.variables[-1]]  # a server-assigned AIP-122 ID
@@ -240,17 +220,17 @@ def test_create_holds_the_id_to_aip_122(core: Harness, kind: Kind) -> None:
         parent=kind.parent,
         **{kind.resource.id_field: "Not-An-Id", kind.resource.field: kind.body("Bad ID")},
     )
-    error = core.error(standard.create(core.context, kind.resource, request, ME))
+    error = core.fails(standard.create(core.context, kind.resource, request, ME))
     assert error.code == Code.INVALID_ARGUMENT
     assert [v.field for v in error.violations] == [kind.resource.id_field]
 
 
 @each_kind
 def test_create_refuses_a_taken_id_and_a_taken_display_name(core: Harness, kind: Kind) -> None:
-    first = core.create(kind, "one", "One")
-    by_id = core.error(_create(core, kind, "one", "Other"))
+    first = core.make(kind, "one", "One")
+    by_id = core.fails(_create(core, kind, "one", "Other"))
     assert (by_id.code, first.name in by_id.message) == (Code.ALREADY_EXISTS, True)
-    by_display_name = core.error(_create(core, kind, "two", "One"))
+    by_display_name = core.fails(_create(core, kind, "two", "One"))
     assert by_display_name.code == Code.ALREADY_EXISTS
     scope = kind.resource.parent.kind.lower()
     assert f"display names are unique within the {scope}" in by_display_name.message
@@ -268,7 +248,7 @@ def test_create_under_a_missing_stored_parent_is_not_found(core: Harness) -> Non
     request = emulator_pb2.CreateEvaluationResultRequest(
         parent=f"{APP}/evaluations/absent", evaluation_result=evaluation_pb2.EvaluationResult()
     )
-    error = core.error(standard.create(core.context, RESULTS, request, ME))
+    error = core.fails(standard.create(core.context, RESULTS, request, ME))
     assert error.code == Code.NOT_FOUND
     assert error.resource == (names.EVALUATION.type, f"{APP}/evaluations/absent")
 
@@ -278,7 +258,7 @@ def test_create_under_a_missing_stored_parent_is_not_found(core: Harness) -> Non
 
 @each_kind
 def test_list_pages_through_everything_once(core: Harness, kind: Kind) -> None:
-    made = {core.create(kind, f"item-{i}", f"Item {i}").name for i in range(5)}
+    made = {core.make(kind, f"item-{i}", f"Item {i}").name for i in range(5)}
     seen: list[str] = []
     token = ""
     items = standard._items_field(kind.list_response.DESCRIPTOR, kind.resource.message.DESCRIPTOR)
@@ -295,58 +275,44 @@ def test_list_pages_through_everything_once(core: Harness, kind: Kind) -> None:
     assert sorted(seen) == sorted(expected)
 
 
+def _list(core: Harness, kind: Kind, **fields: Any) -> Awaitable[Any]:
+    request = kind.list_request(parent=kind.parent, **fields)
+    return standard.list_page(core.context, kind.resource, request, kind.list_response())
+
+
 @each_kind
 def test_list_tokens_belong_to_their_query(core: Harness, kind: Kind) -> None:
     for i in range(3):
-        core.create(kind, f"item-{i}", f"Item {i}")
-    first = core.run(
-        standard.list_page(
-            core.context,
-            kind.resource,
-            kind.list_request(parent=kind.parent, page_size=1),
-            kind.list_response(),
-        )
+        core.make(kind, f"item-{i}", f"Item {i}")
+    first = core.run(_list(core, kind, page_size=1))
+    changed = _list(core, kind, page_size=1, page_token=first.next_page_token, order_by="name")
+    error = core.fails(changed)
+    assert (error.code, [v.field for v in error.violations]) == (
+        Code.INVALID_ARGUMENT,
+        ["page_token"],
     )
-    changed = kind.list_request(
-        parent=kind.parent, page_size=1, page_token=first.next_page_token, order_by="name"
-    )
-    error = core.error(
-        standard.list_page(core.context, kind.resource, changed, kind.list_response())
-    )
-    assert error.code == Code.INVALID_ARGUMENT
-    assert [v.field for v in error.violations] == ["page_token"]
 
 
 @each_kind
 def test_list_filter_errors_name_the_filter(core: Harness, kind: Kind) -> None:
-    request = kind.list_request(parent=kind.parent, filter="display_name = ")
-    error = core.error(
-        standard.list_page(core.context, kind.resource, request, kind.list_response())
-    )
-    assert error.code == Code.INVALID_ARGUMENT
-    assert [v.field for v in error.violations] == ["filter"]
+    error = core.fails(_list(core, kind, filter="display_name = "))
+    assert (error.code, [v.field for v in error.violations]) == (Code.INVALID_ARGUMENT, ["filter"])
 
 
 @each_kind
 def test_list_filters_and_orders(core: Harness, kind: Kind) -> None:
     for i in range(3):
-        core.create(kind, f"item-{i}", f"Item {i}")
-    request = kind.list_request(
-        parent=kind.parent,
-        filter='display_name = "Item 1" OR display_name = "Item 2"',
-        order_by="name desc",
-    )
-    page = core.run(standard.list_page(core.context, kind.resource, request, kind.list_response()))
-    items = getattr(
-        page, standard._items_field(kind.list_response.DESCRIPTOR, kind.resource.message.DESCRIPTOR)
-    )
-    assert [i.display_name for i in items] == ["Item 2", "Item 1"]
+        core.make(kind, f"item-{i}", f"Item {i}")
+    wanted = 'display_name = "Item 1" OR display_name = "Item 2"'
+    page = core.run(_list(core, kind, filter=wanted, order_by="name desc"))
+    items = standard._items_field(kind.list_response.DESCRIPTOR, kind.resource.message.DESCRIPTOR)
+    assert [i.display_name for i in getattr(page, items)] == ["Item 2", "Item 1"]
 
 
 def test_list_of_a_missing_stored_parent_is_not_found_unless_across(core: Harness) -> None:
-    core.create(KINDS["evaluation_result"], "seen", "Seen")
+    core.make(KINDS["evaluation_result"], "seen", "Seen")
     missing = service_pb2.ListEvaluationResultsRequest(parent=f"{APP}/evaluations/absent")
-    error = core.error(
+    error = core.fails(
         standard.list_page(
             core.context, RESULTS, missing, service_pb2.ListEvaluationResultsResponse()
         )
@@ -367,13 +333,19 @@ def test_list_of_a_missing_stored_parent_is_not_found_unless_across(core: Harnes
 UPDATABLE = [k for k in KINDS.values() if k.resource.store.replace is not None]
 
 
-@pytest.mark.parametrize("kind", UPDATABLE, ids=[k.resource.field for k in UPDATABLE])
-def test_update_applies_the_mask_and_stamps_anew(core: Harness, kind: Kind) -> None:
-    created = core.create(kind, "one", "One")
+def _changed(core: Harness, kind: Kind, **fields: Any) -> tuple[Any, Any]:
+    """A new resource of ``kind``, and a copy of it with ``fields`` set."""
+    created = core.make(kind, "one", "One")
     change = kind.resource.message()
     change.CopyFrom(created)
-    change.display_name = "Renamed"
-    change.description = "not in the mask"
+    for field, value in fields.items():
+        setattr(change, field, value)
+    return created, change
+
+
+@pytest.mark.parametrize("kind", UPDATABLE, ids=[k.resource.field for k in UPDATABLE])
+def test_update_applies_the_mask_and_stamps_anew(core: Harness, kind: Kind) -> None:
+    created, change = _changed(core, kind, display_name="Renamed", description="not in the mask")
     request = service_pb2.UpdateEvaluationRequest(
         evaluation=change, update_mask=field_mask_pb2.FieldMask(paths=["display_name"])
     )
@@ -386,12 +358,9 @@ def test_update_applies_the_mask_and_stamps_anew(core: Harness, kind: Kind) -> N
 
 @pytest.mark.parametrize("kind", UPDATABLE, ids=[k.resource.field for k in UPDATABLE])
 def test_update_with_a_stale_etag_is_aborted(core: Harness, kind: Kind) -> None:
-    created = core.create(kind, "one", "One")
-    change = kind.resource.message()
-    change.CopyFrom(created)
-    change.etag = "stale"
+    _, change = _changed(core, kind, etag="stale")
     request = service_pb2.UpdateEvaluationRequest(evaluation=change)
-    error = core.error(standard.update(core.context, kind.resource, request, ME))
+    error = core.fails(standard.update(core.context, kind.resource, request, ME))
     assert error.code == Code.ABORTED
 
 
@@ -414,13 +383,13 @@ def _delete_request(kind: Kind, name: str, etag: str = "") -> Message:
 
 @each_kind
 def test_delete_removes_and_then_is_not_found(core: Harness, kind: Kind) -> None:
-    created = core.create(kind, "one", "One")
+    created = core.make(kind, "one", "One")
     core.run(standard.delete(core.context, kind.resource, _delete_request(kind, created.name)))
     for call in (
         standard.get(core.context, kind.resource, created.name),
         standard.delete(core.context, kind.resource, _delete_request(kind, created.name)),
     ):
-        assert core.error(call).code == Code.NOT_FOUND
+        assert core.fails(call).code == Code.NOT_FOUND
 
 
 TAGGED = [k for k in KINDS.values() if "etag" in k.resource.fields]  # AIP-154 is optional
@@ -428,8 +397,8 @@ TAGGED = [k for k in KINDS.values() if "etag" in k.resource.fields]  # AIP-154 i
 
 @pytest.mark.parametrize("kind", TAGGED, ids=[k.resource.field for k in TAGGED])
 def test_delete_with_a_stale_etag_is_aborted(core: Harness, kind: Kind) -> None:
-    created = core.create(kind, "one", "One")
-    error = core.error(
+    created = core.make(kind, "one", "One")
+    error = core.fails(
         standard.delete(core.context, kind.resource, _delete_request(kind, created.name, "stale"))
     )
     assert error.code == Code.ABORTED
@@ -444,10 +413,10 @@ def test_delete_with_a_stale_etag_is_aborted(core: Harness, kind: Kind) -> None:
 def test_delete_takes_the_children_with_it(
     core: Harness, parent: standard.Resource[Any], child: standard.Resource[Any]
 ) -> None:
-    seeded = core.create(KINDS[child.field], "kept", "Kept")
+    seeded = core.make(KINDS[child.field], "kept", "Kept")
     parent_kind = KINDS[parent.field]
     core.run(standard.delete(core.context, parent, _delete_request(parent_kind, PARENT_EVALUATION)))
-    assert core.error(standard.get(core.context, child, seeded.name)).code == Code.NOT_FOUND
+    assert core.fails(standard.get(core.context, child, seeded.name)).code == Code.NOT_FOUND
 
 
 def test_a_delete_guard_refuses_before_anything_is_deleted(core: Harness) -> None:
@@ -455,7 +424,7 @@ def test_a_delete_guard_refuses_before_anything_is_deleted(core: Harness) -> Non
     evaluation.CopyFrom(core.run(standard.get(core.context, EVALUATIONS, PARENT_EVALUATION)))
     evaluation.evaluation_datasets.append(f"{APP}/evaluationDatasets/d")
     core.run(core.storage.replace_evaluation(evaluation, expected_etag=evaluation.etag))
-    error = core.error(
+    error = core.fails(
         standard.delete(
             core.context, EVALUATIONS, service_pb2.DeleteEvaluationRequest(name=PARENT_EVALUATION)
         )

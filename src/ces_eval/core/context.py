@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ces_eval.core import exchange
+from ces_eval.core.exchange import objects
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message
@@ -27,7 +27,8 @@ DEFAULT_EXPORT_ROOT = Path("./data/exports")
 
 @dataclass(frozen=True)
 class Context:
-    """The server-wide state a call may use."""
+    """The server-wide state a call may use: where resources are kept, who signs page tokens,
+    who runs operations, and where ``gs://`` objects live."""
 
     storage: Storage
     page_tokens: PageTokens
@@ -37,10 +38,10 @@ class Context:
     # gs://b/p of project P is <export root>/P/b/p, so no token reaches another project's files.
     export_per_project: bool = False
 
-    def locate(self, gcs_uri: str, resource: str) -> exchange.ObjectPath:
+    def locate(self, gcs_uri: str, resource: str) -> objects.ObjectPath:
         """Where ``gcs_uri`` is for ``resource``'s project; raises ExchangeError."""
         namespace = resource.split("/", 2)[1] if self.export_per_project else ""
-        return exchange.locate(gcs_uri, self.export_root, namespace)
+        return objects.locate(gcs_uri, self.export_root, namespace)
 
 
 # One RPC's implementation: its request is the RPC's own message type, hence Any here (a

@@ -14,6 +14,7 @@ import re
 from typing import TYPE_CHECKING
 
 from ces_eval.core import derived, exchange, limits, names, standard
+from ces_eval.core.exchange import objects
 from ces_eval.core.exports import refused
 from ces_eval.core.results import RESULTS
 from ces_eval.core.standard import invalid
@@ -31,12 +32,6 @@ __all__ = ["RPCS"]
 
 _PROJECT = re.compile(r"projects/([A-Za-z0-9][A-Za-z0-9._~-]{0,127})")
 _OBJECT = "storage.googleapis.com/Object"  # Cloud Storage's resource type, for NOT_FOUND
-
-
-async def create_evaluation_result(
-    context: Context, request: emulator_pb2.CreateEvaluationResultRequest, caller: Caller
-) -> evaluation_pb2.EvaluationResult:
-    return await standard.create(context, RESULTS, request, caller)
 
 
 async def reset_project(
@@ -125,8 +120,8 @@ async def _read_import(context: Context, gcs_uri: str, parent: str) -> bytes:
         raise invalid("gcs_uri", error.message) from error
     try:
         # As large as a document given as content may be (the request size limit).
-        return await asyncio.to_thread(exchange.read_object, location, limits.MAX_REQUEST_BYTES)
-    except exchange.ObjectTooLarge as error:
+        return await asyncio.to_thread(objects.read_object, location, limits.MAX_REQUEST_BYTES)
+    except objects.ObjectTooLarge as error:
         # INVALID_ARGUMENT: the object is this call's input, as content would be, and Google
         # answers input over a size limit so (Cloud Logging's "Log entry with size … exceeds
         # maximum size"); this method answers so for the other objects it cannot import (a
@@ -140,11 +135,11 @@ async def _read_import(context: Context, gcs_uri: str, parent: str) -> bytes:
             {"uri": location.uri, "limit": str(error.limit)},
             [FieldViolation("gcs_uri", description, "TOO_LARGE")],
         ) from error
-    except exchange.ObjectMissing as error:
+    except objects.ObjectMissing as error:
         # Only paths inside the export folder can be missing: a link on the way was
         # refused before anything behind it was looked at.
         raise ServiceError.not_found(_OBJECT, location.uri) from error
-    except exchange.PathRefused as error:
+    except objects.PathRefused as error:
         raise refused("gcs_uri", error, location.uri) from error
     except OSError as error:
         raise invalid("gcs_uri", f"cannot read {location.uri}: {error.strerror}") from error
@@ -196,7 +191,7 @@ async def import_evaluations(
 
 
 RPCS: dict[str, Rpc] = {
-    "CreateEvaluationResult": create_evaluation_result,
+    **standard.methods(RESULTS, "Create"),  # CreateEvaluationResult: seeds a result
     "ResetProject": reset_project,
     "ImportEvaluations": import_evaluations,
 }

@@ -16,10 +16,8 @@ from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 
 if TYPE_CHECKING:
-    from google.protobuf import empty_pb2
     from google.protobuf.message import Message
 
-    from ces_eval.core.caller import Caller
     from ces_eval.core.context import Context, Rpc
     from ces_eval.errors import FieldViolation
 
@@ -103,41 +101,4 @@ EVALUATIONS = standard.Resource(
 )
 
 
-async def create_evaluation(
-    context: Context, request: service_pb2.CreateEvaluationRequest, caller: Caller
-) -> evaluation_pb2.Evaluation:
-    return await standard.create(context, EVALUATIONS, request, caller)
-
-
-async def get_evaluation(
-    context: Context, request: service_pb2.GetEvaluationRequest, caller: Caller
-) -> evaluation_pb2.Evaluation:
-    return await standard.get(context, EVALUATIONS, request.name)
-
-
-async def list_evaluations(
-    context: Context, request: service_pb2.ListEvaluationsRequest, caller: Caller
-) -> service_pb2.ListEvaluationsResponse:
-    response = service_pb2.ListEvaluationsResponse()
-    return await standard.list_page(context, EVALUATIONS, request, response)
-
-
-async def update_evaluation(
-    context: Context, request: service_pb2.UpdateEvaluationRequest, caller: Caller
-) -> evaluation_pb2.Evaluation:
-    return await standard.update(context, EVALUATIONS, request, caller)
-
-
-async def delete_evaluation(
-    context: Context, request: service_pb2.DeleteEvaluationRequest, caller: Caller
-) -> empty_pb2.Empty:
-    return await standard.delete(context, EVALUATIONS, request)
-
-
-RPCS: dict[str, Rpc] = {
-    "CreateEvaluation": create_evaluation,
-    "GetEvaluation": get_evaluation,
-    "ListEvaluations": list_evaluations,
-    "UpdateEvaluation": update_evaluation,
-    "DeleteEvaluation": delete_evaluation,
-}
+RPCS: dict[str, Rpc] = standard.methods(EVALUATIONS, "Create", "Get", "List", "Update", "Delete")

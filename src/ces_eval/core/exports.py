@@ -13,6 +13,7 @@ import asyncio
 from typing import TYPE_CHECKING, TypeVar
 
 from ces_eval.core import exchange, limits, names
+from ces_eval.core.exchange import objects
 from ces_eval.core.longrunning import location_of
 from ces_eval.core.standard import invalid
 from ces_eval.core.validation import raise_if_invalid
@@ -59,14 +60,27 @@ def _readable(response: _Response) -> _Response:
 
 
 def _names_violations(
-    requested: Sequence[str], problem: Callable[[str, str], FieldViolation | None]
+    requested: Sequence[str],
+    parent: str,
+    collection: str,
+    problem: Callable[[str, str], FieldViolation | None] | None = None,
 ) -> list[FieldViolation]:
-    """One violation per bad entry of an export's ``names`` (``problem(name, "names[3]")``),
-    stopping at :data:`limits.MAX_VIOLATIONS` like every check: a request of a thousand bad
-    names costs a hundred, and :func:`raise_if_invalid` says there are at least that many."""
+    """What is wrong with an export's ``names``: none given (REQUIRED), or one violation per
+    entry that is not of ``parent``'s ``collection`` or has another ``problem(name,
+    "names[3]")``, stopping at :data:`limits.MAX_VIOLATIONS` like every check: a request of a
+    thousand bad names costs a hundred, and :func:`raise_if_invalid` says there are at least
+    that many."""
+    if not requested:
+        return [FieldViolation("names", "Required.", "REQUIRED")]
+    prefix = f"{parent}/{collection}/"
+    kind = {"evaluations": "an evaluation", "results": "a result"}[collection]
     found: list[FieldViolation] = []
     for index, name in enumerate(requested):
-        violation = problem(name, f"names[{index}]")
+        field = f"names[{index}]"
+        if not name.startswith(prefix):
+            violation: FieldViolation | None = FieldViolation(field, f"Must be {kind} of {parent}.")
+        else:
+            violation = problem(name, field) if problem else None
         if violation is not None:
             found.append(violation)
             if len(found) >= limits.MAX_VIOLATIONS:
@@ -74,7 +88,7 @@ def _names_violations(
     return found
 
 
-def refused(field: str, error: exchange.PathRefused, uri: str) -> ServiceError:
+def refused(field: str, error: objects.PathRefused, uri: str) -> ServiceError:
     """A link in the export folder is PERMISSION_DENIED: the server will not go where it leads,
     whatever is there. A file where a folder belongs (or the reverse) is the caller's path."""
     if error.link:
@@ -89,7 +103,7 @@ def refused(field: str, error: exchange.PathRefused, uri: str) -> ServiceError:
 
 def _export_target(
     context: Context, options: service_pb2.ExportOptions, resource: str
-) -> exchange.ObjectPath | None:
+) -> objects.ObjectPath | None:
     """The folder named by ``options.gcs_uri``; None for inline content. Also rejects
     export formats this server does not know (proto3 enums are open)."""
     if options.export_format not in service_pb2.ExportOptions.ExportFormat.values():
@@ -111,8 +125,8 @@ async def _check_export_target(
     if target is None:
         return
     try:
-        await asyncio.to_thread(exchange.probe, target)
-    except exchange.PathRefused as error:
+        await asyncio.to_thread(objects.probe, target)
+    except objects.PathRefused as error:
         raise refused("export_options.gcs_uri", error, target.uri) from error
 
 
@@ -133,8 +147,8 @@ async def _deliver(
     location = target.child(file_name)
     owner = context.runner.export_owner()  # here, in the operation's own context
     try:
-        await asyncio.to_thread(exchange.write_atomically, location, data, owner)
-    except exchange.PathRefused as error:
+        await asyncio.to_thread(objects.write_atomically, location, data, owner)
+    except objects.PathRefused as error:
         raise refused("export_options.gcs_uri", error, location.uri) from error
     except OSError as error:
         # A full disk, a quota or a file size limit: retryable once space returns, and
@@ -173,16 +187,9 @@ async def export_evaluations(
                 "Set include_evaluations, include_evaluation_results or both.",
             )
         )
-    if not request.names:
-        violations.append(FieldViolation("names", "Required.", "REQUIRED"))
-    prefix = request.parent + "/evaluations/"
-
-    def evaluation_problem(name: str, field: str) -> FieldViolation | None:
-        if not name.startswith(prefix):
-            return FieldViolation(field, f"Must be an evaluation of {request.parent}.")
-        return names.EVALUATION.violation(name, field)
-
-    violations += _names_violations(request.names, evaluation_problem)
+    violations += _names_violations(
+        request.names, request.parent, "evaluations", names.EVALUATION.violation
+    )
     raise_if_invalid(violations, "export request")
     await _check_export_target(context, request.export_options, request.parent)
     wanted = list(dict.fromkeys(request.names))
@@ -226,17 +233,7 @@ async def export_evaluation_results(
     context: Context, request: service_pb2.ExportEvaluationResultsRequest, caller: Caller
 ) -> operations_pb2.Operation:
     names.EVALUATION.parse(request.parent, "parent")
-    violations: list[FieldViolation] = []
-    if not request.names:
-        violations.append(FieldViolation("names", "Required.", "REQUIRED"))
-    prefix = request.parent + "/results/"
-
-    def result_problem(name: str, field: str) -> FieldViolation | None:
-        if not name.startswith(prefix):
-            return FieldViolation(field, f"Must be a result of {request.parent}.")
-        return None
-
-    violations += _names_violations(request.names, result_problem)
+    violations = _names_violations(request.names, request.parent, "results")
     raise_if_invalid(violations, "export request")
     if await context.storage.get_evaluation(request.parent) is None:
         raise ServiceError.not_found(names.EVALUATION.type, request.parent)

@@ -76,22 +76,25 @@ async def list_operations(
     return response
 
 
+def _done(name: str, found: bool) -> empty_pb2.Empty:
+    """The empty answer of a call on operation ``name``, or NOT_FOUND when there was none."""
+    if not found:
+        raise ServiceError.not_found(OPERATION.type, name)
+    return empty_pb2.Empty()
+
+
 async def delete_operation(
     context: Context, request: operations_pb2.DeleteOperationRequest, caller: Caller
 ) -> empty_pb2.Empty:
     OPERATION.parse(request.name, "name", owned=0)
-    if not await context.storage.delete_operation(request.name):
-        raise ServiceError.not_found(OPERATION.type, request.name)
-    return empty_pb2.Empty()
+    return _done(request.name, await context.storage.delete_operation(request.name))
 
 
 async def cancel_operation(
     context: Context, request: operations_pb2.CancelOperationRequest, caller: Caller
 ) -> empty_pb2.Empty:
     OPERATION.parse(request.name, "name", owned=0)
-    if await context.runner.cancel(request.name) is None:
-        raise ServiceError.not_found(OPERATION.type, request.name)
-    return empty_pb2.Empty()
+    return _done(request.name, await context.runner.cancel(request.name) is not None)
 
 
 async def wait_operation(

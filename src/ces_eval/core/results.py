@@ -24,7 +24,7 @@ from ces_eval.storage.base import Missing, TooLarge
 
 if TYPE_CHECKING:
     from google.longrunning import operations_pb2
-    from google.protobuf import empty_pb2, timestamp_pb2
+    from google.protobuf import timestamp_pb2
     from google.protobuf.message import Message
 
     from ces_eval.core.caller import Caller
@@ -96,25 +96,6 @@ RESULTS = standard.Resource(
 )
 
 
-async def get_evaluation_result(
-    context: Context, request: service_pb2.GetEvaluationResultRequest, caller: Caller
-) -> Result:
-    return await standard.get(context, RESULTS, request.name)
-
-
-async def list_evaluation_results(
-    context: Context, request: service_pb2.ListEvaluationResultsRequest, caller: Caller
-) -> service_pb2.ListEvaluationResultsResponse:
-    response = service_pb2.ListEvaluationResultsResponse()
-    return await standard.list_page(context, RESULTS, request, response)
-
-
-async def delete_evaluation_result(
-    context: Context, request: service_pb2.DeleteEvaluationResultRequest, caller: Caller
-) -> empty_pb2.Empty:
-    return await standard.delete(context, RESULTS, request)
-
-
 async def run_evaluation_result_metrics(
     context: Context, request: service_pb2.RunEvaluationResultMetricsRequest, caller: Caller
 ) -> operations_pb2.Operation:
@@ -155,9 +136,8 @@ async def run_evaluation_result_metrics(
     )
 
 
+# Its create is the emulator's (CreateEvaluationResult), its update a metric rerun.
 RPCS: dict[str, Rpc] = {
-    "GetEvaluationResult": get_evaluation_result,
-    "ListEvaluationResults": list_evaluation_results,
-    "DeleteEvaluationResult": delete_evaluation_result,
+    **standard.methods(RESULTS, "Get", "List", "Delete"),
     "RunEvaluationResultMetrics": run_evaluation_result_metrics,
 }

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from functools import cache, cached_property, partial
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
-from google.protobuf import empty_pb2
+from google.protobuf import empty_pb2, message_factory
 
-from ces_eval import filtering
+from ces_eval import filtering, schema
 from ces_eval.core import fields, limits, names, pages, validation
 from ces_eval.core.stamps import new_etag, now
 from ces_eval.errors import FieldViolation, ServiceError
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from google.protobuf.message import Message
 
     from ces_eval.core.caller import Caller
-    from ces_eval.core.context import Context
+    from ces_eval.core.context import Context, Rpc
     from ces_eval.storage.base import Storage
 
 __all__ = [
@@ -57,6 +57,7 @@ __all__ = [
     "get",
     "invalid",
     "list_page",
+    "methods",
     "parse_filter",
     "update",
 ]
@@ -528,3 +529,44 @@ async def delete(
             continue
         return empty_pb2.Empty()
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+# -- the RPCs ------------------------------------------------------------------------------------
+
+
+@cache
+def _output(rpc: str) -> type[Message]:
+    """The response class of RPC ``rpc``, from the service descriptors."""
+    method = next(m for s in schema.services() for m in s.methods if m.name == rpc)
+    return message_factory.GetMessageClass(method.output_type)
+
+
+def _bound(resource: Resource[Any], verb: str, rpc: str) -> Rpc:
+    """The standard method ``verb`` of ``resource`` as the implementation of RPC ``rpc``."""
+
+    async def call(context: Context, request: Any, caller: Caller) -> Message:  # noqa: ANN401 - the RPC's own request type
+        if verb == "Get":
+            return await get(context, resource, request.name)
+        if verb == "List":
+            return await list_page(context, resource, request, _output(rpc)())
+        if verb == "Create":
+            return await create(context, resource, request, caller)
+        if verb == "Update":
+            return await update(context, resource, request, caller)
+        return await delete(context, resource, request)
+
+    return call
+
+
+def methods(resource: Resource[Any], *verbs: str) -> dict[str, Rpc]:
+    """RPC name → implementation of the standard methods ``verbs`` (``Get``, ``List``,
+    ``Create``, ``Update``, ``Delete``) of ``resource``, named as AIP-131..135 name them:
+    ``GetEvaluation``, ``ListEvaluations`` (the plural), ``CreateEvaluation``, ..."""
+    kind = resource.message.DESCRIPTOR.name
+    found: dict[str, Rpc] = {}
+    for verb in verbs:
+        if verb not in {"Get", "List", "Create", "Update", "Delete"}:
+            raise ValueError(f"{verb!r} is not a standard method")
+        rpc = f"{verb}{kind}s" if verb == "List" else f"{verb}{kind}"
+        found[rpc] = _bound(resource, verb, rpc)
+    return found
