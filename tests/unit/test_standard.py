@@ -432,3 +432,22 @@ def test_a_delete_guard_refuses_before_anything_is_deleted(core: Harness) -> Non
     assert (error.code, error.reason) == (Code.FAILED_PRECONDITION, "EVALUATION_IN_USE")
     forced = service_pb2.DeleteEvaluationRequest(name=PARENT_EVALUATION, force=True)
     core.run(standard.delete(core.context, EVALUATIONS, forced))
+
+
+# -- the facade ----------------------------------------------------------------------------------
+
+
+def test_standard_methods_are_named_as_the_aips_name_them() -> None:
+    assert set(standard.methods(RESULTS, "Get", "List", "Create")) == {
+        "GetEvaluationResult",
+        "ListEvaluationResults",
+        "CreateEvaluationResult",
+    }
+    with pytest.raises(ValueError, match="not a standard method"):
+        standard.methods(RESULTS, "Rename")
+
+
+def test_the_facade_answers_rpcs_by_method_name_only(core: Harness) -> None:
+    assert callable(core.core.get_evaluation)
+    with pytest.raises(AttributeError):
+        _ = core.core.no_such_method
