@@ -19,9 +19,10 @@ from ces_eval.access import (
     bearer,
     method_access,
 )
-from ces_eval.core.service import Caller, implements
+from ces_eval.core.service import implements
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from ces_eval.identity import identify
 from ces_eval.server import (
     ExitStatus,
     ServerConfig,
@@ -113,10 +114,10 @@ def test_bearer_reads_the_token_of_an_authorization_value(
 
 
 def test_identify_records_the_principal_not_the_claimed_user() -> None:
-    caller = Caller.identify(_tokens(), f"Bearer {TOKEN_A}", "mallory@example.com")
+    caller = identify(_tokens(), f"Bearer {TOKEN_A}", "mallory@example.com")
     assert caller.user == "alice"
     assert caller.principal is not None
-    open_caller = Caller.identify(None, None, " someone@example.com ")
+    open_caller = identify(None, None, " someone@example.com ")
     assert (open_caller.user, open_caller.principal) == ("someone@example.com", None)
 
 

@@ -1,4 +1,4 @@
-"""The export document and the Cloud Storage stand-in (src/ces_eval/core/exchange.py).
+"""The export document and the Cloud Storage stand-in (src/ces_eval/core/exchange/).
 
 Expected documents and paths are written out literally; where the expected JSON of a message is
 needed it comes from google.protobuf.json_format, the definition of proto3 JSON the document uses.
@@ -22,7 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ces_eval.core import exchange
-from ces_eval.core.exchange import FORMAT, Bundle, ExchangeError
+from ces_eval.core.exchange import FORMAT, Bundle, ExchangeError, objects, yaml_dialect
+from ces_eval.core.exchange import document as export_document
 from ces_eval.generated.google.cloud.ces.v1beta import (
     content_pb2,
     evaluation_pb2,
@@ -66,25 +67,25 @@ def _json(document: object) -> bytes:
 
 # libyaml's parser and emitter (the default when PyYAML has it) and PyYAML's pure-Python ones.
 IMPLEMENTATIONS = {
-    "libyaml": (exchange._Loader, exchange._Dumper),
-    "python": (exchange._PY_LOADER, exchange._PY_DUMPER),
+    "libyaml": (yaml_dialect.LOADER, yaml_dialect.DUMPER),
+    "python": (yaml_dialect.PY_LOADER, yaml_dialect.PY_DUMPER),
 }
 
 
 @pytest.fixture(params=list(IMPLEMENTATIONS))
 def yaml_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     loader, dumper = IMPLEMENTATIONS[request.param]
-    monkeypatch.setattr(exchange, "_Loader", loader)
-    monkeypatch.setattr(exchange, "_Dumper", dumper)
+    monkeypatch.setattr(yaml_dialect, "LOADER", loader)
+    monkeypatch.setattr(yaml_dialect, "DUMPER", dumper)
     return str(request.param)
 
 
 def test_libyaml_is_used_when_available() -> None:
     assert yaml.__with_libyaml__  # PyYAML's wheels include it; the fixture relies on it
-    assert issubclass(exchange._Loader, yaml.CSafeLoader)
-    assert issubclass(exchange._Dumper, yaml.CSafeDumper)
-    assert not issubclass(exchange._PY_LOADER, yaml.CSafeLoader)
-    assert not issubclass(exchange._PY_DUMPER, yaml.CSafeDumper)
+    assert issubclass(yaml_dialect.LOADER, yaml.CSafeLoader)
+    assert issubclass(yaml_dialect.DUMPER, yaml.CSafeDumper)
+    assert not issubclass(yaml_dialect.PY_LOADER, yaml.CSafeLoader)
+    assert not issubclass(yaml_dialect.PY_DUMPER, yaml.CSafeDumper)
 
 
 # --- round trips ----------------------------------------------------------------------------------
@@ -118,8 +119,8 @@ def test_round_trip_of_fully_populated_messages(fmt: int, variant: int) -> None:
 def test_round_trip_of_fully_populated_messages_with_pure_python_yaml(
     variant: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(exchange, "_Loader", exchange._PY_LOADER)
-    monkeypatch.setattr(exchange, "_Dumper", exchange._PY_DUMPER)
+    monkeypatch.setattr(yaml_dialect, "LOADER", yaml_dialect.PY_LOADER)
+    monkeypatch.setattr(yaml_dialect, "DUMPER", yaml_dialect.PY_DUMPER)
     bundle = _populated(variant)
     assert exchange.load(exchange.dump(bundle, YAML)) == bundle
 
@@ -306,7 +307,7 @@ def test_yaml_numbers_bools_and_nulls_stay_typed(yaml_impl: str) -> None:
 def test_yaml_never_writes_anchors(yaml_impl: str) -> None:
     # json_format builds a fresh object for every value, so this guards against a future change.
     shared = {"x": [1]}
-    text = yaml.dump({"a": shared, "b": shared}, Dumper=exchange._Dumper)
+    text = yaml.dump({"a": shared, "b": shared}, Dumper=yaml_dialect.DUMPER)
     assert "&" not in text
     assert "*" not in text
 
@@ -765,15 +766,15 @@ def test_map_fields_are_checked_by_entry() -> None:
     """Evaluation and EvaluationResult have no map fields; the checks are generic all the same."""
     cls = evaluation_service_pb2.ExportEvaluationsResponse
     with pytest.raises(ExchangeError) as caught:
-        exchange._parse_item({"failedEvaluations": ["x"]}, cls, "r")
+        export_document._parse_item({"failedEvaluations": ["x"]}, cls, "r")
     assert (caught.value.path, caught.value.message) == (
         "r.failedEvaluations",
         "expected an object (a map)",
     )
     with pytest.raises(ExchangeError) as caught:
-        exchange._parse_item({"failedEvaluations": {"a": "ok", "b": 5}}, cls, "r")
+        export_document._parse_item({"failedEvaluations": {"a": "ok", "b": 5}}, cls, "r")
     assert caught.value.path == 'r.failedEvaluations["b"]'
-    parsed = exchange._parse_item({"failedEvaluations": {"a": "why"}}, cls, "r")
+    parsed = export_document._parse_item({"failedEvaluations": {"a": "why"}}, cls, "r")
     assert dict(parsed.failed_evaluations) == {"a": "why"}
 
 
@@ -844,8 +845,8 @@ def test_any_string_round_trips(first: str, second: str) -> None:
     assert exchange.load(exchange.dump(bundle, JSON)) == bundle
     for loader, dumper in IMPLEMENTATIONS.values():
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(exchange, "_Loader", loader)
-            patch.setattr(exchange, "_Dumper", dumper)
+            patch.setattr(yaml_dialect, "LOADER", loader)
+            patch.setattr(yaml_dialect, "DUMPER", dumper)
             assert exchange.load(exchange.dump(bundle, YAML)) == bundle
 
 
@@ -880,7 +881,7 @@ ROOT = Path("/srv/exports")
     ],
 )
 def test_locate_accepts(uri: str, expected: Path) -> None:
-    located = exchange.locate(uri, ROOT)
+    located = objects.locate(uri, ROOT)
     assert located.path == expected
     assert located.uri == uri.rstrip("/")
 
@@ -932,18 +933,18 @@ def test_locate_accepts(uri: str, expected: Path) -> None:
 )
 def test_locate_rejects(uri: str, fragment: str) -> None:
     with pytest.raises(ExchangeError) as caught:
-        exchange.locate(uri, ROOT)
+        objects.locate(uri, ROOT)
     assert fragment in caught.value.message
     assert caught.value.path == ""
 
 
 def test_locate_is_relative_to_a_relative_root() -> None:
-    assert exchange.locate("gs://b/x", Path()).path == Path("b/x")
-    assert exchange.locate("gs://b/x", Path("data/exports")).path == Path("data/exports/b/x")
+    assert objects.locate("gs://b/x", Path()).path == Path("b/x")
+    assert objects.locate("gs://b/x", Path("data/exports")).path == Path("data/exports/b/x")
 
 
 def test_locate_in_a_project_namespace_names_the_uri_only() -> None:
-    located = exchange.locate("gs://b/x/", ROOT, "proj-a")
+    located = objects.locate("gs://b/x/", ROOT, "proj-a")
     assert located.path == ROOT / "proj-a" / "b" / "x"
     assert located.parts == ("proj-a", "b", "x")
     assert located.uri == "gs://b/x"
@@ -957,21 +958,21 @@ def _listing(folder: Path) -> list[str]:
     return sorted(os.listdir(folder))
 
 
-def _object(root: Path, *parts: str) -> exchange.ObjectPath:
-    return exchange.ObjectPath("gs://" + "/".join(parts), root, parts)
+def _object(root: Path, *parts: str) -> objects.ObjectPath:
+    return objects.ObjectPath("gs://" + "/".join(parts), root, parts)
 
 
 def test_write_creates_the_file_with_the_exact_bytes(tmp_path: Path) -> None:
     data = os.urandom(3 * 1024 * 1024) + b"\x00\r\n"
     target = tmp_path / "export.json"
-    exchange.write_atomically(_object(tmp_path, "export.json"), data)
+    objects.write_atomically(_object(tmp_path, "export.json"), data)
     assert target.read_bytes() == data
     assert _listing(tmp_path) == ["export.json"]
 
 
 def test_write_of_empty_data(tmp_path: Path) -> None:
     target = tmp_path / "empty"
-    exchange.write_atomically(_object(tmp_path, "empty"), b"")
+    objects.write_atomically(_object(tmp_path, "empty"), b"")
     assert target.read_bytes() == b""
     assert _listing(tmp_path) == ["empty"]
 
@@ -979,14 +980,14 @@ def test_write_of_empty_data(tmp_path: Path) -> None:
 def test_write_replaces_an_existing_file(tmp_path: Path) -> None:
     target = tmp_path / "export.yaml"
     target.write_bytes(b"old content that is longer than the new one")
-    exchange.write_atomically(_object(tmp_path, "export.yaml"), b"new")
+    objects.write_atomically(_object(tmp_path, "export.yaml"), b"new")
     assert target.read_bytes() == b"new"
     assert _listing(tmp_path) == ["export.yaml"]
 
 
 def test_write_creates_missing_folders(tmp_path: Path) -> None:
-    target = exchange.locate("gs://bucket/a/b/export.json", tmp_path)
-    exchange.write_atomically(target, b"{}")
+    target = objects.locate("gs://bucket/a/b/export.json", tmp_path)
+    objects.write_atomically(target, b"{}")
     assert target.path.read_bytes() == b"{}"
     assert _listing(tmp_path / "bucket" / "a" / "b") == ["export.json"]
 
@@ -994,7 +995,7 @@ def test_write_creates_missing_folders(tmp_path: Path) -> None:
 def test_written_file_has_ordinary_permissions(tmp_path: Path) -> None:
     previous = os.umask(0o022)
     try:
-        exchange.write_atomically(_object(tmp_path, "x"), b"1")
+        objects.write_atomically(_object(tmp_path, "x"), b"1")
     finally:
         os.umask(previous)
     assert stat.S_IMODE((tmp_path / "x").stat().st_mode) == 0o644
@@ -1022,7 +1023,7 @@ def test_data_is_synced_before_the_rename_and_the_folder_after(
 
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr(os, "replace", replace)
-    exchange.write_atomically(_object(tmp_path, "new", "export.json"), data)
+    objects.write_atomically(_object(tmp_path, "new", "export.json"), data)
     assert target.read_bytes() == data
     assert events == [
         ("folder", tmp_path.stat().st_ino),  # the new folder's own entry, once it is made
@@ -1041,7 +1042,7 @@ def test_failing_rename_leaves_no_target_and_no_temporary_file(
 
     monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(OSError, match="simulated rename failure"):
-        exchange.write_atomically(_object(tmp_path, "export.json"), b"payload")
+        objects.write_atomically(_object(tmp_path, "export.json"), b"payload")
     assert _listing(tmp_path) == []
 
 
@@ -1056,7 +1057,7 @@ def test_failing_rename_keeps_the_previous_file(
 
     monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(OSError, match="simulated rename failure"):
-        exchange.write_atomically(_object(tmp_path, "export.json"), b"next")
+        objects.write_atomically(_object(tmp_path, "export.json"), b"next")
     assert target.read_bytes() == b"previous"
     assert _listing(tmp_path) == ["export.json"]
 
@@ -1075,7 +1076,7 @@ def test_write_failing_half_way_leaves_nothing(
 
     monkeypatch.setattr(os, "write", write)
     with pytest.raises(OSError, match="simulated full disk"):
-        exchange.write_atomically(_object(tmp_path, "export.json"), b"x" * 1000)
+        objects.write_atomically(_object(tmp_path, "export.json"), b"x" * 1000)
     assert calls == [1000, 500]  # the short write was continued, not taken as the end
     assert _listing(tmp_path) == []
 
@@ -1086,7 +1087,7 @@ def test_failing_fsync_leaves_nothing(tmp_path: Path, monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(os, "fsync", fsync)
     with pytest.raises(OSError, match="simulated I/O error"):
-        exchange.write_atomically(_object(tmp_path, "export.json"), b"data")
+        objects.write_atomically(_object(tmp_path, "export.json"), b"data")
     assert _listing(tmp_path) == []
 
 
@@ -1094,7 +1095,7 @@ def test_target_that_is_a_folder_is_left_alone(tmp_path: Path) -> None:
     (tmp_path / "export.json").mkdir()
     (tmp_path / "export.json" / "inside").write_bytes(b"keep")
     with pytest.raises(IsADirectoryError):
-        exchange.write_atomically(_object(tmp_path, "export.json"), b"data")
+        objects.write_atomically(_object(tmp_path, "export.json"), b"data")
     assert _listing(tmp_path) == ["export.json"]
     assert (tmp_path / "export.json" / "inside").read_bytes() == b"keep"
 
@@ -1105,5 +1106,5 @@ def test_interrupted_write_leaves_nothing(tmp_path: Path, monkeypatch: pytest.Mo
 
     monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(KeyboardInterrupt):
-        exchange.write_atomically(_object(tmp_path, "export.json"), b"data")
+        objects.write_atomically(_object(tmp_path, "export.json"), b"data")
     assert _listing(tmp_path) == []

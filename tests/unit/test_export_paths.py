@@ -1,7 +1,7 @@
 """The export folder on real files: no read or write follows a symbolic link out of it, errors name
 the gs:// URI only, temporary files carry their owner and the sweep removes only what it is told is
 abandoned, and errors about a document read from a file quote none of it
-(src/ces_eval/core/exchange.py, docs/security.md).
+(src/ces_eval/core/exchange/objects.py, docs/security.md).
 """
 
 from __future__ import annotations
@@ -19,13 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ces_eval.core import exchange
-from ces_eval.core.exchange import (
-    FORMAT,
-    ExchangeError,
-    ObjectMissing,
-    ObjectTooLarge,
-    PathRefused,
-)
+from ces_eval.core.exchange import FORMAT, ExchangeError, objects
+from ces_eval.core.exchange.objects import ObjectMissing, ObjectTooLarge, PathRefused
 
 SHADOW_LINE = "root:$6$s3cr3t-hash:19000:0:99999:7:::"
 MARKER = "s3cr3t"
@@ -50,8 +45,8 @@ def folders(tmp_path: Path) -> Folders:
     return Folders(root, outside)
 
 
-def _at(folders: Folders, uri: str) -> exchange.ObjectPath:
-    return exchange.locate(uri, folders.root)
+def _at(folders: Folders, uri: str) -> objects.ObjectPath:
+    return objects.locate(uri, folders.root)
 
 
 # -- planted links ---------------------------------------------------------------------------------
@@ -81,7 +76,7 @@ def test_an_export_through_a_link_is_refused_and_writes_nothing_outside(
     before = folders.outside_files()
     for target in (_at(folders, uri), _at(folders, uri).child("export.json")):
         with pytest.raises(PathRefused) as caught:
-            exchange.write_atomically(target, b'{"format": "x"}')
+            objects.write_atomically(target, b'{"format": "x"}')
         assert caught.value.link
         assert caught.value.message.startswith(f"{named} is a symbolic link")
         assert str(folders.root) not in str(caught.value)
@@ -89,7 +84,7 @@ def test_an_export_through_a_link_is_refused_and_writes_nothing_outside(
         assert folders.outside_files() == before
         assert not (folders.outside / "new").exists()
     with pytest.raises(PathRefused):
-        exchange.probe(_at(folders, uri))
+        objects.probe(_at(folders, uri))
 
 
 @pytest.mark.parametrize(("links", "uri", "named"), LINKS)
@@ -98,7 +93,7 @@ def test_an_import_through_a_link_is_refused_without_reading(
 ) -> None:
     _plant(folders, links)
     with pytest.raises(PathRefused) as caught:
-        exchange.read_object(_at(folders, uri), LIMIT)
+        objects.read_object(_at(folders, uri), LIMIT)
     assert caught.value.link
     assert caught.value.message == (
         f"{named} is a symbolic link in the export folder; ces-eval never follows links there."
@@ -109,7 +104,7 @@ def test_a_link_at_the_target_name_is_refused_and_left_alone(folders: Folders) -
     (folders.root / "b").mkdir()
     (folders.root / "b" / "out.json").symlink_to(folders.outside / "shadow")
     with pytest.raises(PathRefused) as caught:
-        exchange.write_atomically(_at(folders, "gs://b/out.json"), b"{}")
+        objects.write_atomically(_at(folders, "gs://b/out.json"), b"{}")
     assert caught.value.link
     assert (folders.outside / "shadow").read_text() == SHADOW_LINE + "\n"
     assert (folders.root / "b" / "out.json").is_symlink()
@@ -118,9 +113,9 @@ def test_a_link_at_the_target_name_is_refused_and_left_alone(folders: Folders) -
 
 def test_a_project_folder_that_is_a_link_is_refused(folders: Folders) -> None:
     (folders.root / "proj-a").symlink_to(folders.outside)
-    target = exchange.locate("gs://b/x", folders.root, "proj-a")
+    target = objects.locate("gs://b/x", folders.root, "proj-a")
     with pytest.raises(PathRefused) as caught:
-        exchange.write_atomically(target.child("e.json"), b"{}")
+        objects.write_atomically(target.child("e.json"), b"{}")
     assert caught.value.message.startswith("the project's export folder is a symbolic link")
     assert "proj-a" not in caught.value.message
     assert folders.outside_files() == {"shadow": (SHADOW_LINE + "\n").encode()}
@@ -130,51 +125,51 @@ def test_a_root_that_is_a_link_is_the_operators_choice_and_followed(tmp_path: Pa
     real = tmp_path / "real"
     real.mkdir()
     (tmp_path / "exports").symlink_to(real)
-    target = exchange.locate("gs://b/x/e.json", tmp_path / "exports")
-    exchange.write_atomically(target, b"{}")
+    target = objects.locate("gs://b/x/e.json", tmp_path / "exports")
+    objects.write_atomically(target, b"{}")
     assert (real / "b" / "x" / "e.json").read_bytes() == b"{}"
-    assert exchange.read_object(target, LIMIT) == b"{}"
+    assert objects.read_object(target, LIMIT) == b"{}"
 
 
 def test_a_file_where_a_folder_belongs_is_refused(folders: Folders) -> None:
     (folders.root / "b").mkdir()
     (folders.root / "b" / "file").write_bytes(b"data")
     with pytest.raises(PathRefused) as caught:
-        exchange.write_atomically(_at(folders, "gs://b/file/e.json"), b"{}")
+        objects.write_atomically(_at(folders, "gs://b/file/e.json"), b"{}")
     assert not caught.value.link
     assert caught.value.message == "gs://b/file is an object, not a folder."
     with pytest.raises(PathRefused):
-        exchange.read_object(_at(folders, "gs://b/file/e.json"), LIMIT)
+        objects.read_object(_at(folders, "gs://b/file/e.json"), LIMIT)
 
 
 def test_folders_and_special_files_are_no_objects(folders: Folders) -> None:
     (folders.root / "b" / "folder").mkdir(parents=True)
     os.mkfifo(folders.root / "b" / "fifo")  # a FIFO must not hang the read
     with pytest.raises(PathRefused, match=r"^gs://b/folder is a folder, not an object\.$"):
-        exchange.read_object(_at(folders, "gs://b/folder"), LIMIT)
+        objects.read_object(_at(folders, "gs://b/folder"), LIMIT)
     with pytest.raises(PathRefused, match=r"^gs://b/fifo is not a regular file\.$"):
-        exchange.read_object(_at(folders, "gs://b/fifo"), LIMIT)
+        objects.read_object(_at(folders, "gs://b/fifo"), LIMIT)
 
 
 @pytest.mark.parametrize("uri", ["gs://b/none", "gs://nob/x", "gs://b/a/b/c"])
 def test_a_missing_object_names_the_uri_only(folders: Folders, uri: str) -> None:
     (folders.root / "b").mkdir()
     with pytest.raises(ObjectMissing) as caught:
-        exchange.read_object(_at(folders, uri), LIMIT)
+        objects.read_object(_at(folders, uri), LIMIT)
     assert caught.value.message == f"{uri} not found"
 
 
 def test_a_missing_root_is_a_missing_object(tmp_path: Path) -> None:
     with pytest.raises(ObjectMissing):
-        exchange.read_object(exchange.locate("gs://b/x", tmp_path / "none"), LIMIT)
-    exchange.probe(exchange.locate("gs://b/x", tmp_path / "none"))  # nothing refused yet
+        objects.read_object(objects.locate("gs://b/x", tmp_path / "none"), LIMIT)
+    objects.probe(objects.locate("gs://b/x", tmp_path / "none"))  # nothing refused yet
 
 
 def test_reads_and_writes_inside_the_folder_work(folders: Folders) -> None:
     target = _at(folders, "gs://b/a/b/e.json")
-    exchange.write_atomically(target, b"one")
-    exchange.write_atomically(target, b"two")
-    assert exchange.read_object(target, LIMIT) == b"two"
+    objects.write_atomically(target, b"one")
+    objects.write_atomically(target, b"two")
+    assert objects.read_object(target, LIMIT) == b"two"
     assert sorted(os.listdir(folders.root / "b" / "a" / "b")) == ["e.json"]
 
 
@@ -184,10 +179,10 @@ def test_an_object_over_the_limit_is_refused_by_its_size_before_any_read(
     """Before: the whole file was read, whatever its size (a sparse file of a terabyte too)."""
     (folders.root / "b").mkdir()
     (folders.root / "b" / "exact").write_bytes(b" " * 100)
-    assert exchange.read_object(_at(folders, "gs://b/exact"), 100) == b" " * 100
+    assert objects.read_object(_at(folders, "gs://b/exact"), 100) == b" " * 100
     (folders.root / "b" / "over").write_bytes(b" " * 101)
     with pytest.raises(ObjectTooLarge) as caught:
-        exchange.read_object(_at(folders, "gs://b/over"), 100)
+        objects.read_object(_at(folders, "gs://b/over"), 100)
     assert caught.value.limit == 100
     assert (
         caught.value.message == "gs://b/over is larger than 100 bytes, the most one import reads."
@@ -200,7 +195,7 @@ def test_an_object_over_the_limit_is_refused_by_its_size_before_any_read(
 
     monkeypatch.setattr(os, "fdopen", unread)
     with pytest.raises(ObjectTooLarge):
-        exchange.read_object(_at(folders, "gs://b/huge"), LIMIT)
+        objects.read_object(_at(folders, "gs://b/huge"), LIMIT)
 
 
 def test_an_object_that_grows_after_its_size_was_checked_is_read_limit_plus_one_bytes(
@@ -216,7 +211,7 @@ def test_an_object_that_grows_after_its_size_was_checked_is_read_limit_plus_one_
 
     monkeypatch.setattr(os, "fstat", stale)
     with pytest.raises(ObjectTooLarge):
-        exchange.read_object(_at(folders, "gs://b/growing"), 100)
+        objects.read_object(_at(folders, "gs://b/growing"), 100)
 
 
 def test_concurrent_writes_make_the_same_folders(folders: Folders) -> None:
@@ -224,7 +219,7 @@ def test_concurrent_writes_make_the_same_folders(folders: Folders) -> None:
 
     def write(index: int) -> None:
         try:
-            exchange.write_atomically(_at(folders, f"gs://b/x/y/z/{index}.json"), b"{}")
+            objects.write_atomically(_at(folders, f"gs://b/x/y/z/{index}.json"), b"{}")
         except BaseException as error:  # noqa: BLE001 - reported below
             errors.append(error)
 
@@ -258,18 +253,18 @@ def test_the_temporary_file_carries_its_owner(
         real_replace(source, destination, **dir_fds)
 
     monkeypatch.setattr(os, "replace", replace)
-    exchange.write_atomically(_at(folders, "gs://b/e.json"), b"{}", "tag+proj+loc+id-1")
-    exchange.write_atomically(_at(folders, "gs://b/f.json"), b"{}")
+    objects.write_atomically(_at(folders, "gs://b/e.json"), b"{}", "tag+proj+loc+id-1")
+    objects.write_atomically(_at(folders, "gs://b/f.json"), b"{}")
     assert seen[0].startswith(".ces-eval-tag+proj+loc+id-1+")
     assert seen[0].endswith(".tmp")
     assert seen[1].startswith(".ces-eval-")
     assert "+" not in seen[1]
 
 
-@pytest.mark.parametrize("owner", ["a/b", "a b", "x" * (exchange.OWNER_MAX + 1), "é", "a\x00"])
+@pytest.mark.parametrize("owner", ["a/b", "a b", "x" * (objects.OWNER_MAX + 1), "é", "a\x00"])
 def test_owners_that_would_not_make_a_plain_name_are_refused(folders: Folders, owner: str) -> None:
     with pytest.raises(ValueError, match="not an owner"):
-        exchange.write_atomically(_at(folders, "gs://b/e.json"), b"{}", owner)
+        objects.write_atomically(_at(folders, "gs://b/e.json"), b"{}", owner)
     assert not (folders.root / "b" / "e.json").exists()
     assert os.listdir(folders.root / "b") == []
 
@@ -282,13 +277,13 @@ def test_the_sweep_removes_only_what_its_caller_calls_abandoned(folders: Folders
     export.write_bytes(b"{}")
     lookalike = folders.root / "b" / ".ces-eval-note.txt"
     lookalike.write_bytes(b"keep")
-    assert exchange.temporary_owners(folders.root) == {"db+p+l+live", "db+p+l+dead", ""}
+    assert objects.temporary_owners(folders.root) == {"db+p+l+live", "db+p+l+dead", ""}
 
-    assert exchange.sweep_temporary(folders.root, {"db+p+l+dead"}.__contains__) == 1
+    assert objects.sweep_temporary(folders.root, {"db+p+l+dead"}.__contains__) == 1
     assert live.exists()
     assert not dead.exists()
     assert legacy.exists()
-    assert exchange.sweep_temporary(folders.root, "".__eq__) == 1
+    assert objects.sweep_temporary(folders.root, "".__eq__) == 1
     assert not legacy.exists()
     assert export.exists()
     assert lookalike.exists()
@@ -301,8 +296,8 @@ def test_the_sweep_never_follows_a_link(folders: Folders) -> None:
     (folders.root / "b" / f".ces-eval-db+p+l+y+{'f' * 16}.tmp").symlink_to(
         folders.outside / "shadow"
     )
-    assert exchange.temporary_owners(folders.root) == {"db+p+l+y"}
-    assert exchange.sweep_temporary(folders.root, lambda _owner: True) == 1
+    assert objects.temporary_owners(folders.root) == {"db+p+l+y"}
+    assert objects.sweep_temporary(folders.root, lambda _owner: True) == 1
     assert victim.exists()
     assert (folders.outside / "shadow").read_text() == SHADOW_LINE + "\n"  # the link went, not it
 
@@ -311,9 +306,9 @@ def test_the_sweep_walks_a_root_that_is_a_link(tmp_path: Path) -> None:
     real = tmp_path / "real"
     leftover = _temporary(real / "b")
     (tmp_path / "exports").symlink_to(real)
-    assert exchange.sweep_temporary(tmp_path / "exports", lambda _owner: True) == 1
+    assert objects.sweep_temporary(tmp_path / "exports", lambda _owner: True) == 1
     assert not leftover.exists()
-    assert exchange.sweep_temporary(tmp_path / "none", lambda _owner: True) == 0
+    assert objects.sweep_temporary(tmp_path / "none", lambda _owner: True) == 0
 
 
 # -- errors about documents read from files quote none of them -------------------------------------
@@ -422,6 +417,6 @@ def test_no_redacted_error_quotes_the_document(tree: object, section: str, as_ya
 def test_nothing_is_left_in_the_folders_by_refusals(folders: Folders) -> None:
     _plant(folders, {"rootlink": "../outside"})
     with pytest.raises(PathRefused):
-        exchange.write_atomically(_at(folders, "gs://rootlink/x/e.json"), b"{}")
+        objects.write_atomically(_at(folders, "gs://rootlink/x/e.json"), b"{}")
     assert os.listdir(folders.root) == ["rootlink"]
     assert os.listdir(folders.outside) == ["shadow"]

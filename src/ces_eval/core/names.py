@@ -10,12 +10,16 @@ import re
 import uuid
 from dataclasses import dataclass
 from functools import cache
+from typing import TYPE_CHECKING
 
 from google.api import resource_pb2
 
 from ces_eval.core.stamps import random_bits
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2, evaluation_service_pb2
+
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
 
 __all__ = [
     "APP",
@@ -24,6 +28,9 @@ __all__ = [
     "WILDCARD",
     "ResourcePattern",
     "new_id",
+    "of",
+    "owned",
+    "snake_case",
     "validate_id",
 ]
 
@@ -139,8 +146,10 @@ class ResourcePattern:
         return _VARIABLE.sub(lambda m: values[m.group(1)], self.pattern)
 
 
-def _message_pattern(descriptor_options: object) -> ResourcePattern:
-    resource = descriptor_options.Extensions[resource_pb2.resource]  # type: ignore[attr-defined]
+def of(message: type[Message]) -> ResourcePattern:
+    """The name pattern of a resource message, from its ``google.api.resource`` option."""
+    options = message.DESCRIPTOR.GetOptions()
+    resource = options.Extensions[resource_pb2.resource]
     return ResourcePattern(resource.type, resource.pattern[0])
 
 
@@ -153,9 +162,22 @@ def _definitions() -> dict[str, ResourcePattern]:
     }
 
 
-EVALUATION = _message_pattern(evaluation_pb2.Evaluation.DESCRIPTOR.GetOptions())
-EVALUATION_RESULT = _message_pattern(evaluation_pb2.EvaluationResult.DESCRIPTOR.GetOptions())
+EVALUATION = of(evaluation_pb2.Evaluation)
+EVALUATION_RESULT = of(evaluation_pb2.EvaluationResult)
 APP = _definitions()["ces.googleapis.com/App"]
+
+
+def owned(pattern: ResourcePattern) -> int:
+    """How many trailing IDs of ``pattern`` this service assigns (and holds to AIP-122): those
+    below the App, whose own segments (projects, locations, apps) belong to another service."""
+    return len(pattern.variables) - len(APP.variables)
+
+
+def snake_case(name: str) -> str:
+    """A CamelCase proto name in snake_case (``CreateEvaluation`` → ``create_evaluation``,
+    ``EvaluationResult`` → ``evaluation_result``): an RPC's core method and MCP tool, a resource
+    message's request field."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
 def validate_id(value: str, field: str) -> None:

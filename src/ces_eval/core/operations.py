@@ -33,7 +33,8 @@ from google.longrunning import operations_pb2
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, status_pb2
 
-from ces_eval.core import exchange, names
+from ces_eval.core import names
+from ces_eval.core.exchange import objects
 from ces_eval.core.stamps import now
 from ces_eval.errors import Code, ServiceError
 from ces_eval.storage.base import Unavailable
@@ -130,14 +131,14 @@ class OperationRunner:
 
     def export_owner(self) -> str:
         """The owner for the temporary file of an export written by the work running now
-        (exchange.write_atomically): this database's tag and the operation's name, so that any
+        (objects.write_atomically): this database's tag and the operation's name, so that any
         process on the database can tell when the file is abandoned. Only the tag when the
         name would not fit in a file name; empty outside an operation or before recover()."""
         parts = _CURRENT.get().split("/")
         if not self._database_tag or len(parts) != 6:  # projects/p/locations/l/operations/o
             return self._database_tag
         owner = "+".join((self._database_tag, parts[1], parts[3], parts[5]))
-        return owner if len(owner) <= exchange.OWNER_MAX else self._database_tag
+        return owner if len(owner) <= objects.OWNER_MAX else self._database_tag
 
     def _operation_of(self, owner: str) -> str | None:
         """The operation recorded in ``owner`` (see export_owner), if of this database."""
@@ -165,14 +166,14 @@ class OperationRunner:
         abandoned: Callable[[str], bool] = ours
         if not everything:
             done: set[str] = set()
-            for owner in await asyncio.to_thread(exchange.temporary_owners, root):
+            for owner in await asyncio.to_thread(objects.temporary_owners, root):
                 name = self._operation_of(owner)
                 if name is not None:
                     operation = await self._storage.get_operation(name)
                     if operation is not None and operation.done:
                         done.add(owner)
             abandoned = done.__contains__
-        removed = await asyncio.to_thread(exchange.sweep_temporary, root, abandoned)
+        removed = await asyncio.to_thread(objects.sweep_temporary, root, abandoned)
         if removed:
             _log.warning("removed %d partial export file(s) of interrupted operations", removed)
         return removed

@@ -20,9 +20,9 @@ from grpc_status import rpc_status
 from ces_eval import logs, schema
 from ces_eval.admission import Admission
 from ces_eval.core.limits import ENCODED_CHECK_BYTES, LIMITS, LOOP_BYTES, off_loop
-from ces_eval.core.service import Caller, Handler
 from ces_eval.core.validation import raise_if_invalid
 from ces_eval.errors import Code, FieldViolation, ServiceError
+from ces_eval.identity import identify
 from ces_eval.logs import Call, RequestLog
 
 if TYPE_CHECKING:
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from google.protobuf.message import Message
 
     from ces_eval.access import Tokens
+    from ces_eval.core.service import Caller, Handler
 
 __all__ = ["CALLER_METADATA", "Dispatcher"]
 
@@ -52,7 +53,7 @@ def caller_of(context: grpc.aio.ServicerContext[Any, Any], tokens: Tokens | None
                 authorization = value
             elif key == CALLER_METADATA:
                 user = value
-    return Caller.identify(tokens, authorization, user)
+    return identify(tokens, authorization, user)
 
 
 # An error travels in trailers: grpc-message (the message, percent-encoded) and

@@ -15,8 +15,8 @@ from urllib.parse import parse_qsl
 from ces_eval.access import authorize_values
 from ces_eval.admission import WATCHED_METHODS, server_timeout, until_disconnected, within
 from ces_eval.core.limits import LOOP_BYTES, MAX_REQUEST_BYTES, off_loop
-from ces_eval.core.service import Caller
 from ces_eval.errors import Code, FieldViolation, ServiceError
+from ces_eval.identity import identify
 from ces_eval.logs import CALL_KEY
 from ces_eval.transcoding import errors
 from ces_eval.transcoding.body import heavy, parse_body
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
 
     from ces_eval.access import Tokens
-    from ces_eval.core.service import Handler
+    from ces_eval.core.service import Caller, Handler
     from ces_eval.logs import Call
     from ces_eval.transcoding.router import Route, Router
 
@@ -264,7 +264,7 @@ def caller_of(
     if authorization is None and tokens is not None:
         token = next((v for k, v in params if k == "access_token"), None)
         authorization = f"Bearer {token}" if token else None
-    return Caller.identify(tokens, authorization, user)
+    return identify(tokens, authorization, user)
 
 
 def challenge(error: ServiceError) -> list[tuple[bytes, bytes]]:

@@ -1,0 +1,35 @@
+"""Who calls the core, and the shape of a call as the surfaces see it.
+
+The surfaces authenticate and hand the core a :class:`Caller`; the core only records its
+``user`` (created_by, last_updated_by) and never looks at credentials.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
+
+    from ces_eval.access import Principal
+
+__all__ = ["DEFAULT_USER", "Caller", "Handler"]
+
+DEFAULT_USER = "local-user@ces-eval.localhost"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is calling: ``user`` is recorded in created_by / last_updated_by; ``principal`` is
+    the authenticated token's principal when the server runs with ``--auth-tokens`` (None on an
+    open server, where every project is reachable)."""
+
+    user: str = DEFAULT_USER
+    principal: Principal | None = None
+
+
+# One RPC bound to a core: the request message and the caller in, the response message out (or
+# a ServiceError raised). What the surfaces dispatch to (ces_eval.core.service.handlers).
+Handler = Callable[["Message", Caller], Awaitable["Message"]]

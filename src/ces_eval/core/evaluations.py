@@ -1,0 +1,104 @@
+"""Evaluations: the resource's declaration and its RPCs (Create, Get, List, Update, Delete).
+
+Their standard methods are the generic ones of :mod:`ces_eval.core.standard`; what is theirs
+alone is written here: a list's ``last_ten_results`` (each evaluation with its newest results)
+and the refusal to delete an evaluation that evaluation datasets still hold (without
+``force``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+from ces_eval.core import limits, names, pages, standard, validation
+from ces_eval.errors import Code, ServiceError
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
+
+    from ces_eval.core.context import Context, Rpc
+    from ces_eval.errors import FieldViolation
+
+__all__ = ["EVALUATIONS", "RPCS"]
+
+_RECENT_RESULTS = 10
+
+
+def _rules(
+    evaluation: evaluation_pb2.Evaluation, path: str, parts: dict[str, str]
+) -> list[FieldViolation]:
+    return validation.evaluation_violations(evaluation, path)
+
+
+def _in_use(evaluation: evaluation_pb2.Evaluation, request: Message) -> None:
+    """An evaluation that evaluation datasets hold is deleted only with ``force``."""
+    delete = cast("service_pb2.DeleteEvaluationRequest", request)
+    if evaluation.evaluation_datasets and not delete.force:
+        raise ServiceError(
+            Code.FAILED_PRECONDITION,
+            f"{delete.name} still belongs to evaluation datasets "
+            f"({', '.join(evaluation.evaluation_datasets)}); set force to delete it anyway.",
+            "EVALUATION_IN_USE",
+            {"resource": delete.name},
+            resource=(names.EVALUATION.type, delete.name),
+        )
+
+
+async def _with_recent_results(
+    context: Context,
+    request: Message,
+    page: list[evaluation_pb2.Evaluation | bytes],
+    sizes: list[int],
+) -> int:
+    """With ListEvaluationsRequest.last_ten_results, give each evaluation of ``page`` (of
+    ``sizes`` bytes) its newest results and say how many of them the page holds now: those
+    that still fit the page's bytes with their results, the first always. When the first alone
+    does not, it keeps the newest results that fit and ends the page (the results after it were
+    not read: the storage stops at the same budget)."""
+    if not cast("service_pb2.ListEvaluationsRequest", request).last_ten_results:
+        return len(page)
+    evaluations = [e for e in page if isinstance(e, evaluation_pb2.Evaluation)]
+    recent = await context.storage.recent_results(
+        [e.name for e in evaluations], _RECENT_RESULTS, max_bytes=limits.MAX_PAGE_BYTES
+    )
+    found = [recent.get(e.name, []) for e in evaluations]
+    result_sizes = [[r.ByteSize() + pages.ITEM_FRAMING for r in rs] for rs in found]
+    taken = pages.fill(
+        [size + sum(extra) for size, extra in zip(sizes, result_sizes, strict=False)],
+        len(evaluations),
+    )
+    if taken == 1:
+        room = limits.MAX_PAGE_BYTES - pages.ITEM_FRAMING - sizes[0]
+        kept = 0
+        while kept < len(found[0]) and result_sizes[0][kept] <= room:
+            room -= result_sizes[0][kept]
+            kept += 1
+        found[0] = found[0][:kept]
+    for evaluation, results in zip(evaluations[:taken], found, strict=False):
+        evaluation.last_ten_results.extend(results)
+    return taken
+
+
+EVALUATIONS = standard.Resource(
+    message=evaluation_pb2.Evaluation,
+    parent=names.APP,
+    store=standard.Store(
+        get=lambda storage, name: storage.get_evaluation(name),
+        insert=lambda storage, evaluation: storage.insert_evaluation(evaluation),
+        list=lambda storage, query: storage.list_evaluations(query),
+        delete=lambda storage, name, etag: storage.delete_evaluation(name, etag),
+        replace=lambda storage, evaluation, etag: storage.replace_evaluation(
+            evaluation, expected_etag=etag
+        ),
+    ),
+    rules=_rules,
+    filters=("filter", "evaluation_filter"),
+    run_filter="evaluation_run_filter",
+    guard=_in_use,
+    enrich=_with_recent_results,
+)
+
+
+RPCS: dict[str, Rpc] = standard.methods(EVALUATIONS, "Create", "Get", "List", "Update", "Delete")

@@ -1,0 +1,278 @@
+"""ExportEvaluations and ExportEvaluationResults: long-running operations that write the export
+document (docs/export-format.md) inline into the operation's response, or, with
+``export_options.gcs_uri``, atomically into a file under the server's export root
+(``gs://bucket/path`` → ``<export root>/bucket/path``, :mod:`ces_eval.core.exchange.objects`).
+
+No read or write there follows a symbolic link, and errors about a file read from there never
+quote its content (docs/security.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, TypeVar
+
+from ces_eval.core import exchange, limits, names
+from ces_eval.core.exchange import objects
+from ces_eval.core.longrunning import location_of
+from ces_eval.core.standard import invalid
+from ces_eval.core.validation import raise_if_invalid
+from ces_eval.errors import Code, FieldViolation, ServiceError
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from ces_eval.storage.base import Cursor, ListQuery, OrderBy, SortKey
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from google.longrunning import operations_pb2
+    from google.protobuf.message import Message
+
+    from ces_eval.core.caller import Caller
+    from ces_eval.core.context import Context, Rpc
+
+__all__ = ["RPCS", "refused"]
+
+_EXTENSIONS = {
+    service_pb2.ExportOptions.ExportFormat.YAML: "yaml",
+}
+
+_Response = TypeVar("_Response", bound="Message")
+# An operation's name, metadata and the type URL of its response, at most.
+_OPERATION_ENVELOPE = 1024
+
+
+def _readable(response: _Response) -> _Response:
+    """``response``, unless the operation that carries it would be larger than any other
+    resource (:data:`limits.MAX_RESOURCE_BYTES`): a client could not read it back. An inline
+    export that large fails instead; a file holds any size."""
+    size = response.ByteSize() + _OPERATION_ENVELOPE
+    if size <= limits.MAX_RESOURCE_BYTES:
+        return response
+    raise ServiceError(
+        Code.FAILED_PRECONDITION,
+        f"The export would make its operation about {size} bytes, more than the "
+        f"{limits.MAX_RESOURCE_BYTES} every client can read; write it to a file "
+        "(export_options.gcs_uri) or export fewer evaluations at a time.",
+        "EXPORT_TOO_LARGE",
+        {"size": str(size), "limit": str(limits.MAX_RESOURCE_BYTES)},
+    )
+
+
+def _names_violations(
+    requested: Sequence[str],
+    parent: str,
+    collection: str,
+    problem: Callable[[str, str], FieldViolation | None] | None = None,
+) -> list[FieldViolation]:
+    """What is wrong with an export's ``names``: none given (REQUIRED), or one violation per
+    entry that is not of ``parent``'s ``collection`` or has another ``problem(name,
+    "names[3]")``, stopping at :data:`limits.MAX_VIOLATIONS` like every check: a request of a
+    thousand bad names costs a hundred, and :func:`raise_if_invalid` says there are at least
+    that many."""
+    if not requested:
+        return [FieldViolation("names", "Required.", "REQUIRED")]
+    prefix = f"{parent}/{collection}/"
+    kind = {"evaluations": "an evaluation", "results": "a result"}[collection]
+    found: list[FieldViolation] = []
+    for index, name in enumerate(requested):
+        field = f"names[{index}]"
+        if not name.startswith(prefix):
+            violation: FieldViolation | None = FieldViolation(field, f"Must be {kind} of {parent}.")
+        else:
+            violation = problem(name, field) if problem else None
+        if violation is not None:
+            found.append(violation)
+            if len(found) >= limits.MAX_VIOLATIONS:
+                break
+    return found
+
+
+def refused(field: str, error: objects.PathRefused, uri: str) -> ServiceError:
+    """A link in the export folder is PERMISSION_DENIED: the server will not go where it leads,
+    whatever is there. A file where a folder belongs (or the reverse) is the caller's path."""
+    if error.link:
+        return ServiceError(
+            Code.PERMISSION_DENIED,
+            f"{field}: {error.message}",
+            "EXPORT_PATH_REFUSED",
+            {"uri": uri},
+        )
+    return invalid(field, error.message)
+
+
+def _export_target(
+    context: Context, options: service_pb2.ExportOptions, resource: str
+) -> objects.ObjectPath | None:
+    """The folder named by ``options.gcs_uri``; None for inline content. Also rejects
+    export formats this server does not know (proto3 enums are open)."""
+    if options.export_format not in service_pb2.ExportOptions.ExportFormat.values():
+        raise invalid("export_options.export_format", "Use JSON or YAML.")
+    if not options.gcs_uri:
+        return None
+    try:
+        return context.locate(options.gcs_uri, resource)
+    except exchange.ExchangeError as error:
+        raise invalid("export_options.gcs_uri", error.message) from error
+
+
+async def _check_export_target(
+    context: Context, options: service_pb2.ExportOptions, resource: str
+) -> None:
+    """Refuse an export before it starts when its target cannot be written: a bad URI, or
+    a link or file on its path (the write checks again, links may appear meanwhile)."""
+    target = _export_target(context, options, resource)
+    if target is None:
+        return
+    try:
+        await asyncio.to_thread(objects.probe, target)
+    except objects.PathRefused as error:
+        raise refused("export_options.gcs_uri", error, target.uri) from error
+
+
+async def _deliver(
+    context: Context,
+    bundle: exchange.Bundle,
+    options: service_pb2.ExportOptions,
+    prefix: str,
+    resource: str,
+) -> tuple[bytes, str]:
+    """Render the export; write it when a target was given. (content, uri): one is empty."""
+    # Rendering is CPU work: keep it off the event loop so the server stays responsive.
+    data = await asyncio.to_thread(exchange.dump, bundle, options.export_format)
+    target = _export_target(context, options, resource)
+    if target is None:
+        return data, ""
+    file_name = f"{prefix}-{names.new_id()}.{_EXTENSIONS.get(options.export_format, 'json')}"
+    location = target.child(file_name)
+    owner = context.runner.export_owner()  # here, in the operation's own context
+    try:
+        await asyncio.to_thread(objects.write_atomically, location, data, owner)
+    except objects.PathRefused as error:
+        raise refused("export_options.gcs_uri", error, location.uri) from error
+    except OSError as error:
+        # A full disk, a quota or a file size limit: retryable once space returns, and
+        # write_atomically left nothing at the final path.
+        raise ServiceError(
+            Code.UNAVAILABLE,
+            f"Cannot write {location.uri}: {error.strerror or error}; retry later.",
+            "EXPORT_WRITE_FAILED",
+            {"uri": location.uri},
+        ) from error
+    return b"", location.uri
+
+
+async def _results_of(context: Context, evaluation: str) -> list[evaluation_pb2.EvaluationResult]:
+    found: list[evaluation_pb2.EvaluationResult] = []
+    after: Cursor | None = None
+    while True:
+        page = await context.storage.list_results(
+            ListQuery(evaluation, OrderBy(SortKey.NAME, descending=False), 1000, after=after)
+        )
+        found += [evaluation_pb2.EvaluationResult.FromString(data) for data, _ in page]
+        if len(page) < 1000:
+            return found
+        after = page[-1][1]
+
+
+async def export_evaluations(
+    context: Context, request: service_pb2.ExportEvaluationsRequest, caller: Caller
+) -> operations_pb2.Operation:
+    names.APP.parse(request.parent, "parent", owned=0)
+    violations: list[FieldViolation] = []
+    if not request.include_evaluations and not request.include_evaluation_results:
+        violations.append(
+            FieldViolation(
+                "include_evaluations",
+                "Set include_evaluations, include_evaluation_results or both.",
+            )
+        )
+    violations += _names_violations(
+        request.names, request.parent, "evaluations", names.EVALUATION.violation
+    )
+    raise_if_invalid(violations, "export request")
+    await _check_export_target(context, request.export_options, request.parent)
+    wanted = list(dict.fromkeys(request.names))
+
+    async def work() -> service_pb2.ExportEvaluationsResponse:
+        evaluations: list[evaluation_pb2.Evaluation] = []
+        results: list[evaluation_pb2.EvaluationResult] = []
+        failed: dict[str, str] = {}
+        for name in wanted:
+            evaluation = await context.storage.get_evaluation(name)
+            if evaluation is None:
+                failed[name] = f"NOT_FOUND: Evaluation {name} not found."
+                continue
+            if request.include_evaluations:
+                evaluations.append(evaluation)
+            if request.include_evaluation_results:
+                results += await _results_of(context, name)
+        content, uri = await _deliver(
+            context,
+            exchange.Bundle(evaluations, results),
+            request.export_options,
+            "evaluations",
+            request.parent,
+        )
+        response = service_pb2.ExportEvaluationsResponse(failed_evaluations=failed)
+        if uri:
+            response.evaluations_uri = uri
+        else:
+            response.evaluations_content = content
+        return _readable(response)
+
+    return await context.runner.start(
+        location_of(request.parent),
+        "ExportEvaluations",
+        service_pb2.OperationMetadata(),
+        work,
+    )
+
+
+async def export_evaluation_results(
+    context: Context, request: service_pb2.ExportEvaluationResultsRequest, caller: Caller
+) -> operations_pb2.Operation:
+    names.EVALUATION.parse(request.parent, "parent")
+    violations = _names_violations(request.names, request.parent, "results")
+    raise_if_invalid(violations, "export request")
+    if await context.storage.get_evaluation(request.parent) is None:
+        raise ServiceError.not_found(names.EVALUATION.type, request.parent)
+    await _check_export_target(context, request.export_options, request.parent)
+    wanted = list(dict.fromkeys(request.names))
+
+    async def work() -> service_pb2.ExportEvaluationResultsResponse:
+        results: list[evaluation_pb2.EvaluationResult] = []
+        missing: list[str] = []
+        for name in wanted:
+            result = await context.storage.get_result(name)
+            if result is None:
+                missing.append(name)
+            else:
+                results.append(result)
+        if missing:
+            raise ServiceError.not_found(names.EVALUATION_RESULT.type, ", ".join(missing))
+        content, uri = await _deliver(
+            context,
+            exchange.Bundle([], results),
+            request.export_options,
+            "evaluation-results",
+            request.parent,
+        )
+        if uri:
+            return service_pb2.ExportEvaluationResultsResponse(evaluation_results_uri=uri)
+        return _readable(
+            service_pb2.ExportEvaluationResultsResponse(evaluation_results_content=content)
+        )
+
+    return await context.runner.start(
+        location_of(request.parent),
+        "ExportEvaluationResults",
+        service_pb2.ExportEvaluationResultsOperationMetadata(),
+        work,
+    )
+
+
+RPCS: dict[str, Rpc] = {
+    "ExportEvaluations": export_evaluations,
+    "ExportEvaluationResults": export_evaluation_results,
+}

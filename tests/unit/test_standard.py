@@ -1,0 +1,453 @@
+"""The generic standard methods (core/standard.py, AIP-131..135), table-driven: each standard
+method over each declared resource, through the generic functions themselves, over a real
+SQLite file. The resources' own RPCs (and their exact messages) are covered by test_core.py."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.protobuf import field_mask_pb2
+from google.protobuf.message import Message
+
+from ces_eval import schema
+from ces_eval.core import names, standard
+from ces_eval.core.caller import Caller
+from ces_eval.core.evaluations import EVALUATIONS
+from ces_eval.core.results import RESULTS
+from ces_eval.core.service import RESOURCES, RPCS, implements
+from ces_eval.errors import Code, ServiceError
+from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from tests.unit.test_core import Harness as CoreHarness
+
+APP = "projects/p/locations/l/apps/a"
+PARENT_EVALUATION = f"{APP}/evaluations/parent"
+ME = Caller("me@example.com")
+CORE = Path(__file__).parents[2] / "src" / "ces_eval" / "core"
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How the tests make one resource: its declaration, a parent that exists, a valid body,
+    and the request types of its create (AIP-133) and list (AIP-132)."""
+
+    resource: standard.Resource[Any]
+    parent: str
+    body: Callable[[str], Message]
+    create_request: type[Message]
+    list_request: type[Message]
+    list_response: type[Message]
+
+
+def _evaluation(display_name: str) -> Message:
+    message = evaluation_pb2.Evaluation(display_name=display_name)
+    message.golden.turns.add().steps.add().user_input.text = "hi"
+    return message
+
+
+KINDS = {
+    "evaluation": Kind(
+        EVALUATIONS,
+        APP,
+        _evaluation,
+        service_pb2.CreateEvaluationRequest,
+        service_pb2.ListEvaluationsRequest,
+        service_pb2.ListEvaluationsResponse,
+    ),
+    "evaluation_result": Kind(
+        RESULTS,
+        PARENT_EVALUATION,
+        lambda display_name: evaluation_pb2.EvaluationResult(display_name=display_name),
+        emulator_pb2.CreateEvaluationResultRequest,
+        service_pb2.ListEvaluationResultsRequest,
+        service_pb2.ListEvaluationResultsResponse,
+    ),
+}
+
+
+class Harness(CoreHarness):
+    """test_core's harness, with the results' parent evaluation, calling the generic methods
+    directly over the core's context."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.context = self.core.context
+        self.make(KINDS["evaluation"], "parent", "Parent")
+
+    def fails(self, awaitable: Awaitable[Any]) -> ServiceError:
+        with pytest.raises(ServiceError) as raised:
+            self.run(awaitable)
+        return raised.value
+
+    def make(self, kind: Kind, resource_id: str, display_name: str) -> Any:
+        return self.run(_create(self, kind, resource_id, display_name))
+
+
+@pytest.fixture
+def core(tmp_path: Path) -> Iterator[Harness]:
+    harness = Harness(tmp_path / "db.sqlite")
+    yield harness
+    harness.close()
+
+
+each_kind = pytest.mark.parametrize("kind", list(KINDS.values()), ids=list(KINDS))
+
+
+# -- the declarations --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("resource", "field", "id_field", "owned", "collection", "pattern"),
+    [
+        (EVALUATIONS, "evaluation", "evaluation_id", 1, "evaluations", names.EVALUATION),
+        (
+            RESULTS,
+            "evaluation_result",
+            "evaluation_result_id",
+            2,
+            "results",
+            names.EVALUATION_RESULT,
+        ),
+    ],
+)
+def test_a_declaration_reads_the_rest_from_the_descriptors(
+    resource: standard.Resource[Any],
+    field: str,
+    id_field: str,
+    owned: int,
+    collection: str,
+    pattern: names.ResourcePattern,
+) -> None:
+    assert (resource.field, resource.id_field, resource.owned) == (field, id_field, owned)
+    assert (resource.collection, resource.pattern) == (collection, pattern)
+
+
+def test_every_resource_is_declared_once_and_parents_come_first() -> None:
+    assert [r.message for r in RESOURCES] == [
+        evaluation_pb2.Evaluation,
+        evaluation_pb2.EvaluationResult,
+    ]
+    for index, resource in enumerate(RESOURCES):
+        if resource.parent_resource is not None:
+            assert resource.parent_resource in RESOURCES[:index]
+            assert resource.parent == resource.parent_resource.pattern
+
+
+def test_the_registry_holds_only_rpcs_the_descriptors_declare() -> None:
+    declared = {m.name for s in schema.services() for m in s.methods}
+    assert set(RPCS) <= declared
+    for service in schema.services():
+        for method in service.methods:
+            assert implements(method) == (method.name in RPCS)
+
+
+def test_core_modules_import_no_cycle() -> None:
+    """No core module imports another that imports it back, not even for type checking."""
+    graph: dict[str, set[str]] = {}
+    for path in CORE.rglob("*.py"):
+        module = ".".join(("ces_eval", *path.relative_to(CORE.parent).with_suffix("").parts))
+        module = module.removesuffix(".__init__")
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module)
+                imported.update(f"{node.module}.{a.name}" for a in node.names)
+            elif isinstance(node, ast.Import):
+                imported.update(a.name for a in node.names)
+        graph[module] = {m for m in imported if m.startswith("ces_eval.core")}
+    for module, imported in graph.items():
+        # Importing a submodule runs its package's __init__ first: no edge of the design.
+        graph[module] = {m for m in imported if m in graph and not module.startswith(m + ".")}
+
+    def reaches(start: str, target: str, seen: set[str]) -> bool:
+        for step in graph[start]:
+            if step == target or (step not in seen and reaches(step, target, seen | {step})):
+                return True
+        return False
+
+    assert [m for m in graph if reaches(m, m, {m})] == []
+
+
+# -- AIP-131 Get ---------------------------------------------------------------------------------
+
+
+@each_kind
+def test_get_returns_what_create_stored(core: Harness, kind: Kind) -> None:
+    created = core.make(kind, "one", "One")
+    assert core.run(standard.get(core.context, kind.resource, created.name)) == created
+
+
+@each_kind
+def test_get_of_a_missing_resource_is_not_found(core: Harness, kind: Kind) -> None:
+    name = f"{kind.parent}/{kind.resource.collection}/nothing"
+    error = core.fails(standard.get(core.context, kind.resource, name))
+    assert (error.code, error.resource) == (Code.NOT_FOUND, (kind.resource.pattern.type, name))
+
+
+@each_kind
+def test_get_of_a_malformed_name_is_invalid(core: Harness, kind: Kind) -> None:
+    error = core.fails(standard.get(core.context, kind.resource, f"{kind.parent}/elsewhere/x"))
+    assert error.code == Code.INVALID_ARGUMENT
+    assert [v.field for v in error.violations] == ["name"]
+
+
+# -- AIP-133 Create ------------------------------------------------------------------------------
+
+
+@each_kind
+def test_create_names_and_stamps_what_the_descriptor_has(core: Harness, kind: Kind) -> None:
+    created = core.make(kind, "", "Fresh")
+    parts = kind.resource.pattern.parse(created.name, "name", owned=kind.resource.owned)
+    assert created.name.startswith(kind.parent + "/")
+    assert parts[kind.resource.pattern.variables[-1]]  # a server-assigned AIP-122 ID
+    assert created.HasField("create_time")
+    for author in ("created_by", "last_updated_by"):
+        if author in kind.resource.fields:
+            assert getattr(created, author) == ME.user
+    if "etag" in kind.resource.fields:
+        assert created.etag
+
+
+@each_kind
+def test_create_holds_the_id_to_aip_122(core: Harness, kind: Kind) -> None:
+    request = kind.create_request(
+        parent=kind.parent,
+        **{kind.resource.id_field: "Not-An-Id", kind.resource.field: kind.body("Bad ID")},
+    )
+    error = core.fails(standard.create(core.context, kind.resource, request, ME))
+    assert error.code == Code.INVALID_ARGUMENT
+    assert [v.field for v in error.violations] == [kind.resource.id_field]
+
+
+@each_kind
+def test_create_refuses_a_taken_id_and_a_taken_display_name(core: Harness, kind: Kind) -> None:
+    first = core.make(kind, "one", "One")
+    by_id = core.fails(_create(core, kind, "one", "Other"))
+    assert (by_id.code, first.name in by_id.message) == (Code.ALREADY_EXISTS, True)
+    by_display_name = core.fails(_create(core, kind, "two", "One"))
+    assert by_display_name.code == Code.ALREADY_EXISTS
+    scope = kind.resource.parent.kind.lower()
+    assert f"display names are unique within the {scope}" in by_display_name.message
+
+
+async def _create(core: Harness, kind: Kind, resource_id: str, display_name: str) -> Any:
+    request = kind.create_request(
+        parent=kind.parent,
+        **{kind.resource.id_field: resource_id, kind.resource.field: kind.body(display_name)},
+    )
+    return await standard.create(core.context, kind.resource, request, ME)
+
+
+def test_create_under_a_missing_stored_parent_is_not_found(core: Harness) -> None:
+    request = emulator_pb2.CreateEvaluationResultRequest(
+        parent=f"{APP}/evaluations/absent", evaluation_result=evaluation_pb2.EvaluationResult()
+    )
+    error = core.fails(standard.create(core.context, RESULTS, request, ME))
+    assert error.code == Code.NOT_FOUND
+    assert error.resource == (names.EVALUATION.type, f"{APP}/evaluations/absent")
+
+
+# -- AIP-132 List --------------------------------------------------------------------------------
+
+
+@each_kind
+def test_list_pages_through_everything_once(core: Harness, kind: Kind) -> None:
+    made = {core.make(kind, f"item-{i}", f"Item {i}").name for i in range(5)}
+    seen: list[str] = []
+    token = ""
+    items = standard._items_field(kind.list_response.DESCRIPTOR, kind.resource.message.DESCRIPTOR)
+    while True:
+        request = kind.list_request(parent=kind.parent, page_size=2, page_token=token)
+        page = core.run(
+            standard.list_page(core.context, kind.resource, request, kind.list_response())
+        )
+        seen += [item.name for item in getattr(page, items)]
+        token = page.next_page_token
+        if not token:
+            break
+    expected = made | ({PARENT_EVALUATION} if kind.resource is EVALUATIONS else set())
+    assert sorted(seen) == sorted(expected)
+
+
+def _list(core: Harness, kind: Kind, **fields: Any) -> Awaitable[Any]:
+    request = kind.list_request(parent=kind.parent, **fields)
+    return standard.list_page(core.context, kind.resource, request, kind.list_response())
+
+
+@each_kind
+def test_list_tokens_belong_to_their_query(core: Harness, kind: Kind) -> None:
+    for i in range(3):
+        core.make(kind, f"item-{i}", f"Item {i}")
+    first = core.run(_list(core, kind, page_size=1))
+    changed = _list(core, kind, page_size=1, page_token=first.next_page_token, order_by="name")
+    error = core.fails(changed)
+    assert (error.code, [v.field for v in error.violations]) == (
+        Code.INVALID_ARGUMENT,
+        ["page_token"],
+    )
+
+
+@each_kind
+def test_list_filter_errors_name_the_filter(core: Harness, kind: Kind) -> None:
+    error = core.fails(_list(core, kind, filter="display_name = "))
+    assert (error.code, [v.field for v in error.violations]) == (Code.INVALID_ARGUMENT, ["filter"])
+
+
+@each_kind
+def test_list_filters_and_orders(core: Harness, kind: Kind) -> None:
+    for i in range(3):
+        core.make(kind, f"item-{i}", f"Item {i}")
+    wanted = 'display_name = "Item 1" OR display_name = "Item 2"'
+    page = core.run(_list(core, kind, filter=wanted, order_by="name desc"))
+    items = standard._items_field(kind.list_response.DESCRIPTOR, kind.resource.message.DESCRIPTOR)
+    assert [i.display_name for i in getattr(page, items)] == ["Item 2", "Item 1"]
+
+
+def test_list_of_a_missing_stored_parent_is_not_found_unless_across(core: Harness) -> None:
+    core.make(KINDS["evaluation_result"], "seen", "Seen")
+    missing = service_pb2.ListEvaluationResultsRequest(parent=f"{APP}/evaluations/absent")
+    error = core.fails(
+        standard.list_page(
+            core.context, RESULTS, missing, service_pb2.ListEvaluationResultsResponse()
+        )
+    )
+    assert error.code == Code.NOT_FOUND
+    across = service_pb2.ListEvaluationResultsRequest(parent=f"{APP}/evaluations/-")
+    page = core.run(
+        standard.list_page(
+            core.context, RESULTS, across, service_pb2.ListEvaluationResultsResponse()
+        )
+    )
+    assert [r.display_name for r in page.evaluation_results] == ["Seen"]
+
+
+# -- AIP-134 Update ------------------------------------------------------------------------------
+
+
+UPDATABLE = [k for k in KINDS.values() if k.resource.store.replace is not None]
+
+
+def _changed(core: Harness, kind: Kind, **fields: Any) -> tuple[Any, Any]:
+    """A new resource of ``kind``, and a copy of it with ``fields`` set."""
+    created = core.make(kind, "one", "One")
+    change = kind.resource.message()
+    change.CopyFrom(created)
+    for field, value in fields.items():
+        setattr(change, field, value)
+    return created, change
+
+
+@pytest.mark.parametrize("kind", UPDATABLE, ids=[k.resource.field for k in UPDATABLE])
+def test_update_applies_the_mask_and_stamps_anew(core: Harness, kind: Kind) -> None:
+    created, change = _changed(core, kind, display_name="Renamed", description="not in the mask")
+    request = service_pb2.UpdateEvaluationRequest(
+        evaluation=change, update_mask=field_mask_pb2.FieldMask(paths=["display_name"])
+    )
+    updated = core.run(standard.update(core.context, kind.resource, request, ME))
+    assert (updated.display_name, updated.description) == ("Renamed", "")
+    assert updated.etag != created.etag
+    assert updated.update_time.ToNanoseconds() >= created.update_time.ToNanoseconds()
+    assert core.run(standard.get(core.context, kind.resource, created.name)) == updated
+
+
+@pytest.mark.parametrize("kind", UPDATABLE, ids=[k.resource.field for k in UPDATABLE])
+def test_update_with_a_stale_etag_is_aborted(core: Harness, kind: Kind) -> None:
+    _, change = _changed(core, kind, etag="stale")
+    request = service_pb2.UpdateEvaluationRequest(evaluation=change)
+    error = core.fails(standard.update(core.context, kind.resource, request, ME))
+    assert error.code == Code.ABORTED
+
+
+def test_only_resources_with_an_update_declare_replace() -> None:
+    declared = {r.message.DESCRIPTOR.name for r in RESOURCES if r.store.replace is not None}
+    updates = {m.name.removeprefix("Update") for s in schema.services() for m in s.methods} & {
+        r.message.DESCRIPTOR.name for r in RESOURCES
+    }
+    assert declared == updates
+
+
+# -- AIP-135 Delete ------------------------------------------------------------------------------
+
+
+def _delete_request(kind: Kind, name: str, etag: str = "") -> Message:
+    if kind.resource is EVALUATIONS:
+        return service_pb2.DeleteEvaluationRequest(name=name, etag=etag)
+    return service_pb2.DeleteEvaluationResultRequest(name=name)
+
+
+@each_kind
+def test_delete_removes_and_then_is_not_found(core: Harness, kind: Kind) -> None:
+    created = core.make(kind, "one", "One")
+    core.run(standard.delete(core.context, kind.resource, _delete_request(kind, created.name)))
+    for call in (
+        standard.get(core.context, kind.resource, created.name),
+        standard.delete(core.context, kind.resource, _delete_request(kind, created.name)),
+    ):
+        assert core.fails(call).code == Code.NOT_FOUND
+
+
+TAGGED = [k for k in KINDS.values() if "etag" in k.resource.fields]  # AIP-154 is optional
+
+
+@pytest.mark.parametrize("kind", TAGGED, ids=[k.resource.field for k in TAGGED])
+def test_delete_with_a_stale_etag_is_aborted(core: Harness, kind: Kind) -> None:
+    created = core.make(kind, "one", "One")
+    error = core.fails(
+        standard.delete(core.context, kind.resource, _delete_request(kind, created.name, "stale"))
+    )
+    assert error.code == Code.ABORTED
+    assert core.run(standard.get(core.context, kind.resource, created.name)) == created
+
+
+@pytest.mark.parametrize(
+    ("parent", "child"),
+    [(r.parent_resource, r) for r in RESOURCES if r.parent_resource is not None],
+    ids=lambda r: r.field,
+)
+def test_delete_takes_the_children_with_it(
+    core: Harness, parent: standard.Resource[Any], child: standard.Resource[Any]
+) -> None:
+    seeded = core.make(KINDS[child.field], "kept", "Kept")
+    parent_kind = KINDS[parent.field]
+    core.run(standard.delete(core.context, parent, _delete_request(parent_kind, PARENT_EVALUATION)))
+    assert core.fails(standard.get(core.context, child, seeded.name)).code == Code.NOT_FOUND
+
+
+def test_a_delete_guard_refuses_before_anything_is_deleted(core: Harness) -> None:
+    evaluation = evaluation_pb2.Evaluation()
+    evaluation.CopyFrom(core.run(standard.get(core.context, EVALUATIONS, PARENT_EVALUATION)))
+    evaluation.evaluation_datasets.append(f"{APP}/evaluationDatasets/d")
+    core.run(core.storage.replace_evaluation(evaluation, expected_etag=evaluation.etag))
+    error = core.fails(
+        standard.delete(
+            core.context, EVALUATIONS, service_pb2.DeleteEvaluationRequest(name=PARENT_EVALUATION)
+        )
+    )
+    assert (error.code, error.reason) == (Code.FAILED_PRECONDITION, "EVALUATION_IN_USE")
+    forced = service_pb2.DeleteEvaluationRequest(name=PARENT_EVALUATION, force=True)
+    core.run(standard.delete(core.context, EVALUATIONS, forced))
+
+
+# -- the facade ----------------------------------------------------------------------------------
+
+
+def test_standard_methods_are_named_as_the_aips_name_them() -> None:
+    assert set(standard.methods(RESULTS, "Get", "List", "Create")) == {
+        "GetEvaluationResult",
+        "ListEvaluationResults",
+        "CreateEvaluationResult",
+    }
+    with pytest.raises(ValueError, match="not a standard method"):
+        standard.methods(RESULTS, "Rename")
+
+
+def test_the_facade_answers_rpcs_by_method_name_only(core: Harness) -> None:
+    assert callable(core.core.get_evaluation)
+    with pytest.raises(AttributeError):
+        _ = core.core.no_such_method
