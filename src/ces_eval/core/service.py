@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from google.protobuf import empty_pb2
 
 from ces_eval import filtering, schema
-from ces_eval.access import Principal, Tokens, authorize, bearer
+from ces_eval.access import Principal, authorize
 from ces_eval.core import fields, limits, names, pages, validation
 from ces_eval.core.json_safe import violations as unrenderable
 from ces_eval.core.long_running import LongRunning
@@ -67,26 +67,13 @@ Handler = Callable[["Message", "Caller"], Awaitable["Message"]]
 
 @dataclass(frozen=True)
 class Caller:
-    """Who is calling: ``user`` is recorded in created_by / last_updated_by; ``principal`` is
-    the authenticated token's principal when the server runs with ``--auth-tokens`` (None on an
-    open server, where every project is reachable)."""
+    """Who is calling, as the surfaces' boundary authenticated it (a plain value: see
+    :func:`ces_eval.access.authentication.identify`). ``user`` is recorded in created_by /
+    last_updated_by; ``principal`` is the authenticated token's principal when the server runs
+    with ``--auth-tokens`` (None on an open server, where every project is reachable)."""
 
     user: str = DEFAULT_USER
     principal: Principal | None = None
-
-    @classmethod
-    def identify(
-        cls, tokens: Tokens | None, authorization: str | None, user: str | None = None
-    ) -> Caller:
-        """The caller of a request that carried ``authorization`` (the Authorization header's
-        value) and ``user`` (``x-goog-user``). Without a token table the server is open and
-        ``user`` names the caller; with one, the token must be valid (else UNAUTHENTICATED)
-        and its principal's name is recorded, whatever ``user`` claims."""
-        if tokens is None:
-            name = user.strip() if user else ""
-            return cls(user=name or DEFAULT_USER)
-        principal = tokens.authenticate(bearer(authorization), presented=bool(authorization))
-        return cls(user=principal.name, principal=principal)
 
 
 def _filter(text: str, field: str) -> filtering.Expr | None:
