@@ -1,4 +1,5 @@
-"""Token table, method access and authorization (access.py), in process."""
+"""Token table, authentication, method access and authorization (the access package), in
+process."""
 
 from __future__ import annotations
 
@@ -10,16 +11,17 @@ import pytest
 
 from ces_eval import schema
 from ces_eval.access import (
+    JsonFields,
     Principal,
     TokenFileError,
     Tokens,
+    VariableFields,
     authorize,
-    authorize_json,
-    authorize_values,
     bearer,
     method_access,
 )
-from ces_eval.core.service import Caller, implements
+from ces_eval.access.authentication import identify
+from ces_eval.core.service import implements
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.server import (
@@ -113,10 +115,10 @@ def test_bearer_reads_the_token_of_an_authorization_value(
 
 
 def test_identify_records_the_principal_not_the_claimed_user() -> None:
-    caller = Caller.identify(_tokens(), f"Bearer {TOKEN_A}", "mallory@example.com")
+    caller = identify(_tokens(), f"Bearer {TOKEN_A}", "mallory@example.com")
     assert caller.user == "alice"
     assert caller.principal is not None
-    open_caller = Caller.identify(None, None, " someone@example.com ")
+    open_caller = identify(None, None, " someone@example.com ")
     assert (open_caller.user, open_caller.principal) == ("someone@example.com", None)
 
 
@@ -260,16 +262,16 @@ def test_wildcard_principals_reach_every_project_and_leave_bad_names_to_validati
 def test_rest_variables_and_mcp_arguments_are_authorized_like_messages() -> None:
     update = METHODS["UpdateEvaluation"]
     alice = _principal({"proj-a"})
-    authorize_values(alice, update, {"evaluation.name": f"{APP_A}/evaluations/e"})
+    authorize(alice, update, VariableFields({"evaluation.name": f"{APP_A}/evaluations/e"}))
     with pytest.raises(ServiceError, match="denied"):
-        authorize_values(alice, update, {"evaluation.name": "projects/proj-b/x"})
+        authorize(alice, update, VariableFields({"evaluation.name": "projects/proj-b/x"}))
     with pytest.raises(ServiceError, match="denied"):
-        authorize_values(alice, update, {})
-    authorize_json(alice, update, {"evaluation": {"name": f"{APP_A}/evaluations/e"}})
-    authorize_json(
+        authorize(alice, update, VariableFields({}))
+    authorize(alice, update, JsonFields({"evaluation": {"name": f"{APP_A}/evaluations/e"}}))
+    authorize(
         alice,
         METHODS["ListEvaluationResults"],
-        {"parent": f"{APP_A}/evaluations/-", "pageSize": 3},
+        JsonFields({"parent": f"{APP_A}/evaluations/-", "pageSize": 3}),
     )
     for arguments in (
         {"evaluation": {"name": "projects/proj-b/locations/l/apps/a/evaluations/e"}},
@@ -278,7 +280,7 @@ def test_rest_variables_and_mcp_arguments_are_authorized_like_messages() -> None
         {},
     ):
         with pytest.raises(ServiceError, match="denied"):
-            authorize_json(alice, update, arguments)
+            authorize(alice, update, JsonFields(arguments))
 
 
 @pytest.mark.parametrize(
