@@ -4,11 +4,16 @@ surface."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import importlib
+import importlib.util
 import io
 import json
 import logging
+import pkgutil
 from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -376,3 +381,44 @@ def test_the_http_surfaces_refuse_to_run_without_the_body_limit(
     with caplog.at_level(logging.ERROR, logger=BOUNDARY_LOGGER):
         assert asyncio.run(scenario()) == 500
     assert "mounted behind BodyLimit" in caplog.text
+
+
+# -- where things live ----------------------------------------------------------------------------
+
+
+def _imports(module: str) -> set[str]:
+    """The ``ces_eval`` modules ``module`` imports (at any level, type-only ones included)."""
+    spec = importlib.util.find_spec(module)
+    assert spec is not None and spec.origin is not None
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return {name for name in found if name.startswith("ces_eval")}
+
+
+def _package_modules(package: str) -> list[str]:
+    root = importlib.import_module(package)
+    return [package] + [f"{package}.{info.name}" for info in pkgutil.iter_modules(root.__path__)]
+
+
+def test_transcoding_is_a_library_without_server_auth_or_surface_code() -> None:
+    for module in _package_modules("ces_eval.transcoding"):
+        bad = {
+            name
+            for name in _imports(module)
+            if name.startswith(("ces_eval.surfaces", "ces_eval.access", "ces_eval.admission"))
+            or name == "ces_eval.core.service"
+        }
+        assert not bad, (module, bad)
+
+
+def test_surfaces_import_no_other_surfaces_internals() -> None:
+    """MCP and gRPC reach REST's parts only through the shared modules (boundary, asgi)."""
+    for module in ("ces_eval.surfaces.mcp_tools", "ces_eval.surfaces.mcp_bodies"):
+        assert "ces_eval.surfaces.rest" not in _imports(module)
+        assert "ces_eval.surfaces.grpc_api" not in _imports(module)
+    assert not {n for n in _imports("ces_eval.surfaces.grpc_api") if "rest" in n or "mcp" in n}
