@@ -28,15 +28,12 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Awaitable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar
-
-from grpc_status import rpc_status
+from typing import TYPE_CHECKING, TypeVar
 
 from ces_eval.errors import Code, FieldViolation, ServiceError
-from ces_eval.transcoding import errors
 
 if TYPE_CHECKING:
-    from starlette.types import ASGIApp, Receive, Scope, Send
+    from starlette.types import Receive
 
 __all__ = [
     "DEFAULT_LIMIT",
@@ -44,7 +41,6 @@ __all__ = [
     "SERVER_TIMEOUT_HEADER",
     "WATCHED_METHODS",
     "Admission",
-    "Admitted",
     "server_timeout",
     "until_disconnected",
     "within",
@@ -69,14 +65,14 @@ WATCHED_METHODS = frozenset(
     }
 )
 _SURFACE_NAMES = {"grpc": "gRPC", "rest": "REST", "mcp": "MCP"}
-_JSON = b"application/json; charset=utf-8"
 
 
 class Admission:
-    """The in-flight count and limit of one surface, with its refusal prepared in each form a
-    surface sends it."""
+    """The in-flight count and limit of one surface, with its refusal built once
+    (:attr:`refused`); the surfaces' boundary (:mod:`ces_eval.surfaces.boundary`) takes and
+    gives back the slots."""
 
-    __slots__ = ("grpc_refusal", "http_refusal", "in_flight", "limit", "surface")
+    __slots__ = ("in_flight", "limit", "refused", "surface")
 
     def __init__(self, surface: str, limit: int = DEFAULT_LIMIT) -> None:
         if limit < 1:
@@ -84,9 +80,7 @@ class Admission:
         self.surface = surface
         self.limit = limit
         self.in_flight = 0
-        refusal = self.refusal()
-        self.grpc_refusal: Any = rpc_status.to_status(refusal.to_status())
-        self.http_refusal: bytes = errors.envelope(refusal)[1]
+        self.refused = self.refusal()
 
     def refusal(self) -> ServiceError:
         """RESOURCE_EXHAUSTED for a call beyond the limit."""
@@ -109,44 +103,6 @@ class Admission:
     def leave(self) -> None:
         """Give back the slot :meth:`enter` took."""
         self.in_flight -= 1
-
-
-class Admitted:
-    """An ASGI app behind an :class:`Admission`: HTTP requests beyond the limit get 429 with
-    ``Retry-After`` and, by default, Google's error envelope; with ``jsonrpc`` (MCP) a JSON-RPC
-    error (id null, as the MCP SDK answers transport errors) whose ``data`` is that envelope's
-    error object."""
-
-    def __init__(self, app: ASGIApp, admission: Admission, *, jsonrpc: bool = False) -> None:
-        self._app = app
-        self._admission = admission
-        body = admission.http_refusal
-        if jsonrpc:
-            _, body = errors.jsonrpc_envelope(admission.refusal())
-        self._start = {
-            "type": "http.response.start",
-            "status": Code.RESOURCE_EXHAUSTED.http_status,
-            "headers": [
-                (b"content-type", _JSON),
-                (b"content-length", str(len(body)).encode()),
-                (b"retry-after", str(RETRY_AFTER_SECONDS).encode()),
-            ],
-        }
-        self._body = {"type": "http.response.body", "body": body}
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self._app(scope, receive, send)
-            return
-        admission = self._admission
-        if not admission.enter():
-            await send(self._start)
-            await send(self._body)
-            return
-        try:
-            await self._app(scope, receive, send)
-        finally:
-            admission.leave()
 
 
 def server_timeout(headers: Iterable[tuple[bytes, bytes]]) -> float | None:

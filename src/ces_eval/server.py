@@ -40,16 +40,17 @@ from grpc_reflection.v1alpha import reflection
 from ces_eval import connections, openapi, schema
 from ces_eval import storage as storage_backends
 from ces_eval.access import TokenFileError, Tokens
-from ces_eval.admission import DEFAULT_LIMIT, Admission, Admitted
+from ces_eval.admission import DEFAULT_LIMIT, Admission
 from ces_eval.core import limits, pages
 from ces_eval.core.operations import OperationRunner
 from ces_eval.core.service import DEFAULT_EXPORT_ROOT, Core, handlers
 from ces_eval.logs import HttpRequestLog, RequestLog
 from ces_eval.storage.base import InUse, Storage, Unavailable
+from ces_eval.surfaces.boundary import Boundary
 from ces_eval.surfaces.grpc_api import Dispatcher
 from ces_eval.surfaces.http_app import BrowserRules, build_app
 from ces_eval.surfaces.mcp_tools import McpEndpoint, build_endpoint
-from ces_eval.transcoding.app import Transcoder
+from ces_eval.surfaces.rest import Transcoder
 from ces_eval.transcoding.router import Router
 
 if TYPE_CHECKING:
@@ -425,15 +426,19 @@ async def open_database(config: ServerConfig, *, shared: bool = False) -> Storag
 def _surfaces(
     config: ServerConfig, core: Core, tokens: Tokens | None, log: RequestLog | None
 ) -> tuple[Dispatcher, Transcoder, McpEndpoint]:
-    """The three surfaces over ``core``'s handlers; with ``tokens`` every call authenticates
-    (at the surface) and is authorized per project (in the core)."""
+    """The three surfaces over ``core``'s handlers, each behind its boundary
+    (:mod:`ces_eval.surfaces.boundary`): with ``tokens`` every call authenticates (at the
+    boundary) and is authorized per project (in the core); each surface has its own in-flight
+    limit. gRPC writes its request lines itself; HTTP's come from ``HttpRequestLog``."""
     implementations = handlers(core, authorization=tokens is not None)
-    limit = config.max_concurrent_requests
-    dispatcher = Dispatcher(
-        implementations, tokens=tokens, admission=Admission("grpc", limit), log=log
-    )
-    rest = Transcoder(Router(schema.http_bindings()), implementations, tokens=tokens)
-    return dispatcher, rest, build_endpoint(implementations, tokens)
+
+    def boundary(surface: str, log: RequestLog | None = None) -> Boundary:
+        admission = Admission(surface, config.max_concurrent_requests)
+        return Boundary(surface, tokens=tokens, admission=admission, log=log)
+
+    dispatcher = Dispatcher(implementations, boundary=boundary("grpc", log))
+    rest = Transcoder(Router(schema.http_bindings()), implementations, boundary("rest"))
+    return dispatcher, rest, build_endpoint(implementations, boundary("mcp"))
 
 
 async def serve(config: ServerConfig, worker_of: socket.socket | None = None) -> int:
@@ -513,9 +518,9 @@ async def _serve(
 
     app: ASGIApp = build_app(
         ready,
-        rest=Admitted(rest, Admission("rest", config.max_concurrent_requests)),
+        rest=rest,
         openapi=openapi.committed_openapi(),
-        mcp=Admitted(mcp.app, Admission("mcp", config.max_concurrent_requests), jsonrpc=True),
+        mcp=mcp.app,
         lifespan=lambda _app: mcp.manager.run(),
         browser=BrowserRules(config.host, config.allow_host, config.allow_origin),
         timeouts=config.timeouts,

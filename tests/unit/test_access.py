@@ -1,4 +1,5 @@
-"""Token table, method access and authorization (access.py), in process."""
+"""Token table, authentication, method access and authorization (the access package), in
+process."""
 
 from __future__ import annotations
 
@@ -7,22 +8,27 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from google.protobuf import message_factory
+from google.protobuf.message import Message
 
 from ces_eval import schema
 from ces_eval.access import (
+    JsonFields,
+    MessageFields,
     Principal,
     TokenFileError,
     Tokens,
+    VariableFields,
+    addressed,
     authorize,
-    authorize_json,
-    authorize_values,
     bearer,
     method_access,
+    project_of,
 )
+from ces_eval.access.authentication import identify
 from ces_eval.core.service import implements
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
-from ces_eval.identity import identify
 from ces_eval.server import (
     ExitStatus,
     ServerConfig,
@@ -202,6 +208,67 @@ def test_every_method_addresses_resources_and_only_get_bindings_are_reads() -> N
     assert method_access(METHODS["WaitOperation"]).fields == (("name",),)
 
 
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(word.capitalize() for word in rest)
+
+
+def _sources(method: Any, values: dict[tuple[str, ...], str]) -> dict[str, Any]:
+    """The same field values held each way the project extractor reads them: a request
+    message (as the core has it), path variables (as the REST router matched them) and proto3
+    JSON arguments (as MCP receives them), by JSON and by proto names."""
+    request: Message = message_factory.GetMessageClass(method.input_type)()
+    by_json: dict[str, Any] = {}
+    by_proto: dict[str, Any] = {}
+    for path, value in values.items():
+        target: Any = request
+        for part in path[:-1]:
+            target = getattr(target, part)
+        setattr(target, path[-1], value)
+        for document, spell in ((by_json, _camel), (by_proto, str)):
+            node = document
+            for part in path[:-1]:
+                node = node.setdefault(spell(part), {})
+            node[spell(path[-1])] = value
+    return {
+        "message": request,
+        "message fields": MessageFields(request),
+        "variables": VariableFields({".".join(path): v for path, v in values.items()}),
+        "json names": JsonFields(by_json),
+        "proto names": JsonFields(by_proto),
+    }
+
+
+def test_one_extractor_reads_the_same_projects_from_messages_variables_and_arguments() -> None:
+    """For every method the descriptors declare, the resource fields its HTTP templates bind
+    give the same resource names and projects whichever form the request takes."""
+    checked = 0
+    for service in schema.services():
+        for method in service.methods:
+            fields = method_access(method).fields
+            values = {
+                path: f"projects/proj-{index}/locations/l/apps/a/x/{method.name}"
+                for index, path in enumerate(fields)
+            }
+            expected = tuple(values.values())
+            for form, source in _sources(method, values).items():
+                assert addressed(method, source) == expected, (method.full_name, form)
+                projects = [project_of(name) for name in addressed(method, source)]
+                assert projects == [f"proj-{i}" for i in range(len(fields))], form
+            empty = {form: addressed(method, s) for form, s in _sources(method, {}).items()}
+            assert set(empty.values()) == {("",) * len(fields)}, method.full_name
+            checked += 1
+    assert checked == sum(len(service.methods) for service in schema.services())
+
+
+def test_project_of_reads_the_leading_project_only() -> None:
+    assert project_of("projects/p/locations/l") == "p"
+    assert project_of("projects/p") == "p"
+    assert project_of("projects//x") is None
+    assert project_of("x/projects/p") is None
+    assert project_of("") is None
+
+
 def _principal(projects: set[str], *, writable: bool = True) -> Principal:
     return Principal("p", frozenset(projects), writable)
 
@@ -261,16 +328,16 @@ def test_wildcard_principals_reach_every_project_and_leave_bad_names_to_validati
 def test_rest_variables_and_mcp_arguments_are_authorized_like_messages() -> None:
     update = METHODS["UpdateEvaluation"]
     alice = _principal({"proj-a"})
-    authorize_values(alice, update, {"evaluation.name": f"{APP_A}/evaluations/e"})
+    authorize(alice, update, VariableFields({"evaluation.name": f"{APP_A}/evaluations/e"}))
     with pytest.raises(ServiceError, match="denied"):
-        authorize_values(alice, update, {"evaluation.name": "projects/proj-b/x"})
+        authorize(alice, update, VariableFields({"evaluation.name": "projects/proj-b/x"}))
     with pytest.raises(ServiceError, match="denied"):
-        authorize_values(alice, update, {})
-    authorize_json(alice, update, {"evaluation": {"name": f"{APP_A}/evaluations/e"}})
-    authorize_json(
+        authorize(alice, update, VariableFields({}))
+    authorize(alice, update, JsonFields({"evaluation": {"name": f"{APP_A}/evaluations/e"}}))
+    authorize(
         alice,
         METHODS["ListEvaluationResults"],
-        {"parent": f"{APP_A}/evaluations/-", "pageSize": 3},
+        JsonFields({"parent": f"{APP_A}/evaluations/-", "pageSize": 3}),
     )
     for arguments in (
         {"evaluation": {"name": "projects/proj-b/locations/l/apps/a/evaluations/e"}},
@@ -279,7 +346,7 @@ def test_rest_variables_and_mcp_arguments_are_authorized_like_messages() -> None
         {},
     ):
         with pytest.raises(ServiceError, match="denied"):
-            authorize_json(alice, update, arguments)
+            authorize(alice, update, JsonFields(arguments))
 
 
 @pytest.mark.parametrize(

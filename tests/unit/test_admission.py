@@ -21,7 +21,6 @@ from google.rpc import error_details_pb2, status_pb2
 from ces_eval import schema
 from ces_eval.admission import (
     Admission,
-    Admitted,
     server_timeout,
     until_disconnected,
     within,
@@ -29,8 +28,11 @@ from ces_eval.admission import (
 from ces_eval.core.service import Caller
 from ces_eval.errors import Code, ServiceError
 from ces_eval.storage._group_commit import GroupCommitWriter
+from ces_eval.surfaces.boundary import Boundary
 from ces_eval.surfaces.grpc_api import Dispatcher
-from ces_eval.transcoding.app import Transcoder
+from ces_eval.surfaces.http_app import BodyLimit
+from ces_eval.surfaces.mcp_tools import guarded
+from ces_eval.surfaces.rest import Transcoder
 from ces_eval.transcoding.router import Router
 
 T = TypeVar("T")
@@ -193,7 +195,7 @@ def test_grpc_limit_deadline_and_cancellation_free_their_slots() -> None:
         admission = Admission("grpc", 1)
         server = grpc.aio.server()
         server.add_generic_rpc_handlers(
-            (Dispatcher({WAIT: gate, GET: quick}, admission=admission),)
+            (Dispatcher({WAIT: gate, GET: quick}, boundary=Boundary("grpc", admission=admission)),)
         )
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
@@ -252,15 +254,28 @@ async def gated_app(gate: Gate) -> Callable[[Any, Any, Any], Awaitable[None]]:
 
 @pytest.mark.parametrize("jsonrpc", [False, True])
 def test_http_refusal_is_429_with_retry_after(jsonrpc: bool) -> None:
+    """REST's boundary (in the transcoder) and MCP's (:func:`guarded`, per HTTP request) refuse
+    alike: 429, ``Retry-After``, Google's error (in a JSON-RPC error on ``/mcp``)."""
+
     async def scenario() -> None:
         gate = Gate()
         admission = Admission("mcp" if jsonrpc else "rest", 1)
-        app = Admitted(await gated_app(gate), admission, jsonrpc=jsonrpc)
+        app: Any
+        if jsonrpc:
+            app = guarded(await gated_app(gate), Boundary("mcp", admission=admission))
+            path = "/mcp"
+        else:
+            app = transcoder({GET: gate}, Boundary("rest", admission=admission))
+            path = f"/v1beta/{OPERATION}"
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-            held = asyncio.ensure_future(client.post("/mcp", json={}))
+
+            def call() -> Awaitable[httpx.Response]:
+                return client.post(path, json={}) if jsonrpc else client.get(path)
+
+            held = asyncio.ensure_future(call())
             await until(lambda: gate.entered == 1)
-            refused = await settled(client.post("/mcp", json={}))
+            refused = await settled(call())
             assert refused.status_code == 429
             assert refused.headers["retry-after"] == "1"
             body = refused.json()
@@ -281,13 +296,14 @@ def test_http_refusal_is_429_with_retry_after(jsonrpc: bool) -> None:
             gate.release.set()
             assert (await settled(held)).status_code == 200
             assert admission.in_flight == 0
-            assert (await client.post("/mcp", json={})).status_code == 200
+            assert (await call()).status_code == 200
 
     asyncio.run(scenario())
 
 
-def transcoder(handlers: dict[str, Any]) -> Transcoder:
-    return Transcoder(Router(schema.http_bindings()), handlers)
+def transcoder(handlers: dict[str, Any], boundary: Boundary | None = None) -> Any:
+    """The REST surface as ``serve`` mounts it: behind the body limit."""
+    return BodyLimit(Transcoder(Router(schema.http_bindings()), handlers, boundary))
 
 
 def test_rest_x_server_timeout_answers_504_and_cancels_the_call() -> None:
@@ -346,7 +362,10 @@ def test_rest_disconnect_cancels_a_long_call_and_quick_calls_never_watch() -> No
                 "path": path,
                 "raw_path": path.encode(),
                 "query_string": b"",
-                "headers": [(b"content-type", b"application/json")],
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    *([(b"content-length", str(len(body)).encode())] if body else []),
+                ],
             }
 
         call = asyncio.ensure_future(app(scope("POST", IMPORT_URL), receive, send))
@@ -362,7 +381,7 @@ def test_rest_disconnect_cancels_a_long_call_and_quick_calls_never_watch() -> No
         gone.clear()
         await app(scope("GET", f"/v1beta/{OPERATION}"), receive, send)
         assert sent[0]["status"] == 200
-        assert receives == 1  # the body only: a quick call does not watch the connection
+        assert receives == 0  # no body to read, and a quick call does not watch the connection
 
     asyncio.run(scenario())
 

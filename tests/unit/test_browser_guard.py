@@ -19,6 +19,7 @@ from starlette.types import Message, Receive, Scope, Send
 from ces_eval.cli import parse
 from ces_eval.core.limits import MAX_REQUEST_BYTES
 from ces_eval.server import ServerConfig
+from ces_eval.surfaces.asgi import BODY_KEY
 from ces_eval.surfaces.http_app import (
     BodyLimit,
     BrowserGuard,
@@ -37,13 +38,16 @@ PARTNER = "http://app.example:3000"
 
 
 async def tiny(scope: Scope, receive: Receive, send: Send) -> None:
-    """Answers 200 with the request's method and body."""
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if not message.get("more_body", False):
-            break
+    """Answers 200 with the request's method and body: the one BodyLimit read, as the surfaces
+    take it, or (mounted without BodyLimit) the one it reads itself."""
+    body = scope.get(BODY_KEY)
+    if body is None:
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
     answer = json.dumps({"method": scope["method"], "body": body.decode()}).encode()
     await send({"type": "http.response.start", "status": 200, "headers": [(b"x-app", b"1")]})
     await send({"type": "http.response.body", "body": answer})

@@ -17,6 +17,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from ces_eval import connections
 from ces_eval.connections import AcceptErrors, Timeouts, descriptor_problem
+from ces_eval.surfaces.asgi import body_of
 from ces_eval.surfaces.http_app import BodyLimit
 
 
@@ -95,12 +96,8 @@ def test_the_soft_open_file_limit_is_raised_to_the_hard_one() -> None:
 
 
 async def _app(scope: Scope, receive: Receive, send: Send) -> None:
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if not message.get("more_body", False):
-            break
+    """Answers the body BodyLimit read, as the surfaces take it."""
+    body = body_of(scope)
     await send({"type": "http.response.start", "status": 200, "headers": []})
     await send({"type": "http.response.body", "body": body})
 

@@ -25,9 +25,12 @@ import pytest
 from ces_eval import openapi, schema
 from ces_eval.access import Tokens
 from ces_eval.core import pages
+from ces_eval.core.limits import MAX_REQUEST_BYTES
 from ces_eval.core.service import Core, handlers
 from ces_eval.storage.sqlite import SqliteStorage
-from ces_eval.transcoding.app import MAX_BODY_BYTES, Transcoder
+from ces_eval.surfaces.boundary import Boundary
+from ces_eval.surfaces.http_app import BodyLimit
+from ces_eval.surfaces.rest import Transcoder
 from ces_eval.transcoding.router import Router, UnservedRoute
 from tests.support.contract import CLIENT_PYTHON
 from tests.support.tokens import ALICE, write_token_file
@@ -95,10 +98,12 @@ async def rest_client(
     await storage.open()
     try:
         core = Core(storage, pages.PageTokens(await storage.secret()))
-        app = Transcoder(
-            Router(schema.http_bindings()),
-            handlers(core, authorization=tokens is not None),
-            tokens=tokens,
+        app = BodyLimit(
+            Transcoder(
+                Router(schema.http_bindings()),
+                handlers(core, authorization=tokens is not None),
+                Boundary("rest", tokens=tokens),
+            )
         )
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
@@ -268,14 +273,20 @@ def test_unserved_routes_answer_501_naming_the_method(tmp_path: Path) -> None:
 
 
 def test_unserved_routes_answer_before_the_body_is_read(tmp_path: Path) -> None:
-    """Nothing is parsed for a method we do not serve: a malformed or oversized body, or an
-    unknown query parameter, still gets 501 (not 400 or 413)."""
+    """Nothing is parsed for a method we do not serve: a malformed body, a large one within
+    the limit, or an unknown query parameter, still gets 501 (not 400)."""
 
     async def scenario(client: httpx.AsyncClient) -> None:
         url = f"{APP}:runEvaluation"
         assert_unimplemented(await client.post(url, content=b"{not json"), RUN_EVALUATION)
-        too_large = b" " * (MAX_BODY_BYTES + 1)
-        assert_unimplemented(await client.post(url, content=too_large), RUN_EVALUATION)
+        # Bodies are bounded before routing (BodyLimit, in front of the surface as in serve):
+        # an oversized one is 413 whatever its route, and no body the limit lets through is
+        # parsed for an unserved method.
+        too_large = await client.post(url, content=b" " * (MAX_REQUEST_BYTES + 1))
+        assert too_large.status_code == 413
+        assert error_info(too_large.json())["reason"] == "REQUEST_BODY_TOO_LARGE"
+        at_limit = b" " * MAX_REQUEST_BYTES
+        assert_unimplemented(await client.post(url, content=at_limit), RUN_EVALUATION)
         assert_unimplemented(await client.post(url + "?bogus=1", json={}), RUN_EVALUATION)
 
     run(tmp_path, scenario)

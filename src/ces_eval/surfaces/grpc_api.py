@@ -1,14 +1,15 @@
 """The gRPC surface: routes every method the descriptors declare to the core.
 
 Request and response classes come from the method descriptors; errors leave as
-``google.rpc.Status`` in ``grpc-status-details-bin`` (via grpcio-status). A method the core does
-not implement, and any method path this server does not know, answers UNIMPLEMENTED naming it.
+``google.rpc.Status`` in ``grpc-status-details-bin`` (via grpcio-status), trimmed to what gRPC
+trailers carry. A method the core does not implement, and any method path this server does not
+know, answers UNIMPLEMENTED naming it. Only the wire is here (metadata, decoding, the status):
+admission, authentication, the last-resort catch and the request line are the boundary's
+(:mod:`ces_eval.surfaces.boundary`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -22,8 +23,7 @@ from ces_eval.admission import Admission
 from ces_eval.core.limits import ENCODED_CHECK_BYTES, LIMITS, LOOP_BYTES, off_loop
 from ces_eval.core.validation import raise_if_invalid
 from ces_eval.errors import Code, FieldViolation, ServiceError
-from ces_eval.identity import identify
-from ces_eval.logs import Call, RequestLog
+from ces_eval.surfaces.boundary import Boundary, Inputs
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -31,21 +31,19 @@ if TYPE_CHECKING:
     from google.protobuf import descriptor
     from google.protobuf.message import Message
 
-    from ces_eval.access import Tokens
     from ces_eval.core.service import Caller, Handler
 
 __all__ = ["CALLER_METADATA", "Dispatcher"]
 
-_log = logging.getLogger(__name__)
 # The metadata key carrying the caller's identity, as Google front ends pass the authenticated
 # user to backends; without it the caller is the local user.
 CALLER_METADATA = "x-goog-user"
 AUTHORIZATION_METADATA = "authorization"
 
 
-def caller_of(context: grpc.aio.ServicerContext[Any, Any], tokens: Tokens | None) -> Caller:
-    """The caller, from ``authorization: Bearer …`` (with ``--auth-tokens``) or ``x-goog-user``
-    metadata."""
+def _inputs(context: grpc.aio.ServicerContext[Any, Any]) -> Inputs:
+    """The credentials of a call: ``authorization: Bearer …`` and ``x-goog-user`` metadata. No
+    deadline: grpc.aio enforces the client's own (it cancels the handler)."""
     authorization = user = None
     for key, value in context.invocation_metadata() or ():
         if isinstance(value, str):
@@ -53,7 +51,12 @@ def caller_of(context: grpc.aio.ServicerContext[Any, Any], tokens: Tokens | None
                 authorization = value
             elif key == CALLER_METADATA:
                 user = value
-    return identify(tokens, authorization, user)
+    return Inputs(authorization, user)
+
+
+def _expired(context: grpc.aio.ServicerContext[Any, Any]) -> bool:
+    remaining = context.time_remaining()
+    return remaining is not None and remaining <= 0
 
 
 # An error travels in trailers: grpc-message (the message, percent-encoded) and
@@ -136,76 +139,42 @@ def _behavior(
     *,
     method: descriptor.MethodDescriptor | None,
     implementation: Handler | None,
-    tokens: Tokens | None,
-    admission: Admission,
-    log: RequestLog | None,
+    boundary: Boundary,
 ) -> grpc.RpcMethodHandler:
     """The handler of one method path (``method`` None: a path no service of ours declares):
-    admission (:mod:`ces_eval.admission`), authentication, decoding, the call, the error
-    encoding and the request line, in that order. A client's deadline and cancellation need
-    nothing here: grpc.aio cancels the handler's task for both, and the slot comes back in
-    ``finally``."""
+    the boundary (admission, authentication, the last-resort catch, the request line) around
+    decoding and the call, then the status. A client's deadline and cancellation need nothing
+    here: grpc.aio cancels the handler's task for both, and the boundary gives the slot back."""
     name = path.lstrip("/")
     request_class = message_factory.GetMessageClass(method.input_type) if method else None
     resource = logs.resource_field(method) if method else ""
 
-    async def serve(
-        raw: bytes, context: grpc.aio.ServicerContext[Any, Any], call: Call | None
-    ) -> Message:
-        if not admission.enter():
-            if call is not None:
-                call.code = Code.RESOURCE_EXHAUSTED
-            await context.abort_with_status(admission.grpc_refusal)
-        error: ServiceError
-        try:
-            caller = caller_of(context, tokens)  # authenticates first, before anything is parsed
-            if call is not None:
-                call.caller = caller.user
+    async def handle(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Message:
+        line = boundary.start(name)
+
+        async def work(caller: Caller) -> Message:
             if implementation is None or request_class is None:
                 raise ServiceError.unimplemented(name)
             request = await off_loop(len(raw) > LOOP_BYTES, _decode, request_class, raw)
-            if call is not None and resource:
-                call.resource = logs.field_value(request, resource)
+            if line is not None and resource:
+                line.resource = logs.field_value(request, resource)
             return await implementation(request, caller)
-        except ServiceError as raised:
-            error = raised
-        except Exception:  # noqa: BLE001 - the surface boundary: any bug becomes INTERNAL, logged
-            _log.exception("unexpected error in %s", name)
-            error = ServiceError(Code.INTERNAL, "Internal error; see the server log.", "INTERNAL")
-        finally:
-            admission.leave()
-        if call is not None:
-            call.code = error.code
-        await _abort(context, error)
-        raise AssertionError("abort_with_status returned")  # pragma: no cover
 
-    async def quiet(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Message:
-        return await serve(raw, context, None)
-
-    finish = log.finish if log is not None else None
-
-    async def logged(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Message:
-        call = RequestLog.start("grpc", name)
         try:
-            response = await serve(raw, context, call)
-        except asyncio.CancelledError:
-            remaining = context.time_remaining()
-            expired = remaining is not None and remaining <= 0
-            call.code = Code.DEADLINE_EXCEEDED if expired else Code.CANCELLED
-            raise
+            outcome = await boundary.serve(
+                name, lambda: _inputs(context), work, line=line, expired=lambda: _expired(context)
+            )
         finally:
-            if call.code is None:
-                call.code = Code.OK
-            if finish is not None:
-                finish(call)
-        return response
+            boundary.finish(line)
+        if isinstance(outcome, ServiceError):
+            await _abort(context, outcome)
+            raise AssertionError("abort_with_status returned")  # pragma: no cover
+        return outcome
 
     serialize: Callable[[Message], bytes] = lambda m: m.SerializeToString()  # noqa: E731
-    # Requests are parsed inside ``serve``: a malformed one is INVALID_ARGUMENT in our error
+    # Requests are parsed inside ``handle``: a malformed one is INVALID_ARGUMENT in our error
     # model, where a failing request_deserializer would answer UNKNOWN with the exception text.
-    return grpc.unary_unary_rpc_method_handler(
-        quiet if log is None else logged, response_serializer=serialize
-    )
+    return grpc.unary_unary_rpc_method_handler(handle, response_serializer=serialize)
 
 
 class Dispatcher(grpc.GenericRpcHandler):  # type: ignore[misc]  # grpc ships no types
@@ -215,19 +184,11 @@ class Dispatcher(grpc.GenericRpcHandler):  # type: ignore[misc]  # grpc ships no
     """
 
     def __init__(
-        self,
-        implementations: Mapping[str, Handler],
-        *,
-        tokens: Tokens | None = None,
-        admission: Admission | None = None,
-        log: RequestLog | None = None,
+        self, implementations: Mapping[str, Handler], *, boundary: Boundary | None = None
     ) -> None:
-        """``tokens``: the ``--auth-tokens`` table; every call must then authenticate.
-        ``admission``: the in-flight limit of this surface (default: :data:`DEFAULT_LIMIT`).
-        ``log``: write a request line per call (:mod:`ces_eval.logs`); None: none."""
-        self._tokens = tokens
-        self._admission = admission = admission or Admission("grpc")
-        self._log = log
+        """``boundary``: this surface's (default: an open gRPC boundary with the default
+        in-flight limit, :data:`~ces_eval.admission.DEFAULT_LIMIT`, and no request log)."""
+        self._boundary = boundary = boundary or Boundary("grpc", admission=Admission("grpc"))
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
         for service in schema.services():
             for method in service.methods:
@@ -236,9 +197,7 @@ class Dispatcher(grpc.GenericRpcHandler):  # type: ignore[misc]  # grpc ships no
                     path,
                     method=method,
                     implementation=implementations.get(path),
-                    tokens=tokens,
-                    admission=admission,
-                    log=log,
+                    boundary=boundary,
                 )
 
     @property
@@ -248,10 +207,5 @@ class Dispatcher(grpc.GenericRpcHandler):  # type: ignore[misc]  # grpc ships no
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
         path = str(handler_call_details.method)
         return self._handlers.get(path) or _behavior(
-            path,
-            method=None,
-            implementation=None,
-            tokens=self._tokens,
-            admission=self._admission,
-            log=self._log,
+            path, method=None, implementation=None, boundary=self._boundary
         )

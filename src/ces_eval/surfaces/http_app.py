@@ -2,10 +2,10 @@
 
 ``/healthz``, ``/openapi.json`` and ``/mcp`` (MCP Streamable HTTP) are plain routes; every other
 request goes to the REST transcoder, which owns its own 404/405 answers in Google's error format.
-REST and ``/mcp`` bodies are read whole, bounded in size and time, before the surface (and its
-admission) sees the request (:class:`BodyLimit`). Every request, whatever its path, first
-passes :class:`BrowserGuard`: web pages must not drive a local server (issue 15, item 2;
-docs/security.md, "Web pages").
+REST and ``/mcp`` bodies are read once, whole, bounded in size and time, before the surface (and
+its admission) sees the request, and handed on joined (:class:`BodyLimit`). Every request,
+whatever its path, first passes :class:`BrowserGuard`: web pages must not drive a local server
+(issue 15, item 2; docs/security.md, "Web pages").
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import ipaddress
 import json
 import re
 import socket
-from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,11 +28,11 @@ from ces_eval.admission import SERVER_TIMEOUT_HEADER
 from ces_eval.connections import Timeouts
 from ces_eval.core.limits import MAX_REQUEST_BYTES
 from ces_eval.errors import Code, ServiceError
+from ces_eval.surfaces.asgi import AUTHORIZATION_HEADER, BODY_KEY, CALLER_HEADER, send_error
 from ces_eval.transcoding import errors
-from ces_eval.transcoding.app import AUTHORIZATION_HEADER, CALLER_HEADER
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Sequence
+    from collections.abc import Awaitable, Callable
     from contextlib import AbstractAsyncContextManager
 
     from starlette.requests import Request
@@ -41,14 +40,14 @@ if TYPE_CHECKING:
 
 __all__ = ["BodyLimit", "BrowserGuard", "BrowserRules", "build_app", "host_name", "origin_key"]
 
-_JSON = b"application/json; charset=utf-8"
 MCP_PATH = "/mcp"
 
 
 class BodyLimit:
-    """``app`` behind a complete request body: read here, bounded in size and in time, and
-    replayed to ``app`` once complete. In front of admission, a body still arriving holds no
-    slot (issue 15, item 4).
+    """``app`` behind a complete request body: read here, once, bounded in size and in time,
+    and handed to ``app`` joined, in the scope (:data:`~ces_eval.surfaces.asgi.BODY_KEY`, read
+    with :func:`~ces_eval.surfaces.asgi.body_of`; ``app`` never reads ``receive`` for it). In
+    front of admission, a body still arriving holds no slot (issue 15, item 4).
 
     **Size.** Bodies over ``limit`` bytes get 413 and Google's error envelope
     (RESOURCE_EXHAUSTED, ``REQUEST_BODY_TOO_LARGE``), as the REST transcoder answers. Never
@@ -64,9 +63,10 @@ class BodyLimit:
     holds neither a slot nor a connection for long.
 
     A request without a body (no Content-Length or a zero one, no Transfer-Encoding) goes to
-    ``app`` as it is; a client gone before its body is complete gets nothing (no app runs).
-    A class, not a function: Starlette's ``Route`` mounts instances as ASGI apps. ``jsonrpc``
-    (``/mcp``): refusals are JSON-RPC errors carrying that envelope's error (:func:`refusal`).
+    ``app`` with an empty one, at once; a client gone before its body is complete gets nothing
+    (no app runs). A class, not a function: Starlette's ``Route`` mounts instances as ASGI apps.
+    ``jsonrpc`` (``/mcp``): refusals are JSON-RPC errors carrying that envelope's error
+    (:func:`~ces_eval.surfaces.asgi.send_error`).
     """
 
     def __init__(
@@ -88,12 +88,13 @@ class BodyLimit:
             return
         declared, chunked = _body_headers(scope)
         if declared is not None and declared > self.limit:
-            await self._refuse(scope, send, errors.payload_too_large(self.limit), 413)
+            await self._refuse(scope, send, errors.payload_too_large(self.limit))
             return
         if not chunked and not declared:  # no body: nothing to wait for
+            scope[BODY_KEY] = b""  # the scope is this request's own (ASGI): no copy
             await self.app(scope, receive, send)
             return
-        received: deque[Message] = deque()
+        chunks: list[bytes] = []
         size = 0
         start = asyncio.get_running_loop().time()
         bound = asyncio.timeout_at(self.timeouts.body_deadline(start, 0))
@@ -103,10 +104,11 @@ class BodyLimit:
                     message = await receive()
                     if message["type"] != "http.request":
                         return  # the client went away: nobody to answer
-                    received.append(message)
-                    size += len(message.get("body", b""))
+                    chunk = message.get("body", b"")
+                    chunks.append(chunk)
+                    size += len(chunk)
                     if size > self.limit:
-                        await self._refuse(scope, send, errors.payload_too_large(self.limit), 413)
+                        await self._refuse(scope, send, errors.payload_too_large(self.limit))
                         return
                     if not message.get("more_body", False):
                         break
@@ -117,48 +119,14 @@ class BodyLimit:
             elapsed = asyncio.get_running_loop().time() - start
             timeouts = self.timeouts
             late = errors.request_body_timeout(size, elapsed, timeouts.body, timeouts.body_rate)
-            # The rest of the body may still come: the connection ends with this answer.
-            await self._refuse(scope, send, late, 408, [(b"connection", b"close")])
+            # The rest of the body may still come: the answer closes the connection.
+            await self._refuse(scope, send, late)
             return
+        scope[BODY_KEY] = b"".join(chunks)
+        await self.app(scope, receive, send)
 
-        async def replay() -> Message:
-            return received.popleft() if received else await receive()
-
-        await self.app(scope, replay, send)
-
-    async def _refuse(
-        self,
-        scope: Scope,
-        send: Send,
-        error: ServiceError,
-        status: int,
-        headers: Sequence[tuple[bytes, bytes]] = (),
-    ) -> None:
-        call = scope.get(logs.CALL_KEY)  # the request line's code: 408 has none of its own
-        if isinstance(call, logs.Call):
-            call.code = error.code
-        await refusal(send, error, status, jsonrpc=self.jsonrpc, extra_headers=headers)
-
-
-async def refusal(
-    send: Send,
-    error: ServiceError,
-    http_status: int,
-    *,
-    jsonrpc: bool = False,
-    extra_headers: Sequence[tuple[bytes, bytes]] = (),
-) -> None:
-    """Answer ``error`` with ``http_status``: Google's error envelope, or with ``jsonrpc`` (an
-    ``/mcp`` request refused before MCP read it) its JSON-RPC form
-    (:func:`~ces_eval.transcoding.errors.jsonrpc_envelope`); ``headers`` are added."""
-    _, body = (errors.jsonrpc_envelope if jsonrpc else errors.envelope)(error, http_status)
-    headers = [
-        (b"content-type", _JSON),
-        (b"content-length", str(len(body)).encode()),
-        *extra_headers,
-    ]
-    await send({"type": "http.response.start", "status": http_status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    async def _refuse(self, scope: Scope, send: Send, error: ServiceError) -> None:
+        await send_error(scope, send, error, jsonrpc=self.jsonrpc)
 
 
 def _body_headers(scope: Scope) -> tuple[int | None, bool]:
@@ -355,7 +323,8 @@ class BrowserGuard:
        so rules 2 and 3 already stop a page sending one.
 
     Refusals are Google's error envelope; on ``/mcp`` a JSON-RPC error carrying it
-    (:func:`refusal`). They are PERMISSION_DENIED (421, 403) or INVALID_ARGUMENT (415)."""
+    (:func:`~ces_eval.surfaces.asgi.send_error`). They are PERMISSION_DENIED (421, 403) or
+    INVALID_ARGUMENT (415)."""
 
     def __init__(self, app: ASGIApp, rules: BrowserRules, jsonrpc_path: str = MCP_PATH) -> None:
         self._app = app
@@ -391,9 +360,7 @@ class BrowserGuard:
         request = _Headers.of(scope)
         refused = self._refused(scope, request)
         if refused is not None:
-            error, status = refused
-            self._code(scope, error.code)
-            await refusal(send, error, status, jsonrpc=scope.get("path") == self._jsonrpc_path)
+            await send_error(scope, send, refused, jsonrpc=scope.get("path") == self._jsonrpc_path)
             return
         origin = request.origin
         if origin is None:
@@ -414,8 +381,9 @@ class BrowserGuard:
 
         await self._app(scope, receive, with_cors)
 
-    def _refused(self, scope: Scope, request: _Headers) -> tuple[ServiceError, int] | None:
-        """The refusal of rules 1, 2 and 4, if any."""
+    def _refused(self, scope: Scope, request: _Headers) -> ServiceError | None:
+        """The refusal of rules 1, 2 and 4, if any (421, 403 and 415:
+        :func:`~ces_eval.surfaces.asgi.http_answer`)."""
         if request.hosts:
             hosts = request.hosts
             authority = _authority(hosts[0].decode("latin-1")) if len(hosts) == 1 else None
@@ -423,16 +391,16 @@ class BrowserGuard:
             if authority is None or not self._host_allowed(
                 authority[0], default if authority[1] is None else authority[1], scope
             ):
-                return _host_not_allowed(hosts), 421
+                return _host_not_allowed(hosts)
         if request.origin is not None and not self._origin_allowed(request.origin, scope):
-            return _origin_not_allowed(request.origin), 403
+            return _origin_not_allowed(request.origin)
         method = scope["method"]
         if (
             method not in _SAFE_METHODS
             and (method == "POST" or request.body or request.content_type is not None)
             and _media_type(request.content_type) != "application/json"
         ):
-            return _unsupported_content_type(method, request.content_type), 415
+            return _unsupported_content_type(method, request.content_type)
         return None
 
     @staticmethod

@@ -5,8 +5,10 @@ pydantic's serializer, both on the event loop and both holding the interpreter f
 run: ~0.2 s to read the largest evaluation the limits allow (2.8 MB of JSON) and ~0.4 s to write
 it back, in which no caller of any surface, nor a health check, is answered.
 
-So the SDK is only ever handed small documents. :func:`lightened` reads a large body
-(:func:`ces_eval.transcoding.body.heavy`) in a worker thread with the bounded JSON reader, which
+So the SDK is only ever handed small documents. :func:`lightened` takes the body
+:class:`~ces_eval.surfaces.http_app.BodyLimit` read (:func:`~ces_eval.surfaces.asgi.body_of`)
+and, when it is large (:func:`ces_eval.transcoding.body.heavy`), reads it in a worker thread
+with the bounded JSON reader, which
 lets other threads run every few milliseconds and refuses a container of more than
 MAX_DECODED_ENTRIES entries at once (400, a JSON-RPC error carrying Google's error envelope,
 like the other refusals of ``/mcp`` requests MCP never read). A ``tools/call``'s arguments are
@@ -31,8 +33,9 @@ from typing import TYPE_CHECKING, Any
 import mcp_types as types
 
 from ces_eval.core.limits import MAX_DECODED_ENTRIES, collector_paused, key_path, off_loop
-from ces_eval.errors import Code, FieldViolation, ServiceError
-from ces_eval.surfaces.http_app import refusal
+from ces_eval.errors import FieldViolation, ServiceError
+from ces_eval.surfaces.asgi import body_of, send_error
+from ces_eval.surfaces.boundary import internal_error
 from ces_eval.transcoding.body import Overflow, heavy, load_json
 
 if TYPE_CHECKING:
@@ -152,18 +155,6 @@ def _lightened_body(body: bytes, large: Large) -> bytes:
     return lightened
 
 
-async def _body(receive: Receive) -> bytes:
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            break  # the client went away: the SDK reads that from ``receive`` itself
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
-
-
 def lightened(app: ASGIApp) -> ASGIApp:
     """``app`` (the MCP SDK's) handed no large document either way (see the module)."""
 
@@ -171,7 +162,7 @@ def lightened(app: ASGIApp) -> ASGIApp:
         if scope["type"] != "http" or scope["method"] != "POST":
             await app(scope, receive, send)
             return
-        body = await _body(receive)
+        body = body_of(scope)
         large = Large()
         if not heavy(body):
             await _handed(app, scope, receive, send, large=large, body=body)
@@ -180,7 +171,7 @@ def lightened(app: ASGIApp) -> ASGIApp:
             try:
                 body = await off_loop(True, _lightened_body, body, large)
             except ServiceError as error:
-                await refusal(send, error, 400, jsonrpc=True)
+                await send_error(scope, send, error, jsonrpc=True)
                 return
             await _handed(app, scope, receive, send, large=large, body=body)
 
@@ -214,8 +205,7 @@ async def _handed(
             answer = large.replaced(message.get("body", b""))
             if answer is None or message.get("more_body", False):
                 _log.error("the MCP SDK's answer does not hold the result's stand-ins")
-                error = ServiceError(Code.INTERNAL, "Internal error.", "INTERNAL")
-                await refusal(send, error, 500, jsonrpc=True)
+                await send_error(scope, send, internal_error(), jsonrpc=True)
                 return
             headers = [
                 (name, str(len(answer)).encode() if name == b"content-length" else value)

@@ -34,8 +34,12 @@ parses them as proto3 JSON into the request message and calls the core. A succes
 ``structuredContent`` (the response as proto3 JSON) and the same JSON as a text block. API errors
 are ``isError: true`` results whose text is Google's JSON error envelope (schema violations are
 INVALID_ARGUMENT with a BadRequest listing each field); an unexpected exception is logged and
-answered with a generic INTERNAL envelope, never its text. An unknown tool is a JSON-RPC error
-(``-32602``).
+answered with a generic INTERNAL envelope (reason ``INTERNAL``, as on gRPC and REST), never its
+text. An unknown tool is a JSON-RPC error (``-32602``).
+
+Admission, authentication and the last-resort catch are the boundary's
+(:mod:`ces_eval.surfaces.boundary`): MCP admits and authenticates each HTTP request
+(:func:`guarded`, before the SDK runs) and catches per tool call.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 
 from ces_eval import logs, schema
-from ces_eval.access import authorize_json
+from ces_eval.access import JsonFields, authorize
 from ces_eval.comments import comment
 from ces_eval.core.limits import (
     LIMITS,
@@ -71,9 +75,9 @@ from ces_eval.core.service import Caller, Handler, implements, snake_case
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.jsonschema import JsonSchema, document
 from ces_eval.logs import Call
-from ces_eval.surfaces.http_app import refusal
+from ces_eval.surfaces.asgi import credentials, send_error
+from ces_eval.surfaces.boundary import Boundary
 from ces_eval.surfaces.mcp_bodies import Large, arguments_of, large_of, lightened
-from ces_eval.transcoding.app import caller_of, challenge
 from ces_eval.transcoding.body import heavy_document, parse_document
 from ces_eval.transcoding.errors import envelope, method_not_allowed
 from ces_eval.transcoding.rendering import encode
@@ -83,11 +87,7 @@ if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
     from starlette.types import ASGIApp, Receive, Scope, Send
 
-    from ces_eval.access import Tokens
-
-__all__ = ["McpEndpoint", "ToolSpec", "build_endpoint", "build_server", "tool_specs"]
-
-_log = logging.getLogger("ces_eval.mcp")
+__all__ = ["McpEndpoint", "ToolSpec", "build_endpoint", "build_server", "guarded", "tool_specs"]
 
 TOOL_SERVICES = ("google.cloud.ces.v1beta.EvaluationService", "google.longrunning.Operations")
 _EMPTY = "google.protobuf.Empty"
@@ -276,7 +276,7 @@ async def _call(
     """``call``: the request line to complete (:mod:`ces_eval.logs`); ``aside``: where a large
     result is rendered to (:mod:`ces_eval.surfaces.mcp_bodies`)."""
     if caller.principal is not None:  # before validation: a foreign token learns nothing
-        authorize_json(caller.principal, spec.method, arguments)
+        authorize(caller.principal, spec.method, JsonFields(arguments))
 
     def parsed() -> Message:
         if violations := _violations(spec, arguments):
@@ -318,73 +318,69 @@ def _call_of(ctx: ServerRequestContext[Any]) -> Call | None:
 
 
 def _caller(ctx: ServerRequestContext[Any], *, required: bool) -> Caller:
-    """The caller :func:`authenticated` identified for this HTTP request; the local user for an
+    """The caller :func:`guarded` authenticated for this HTTP request; the local user for an
     in-process transport of an open server (``required`` false)."""
     scope = getattr(ctx.request, "scope", None)
     caller = scope.get(_CALLER_KEY) if isinstance(scope, dict) else None
     if isinstance(caller, Caller):
         return caller
     if required:
-        # Every /mcp request passes through ``authenticated``; fail closed if one did not.
+        # Every /mcp request passes through ``guarded``; fail closed if one did not.
         raise ServiceError(
             Code.UNAUTHENTICATED, "The request has no credentials.", "CREDENTIALS_MISSING"
         )
     return Caller()
 
 
-def authenticated(app: ASGIApp, tokens: Tokens | None) -> ASGIApp:
-    """``app`` behind authentication: each HTTP request's caller is identified from its headers
-    (:func:`ces_eval.transcoding.app.caller_of`) and stored in the ASGI scope for the tool
-    handlers; without valid credentials (with ``--auth-tokens``) the answer is 401 with
-    ``WWW-Authenticate`` (MCP authorization, RFC 6750) and a JSON-RPC error (id null) whose
-    ``data`` is Google's error, and the MCP layer never runs."""
+def guarded(app: ASGIApp, boundary: Boundary) -> ASGIApp:
+    """``app`` behind the HTTP steps of ``boundary``, in this order, each refusal a JSON-RPC
+    error (id null) whose ``data`` is Google's error, before the MCP layer runs:
 
-    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+    1. admission: beyond the in-flight limit, 429 with ``Retry-After``;
+    2. POST only: this stateless server keeps no session, so it offers no server-initiated
+       stream (GET) and no session to end (DELETE). The Streamable HTTP transport lets a server
+       answer both with 405 Method Not Allowed (``Allow: POST``); the SDK would instead hold a
+       GET open as an event stream on which nothing ever arrives;
+    3. authentication from the request's headers (with ``--auth-tokens``): 401 with
+       ``WWW-Authenticate`` (MCP authorization, RFC 6750) without valid credentials. The caller
+       is stored in the ASGI scope for the tool handlers."""
+
+    async def guard(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await app(scope, receive, send)
             return
-        call = scope.get(logs.CALL_KEY)
+        refused = boundary.enter()
+        if refused is not None:
+            await send_error(scope, send, refused, jsonrpc=True)
+            return
         try:
-            caller = caller_of(scope, tokens)
-        except ServiceError as error:
-            if isinstance(call, Call):
-                call.code = error.code
-            # A JSON-RPC error carrying Google's error, as every other /mcp refusal.
-            await refusal(
-                send, error, error.code.http_status, jsonrpc=True, extra_headers=challenge(error)
-            )
-            return
-        if isinstance(call, Call):
-            call.caller = caller.user
-        await app({**scope, _CALLER_KEY: caller}, receive, send)
+            if scope["method"] != "POST":
+                error = method_not_allowed(scope["method"], scope["path"], ["POST"])
+                await send_error(scope, send, error, jsonrpc=True)
+                return
+            line = scope.get(logs.CALL_KEY)
+            try:
+                caller = boundary.authenticate(
+                    line if isinstance(line, Call) else None, *credentials(scope)
+                )
+            except ServiceError as error:
+                await send_error(scope, send, error, jsonrpc=True)
+                return
+            await app({**scope, _CALLER_KEY: caller}, receive, send)
+        finally:
+            boundary.leave()
 
-    return guarded
-
-
-def post_only(app: ASGIApp) -> ASGIApp:
-    """``app`` answering only POST: this stateless server keeps no session, so it offers no
-    server-initiated stream (GET) and no session to end (DELETE). The Streamable HTTP
-    transport lets a server answer both with 405 Method Not Allowed; the SDK would instead
-    hold a GET open as an event stream on which nothing ever arrives."""
-
-    async def checked(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] != "POST":
-            error = method_not_allowed(scope["method"], scope["path"], ["POST"])
-            call = scope.get(logs.CALL_KEY)
-            if isinstance(call, Call):
-                call.code = error.code
-            await refusal(send, error, 405, jsonrpc=True, extra_headers=[(b"allow", b"POST")])
-            return
-        await app(scope, receive, send)
-
-    return checked
+    return guard
 
 
 def build_server(
-    implementations: Mapping[str, Handler], *, authentication: bool = False
+    implementations: Mapping[str, Handler], boundary: Boundary | None = None
 ) -> Server[Any]:
-    """The low-level MCP server over the core's handlers; ``authentication``: every call must
-    come through :func:`authenticated` with valid credentials."""
+    """The low-level MCP server over the core's handlers, each tool call run by ``boundary``
+    (default: an open MCP boundary); with ``--auth-tokens`` (the boundary's tokens) every call
+    must come through :func:`guarded` with valid credentials."""
+    boundary = boundary or Boundary("mcp")
+    authentication = boundary.tokens is not None
     specs = tool_specs()
     listing = types.ListToolsResult(tools=[spec.tool for spec in specs.values()])
 
@@ -402,23 +398,17 @@ def build_server(
         call = _call_of(ctx)
         if call is not None:
             call.method = spec.rpc.lstrip("/")
-        try:
+
+        async def work() -> types.CallToolResult:
             caller = _caller(ctx, required=authentication)
             scope = getattr(ctx.request, "scope", None)
             arguments = arguments_of(scope, params.arguments or {})
-            result = await _call(
+            return await _call(
                 spec, implementations, arguments, caller, call=call, aside=large_of(scope)
             )
-        except ServiceError as error:
-            result = _error_result(error)
-            if call is not None:
-                call.code = error.code
-        except Exception:  # noqa: BLE001 - never leak exception text to the client
-            _log.exception("MCP tool %s failed", spec.tool.name)
-            result = _error_result(ServiceError(Code.INTERNAL, "Internal error.", "INTERNAL_ERROR"))
-            if call is not None:
-                call.code = Code.INTERNAL
-        return result
+
+        outcome = await boundary.run(call, spec.tool.name, work)
+        return _error_result(outcome) if isinstance(outcome, ServiceError) else outcome
 
     return Server(
         "ces-eval",
@@ -442,10 +432,10 @@ class McpEndpoint:
 
 
 def build_endpoint(
-    implementations: Mapping[str, Handler], tokens: Tokens | None = None
+    implementations: Mapping[str, Handler], boundary: Boundary | None = None
 ) -> McpEndpoint:
-    """Stateless Streamable HTTP with JSON responses behind :func:`authenticated` (``tokens``:
-    the ``--auth-tokens`` table, None on an open server).
+    """Stateless Streamable HTTP with JSON responses behind :func:`guarded` (``boundary``:
+    this surface's, default an open MCP boundary without an in-flight limit).
 
     One rule for every HTTP request, so the SDK's own checks never answer first: Host, Origin
     and Content-Type are checked for REST and MCP alike by
@@ -454,14 +444,15 @@ def build_endpoint(
     :class:`ces_eval.surfaces.http_app.BodyLimit` to ``MAX_REQUEST_BYTES`` (10 MiB) with
     Google's error shape; the SDK's limit (4 MiB by default, answered in plain text) is raised
     to the same size (issue 15, item 10)."""
+    boundary = boundary or Boundary("mcp")
     # The SDK logs every stateless request at INFO ("Terminating session: None"): keep warnings.
     logging.getLogger("mcp").setLevel(logging.WARNING)
     manager = StreamableHTTPSessionManager(
-        app=build_server(implementations, authentication=tokens is not None),
+        app=build_server(implementations, boundary),
         json_response=True,
         stateless=True,
         security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         max_request_body_size=MAX_REQUEST_BYTES,
     )
-    app = post_only(authenticated(lightened(StreamableHTTPASGIApp(manager)), tokens))
+    app = guarded(lightened(StreamableHTTPASGIApp(manager)), boundary)
     return McpEndpoint(app, manager)

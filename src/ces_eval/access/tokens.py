@@ -1,20 +1,8 @@
-"""Who may call what: bearer tokens from ``serve --auth-tokens FILE`` (docs/security.md).
+"""The token table of ``serve --auth-tokens FILE`` (docs/security.md): loading and checking the
+file, and looking a presented bearer token up by its digest.
 
 Each token in the file names a principal, the projects it may reach (``"*"``: every project) and
-whether it may write. The surfaces only *authenticate*: they hand the ``Authorization: Bearer …``
-value (gRPC metadata, HTTP header, or REST's ``access_token`` system parameter) to
-:meth:`Tokens.authenticate`, which answers a :class:`Principal` or UNAUTHENTICATED. The core
-*authorizes* every call in one place (:func:`authorize`, wrapped around each handler by
-:func:`ces_eval.core.service.handlers`), before any validation or storage access: a request is
-allowed only when every resource name it addresses lies in a project the principal may use, with
-the access (read or write) the method needs. A refusal is PERMISSION_DENIED in the form Google's
-front ends use ("… (or it may not exist)"), identical whether the resource exists or not, so a
-foreign token learns nothing.
-
-Which fields address resources, and whether a method writes, is read from the descriptors: the
-variables of the method's ``google.api.http`` templates (``{parent=projects/*/…}``,
-``{evaluation.name=…}``), or its ``name``/``parent`` field when it has no HTTP binding
-(WaitOperation); a method is read-only exactly when it is bound to GET or has no binding.
+whether it may write. Only SHA-256 digests are kept in memory.
 """
 
 from __future__ import annotations
@@ -22,42 +10,28 @@ from __future__ import annotations
 import hashlib
 import re
 import stat
-from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from ces_eval import schema
 from ces_eval.errors import Code, ServiceError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
     from pathlib import Path
-
-    from google.protobuf import descriptor
-    from google.protobuf.message import Message
 
 __all__ = [
     "ALL_PROJECTS",
     "MIN_TOKEN_LENGTH",
-    "MethodAccess",
     "Principal",
     "TokenFileError",
     "Tokens",
-    "authorize",
-    "authorize_json",
-    "authorize_values",
     "bearer",
-    "method_access",
 ]
 
 ALL_PROJECTS = "*"
 MIN_TOKEN_LENGTH = 16
 _SCHEME = "bearer"
-_VARIABLE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.]*)")
-_PROJECT = re.compile(r"projects/([^/]+)(?:/|$)")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _ACCESS = {"read-write": True, "read-only": False}
 _ENTRY_KEYS = {"name", "token", "token_sha256", "projects", "access"}
@@ -215,100 +189,3 @@ def _entry(entry: Any, at: str) -> tuple[str, Principal]:  # noqa: ANN401 - pars
     if access not in _ACCESS:
         raise TokenFileError(f"{at}: access must be read-write or read-only")
     return digest, Principal(name.strip(), frozenset(projects), _ACCESS[access])
-
-
-@dataclass(frozen=True)
-class MethodAccess:
-    """What a method touches: the request fields naming resources, and whether it writes."""
-
-    fields: tuple[tuple[str, ...], ...]
-    write: bool
-
-
-@cache
-def method_access(method: descriptor.MethodDescriptor) -> MethodAccess:
-    bindings = [b for b in schema.http_bindings() if b.method is method]
-    paths: dict[tuple[str, ...], None] = {}
-    for binding in bindings:
-        for variable in _VARIABLE.findall(binding.template):
-            paths[tuple(variable.split("."))] = None
-    if not paths:
-        for candidate in ("name", "parent"):
-            if candidate in method.input_type.fields_by_name:
-                paths[(candidate,)] = None
-    write = any(binding.verb != "GET" for binding in bindings)
-    return MethodAccess(tuple(paths), write)
-
-
-def _value(request: Message, path: tuple[str, ...]) -> str:
-    current: Any = request
-    for part in path:
-        current = getattr(current, part)
-    return str(current)
-
-
-def _json_value(arguments: Mapping[str, Any], path: tuple[str, ...]) -> str:
-    """The value at ``path`` (proto names) of proto3 JSON ``arguments``, which may spell each
-    key by its proto or JSON name; "" when absent or not a string."""
-    current: Any = arguments
-    for part in path:
-        if not isinstance(current, Mapping):
-            return ""
-        current = current.get(part, current.get(_camel(part)))
-    return current if isinstance(current, str) else ""
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(word.capitalize() for word in rest)
-
-
-def authorize(principal: Principal, method: descriptor.MethodDescriptor, request: Message) -> None:
-    """PERMISSION_DENIED unless ``principal`` may use every project ``request`` addresses with the
-    access ``method`` needs. Runs before validation: a name without a project is denied too, so a
-    restricted token gets the same answer for every resource outside its projects."""
-    _check(principal, method, lambda path: _value(request, path))
-
-
-def authorize_values(
-    principal: Principal, method: descriptor.MethodDescriptor, values: Mapping[str, str]
-) -> None:
-    """:func:`authorize` from a REST route's path variables (dotted field path → value), before
-    the body or query is read: a foreign token gets 403 whatever else the request holds."""
-    _check(principal, method, lambda path: values.get(".".join(path), ""))
-
-
-def authorize_json(
-    principal: Principal, method: descriptor.MethodDescriptor, arguments: Mapping[str, Any]
-) -> None:
-    """:func:`authorize` from proto3 JSON arguments (MCP ``tools/call``), before they are
-    validated."""
-    _check(principal, method, lambda path: _json_value(arguments, path))
-
-
-def _check(
-    principal: Principal,
-    method: descriptor.MethodDescriptor,
-    value_of: Callable[[tuple[str, ...]], str],
-) -> None:
-    needs = method_access(method)
-    for path in needs.fields:
-        value = value_of(path)
-        match = _PROJECT.match(value)
-        if match is None:
-            if ALL_PROJECTS in principal.projects and (principal.writable or not needs.write):
-                continue
-            raise _denied(method, value)
-        if not principal.may(match.group(1), write=needs.write):
-            raise _denied(method, value)
-
-
-def _denied(method: descriptor.MethodDescriptor, resource: str) -> ServiceError:
-    permission = f"ces.{method.containing_service.name}.{method.name}"
-    shown = resource if len(resource) <= 512 else resource[:512] + "…"
-    return ServiceError(
-        Code.PERMISSION_DENIED,
-        f"Permission {permission!r} denied on resource {shown!r} (or it may not exist).",
-        "IAM_PERMISSION_DENIED",
-        {"permission": permission, "resource": shown},
-    )

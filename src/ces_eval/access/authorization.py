@@ -1,0 +1,177 @@
+"""Authorization: which projects a call addresses, and whether its principal may use them.
+
+A request is allowed only when every resource name it addresses lies in a project the principal
+may use, with the access (read or write) the method needs. A refusal is PERMISSION_DENIED in the
+form Google's front ends use ("… (or it may not exist)"), identical whether the resource exists
+or not, so a foreign token learns nothing.
+
+Which fields address resources, and whether a method writes, is read from the descriptors: the
+variables of the method's ``google.api.http`` templates (``{parent=projects/*/…}``,
+``{evaluation.name=…}``, parsed by :mod:`ces_eval.transcoding.templates`, the one template
+grammar), or its ``name``/``parent`` field when it has no HTTP binding (WaitOperation); a method
+is read-only exactly when it is bound to GET or has no binding.
+
+There is one extractor (:func:`addressed`), reading those fields through one path abstraction,
+:class:`Fields`, wherever the values are: in a decoded request message (the core, for every
+surface), in a REST route's path variables (before the body is read) or in MCP ``tools/call``
+arguments (before they are validated).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING, Any, Protocol
+
+from google.protobuf.message import Message
+
+from ces_eval import schema
+from ces_eval.access.tokens import ALL_PROJECTS
+from ces_eval.errors import Code, ServiceError
+from ces_eval.transcoding.templates import parse_template
+
+if TYPE_CHECKING:
+    from google.protobuf import descriptor
+
+    from ces_eval.access.tokens import Principal
+
+__all__ = [
+    "FieldPath",
+    "Fields",
+    "JsonFields",
+    "MessageFields",
+    "MethodAccess",
+    "VariableFields",
+    "addressed",
+    "authorize",
+    "method_access",
+    "project_of",
+]
+
+FieldPath = tuple[str, ...]
+_PROJECT = re.compile(r"projects/([^/]+)(?:/|$)")
+_SHOWN = 512  # characters of a refused resource name quoted back
+
+
+class Fields(Protocol):
+    """A request's field values, however the request is held: the string at a field path
+    (proto names), "" when it is absent or not a string."""
+
+    def value(self, path: FieldPath) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class MessageFields:
+    """The fields of a decoded request message."""
+
+    request: Message
+
+    def value(self, path: FieldPath) -> str:
+        current: Any = self.request
+        for part in path:
+            current = getattr(current, part)
+        return str(current)
+
+
+@dataclass(frozen=True, slots=True)
+class VariableFields:
+    """A REST route's path variables (dotted field path → value, as the router matched them)."""
+
+    values: Mapping[str, str]
+
+    def value(self, path: FieldPath) -> str:
+        return self.values.get(".".join(path), "")
+
+
+@dataclass(frozen=True, slots=True)
+class JsonFields:
+    """Proto3 JSON arguments (MCP ``tools/call``), which may spell each key by its proto or its
+    JSON (lowerCamelCase) name."""
+
+    arguments: Mapping[str, Any]
+
+    def value(self, path: FieldPath) -> str:
+        current: Any = self.arguments
+        for part in path:
+            if not isinstance(current, Mapping):
+                return ""
+            current = current.get(part, current.get(_camel(part)))
+        return current if isinstance(current, str) else ""
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(word.capitalize() for word in rest)
+
+
+@dataclass(frozen=True)
+class MethodAccess:
+    """What a method touches: the request fields naming resources, and whether it writes."""
+
+    fields: tuple[FieldPath, ...]
+    write: bool
+
+
+@cache
+def method_access(method: descriptor.MethodDescriptor) -> MethodAccess:
+    """The resource fields of ``method`` (the variables of all its HTTP bindings, in order) and
+    whether it writes."""
+    bindings = [b for b in schema.http_bindings() if b.method is method]
+    paths: dict[FieldPath, None] = {}
+    for binding in bindings:
+        for variable in parse_template(binding.template).variables:
+            paths[tuple(variable.split("."))] = None
+    if not paths:
+        for candidate in ("name", "parent"):
+            if candidate in method.input_type.fields_by_name:
+                paths[(candidate,)] = None
+    write = any(binding.verb != "GET" for binding in bindings)
+    return MethodAccess(tuple(paths), write)
+
+
+def _fields(source: Message | Fields) -> Fields:
+    return MessageFields(source) if isinstance(source, Message) else source
+
+
+def addressed(method: descriptor.MethodDescriptor, source: Message | Fields) -> tuple[str, ...]:
+    """The resource names a call of ``method`` addresses, one per resource field, read from
+    ``source`` (a request message, or :class:`Fields` of another form)."""
+    fields = _fields(source)
+    return tuple(fields.value(path) for path in method_access(method).fields)
+
+
+def project_of(resource: str) -> str | None:
+    """The project ID a resource name starts with (``projects/<id>/…``); None for none."""
+    match = _PROJECT.match(resource)
+    return None if match is None else match.group(1)
+
+
+def authorize(
+    principal: Principal, method: descriptor.MethodDescriptor, source: Message | Fields
+) -> None:
+    """PERMISSION_DENIED unless ``principal`` may use every project ``source`` addresses with
+    the access ``method`` needs. Runs before validation: a name without a project is denied too
+    (unless the principal reaches every project with that access, when validation answers), so
+    a restricted token gets the same answer for every resource outside its projects."""
+    write = method_access(method).write
+    for resource in addressed(method, source):
+        project = project_of(resource)
+        if project is None:
+            if ALL_PROJECTS in principal.projects and (principal.writable or not write):
+                continue
+            raise _denied(method, resource)
+        if not principal.may(project, write=write):
+            raise _denied(method, resource)
+
+
+def _denied(method: descriptor.MethodDescriptor, resource: str) -> ServiceError:
+    permission = f"ces.{method.containing_service.name}.{method.name}"
+    shown = resource if len(resource) <= _SHOWN else resource[:_SHOWN] + "…"
+    return ServiceError(
+        Code.PERMISSION_DENIED,
+        f"Permission {permission!r} denied on resource {shown!r} (or it may not exist).",
+        "IAM_PERMISSION_DENIED",
+        {"permission": permission, "resource": shown},
+    )

@@ -1,0 +1,205 @@
+"""The REST surface: an ASGI app that transcodes HTTP/JSON to the core's methods (http.proto).
+
+Request: path variables, then the body (``*``, one field, or none), then query parameters fill
+the request message; system parameters (``$alt``, ``key``, ...) are accepted. Response: proto3
+JSON in lowerCamelCase, enums as names or, with ``$alt=json;enum-encoding=int`` (what the
+official client sends), as numbers. Errors: Google's JSON envelope (AIP-193), written by
+:func:`ces_eval.surfaces.asgi.send_error`.
+
+Only the wire is here: admission, authentication (``Authorization``, or the ``access_token``
+system parameter), the ``X-Server-Timeout`` deadline, the last-resort catch and the request
+line's code are the boundary's (:mod:`ces_eval.surfaces.boundary`); the body arrives read and
+bounded (:class:`~ces_eval.surfaces.http_app.BodyLimit`, :func:`~ces_eval.surfaces.asgi.body_of`).
+The templates, router, query and body parsing and rendering are :mod:`ces_eval.transcoding`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from urllib.parse import parse_qsl
+
+from ces_eval.access import VariableFields, authorize
+from ces_eval.admission import WATCHED_METHODS, server_timeout, until_disconnected
+from ces_eval.core.limits import LOOP_BYTES, off_loop
+from ces_eval.errors import FieldViolation, ServiceError
+from ces_eval.logs import CALL_KEY
+from ces_eval.surfaces.asgi import body_of, credentials, send_error, send_json
+from ces_eval.surfaces.boundary import Boundary, Inputs
+from ces_eval.transcoding import errors
+from ces_eval.transcoding.body import heavy, parse_body
+from ces_eval.transcoding.query import SYSTEM_PARAMETERS, QueryError, apply_query
+from ces_eval.transcoding.rendering import JsonRenderer
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from google.protobuf.message import Message
+    from starlette.types import Receive, Scope, Send
+
+    from ces_eval.core.service import Caller, Handler
+    from ces_eval.logs import Call
+    from ces_eval.transcoding.router import Route, Router
+
+__all__ = ["Transcoder"]
+
+_ALT = ("$alt", "alt")
+
+
+def _invalid(field: str, description: str) -> ServiceError:
+    return ServiceError.invalid_argument(description, [FieldViolation(field, description)])
+
+
+def _int_enums(params: list[tuple[str, str]]) -> bool:
+    """``$alt=json;enum-encoding=int`` asks for enums as numbers; other ``$alt`` forms than JSON
+    are refused."""
+    int_enums = False
+    for name, value in params:
+        if name not in _ALT:
+            continue
+        parts = [p.strip() for p in value.split(";")]
+        if parts[0] not in {"json", ""}:
+            raise _invalid(name, f"Unsupported {name} {value!r}; only json is served.")
+        for option in parts[1:]:
+            if option == "enum-encoding=int":
+                int_enums = True
+            elif option:
+                raise _invalid(name, f"Unsupported {name} option {option!r}.")
+    return int_enums
+
+
+class Transcoder:
+    """ASGI app serving every HTTP binding of the router over the core's handlers, behind
+    ``boundary`` (default: an open REST boundary without an in-flight limit)."""
+
+    def __init__(
+        self, router: Router, handlers: Mapping[str, Handler], boundary: Boundary | None = None
+    ) -> None:
+        self._router = router
+        self._handlers = handlers
+        self._boundary = boundary or Boundary("rest")
+        self._renderer = JsonRenderer()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        verb, raw_path = _target(scope)
+        params: list[tuple[str, str]] = []
+
+        def inputs() -> Inputs:
+            deadline = server_timeout(scope.get("headers", ()))  # admission.py: deadlines
+            params.extend(_query(scope.get("query_string", b"")))
+            authorization, user = credentials(scope)
+            if authorization is None and self._boundary.tokens is not None:
+                token = next((v for k, v in params if k == "access_token"), None)
+                authorization = f"Bearer {token}" if token else None
+            return Inputs(authorization, user, deadline)
+
+        async def work(caller: Caller) -> bytes:
+            return await self._handle(scope, receive, params, caller)
+
+        line: Call | None = scope.get(CALL_KEY)  # logs.HttpRequestLog: the request line
+        outcome = await self._boundary.serve(f"{verb} {raw_path}", inputs, work, line=line)
+        if isinstance(outcome, ServiceError):
+            await send_error(scope, send, outcome)
+        else:
+            await send_json(send, 200, outcome)
+
+    async def _handle(
+        self, scope: Scope, receive: Receive, params: list[tuple[str, str]], caller: Caller
+    ) -> bytes:
+        verb, raw_path = _target(scope)
+        line: Call | None = scope.get(CALL_KEY)
+        resolved = self._router.resolve(verb, raw_path.split("?", 1)[0])
+        if isinstance(resolved, list):
+            if not resolved:
+                raise errors.not_found_path(verb, raw_path)
+            if caller.principal is not None:
+                # A wrong verb on a foreign resource is still a foreign resource: answer 403,
+                # as for every other request a restricted token makes outside its projects.
+                # An unserved official route has no method to authorize against (see below).
+                other = self._router.resolve(resolved[0], raw_path.split("?", 1)[0])
+                if isinstance(other, tuple):
+                    authorize(caller.principal, other[0].binding.method, VariableFields(other[1]))
+            raise errors.method_not_allowed(verb, raw_path, resolved)  # 405 with Allow
+        if not isinstance(resolved, tuple):
+            # An official method this server does not serve yet (router.UnservedRoute): 501
+            # naming it, as gRPC answers, before the body is parsed. Our descriptors do not
+            # declare it, so the per-project authorization (which reads the method's resource
+            # fields) cannot apply; the caller did authenticate, and nothing is read or written.
+            if line is not None:
+                line.method = resolved.path.lstrip("/")
+            raise ServiceError.unimplemented(resolved.path.lstrip("/"))
+        route, variables = resolved
+        if line is not None:
+            line.method = route.path.lstrip("/")
+            line.resource = next(iter(variables.values()), "")
+        if caller.principal is not None:
+            authorize(caller.principal, route.binding.method, VariableFields(variables))
+        int_enums = _int_enums(params)
+        data = body_of(scope)
+        # A large body is parsed, checked and (below) answered in a worker thread, so that the
+        # event loop keeps serving every other caller meanwhile (docs/security.md, "Limits").
+        large = heavy(data)
+        request = await off_loop(large, self._request, route, variables, params, data)
+        handler = self._handlers.get(route.path)
+        if handler is None:
+            raise ServiceError.unimplemented(route.path.lstrip("/"))
+        call = handler(request, caller)
+        if route.path in WATCHED_METHODS:  # long calls end when their client goes
+            call = until_disconnected(call, receive)
+        response = await call
+        large = large or response.ByteSize() > LOOP_BYTES
+        return await off_loop(large, self._renderer.render, response, int_enums)
+
+    @staticmethod
+    def _request(
+        route: Route, variables: dict[str, str], params: list[tuple[str, str]], data: bytes
+    ) -> Message:
+        request = route.request_class()
+        body_field = route.binding.body
+        if body_field:
+            if not data.strip():
+                data = b"{}"
+            if body_field == "*":
+                parse_body(data, request, "")
+            else:
+                parse_body(data, getattr(request, body_field), body_field)
+        elif data.strip():
+            raise _invalid(
+                "body", f"{route.binding.verb} {route.binding.template} takes no request body."
+            )
+        try:
+            apply_query(request, list(variables.items()))
+        except QueryError as error:
+            raise _invalid(error.field_path or error.parameter, error.description) from error
+        user_params = [(k, v) for k, v in params if k not in SYSTEM_PARAMETERS]
+        if body_field == "*" and user_params:
+            names = ", ".join(sorted({k for k, _ in user_params}))
+            raise _invalid(
+                user_params[0][0],
+                f"Unknown query parameter(s) {names}: this method takes every field in the body.",
+            )
+        bound = [*variables, *([body_field] if body_field else [])]
+        try:
+            apply_query(request, user_params, bound=bound)
+        except QueryError as error:
+            raise _invalid(error.parameter, error.description) from error
+        return request
+
+
+def _target(scope: Scope) -> tuple[str, str]:
+    """The request's verb and raw path (as sent: percent-escapes kept for the router)."""
+    raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+    return scope["method"].upper(), raw_path
+
+
+def _query(raw: bytes) -> list[tuple[str, str]]:
+    """Decoded (name, value) pairs in order; ``+`` is a space and escapes are UTF-8."""
+    try:
+        return parse_qsl(
+            raw.decode("latin-1"), keep_blank_values=True, encoding="utf-8", errors="strict"
+        )
+    except UnicodeDecodeError as error:
+        raise _invalid(
+            "query", "The query string is not valid UTF-8 after percent-decoding."
+        ) from error
