@@ -415,7 +415,7 @@ def build_server(
                 call.code = error.code
         except Exception:  # noqa: BLE001 - never leak exception text to the client
             _log.exception("MCP tool %s failed", spec.tool.name)
-            result = _error_result(ServiceError(Code.INTERNAL, "Internal error.", "INTERNAL_ERROR"))
+            result = _error_result(ServiceError(Code.INTERNAL, "Internal error.", "INTERNAL"))
             if call is not None:
                 call.code = Code.INTERNAL
         return result
