@@ -18,6 +18,9 @@ from google.protobuf import descriptor
 from ces_eval import schema
 from tests.support import contract
 
+# Every test compares with the official client, dumped by its own environment (.venv-client).
+pytestmark = pytest.mark.external
+
 _LABEL_REPEATED = 3
 
 

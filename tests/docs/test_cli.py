@@ -5,8 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from ces_eval.methods import markdown_table
 from tests.support import contract
+
+pytestmark = pytest.mark.integration  # runs the ces-eval program as a subprocess
 
 
 def _ces_eval(*args: str) -> subprocess.CompletedProcess[str]:
@@ -28,6 +32,7 @@ EMULATOR_BINDINGS = {
 }
 
 
+@pytest.mark.external  # the official client's bindings (.venv-client)
 def test_describe_lists_the_official_and_emulator_bindings() -> None:
     completed = _ces_eval("describe")
     lines = {" ".join(line.split()[:3]) for line in completed.stdout.splitlines()}

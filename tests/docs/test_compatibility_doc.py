@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from google.protobuf import descriptor
 
 from tests.support import contract, seeds
@@ -55,6 +56,7 @@ def test_each_listed_field_appears_on_its_source_pages() -> None:
             assert json_name in keys, f"{message}.{field}: {json_name} not on page {source}"
 
 
+@pytest.mark.external  # the official client (.venv-client)
 def test_fields_numbered_from_1000_are_absent_from_the_official_client() -> None:
     official = contract.official()
     for message, field, number in _numbered_from_1000():
@@ -68,6 +70,7 @@ def test_fields_numbered_from_1000_are_absent_from_the_official_client() -> None
         assert _numbered_from_1000()[(message, field, number)] not in names
 
 
+@pytest.mark.external  # the official client (.venv-client)
 def test_every_field_the_official_client_lacks_is_numbered_from_1000() -> None:
     """A seed-only field with a low number could collide with a future official number."""
     files, pool = contract.ours()

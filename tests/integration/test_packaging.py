@@ -33,6 +33,9 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
 from tests.support.load import golden_evaluation
 from tests.support.server import start_server
 
+# git lists the tracked tree, make prints its recipes, npm installs the JavaScript toolchain.
+pytestmark = pytest.mark.external
+
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = "src/ces_eval/"
 APP = "projects/p/locations/l/apps/a"
