@@ -18,8 +18,9 @@ paths; REST and MCP also agree on the HTTP status. How each surface carries an e
 A surface that cannot express a row's call is left out of the row, which says why; a surface
 whose refusal carries no details by design is listed in the row's ``bare`` (with why) and agrees
 on the code alone. A row showing a drift between surfaces not fixed yet is ``xfail(strict=True)``:
-the fix makes it pass, which fails the run until the mark goes. :func:`test_every_documented_
-error_kind_has_a_row` keeps the table in step with docs/semantics.md.
+the fix makes it pass, which fails the run until the mark goes. A second test keeps the table
+in step with docs/semantics.md: every documented reason has a row, or a line of
+:data:`ONE_SURFACE` saying why it exists on one surface only.
 
 Servers, each shared by its rows: ``open`` (SQLite, no authentication), ``guarded``
 (``--auth-tokens``), ``strained`` (``--max-concurrent-requests 1``); the row that removes the
@@ -156,13 +157,14 @@ class World:
     names: dict[str, str] = field(default_factory=dict)
 
     def grpc(self, path: str, request: bytes, token: str | None, timeout: float) -> Seen:
+        """The error of the gRPC call ``path`` with the serialized ``request``."""
         call = self.channel.unary_unary(path)  # bytes in, bytes out
         metadata = list(_bearer(token).items()) or None
         try:
             call(request, timeout=timeout, metadata=metadata)
         except grpc.RpcError as error:
-            code = error.code()  # type: ignore[attr-defined]
-            trailers = dict(error.trailing_metadata() or ())  # type: ignore[attr-defined]
+            code = error.code()
+            trailers = dict(error.trailing_metadata() or ())
             if "grpc-status-details-bin" not in trailers:
                 return Seen(code.name)
             status = status_pb2.Status.FromString(trailers["grpc-status-details-bin"])
@@ -178,6 +180,7 @@ class World:
         body: Any,
         headers: Mapping[str, str],
     ) -> Seen:
+        """The error of a REST request with ``body`` as JSON (none when None)."""
         content = None if body is None else json.dumps(body).encode()
         response = self.http.request(
             verb,
@@ -191,6 +194,8 @@ class World:
         return _reduced(error["status"], error, response.status_code)
 
     def mcp(self, tool: str, arguments: Mapping[str, Any], headers: Mapping[str, str]) -> Seen:
+        """The error of ``tools/call`` of ``tool``, sent as the reference pages' curl call does
+        (no ``initialize`` first: the server is stateless)."""
         request = {
             "jsonrpc": "2.0",
             "id": 1,
@@ -312,6 +317,12 @@ def removed_world(tmp_path: Path) -> Iterator[World]:
     with _serving(start_server(database)) as world:
         _create(world, APP, "before")
         database.unlink()
+        # A read checks the files only when the last check is older than a few milliseconds
+        # (storage/sqlite.py): wait until the server has noticed, as /healthz shows.
+        deadline = time.monotonic() + 30
+        while world.http.get("/healthz").status_code == 200:
+            assert time.monotonic() < deadline, "the server never noticed its file removed"
+            time.sleep(0.01)
         yield world
 
 
