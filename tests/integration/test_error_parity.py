@@ -50,7 +50,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 from google.rpc import status_pb2
 
-from ces_eval.errors import DOMAIN
+from ces_eval.errors import DOMAIN, Code
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.storage.sqlite import SqliteStorage
@@ -507,7 +507,8 @@ class Case:
     """One error kind: the ``code`` and ErrorInfo ``reason`` every surface in ``calls`` must
     answer, on the server ``world`` (a fixture), while ``during`` holds (if given). ``bare``:
     surfaces whose refusal carries no details by design, and why. ``drift``: why the surfaces
-    disagree today (the row is then a strict xfail)."""
+    disagree today (the row is then a strict xfail). ``http``: the HTTP status of REST and MCP
+    where it is not the code's own (errors.Code; 413, 415 and 421 are deliberate)."""
 
     id: str
     code: str
@@ -517,6 +518,25 @@ class Case:
     during: Callable[[World], AbstractContextManager[None]] | None = None
     bare: Mapping[str, str] = field(default_factory=dict)
     drift: str = ""
+    http: int | None = None
+
+
+def _guarded(
+    name: str, code: str, reason: str, token: str | None, request: Request | None = None
+) -> Case:
+    """A row of the ``--auth-tokens`` server: ``request`` (reading alice's evaluation) sent
+    with ``token`` (none: no credentials) on every surface."""
+    calls = same(request or _get("alices"), token=token)
+    return Case(name, code, reason, calls, world="guarded_world")
+
+
+def _from_a_page(name: str, code: str, reason: str, http: int, headers: Mapping[str, str]) -> Case:
+    """A row of the HTTP port's browser guard (docs/security.md): a create sent with
+    ``headers`` as a web page could send it, refused with HTTP status ``http`` on REST and MCP
+    alike. gRPC is out of a page's reach, so out of the row."""
+    request = _create_request(golden_evaluation(name))
+    calls = same(request, surfaces=("rest", "mcp"), headers=headers)
+    return Case(name, code, reason, calls, http=http)
 
 
 CASES = [
@@ -592,6 +612,7 @@ CASES = [
         "RESOURCE_EXHAUSTED",
         "REQUEST_BODY_TOO_LARGE",
         same(_create_request(_oversized())),
+        http=413,
         bare={
             "grpc": "grpc refuses a message over grpc.max_receive_message_length itself, "
             "before any handler runs (server.py)"
@@ -627,63 +648,32 @@ CASES = [
         world="strained_world",
         during=_saturated,
     ),
-    Case(
-        "credentials-missing",
-        "UNAUTHENTICATED",
-        "CREDENTIALS_MISSING",
-        same(_get("alices")),
-        world="guarded_world",
-    ),
-    Case(
-        "token-invalid",
-        "UNAUTHENTICATED",
-        "ACCESS_TOKEN_INVALID",
-        same(_get("alices"), token=FORGED),
-        world="guarded_world",
-    ),
-    Case(
-        "foreign-project",
-        "PERMISSION_DENIED",
-        "IAM_PERMISSION_DENIED",
-        same(_get("alices"), token=BOB),
-        world="guarded_world",
-    ),
-    Case(
+    _guarded("credentials-missing", "UNAUTHENTICATED", "CREDENTIALS_MISSING", None),
+    _guarded("token-invalid", "UNAUTHENTICATED", "ACCESS_TOKEN_INVALID", FORGED),
+    _guarded("foreign-project", "PERMISSION_DENIED", "IAM_PERMISSION_DENIED", BOB),
+    _guarded(
         "read-only-token-writes",
         "PERMISSION_DENIED",
         "IAM_PERMISSION_DENIED",
-        same(
-            lambda world: service_pb2.DeleteEvaluationRequest(name=world.names["alices"]),
-            token=READER,
-        ),
-        world="guarded_world",
+        READER,
+        lambda world: service_pb2.DeleteEvaluationRequest(name=world.names["alices"]),
     ),
-    # The HTTP port's browser guard (docs/security.md): gRPC is not reachable from a page.
-    Case(
-        "host-not-allowed",
-        "PERMISSION_DENIED",
-        "HOST_NOT_ALLOWED",
-        same(_get(MISSING), surfaces=("rest", "mcp"), headers={"host": "evil.example"}),
+    _from_a_page(
+        "host-not-allowed", "PERMISSION_DENIED", "HOST_NOT_ALLOWED", 421, {"host": "evil.example"}
     ),
-    Case(
+    _from_a_page(
         "origin-not-allowed",
         "PERMISSION_DENIED",
         "ORIGIN_NOT_ALLOWED",
-        same(
-            _create_request(golden_evaluation("from a page")),
-            surfaces=("rest", "mcp"),
-            headers={"origin": "http://evil.example"},
-        ),
+        403,
+        {"origin": "http://evil.example"},
     ),
-    Case(
+    _from_a_page(
         "unsupported-content-type",
         "INVALID_ARGUMENT",
         "UNSUPPORTED_CONTENT_TYPE",
-        same(
-            _create_request(golden_evaluation("as text")),
-            surfaces=("rest", "mcp"),
-            headers={"content-type": "text/plain"},
-        ),
+        415,
+        {"content-type": "text/plain"},
     ),
 ]
 
@@ -716,7 +706,8 @@ def test_every_surface_answers_the_same_error(case: Case, request: pytest.Fixtur
     full = {surface: answer for surface, answer in seen.items() if surface not in case.bare}
     assert len(set(full.values())) == 1, full
     statuses = {surface: answer.http for surface, answer in seen.items() if answer.http}
-    assert len(set(statuses.values())) <= 1, statuses
+    expected = case.http or Code[case.code].http_status
+    assert set(statuses.values()) <= {expected}, statuses
 
 
 def _documented_reasons() -> set[str]:
