@@ -1,4 +1,4 @@
-"""Fixtures shared by every test folder.
+"""Fixtures shared by every test folder, and the markers every test gets (tests/README.md).
 
 PostgreSQL: ``postgres_cluster`` is one throw-away server for the whole session, started the first
 time a test asks for it (a run that never does pays nothing); ``postgres_url`` is a fresh, empty
@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from tests.support import markers
 from tests.support.postgres import (
     PostgresCluster,
     PostgresStartFailed,
@@ -22,6 +24,31 @@ from tests.support.postgres import (
 from tests.support.server import RunningServer, start_server
 
 SKIP_POSTGRES = "CES_EVAL_SKIP_POSTGRES"
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by the marks added here
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test by what it needs: its folder, fixtures and parameters
+    (:func:`tests.support.markers.implied`) on top of the marks written on it."""
+    for item in items:
+        folder = item.path.resolve().relative_to(TESTS).parts[0]
+        callspec = getattr(item, "callspec", None)
+        written = {mark.name for mark in item.iter_markers()}
+        try:
+            added = markers.implied(
+                folder,
+                getattr(item, "fixturenames", ()),
+                callspec.params.values() if callspec is not None else (),
+                written,
+            )
+        except KeyError:
+            raise pytest.UsageError(
+                f"{item.nodeid}: test files live in a folder of tests/ that "
+                "tests/support/markers.py lists (tests/README.md)"
+            ) from None
+        for name in sorted(added):
+            item.add_marker(name)
 
 
 @pytest.fixture(scope="session")

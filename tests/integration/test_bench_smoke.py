@@ -114,6 +114,7 @@ def _load_generators() -> None:
     subprocess.run([str(ROOT / "bench" / "tools.sh"), "ensure"], check=True)
 
 
+@pytest.mark.external  # h2load, wrk and taskset
 def test_harness_runs_every_scenario_without_errors(tmp_path: Path) -> None:
     _load_generators()
     output = tmp_path / "results"

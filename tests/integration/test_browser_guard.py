@@ -193,6 +193,7 @@ def _curl_block(after: str) -> str:
     )
 
 
+@pytest.mark.external  # curl and sh run README's recipes
 def test_readmes_curl_recipes_work(server: RunningServer) -> None:
     port = port_of(server)
     rest = _curl_block("With curl").replace("localhost:8080", f"localhost:{port}")
@@ -295,6 +296,7 @@ def test_an_allowed_host_passes_on_any_port(allowing: RunningServer) -> None:
         assert refused.status_code == 421
 
 
+@pytest.mark.external  # the official client (.venv-client)
 def test_a_wildcard_server_answers_on_its_loopback_addresses(tmp_path: Path) -> None:
     """``--host 0.0.0.0``: the address a connection reached is a name of the server, so
     127.0.0.2 (no loopback name) passes too; Google's official client, wired as the ready line

@@ -292,6 +292,7 @@ def test_a_worker_group_acknowledges_no_write_once_its_file_is_removed(tmp_path:
 # -- item 6: the shared-memory index -------------------------------------------------------------
 
 
+@pytest.mark.external  # chattr (e2fsprogs)
 def test_an_immutable_index_answers_unavailable_instead_of_killing_the_server(
     tmp_path: Path,
 ) -> None:
@@ -311,6 +312,7 @@ def test_an_immutable_index_answers_unavailable_instead_of_killing_the_server(
         assert server.stop(signal.SIGTERM) == 0
 
 
+@pytest.mark.external  # chattr (e2fsprogs)
 def test_an_immutable_log_refuses_writes_and_they_recover(tmp_path: Path) -> None:
     database = tmp_path / "db.sqlite"
     with serving(database) as server:
@@ -341,6 +343,7 @@ def test_an_index_cut_short_answers_unavailable_and_the_server_stops_without_sig
     integrity(database)
 
 
+@pytest.mark.external  # chattr (e2fsprogs)
 def test_a_server_does_not_start_on_an_immutable_index(tmp_path: Path) -> None:
     database = tmp_path / "db.sqlite"
     with serving(database) as server:

@@ -924,6 +924,7 @@ def _fill(folder: Path) -> Path:
     return filler
 
 
+@pytest.mark.external  # mount (a tmpfs)
 def test_a_full_file_system_refuses_writes_until_space_returns(tmp_path: Path) -> None:
     with _tmpfs(tmp_path / "disk", "32m") as disk:
         database = disk / "db.sqlite"

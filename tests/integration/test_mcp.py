@@ -333,6 +333,7 @@ def test_unexpected_exceptions_never_leak(caplog: pytest.LogCaptureFixture) -> N
             result = await client.call_tool("get_evaluation", {"name": f"{APP}/evaluations/e"})
             error = envelope_of(result)
             assert (error["code"], error["status"]) == (500, "INTERNAL")
+            assert error["details"][0]["reason"] == "INTERNAL"  # docs/semantics.md, Errors
             assert "secret" not in result.model_dump_json()
 
     anyio.run(main)

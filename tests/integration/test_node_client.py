@@ -6,8 +6,12 @@ import os
 import shutil
 import subprocess
 
+import pytest
+
 from tests.support import contract
 from tests.support.server import RunningServer
+
+pytestmark = pytest.mark.external  # Node.js and the npm packages in node_modules
 
 
 def test_node_client_creates_gets_and_lists(server: RunningServer) -> None:

@@ -18,6 +18,9 @@ from tests.support import contract
 from tests.support.server import RunningServer
 from tests.support.tokens import ALICE, BOB, guarded_server
 
+# Google's official client runs in its own environment (.venv-client).
+pytestmark = pytest.mark.external
+
 APP = "projects/demo-project/locations/us-central1/apps/support-bot"
 TOOL = APP + "/tools/lookup-order"
 

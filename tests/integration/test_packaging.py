@@ -34,6 +34,9 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
 from tests.support.load import golden_evaluation
 from tests.support.server import start_server
 
+# git lists the tracked tree, make prints its recipes, npm installs the JavaScript toolchain.
+pytestmark = pytest.mark.external
+
 REPO = Path(__file__).resolve().parents[2]
 # Where each folder of the package sits in the checkout and in the wheel (pyproject.toml's
 # package-dir): src/ces_eval is ces_eval, generated/ is ces_eval.generated.

@@ -103,6 +103,7 @@ def _scenario(server: RunningServer, transport: str) -> dict[str, Any]:
     return report
 
 
+@pytest.mark.external  # the official client (.venv-client)
 @pytest.mark.parametrize("transport", ["grpc", "rest"])
 def test_the_official_client_reads_every_page_of_large_evaluations(
     server: RunningServer, stored: list[str], transport: str

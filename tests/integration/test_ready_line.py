@@ -32,6 +32,7 @@ def _wirings(running: RunningServer) -> list[dict[str, object]]:
     return found
 
 
+@pytest.mark.external  # the official client (.venv-client)
 @pytest.mark.parametrize("mode", ["open", "tokens", "tokens on a public address"])
 def test_the_printed_wiring_works(tmp_path: Path, mode: str) -> None:
     extra: list[str] = []

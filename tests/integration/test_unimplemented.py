@@ -55,6 +55,7 @@ def test_the_unserved_set_is_not_empty() -> None:
     assert {path for path, *_ in BINDINGS} == {m["path"] for m in UNSERVED if m["http"]}
 
 
+@pytest.mark.external  # the official client (.venv-client)
 @pytest.mark.parametrize("transport", ["grpc", "rest"])
 def test_official_client_gets_method_not_implemented(
     module_server: RunningServer, transport: str

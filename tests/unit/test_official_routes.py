@@ -220,6 +220,7 @@ def generate_tool() -> Any:
     return importlib.import_module("generate")
 
 
+@pytest.mark.external  # the official client (.venv-client)
 def test_committed_json_is_what_the_client_says(tmp_path: Path) -> None:
     """What ``make check-generated`` compares: the tool's output, byte for byte."""
     generate = generate_tool()

@@ -417,6 +417,7 @@ def test_no_database_is_started_beside_a_log_left_without_its_own(tmp_path: Path
     assert not (orphan / "db.sqlite").exists()
 
 
+@pytest.mark.external  # chattr (e2fsprogs)
 def test_an_immutable_index_is_refused_until_it_can_be_written_again(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

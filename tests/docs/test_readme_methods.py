@@ -13,7 +13,6 @@ import re
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
 from google.protobuf import descriptor_pool
@@ -22,10 +21,11 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 )
 
 from ces_eval.methods import NOT_SERVED, SERVED, markdown_table
+from tests.support import contract
 from tests.support.server import RunningServer
 from tests.unit.test_official_routes import sample_path
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = contract.ROOT / "README.md"
 BEGIN, END = "<!-- methods:begin -->\n", "<!-- methods:end -->"
 _CODE = re.compile(r"`([^`]+)`")
 # Services the server adds beside the API (server.py); they are not API methods.

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
 from google.protobuf import descriptor
 
 from tests.support import contract, seeds
@@ -20,22 +23,28 @@ def _documented() -> dict[tuple[str, str, int], tuple[str, list[str]]]:
     return rows
 
 
-def _numbered_from_1000() -> dict[tuple[str, str, int], str]:
+def _our_messages() -> Iterator[descriptor.Descriptor]:
+    """Every message of our package, nested ones included."""
     files, pool = contract.ours()
-    found: dict[tuple[str, str, int], str] = {}
 
-    def visit(message: descriptor.Descriptor) -> None:
-        for field in message.fields:
-            if field.number >= 1000:
-                short = message.full_name.removeprefix(PACKAGE + ".")
-                found[(short, field.name, field.number)] = field.json_name
+    def walk(message: descriptor.Descriptor) -> Iterator[descriptor.Descriptor]:
+        yield message
         for nested in message.nested_types:
-            visit(nested)
+            yield from walk(nested)
 
     for file in files.file:
         if file.package == PACKAGE:
             for message in pool.FindFileByName(file.name).message_types_by_name.values():
-                visit(message)
+                yield from walk(message)
+
+
+def _numbered_from_1000() -> dict[tuple[str, str, int], str]:
+    found: dict[tuple[str, str, int], str] = {}
+    for message in _our_messages():
+        for field in message.fields:
+            if field.number >= 1000:
+                short = message.full_name.removeprefix(PACKAGE + ".")
+                found[(short, field.name, field.number)] = field.json_name
     return found
 
 
@@ -55,6 +64,7 @@ def test_each_listed_field_appears_on_its_source_pages() -> None:
             assert json_name in keys, f"{message}.{field}: {json_name} not on page {source}"
 
 
+@pytest.mark.external  # the official client (.venv-client)
 def test_fields_numbered_from_1000_are_absent_from_the_official_client() -> None:
     official = contract.official()
     for message, field, number in _numbered_from_1000():
@@ -68,13 +78,12 @@ def test_fields_numbered_from_1000_are_absent_from_the_official_client() -> None
         assert _numbered_from_1000()[(message, field, number)] not in names
 
 
+@pytest.mark.external  # the official client (.venv-client)
 def test_every_field_the_official_client_lacks_is_numbered_from_1000() -> None:
     """A seed-only field with a low number could collide with a future official number."""
-    files, pool = contract.ours()
     official = contract.official()
     offenders: list[str] = []
-
-    def visit(message: descriptor.Descriptor) -> None:
+    for message in _our_messages():
         try:
             theirs = {
                 f.number for f in official.pool.FindMessageTypeByName(message.full_name).fields
@@ -86,11 +95,4 @@ def test_every_field_the_official_client_lacks_is_numbered_from_1000() -> None:
             for f in message.fields
             if f.number not in theirs and f.number < 1000
         )
-        for nested in message.nested_types:
-            visit(nested)
-
-    for file in files.file:
-        if file.package == PACKAGE:
-            for message in pool.FindFileByName(file.name).message_types_by_name.values():
-                visit(message)
     assert offenders == []

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
+
+import pytest
 
 from ces_eval.methods import markdown_table
 from tests.support import contract
+
+pytestmark = pytest.mark.integration  # runs the ces-eval program as a subprocess
 
 
 def _ces_eval(*args: str) -> subprocess.CompletedProcess[str]:
@@ -29,6 +32,7 @@ EMULATOR_BINDINGS = {
 }
 
 
+@pytest.mark.external  # the official client's bindings (.venv-client)
 def test_describe_lists_the_official_and_emulator_bindings() -> None:
     completed = _ces_eval("describe")
     lines = {" ".join(line.split()[:3]) for line in completed.stdout.splitlines()}
@@ -56,7 +60,7 @@ def test_describe_markdown_prints_the_methods_table() -> None:
 
 def test_readme_lists_every_serve_option_with_its_variable() -> None:
     """README's "Server options" table has a row per flag of ``ces-eval serve --help``."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (contract.ROOT / "README.md").read_text()
     table = readme.split("## Server options", 1)[1].split("\n\n**Start-up mistakes**", 1)[0]
     rows = {
         line.split("|")[1].strip(" `"): line.split("|")[2].strip(" `")

@@ -10,6 +10,9 @@ the same gRPC path, request and response types, ``google.api.http`` rule and
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
 import pytest
 from google.api import annotations_pb2, http_pb2
 from google.longrunning import operations_proto_pb2
@@ -18,7 +21,11 @@ from google.protobuf import descriptor
 from ces_eval import schema
 from tests.support import contract
 
+# Every test compares with the official client, dumped by its own environment (.venv-client).
+pytestmark = pytest.mark.external
+
 _LABEL_REPEATED = 3
+D = TypeVar("D", descriptor.Descriptor, descriptor.EnumDescriptor)
 
 
 def _official_name(field: descriptor.FieldDescriptor) -> str:
@@ -82,27 +89,32 @@ def _enum_mismatches(
     ]
 
 
+def _compared(
+    kind: str,
+    official: Mapping[str, D],
+    find: Callable[[str], D],
+    mismatches: Callable[[D, D], list[str]],
+) -> list[str]:
+    """The mismatches of each official ``kind`` (message or enum) against ours of the same full
+    name, found by ``find``; one line for each that we lack."""
+    problems: list[str] = []
+    for name, theirs in sorted(official.items()):
+        try:
+            mine = find(name)
+        except KeyError:
+            problems.append(f"{kind} {name}: missing")
+            continue
+        problems += mismatches(theirs, mine)
+    return problems
+
+
 def test_every_reachable_message_and_enum_matches_the_official_client() -> None:
     official = contract.official()
     _, pool = contract.ours()
     messages, enums = contract.reachable(official.pool, official.roots)
-    mismatches: list[str] = []
-    field_count = 0
-    for name, message in sorted(messages.items()):
-        try:
-            mine = pool.FindMessageTypeByName(name)
-        except KeyError:
-            mismatches.append(f"message {name}: missing")
-            continue
-        field_count += len(message.fields)
-        mismatches += _field_mismatches(message, mine)
-    for name, enum in sorted(enums.items()):
-        try:
-            mine_enum = pool.FindEnumTypeByName(name)
-        except KeyError:
-            mismatches.append(f"enum {name}: missing")
-            continue
-        mismatches += _enum_mismatches(enum, mine_enum)
+    mismatches = _compared("message", messages, pool.FindMessageTypeByName, _field_mismatches)
+    mismatches += _compared("enum", enums, pool.FindEnumTypeByName, _enum_mismatches)
+    field_count = sum(len(message.fields) for message in messages.values())
     print(
         f"conformance: {len(messages)} messages, {len(enums)} enums, {field_count} fields "
         f"compared; {len(mismatches)} mismatches"
