@@ -39,7 +39,7 @@ from grpc_reflection.v1alpha import reflection
 
 from ces_eval import connections, openapi, schema
 from ces_eval import storage as storage_backends
-from ces_eval.access import TokenFileError, Tokens
+from ces_eval.access import TokenFileError, Tokens, authorized
 from ces_eval.admission import DEFAULT_LIMIT, Admission
 from ces_eval.core import limits, pages
 from ces_eval.core.operations import OperationRunner
@@ -428,9 +428,12 @@ def _surfaces(
 ) -> tuple[Dispatcher, Transcoder, McpEndpoint]:
     """The three surfaces over ``core``'s handlers, each behind its boundary
     (:mod:`ces_eval.surfaces.boundary`): with ``tokens`` every call authenticates (at the
-    boundary) and is authorized per project (in the core); each surface has its own in-flight
-    limit. gRPC writes its request lines itself; HTTP's come from ``HttpRequestLog``."""
-    implementations = handlers(core, authorization=tokens is not None)
+    boundary) and is authorized per project (:func:`ces_eval.access.authorized` wraps the
+    handlers every surface dispatches to); each surface has its own in-flight limit. gRPC writes
+    its request lines itself; HTTP's come from ``HttpRequestLog``."""
+    implementations = handlers(core)
+    if tokens is not None:
+        implementations = authorized(implementations)
 
     def boundary(surface: str, log: RequestLog | None = None) -> Boundary:
         admission = Admission(surface, config.max_concurrent_requests)

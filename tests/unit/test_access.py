@@ -3,6 +3,7 @@ process."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from google.protobuf.message import Message
 
 from ces_eval import schema
 from ces_eval.access import (
+    Caller,
     JsonFields,
     MessageFields,
     Principal,
@@ -21,11 +23,12 @@ from ces_eval.access import (
     VariableFields,
     addressed,
     authorize,
+    authorized,
     bearer,
+    identify,
     method_access,
     project_of,
 )
-from ces_eval.access.authentication import identify
 from ces_eval.core.service import implements
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
@@ -293,6 +296,31 @@ def test_authorize_allows_own_projects_and_denies_the_rest_alike() -> None:
         assert "(or it may not exist)" in caught.value.message
         messages.append(caught.value.message.replace(repr(name), "NAME"))
     assert len(set(messages)) == 1  # existence never changes the answer
+
+
+def test_authorized_handlers_check_every_call_and_fail_closed_without_a_principal() -> None:
+    """``authorized`` wraps each handler in its own method's check: the wrapped call runs for
+    a principal of the addressed project only, and a call reaching it unauthenticated (a wiring
+    fault) is UNAUTHENTICATED, never served."""
+    path = schema.method_path(METHODS["GetEvaluation"])
+    served: list[str] = []
+
+    async def handler(request: Message, caller: Caller) -> Message:
+        served.append(caller.user)
+        return request
+
+    wrapped = authorized({path: handler})[path]
+    request = service_pb2.GetEvaluationRequest(name=f"{APP_A}/evaluations/e")
+    asyncio.run(wrapped(request, Caller("alice", _principal({"proj-a"}))))
+    assert served == ["alice"]
+    for caller, code in (
+        (Caller("bob", _principal({"proj-b"})), Code.PERMISSION_DENIED),
+        (Caller("nobody"), Code.UNAUTHENTICATED),
+    ):
+        with pytest.raises(ServiceError) as caught:
+            asyncio.run(wrapped(request, caller))
+        assert caught.value.code is code
+    assert served == ["alice"]
 
 
 def test_authorize_checks_the_nested_name_of_an_update_and_write_access() -> None:

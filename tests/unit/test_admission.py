@@ -19,13 +19,13 @@ from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 
 from ces_eval import schema
+from ces_eval.access import Caller
 from ces_eval.admission import (
     Admission,
     server_timeout,
     until_disconnected,
     within,
 )
-from ces_eval.core.service import Caller
 from ces_eval.errors import Code, ServiceError
 from ces_eval.storage._group_commit import GroupCommitWriter
 from ces_eval.surfaces.boundary import Boundary

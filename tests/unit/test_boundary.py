@@ -24,9 +24,8 @@ from google.rpc import error_details_pb2, status_pb2
 from mcp import Client
 
 from ces_eval import logs, schema
-from ces_eval.access import Tokens
+from ces_eval.access import DEFAULT_USER, Caller, Tokens
 from ces_eval.admission import Admission
-from ces_eval.core.service import DEFAULT_USER, Caller
 from ces_eval.errors import Code, ServiceError
 from ces_eval.surfaces.asgi import http_answer, send_error
 from ces_eval.surfaces.boundary import INTERNAL_MESSAGE, Boundary, Inputs

@@ -21,8 +21,9 @@ from google.rpc import error_details_pb2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ces_eval.access import Caller
 from ces_eval.core import limits, pages, validation
-from ces_eval.core.service import Caller, Core
+from ces_eval.core.service import Core
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from ces_eval import openapi, schema
-from ces_eval.access import Tokens
+from ces_eval.access import Tokens, authorized
 from ces_eval.core import pages
 from ces_eval.core.limits import MAX_REQUEST_BYTES
 from ces_eval.core.service import Core, handlers
@@ -101,7 +101,7 @@ async def rest_client(
         app = BodyLimit(
             Transcoder(
                 Router(schema.http_bindings()),
-                handlers(core, authorization=tokens is not None),
+                handlers(core) if tokens is None else authorized(handlers(core)),
                 Boundary("rest", tokens=tokens),
             )
         )

@@ -15,8 +15,8 @@ from google.protobuf import field_mask_pb2
 from google.protobuf.message import Message
 
 from ces_eval import schema
+from ces_eval.access import Caller
 from ces_eval.core import names, standard
-from ces_eval.core.caller import Caller
 from ces_eval.core.evaluations import EVALUATIONS
 from ces_eval.core.results import RESULTS
 from ces_eval.core.service import RESOURCES, RPCS, implements

@@ -1,10 +1,14 @@
 """Who may call what (docs/security.md): the token table of ``serve --auth-tokens FILE``
-(:mod:`~ces_eval.access.tokens`), authentication (:mod:`~ces_eval.access.authentication`, which
+(:mod:`~ces_eval.access.tokens`), the :class:`Caller` the core receives
+(:mod:`~ces_eval.access.caller`), authentication (:mod:`~ces_eval.access.authentication`, which
 the surfaces' boundary calls before anything of a request is parsed) and authorization
-(:mod:`~ces_eval.access.authorization`, which the core applies to every call and the REST and
-MCP surfaces apply early, to path variables and tool arguments).
+(:mod:`~ces_eval.access.authorization`, which wraps the core's handlers for every surface, and
+which REST and MCP also apply early, to path variables and tool arguments).
+
+Nothing here imports the core or a surface: the core imports :class:`Caller` from here.
 """
 
+from ces_eval.access.authentication import identify
 from ces_eval.access.authorization import (
     Fields,
     JsonFields,
@@ -13,9 +17,11 @@ from ces_eval.access.authorization import (
     VariableFields,
     addressed,
     authorize,
+    authorized,
     method_access,
     project_of,
 )
+from ces_eval.access.caller import DEFAULT_USER, Caller, Handler
 from ces_eval.access.tokens import (
     ALL_PROJECTS,
     MIN_TOKEN_LENGTH,
@@ -27,8 +33,11 @@ from ces_eval.access.tokens import (
 
 __all__ = [
     "ALL_PROJECTS",
+    "DEFAULT_USER",
     "MIN_TOKEN_LENGTH",
+    "Caller",
     "Fields",
+    "Handler",
     "JsonFields",
     "MessageFields",
     "MethodAccess",
@@ -38,7 +47,9 @@ __all__ = [
     "VariableFields",
     "addressed",
     "authorize",
+    "authorized",
     "bearer",
+    "identify",
     "method_access",
     "project_of",
 ]

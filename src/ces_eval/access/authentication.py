@@ -1,19 +1,14 @@
-"""Authentication: the :class:`~ces_eval.core.service.Caller` of a request, from the credentials
-its surface decoded (the ``Authorization`` value: gRPC metadata, HTTP header, or REST's
-``access_token`` system parameter; and ``x-goog-user``).
-
-Not re-exported by :mod:`ces_eval.access`: the core imports that package (for
-:func:`~ces_eval.access.authorization.authorize` and :class:`~ces_eval.access.tokens.Principal`)
-while this module returns the core's ``Caller``; importing it from the package would make the two
-import each other. Surfaces import it from here.
+"""Authentication: the :class:`~ces_eval.access.caller.Caller` of a request, from the
+credentials its surface decoded (the ``Authorization`` value: gRPC metadata, HTTP header, or
+REST's ``access_token`` system parameter; and ``x-goog-user``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ces_eval.access.caller import DEFAULT_USER, Caller
 from ces_eval.access.tokens import bearer
-from ces_eval.core.caller import DEFAULT_USER, Caller
 
 if TYPE_CHECKING:
     from ces_eval.access.tokens import Tokens

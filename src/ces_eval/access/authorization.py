@@ -35,6 +35,7 @@ from ces_eval.transcoding.templates import parse_template
 if TYPE_CHECKING:
     from google.protobuf import descriptor
 
+    from ces_eval.access.caller import Caller, Handler
     from ces_eval.access.tokens import Principal
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "VariableFields",
     "addressed",
     "authorize",
+    "authorized",
     "method_access",
     "project_of",
 ]
@@ -164,6 +166,35 @@ def authorize(
             raise _denied(method, resource)
         if not principal.may(project, write=write):
             raise _denied(method, resource)
+
+
+def _authorized(method: descriptor.MethodDescriptor, implementation: Handler) -> Handler:
+    """``implementation`` behind :func:`authorize`: the first thing it does for every call."""
+
+    async def call(request: Message, caller: Caller) -> Message:
+        if caller.principal is None:
+            # The boundary authenticates first; reaching here without a principal is a wiring
+            # fault, and it must fail closed.
+            raise ServiceError(
+                Code.UNAUTHENTICATED, "The request has no credentials.", "CREDENTIALS_MISSING"
+            )
+        authorize(caller.principal, method, request)
+        return await implementation(request, caller)
+
+    return call
+
+
+def authorized(implementations: Mapping[str, Handler]) -> dict[str, Handler]:
+    """``implementations`` (method path → handler, :func:`ces_eval.core.service.handlers`), each
+    behind the project check of its method (``serve --auth-tokens``): every surface dispatches
+    to these, so a call is authorized on its decoded request whatever wire it came by (REST and
+    MCP also check path variables and tool arguments earlier, before reading the rest)."""
+    methods = {
+        schema.method_path(method): method
+        for service in schema.services()
+        for method in service.methods
+    }
+    return {path: _authorized(methods[path], handler) for path, handler in implementations.items()}
 
 
 def _denied(method: descriptor.MethodDescriptor, resource: str) -> ServiceError:

@@ -15,7 +15,7 @@ from ces_eval.core.exchange import objects
 if TYPE_CHECKING:
     from google.protobuf.message import Message
 
-    from ces_eval.core.caller import Caller
+    from ces_eval.access import Caller
     from ces_eval.core.operations import OperationRunner
     from ces_eval.core.pages import PageTokens
     from ces_eval.storage.base import Storage

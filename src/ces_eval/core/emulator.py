@@ -26,7 +26,7 @@ from ces_eval.storage import derived
 from ces_eval.storage.base import Conflict, Missing, TooLarge
 
 if TYPE_CHECKING:
-    from ces_eval.core.caller import Caller
+    from ces_eval.access import Caller
     from ces_eval.core.context import Context, Rpc
 
 __all__ = ["RPCS"]

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from google.longrunning import operations_pb2
     from google.protobuf.message import Message
 
-    from ces_eval.core.caller import Caller
+    from ces_eval.access import Caller
     from ces_eval.core.context import Context, Rpc
 
 __all__ = ["RPCS", "refused"]

@@ -18,7 +18,7 @@ from ces_eval.errors import ServiceError
 from ces_eval.storage.base import Cursor
 
 if TYPE_CHECKING:
-    from ces_eval.core.caller import Caller
+    from ces_eval.access import Caller
     from ces_eval.core.context import Context, Rpc
 
 __all__ = ["LOCATION", "OPERATION", "RPCS", "location_of"]

@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ces_eval import schema
-from ces_eval.access import authorize
+from ces_eval.access import DEFAULT_USER, Caller, Handler
 from ces_eval.core import emulator, evaluations, exports, longrunning, results
-from ces_eval.core.caller import DEFAULT_USER, Caller, Handler
 from ces_eval.core.context import DEFAULT_EXPORT_ROOT, Context, Rpc
 from ces_eval.core.names import snake_case
 from ces_eval.core.operations import OperationRunner
@@ -111,34 +110,14 @@ def _guarded(implementation: Handler) -> Handler:
     return call
 
 
-def _authorized(method: descriptor.MethodDescriptor, implementation: Handler) -> Handler:
-    """``implementation`` behind the project check of :func:`ces_eval.access.authorize`: the
-    first thing every call does on a server with ``--auth-tokens``."""
-
-    async def call(request: Message, caller: Caller) -> Message:
-        if caller.principal is None:
-            # The surfaces authenticate first; reaching here without a principal is a wiring
-            # fault, and it must fail closed.
-            raise ServiceError(
-                Code.UNAUTHENTICATED, "The request has no credentials.", "CREDENTIALS_MISSING"
-            )
-        authorize(caller.principal, method, request)
-        return await implementation(request, caller)
-
-    return call
-
-
-def handlers(core: Core, *, authorization: bool = False) -> dict[str, Handler]:
+def handlers(core: Core) -> dict[str, Handler]:
     """``/package.Service/Method`` → the core's implementation, for every method the
-    descriptors declare that the core implements. ``authorization``: every call must carry a
-    principal allowed to reach the projects it addresses (``serve --auth-tokens``)."""
+    descriptors declare that the core implements (with ``--auth-tokens`` the server wraps them
+    in :func:`ces_eval.access.authorized`)."""
     found: dict[str, Handler] = {}
     for service in schema.services():
         for method in service.methods:
             if not implements(method):
                 continue
-            implementation = _guarded(core.handler(method.name))
-            if authorization:
-                implementation = _authorized(method, implementation)
-            found[f"/{service.full_name}/{method.name}"] = implementation
+            found[schema.method_path(method)] = _guarded(core.handler(method.name))
     return found

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from google.protobuf import descriptor, field_mask_pb2, timestamp_pb2
     from google.protobuf.message import Message
 
-    from ces_eval.core.caller import Caller
+    from ces_eval.access import Caller
     from ces_eval.core.context import Context, Rpc
     from ces_eval.storage.base import Storage
 

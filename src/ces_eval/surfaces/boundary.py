@@ -33,7 +33,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, TypeVar
 
-from ces_eval.access.authentication import identify
+from ces_eval.access import identify
 from ces_eval.admission import within
 from ces_eval.errors import Code, ServiceError
 from ces_eval.logs import RequestLog
@@ -41,9 +41,8 @@ from ces_eval.logs import RequestLog
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from ces_eval.access import Tokens
+    from ces_eval.access import Caller, Tokens
     from ces_eval.admission import Admission
-    from ces_eval.core.service import Caller
     from ces_eval.logs import Call
 
 __all__ = ["INTERNAL_MESSAGE", "Boundary", "Inputs", "internal_error"]

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from google.protobuf import descriptor
     from google.protobuf.message import Message
 
-    from ces_eval.core.service import Caller, Handler
+    from ces_eval.access import Caller, Handler
 
 __all__ = ["CALLER_METADATA", "Dispatcher"]
 

@@ -62,7 +62,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 
 from ces_eval import logs, schema
-from ces_eval.access import JsonFields, authorize
+from ces_eval.access import Caller, Handler, JsonFields, authorize
 from ces_eval.comments import comment
 from ces_eval.core.limits import (
     LIMITS,
@@ -71,7 +71,7 @@ from ces_eval.core.limits import (
     MAX_VIOLATIONS,
     off_loop,
 )
-from ces_eval.core.service import Caller, Handler, implements, snake_case
+from ces_eval.core.service import implements, snake_case
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.jsonschema import JsonSchema, document
 from ces_eval.logs import Call

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from google.protobuf.message import Message
     from starlette.types import Receive, Scope, Send
 
-    from ces_eval.core.service import Caller, Handler
+    from ces_eval.access import Caller, Handler
     from ces_eval.logs import Call
     from ces_eval.transcoding.router import Route, Router
 

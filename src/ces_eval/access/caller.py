@@ -1,7 +1,9 @@
-"""Who calls the core, and the shape of a call as the surfaces see it.
+"""Who calls the core, and the shape of a call as the surfaces dispatch it.
 
-The surfaces authenticate and hand the core a :class:`Caller`; the core only records its
-``user`` (created_by, last_updated_by) and never looks at credentials.
+The surfaces' boundary authenticates a request (:func:`ces_eval.access.authentication.identify`)
+and hands the core a finished :class:`Caller`: the core records its ``user`` (created_by,
+last_updated_by) and never looks at credentials. Authorization wraps the core's handlers
+(:func:`ces_eval.access.authorization.authorized`) before any surface sees them.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from google.protobuf.message import Message
 
-    from ces_eval.access import Principal
+    from ces_eval.access.tokens import Principal
 
 __all__ = ["DEFAULT_USER", "Caller", "Handler"]
 
