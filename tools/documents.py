@@ -1,8 +1,9 @@
 """Write ``openapi.json`` and ``mcp_tools.json`` of a generated folder (``tools/generate.py``).
 
 Both documents are what ces_eval builds from the descriptors: the OpenAPI document of the REST
-surface (``ces_eval.openapi.build_openapi``) and the MCP tool list with its input and output JSON
-Schemas (``ces_eval.surfaces.mcp_tools.tool_specs``), as ``tools/list`` answers it. Committed in
+surface (``ces_eval.contract.openapi.build_openapi``) and the MCP tool list with its input and
+output JSON Schemas (``ces_eval.surfaces.mcp_tools.tool_specs``), as ``tools/list`` answers it.
+Committed in
 ``generated/``, a change of the contract shows in review as a change of these files, and
 ``make check-generated`` fails when they are stale.
 
@@ -53,7 +54,7 @@ def write(folder: Path) -> None:
     # Imported once ces_eval.generated is bound: they load descriptors on import.
     from mcp import types  # noqa: PLC0415
 
-    from ces_eval.openapi import build_openapi  # noqa: PLC0415
+    from ces_eval.contract.openapi import build_openapi  # noqa: PLC0415
     from ces_eval.surfaces.mcp_tools import tool_specs  # noqa: PLC0415
 
     listing = types.ListToolsResult(tools=[spec.tool for spec in tool_specs().values()])

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from ces_eval import __version__, logs, schema
+from ces_eval import __version__, logs
+from ces_eval.contract import schema
 from ces_eval.server import ExitStatus, ServerConfig, StartupError, preflight, serve
 from ces_eval.surfaces.http_app import host_name, origin_key
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Final, TextIO
 
-from ces_eval import schema
+from ces_eval.contract import schema
 from ces_eval.errors import Code
 from ces_eval.transcoding.templates import parse_template
 

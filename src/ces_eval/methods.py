@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ces_eval import schema
+from ces_eval.contract import schema
 from ces_eval.core.service import implements
 
 __all__ = ["MethodRow", "markdown_table", "method_rows"]

@@ -37,11 +37,12 @@ import uvicorn
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from ces_eval import connections, openapi, schema
+from ces_eval import connections
 from ces_eval import storage as storage_backends
 from ces_eval.access import TokenFileError, Tokens, authorized
 from ces_eval.admission import DEFAULT_LIMIT, Admission
-from ces_eval.core import limits, pages
+from ces_eval.contract import limits, openapi, schema
+from ces_eval.core import pages
 from ces_eval.core.operations import OperationRunner
 from ces_eval.core.service import DEFAULT_EXPORT_ROOT, Core, handlers
 from ces_eval.logs import HttpRequestLog, RequestLog

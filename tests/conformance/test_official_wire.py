@@ -18,7 +18,7 @@ from google.api import annotations_pb2, http_pb2
 from google.longrunning import operations_proto_pb2
 from google.protobuf import descriptor
 
-from ces_eval import schema
+from ces_eval.contract import schema
 from tests.support import contract
 
 # Every test compares with the official client, dumped by its own environment (.venv-client).

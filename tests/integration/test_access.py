@@ -24,8 +24,8 @@ from google.protobuf import descriptor, json_format, message_factory
 from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 
-from ces_eval import schema
 from ces_eval.access import method_access
+from ces_eval.contract import schema
 from ces_eval.core.service import implements
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2

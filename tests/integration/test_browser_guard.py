@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ces_eval.core.limits import MAX_REQUEST_BYTES
+from ces_eval.contract.limits import MAX_REQUEST_BYTES
 from tests.support import contract
 from tests.support.server import RunningServer, start_server
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from google.rpc import error_details_pb2, status_pb2
 
-from ces_eval.core.limits import MAX_REPEATED, MAX_VIOLATIONS
+from ces_eval.contract.limits import MAX_REPEATED, MAX_VIOLATIONS
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,

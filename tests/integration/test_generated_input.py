@@ -41,7 +41,7 @@ from google.rpc import error_details_pb2, status_pb2
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from ces_eval.core.limits import MAX_REQUEST_BYTES, MAX_VIOLATIONS
+from ces_eval.contract.limits import MAX_REQUEST_BYTES, MAX_VIOLATIONS
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2_grpc as emulator_grpc
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2

@@ -18,8 +18,8 @@ import httpx
 import pytest
 from google.rpc import error_details_pb2, status_pb2
 
+from ces_eval.contract.limits import MAX_REQUEST_BYTES
 from ces_eval.core.exchange import FORMAT
-from ces_eval.core.limits import MAX_REQUEST_BYTES
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2_grpc as emulator_grpc
 from tests.support.server import RunningServer, start_server

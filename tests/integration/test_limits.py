@@ -14,7 +14,7 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from ces_eval.core import limits
+from ces_eval.contract import limits
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.ces_eval.emulator.v1 import (
     emulator_service_pb2_grpc as emulator_grpc,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ces_eval import schema
+from ces_eval.contract import schema
 from ces_eval.core.service import implements
 from tests.support.server import RunningServer
 from tests.support.tokens import ALICE, BOB, guarded_server

@@ -20,7 +20,7 @@ import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from ces_eval import schema
+from ces_eval.contract import schema
 from ces_eval.core.service import implements
 from tests.support import contract
 from tests.support.server import RunningServer

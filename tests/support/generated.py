@@ -18,7 +18,7 @@ unknown enum names, other timestamp and duration spellings, unknown fields, null
 of one oneof.
 
 Field behaviours (google/api/field_behavior.proto) are read from the descriptors here too, on
-purpose independently of ``ces_eval.core.fields``: the tests check the server against them.
+purpose independently of ``ces_eval.contract.fields``: the tests check the server against them.
 """
 
 from __future__ import annotations

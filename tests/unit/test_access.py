@@ -12,7 +12,6 @@ import pytest
 from google.protobuf import message_factory
 from google.protobuf.message import Message
 
-from ces_eval import schema
 from ces_eval.access import (
     Caller,
     JsonFields,
@@ -29,6 +28,7 @@ from ces_eval.access import (
     method_access,
     project_of,
 )
+from ces_eval.contract import schema
 from ces_eval.core.service import implements
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2

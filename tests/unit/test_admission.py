@@ -18,7 +18,6 @@ from google.longrunning import operations_pb2, operations_pb2_grpc
 from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 
-from ces_eval import schema
 from ces_eval.access import Caller
 from ces_eval.admission import (
     Admission,
@@ -26,6 +25,7 @@ from ces_eval.admission import (
     until_disconnected,
     within,
 )
+from ces_eval.contract import schema
 from ces_eval.errors import Code, ServiceError
 from ces_eval.storage._group_commit import GroupCommitWriter
 from ces_eval.surfaces.boundary import Boundary

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ces_eval import schema
+from ces_eval.contract import schema
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2

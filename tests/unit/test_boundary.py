@@ -23,9 +23,10 @@ from google.longrunning import operations_pb2, operations_pb2_grpc
 from google.rpc import error_details_pb2, status_pb2
 from mcp import Client
 
-from ces_eval import logs, schema
+from ces_eval import logs
 from ces_eval.access import DEFAULT_USER, Caller, Tokens
 from ces_eval.admission import Admission
+from ces_eval.contract import schema
 from ces_eval.errors import Code, ServiceError
 from ces_eval.surfaces.asgi import http_answer, send_error
 from ces_eval.surfaces.boundary import INTERNAL_MESSAGE, Boundary, Inputs

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from starlette.types import Message, Receive, Scope, Send
 
 from ces_eval.cli import parse
-from ces_eval.core.limits import MAX_REQUEST_BYTES
+from ces_eval.contract.limits import MAX_REQUEST_BYTES
 from ces_eval.server import ServerConfig
 from ces_eval.surfaces.asgi import BODY_KEY
 from ces_eval.surfaces.http_app import (

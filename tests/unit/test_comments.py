@@ -7,7 +7,7 @@ from importlib import resources
 import pytest
 from google.protobuf import descriptor_pb2
 
-from ces_eval.comments import clean, comment, comments
+from ces_eval.contract.comments import clean, comment, comments
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2, evaluation_service_pb2
 

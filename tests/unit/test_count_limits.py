@@ -21,10 +21,11 @@ from google.protobuf.message import Message
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ces_eval.core import limits
+from ces_eval.contract import limits
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from ces_eval.offload import off_loop
 from ces_eval.surfaces import grpc_api, mcp_tools
 from ces_eval.transcoding import body
 
@@ -368,9 +369,9 @@ def test_heavy_work_runs_in_a_thread_with_the_collector_waiting() -> None:
         return threading.get_ident(), gc.isenabled()
 
     assert gc.isenabled()
-    here, enabled = asyncio.run(limits.off_loop(False, work))
+    here, enabled = asyncio.run(off_loop(False, work))
     assert (here, enabled) == (loop_thread, True)
-    there, enabled = asyncio.run(limits.off_loop(True, work))
+    there, enabled = asyncio.run(off_loop(True, work))
     assert there != loop_thread
     assert not enabled
     assert gc.isenabled()

@@ -20,7 +20,7 @@ from types import ModuleType
 import httpx
 from mcp import types
 
-from ces_eval import openapi
+from ces_eval.contract import openapi
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.surfaces.http_app import build_app
 from ces_eval.surfaces.mcp_tools import tool_specs

@@ -12,8 +12,8 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from google.rpc import error_details_pb2
 
-from ces_eval.core import json_safe
-from ces_eval.core.json_safe import violations
+from ces_eval.contract import json_safe
+from ces_eval.contract.json_safe import violations
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.surfaces import grpc_api

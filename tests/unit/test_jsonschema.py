@@ -33,15 +33,9 @@ from google.protobuf import (
 from google.protobuf.message import Message
 from jsonschema import Draft202012Validator
 
-from ces_eval.comments import comments
-from ces_eval.core.fields import required_violations
-from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2
-from ces_eval.generated.google.cloud.ces.v1beta import (
-    common_pb2,
-    evaluation_pb2,
-    evaluation_service_pb2,
-)
-from ces_eval.jsonschema import (
+from ces_eval.contract.comments import comments
+from ces_eval.contract.fields import required_violations
+from ces_eval.contract.jsonschema import (
     DIALECT,
     SchemaBuilder,
     View,
@@ -49,7 +43,13 @@ from ces_eval.jsonschema import (
     iter_refs,
     message_schema,
 )
-from ces_eval.schema import services
+from ces_eval.contract.schema import services
+from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import (
+    common_pb2,
+    evaluation_pb2,
+    evaluation_service_pb2,
+)
 from tests.support.samples import populate
 
 # --- a test-only proto with every kind of field ------------------------------------------------

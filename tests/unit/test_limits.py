@@ -1,5 +1,5 @@
-"""Request limits (``ces_eval.core.limits``), table-driven: each limit just under is accepted and
-just over is refused with the exact field path and reason, by the one-pass validation of
+"""Request limits (``ces_eval.contract.limits``), table-driven: each limit just under is accepted
+and just over is refused with the exact field path and reason, by the one-pass validation of
 evaluations and by the standalone check alike; the core applies them to every write (create,
 the merged update, seeded results, imports). Also: the depth limit is reachable on the wire
 (protobuf parses a Struct one level deeper than the limit wherever a request holds one), and a
@@ -22,7 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ces_eval.access import Caller
-from ces_eval.core import limits, pages, validation
+from ces_eval.contract import limits
+from ces_eval.core import pages, validation
 from ces_eval.core.service import Core
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2

@@ -22,10 +22,10 @@ from typing import Any
 import httpx
 import pytest
 
-from ces_eval import openapi, schema
 from ces_eval.access import Tokens, authorized
+from ces_eval.contract import openapi, schema
+from ces_eval.contract.limits import MAX_REQUEST_BYTES
 from ces_eval.core import pages
-from ces_eval.core.limits import MAX_REQUEST_BYTES
 from ces_eval.core.service import Core, handlers
 from ces_eval.storage.sqlite import SqliteStorage
 from ces_eval.surfaces.boundary import Boundary

@@ -13,18 +13,18 @@ from jsonschema import Draft202012Validator
 from openapi_spec_validator import OpenAPIV31SpecValidator, validate
 
 import ces_eval
-from ces_eval.comments import comments
-from ces_eval.errors import ServiceError
-from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2, evaluation_service_pb2
-from ces_eval.jsonschema import SchemaBuilder, iter_refs
-from ces_eval.openapi import (
+from ces_eval.contract.comments import comments
+from ces_eval.contract.jsonschema import SchemaBuilder, iter_refs
+from ces_eval.contract.openapi import (
     TITLE,
     PathParameter,
     _query_parameters,
     build_openapi,
     convert_template,
 )
-from ces_eval.schema import http_bindings
+from ces_eval.contract.schema import http_bindings
+from ces_eval.errors import ServiceError
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2, evaluation_service_pb2
 from tests.support.samples import populate
 from tests.unit.test_jsonschema import KINDS
 

@@ -18,7 +18,7 @@ from google.longrunning import operations_pb2
 from google.protobuf import field_mask_pb2
 
 from ces_eval.access import Caller
-from ces_eval.core import limits
+from ces_eval.contract import limits
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2

@@ -14,8 +14,8 @@ import pytest
 from google.protobuf import field_mask_pb2
 from google.protobuf.message import Message
 
-from ces_eval import schema
 from ces_eval.access import Caller
+from ces_eval.contract import schema
 from ces_eval.core import names, standard
 from ces_eval.core.evaluations import EVALUATIONS
 from ces_eval.core.results import RESULTS

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ces_eval import schema
+from ces_eval.contract import schema
 from ces_eval.transcoding.templates import PathTemplate, TemplateError, parse_template
 
 LIST = "/v1beta/{parent=projects/*/locations/*/apps/*}/evaluations"

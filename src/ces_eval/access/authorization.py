@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from google.protobuf.message import Message
 
-from ces_eval import schema
 from ces_eval.access.tokens import ALL_PROJECTS
+from ces_eval.contract import schema
 from ces_eval.errors import Code, ServiceError
 from ces_eval.transcoding.templates import parse_template
 

@@ -13,7 +13,8 @@ import asyncio
 import re
 from typing import TYPE_CHECKING
 
-from ces_eval.core import exchange, limits, names, standard
+from ces_eval.contract import limits
+from ces_eval.core import exchange, names, standard
 from ces_eval.core.exchange import objects
 from ces_eval.core.exports import refused
 from ces_eval.core.results import RESULTS

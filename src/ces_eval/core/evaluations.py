@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast
 
-from ces_eval.core import limits, names, pages, standard, validation
+from ces_eval.contract import limits
+from ces_eval.core import names, pages, standard, validation
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2

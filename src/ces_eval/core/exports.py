@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, TypeVar
 
-from ces_eval.core import exchange, limits, names
+from ces_eval.contract import limits
+from ces_eval.core import exchange, names
 from ces_eval.core.exchange import objects
 from ces_eval.core.longrunning import location_of
 from ces_eval.core.standard import invalid

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2
 
-from ces_eval.core import limits, names
+from ces_eval.contract import limits
+from ces_eval.core import names
 from ces_eval.core.pages import fill, page_size
 from ces_eval.core.standard import invalid
 from ces_eval.errors import ServiceError

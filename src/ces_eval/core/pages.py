@@ -1,8 +1,9 @@
 """List paging (AIP-158) and ordering (AIP-132).
 
-A page holds at most ``page_size`` items and at most :data:`~ces_eval.core.limits.MAX_PAGE_BYTES`
-of them (:func:`fill`): it ends early, with a next_page_token, rather than grow past what a
-client receives in one message (AIP-158 lets a page hold fewer items than asked).
+A page holds at most ``page_size`` items and at most
+:data:`~ces_eval.contract.limits.MAX_PAGE_BYTES` of them (:func:`fill`): it ends early, with a
+next_page_token, rather than grow past what a client receives in one message (AIP-158 lets a
+page hold fewer items than asked).
 
 Page tokens are opaque to callers: a signed, base64url-encoded cursor (the last row's sort value
 and name) plus a digest of the query that produced it. A token only works with the same parent,
@@ -19,7 +20,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ces_eval.core.limits import MAX_PAGE_BYTES, MAX_PAGE_SIZE
+from ces_eval.contract.limits import MAX_PAGE_BYTES, MAX_PAGE_SIZE
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.storage.base import Cursor, OrderBy, SortKey
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast
 
-from ces_eval.core import limits, names, rerun, standard, validation
+from ces_eval.contract import limits
+from ces_eval.contract.fields import required_violations
+from ces_eval.contract.json_safe import violations as unrenderable
+from ces_eval.core import names, rerun, standard, validation
 from ces_eval.core.evaluations import EVALUATIONS
-from ces_eval.core.fields import required_violations
-from ces_eval.core.json_safe import violations as unrenderable
 from ces_eval.core.longrunning import location_of
 from ces_eval.core.stamps import new_etag
 from ces_eval.errors import FieldViolation, ServiceError

@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ces_eval import schema
 from ces_eval.access import DEFAULT_USER, Caller, Handler
+from ces_eval.contract import schema
 from ces_eval.core import emulator, evaluations, exports, longrunning, results
 from ces_eval.core.context import DEFAULT_EXPORT_ROOT, Context, Rpc
 from ces_eval.core.names import snake_case

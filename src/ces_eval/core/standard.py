@@ -24,10 +24,12 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from google.protobuf import empty_pb2, message_factory
 
-from ces_eval import filtering, schema
-from ces_eval.core import fields, limits, names, pages, validation
+from ces_eval import filtering
+from ces_eval.contract import fields, limits, schema
+from ces_eval.core import names, pages, validation
 from ces_eval.core.stamps import new_etag, now
 from ces_eval.errors import FieldViolation, ServiceError
+from ces_eval.offload import off_loop
 from ces_eval.storage.base import (
     Conflict,
     Cursor,
@@ -398,7 +400,7 @@ async def create(
     # Validated in a worker thread when large: the event loop serves everyone else meanwhile.
     large = body is not None and body.ByteSize() > limits.LOOP_BYTES
     draft = partial(_new, resource, body, name=name, parts=parts, user=caller.user, parent=parent)
-    message, violations = await limits.off_loop(large, draft)
+    message, violations = await off_loop(large, draft)
     validation.raise_if_invalid(violations, resource.field)
     try:
         await resource.store.insert(context.storage, message)
@@ -477,7 +479,7 @@ async def update(
         apply = partial(
             _updated, resource, current, body, paths=paths, user=caller.user, parts=parts
         )
-        updated = await limits.off_loop(large, apply)
+        updated = await off_loop(large, apply)
         try:
             await replace(context.storage, updated, _etag(current))
         except Missing as missing:

@@ -1,20 +1,20 @@
 """Input validation of evaluations and results: field behaviours, the ranges the seeds state,
-the request limits (:mod:`ces_eval.core.limits`) and the size of what a write stores.
+the request limits (:mod:`ces_eval.contract.limits`) and the size of what a write stores.
 
 Every problem in one request is reported together, as the field violations of a single
 ``google.rpc.BadRequest`` (AIP-193), so a caller can fix them all at once: up to
 :data:`limits.MAX_VIOLATIONS` of them, where every check stops. A request over a count limit
 (a repeated field, map or Struct with too many entries, reason ``TOO_MANY``) is the exception: it
 is refused with those alone, as the surfaces refuse a large one before decoding it
-(:mod:`ces_eval.core.limits`, "counts, before anything else").
+(:mod:`ces_eval.contract.limits`, "counts, before anything else").
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ces_eval.core import fields, json_safe, limits
-from ces_eval.core.limits import MAX_GOLDEN_TURNS, MAX_SCENARIO_TURNS
+from ces_eval.contract import fields, json_safe, limits
+from ces_eval.contract.limits import MAX_GOLDEN_TURNS, MAX_SCENARIO_TURNS
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_config_pb2, evaluation_pb2
 
@@ -68,7 +68,7 @@ def validate_evaluation(evaluation: evaluation_pb2.Evaluation, path: str) -> lis
 
 def evaluation_violations(evaluation: evaluation_pb2.Evaluation, path: str) -> list[FieldViolation]:
     """:func:`validate_evaluation`, then the values proto3 JSON could not render
-    (:mod:`ces_eval.core.json_safe`) unless the count limits already refuse it."""
+    (:mod:`ces_eval.contract.json_safe`) unless the count limits already refuse it."""
     violations = validate_evaluation(evaluation, path)
     if not any(v.reason == "TOO_MANY" for v in violations):
         violations += json_safe.violations(evaluation, path)

@@ -18,11 +18,13 @@ from google.protobuf import message_factory
 from google.protobuf.message import DecodeError
 from grpc_status import rpc_status
 
-from ces_eval import logs, schema
+from ces_eval import logs
 from ces_eval.admission import Admission
-from ces_eval.core.limits import ENCODED_CHECK_BYTES, LIMITS, LOOP_BYTES, off_loop
+from ces_eval.contract import schema
+from ces_eval.contract.limits import ENCODED_CHECK_BYTES, LIMITS, LOOP_BYTES
 from ces_eval.core.validation import raise_if_invalid
 from ces_eval.errors import Code, FieldViolation, ServiceError
+from ces_eval.offload import off_loop
 from ces_eval.surfaces.boundary import Boundary, Inputs
 
 if TYPE_CHECKING:

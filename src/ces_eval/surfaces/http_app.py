@@ -26,7 +26,7 @@ from starlette.routing import Route
 from ces_eval import logs
 from ces_eval.admission import SERVER_TIMEOUT_HEADER
 from ces_eval.connections import Timeouts
-from ces_eval.core.limits import MAX_REQUEST_BYTES
+from ces_eval.contract.limits import MAX_REQUEST_BYTES
 from ces_eval.errors import Code, ServiceError
 from ces_eval.surfaces.asgi import AUTHORIZATION_HEADER, BODY_KEY, CALLER_HEADER, send_error
 from ces_eval.transcoding import errors

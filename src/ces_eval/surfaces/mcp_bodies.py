@@ -32,8 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
 
-from ces_eval.core.limits import MAX_DECODED_ENTRIES, collector_paused, key_path, off_loop
+from ces_eval.contract.limits import MAX_DECODED_ENTRIES, key_path
 from ces_eval.errors import FieldViolation, ServiceError
+from ces_eval.offload import collector_paused, off_loop
 from ces_eval.surfaces.asgi import body_of, send_error
 from ces_eval.surfaces.boundary import internal_error
 from ces_eval.transcoding.body import Overflow, heavy, load_json

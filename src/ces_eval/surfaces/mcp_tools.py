@@ -61,20 +61,16 @@ from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, Streamable
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 
-from ces_eval import logs, schema
+from ces_eval import logs
 from ces_eval.access import Caller, Handler, JsonFields, authorize
-from ces_eval.comments import comment
-from ces_eval.core.limits import (
-    LIMITS,
-    LOOP_BYTES,
-    MAX_REQUEST_BYTES,
-    MAX_VIOLATIONS,
-    off_loop,
-)
+from ces_eval.contract import schema
+from ces_eval.contract.comments import comment
+from ces_eval.contract.jsonschema import JsonSchema, document
+from ces_eval.contract.limits import LIMITS, LOOP_BYTES, MAX_REQUEST_BYTES, MAX_VIOLATIONS
 from ces_eval.core.service import implements, snake_case
 from ces_eval.errors import Code, FieldViolation, ServiceError
-from ces_eval.jsonschema import JsonSchema, document
 from ces_eval.logs import Call
+from ces_eval.offload import off_loop
 from ces_eval.surfaces.asgi import credentials, send_error
 from ces_eval.surfaces.boundary import Boundary
 from ces_eval.surfaces.mcp_bodies import Large, arguments_of, large_of, lightened

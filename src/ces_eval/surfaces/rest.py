@@ -20,9 +20,10 @@ from urllib.parse import parse_qsl
 
 from ces_eval.access import VariableFields, authorize
 from ces_eval.admission import WATCHED_METHODS, server_timeout, until_disconnected
-from ces_eval.core.limits import LOOP_BYTES, off_loop
+from ces_eval.contract.limits import LOOP_BYTES
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.logs import CALL_KEY
+from ces_eval.offload import off_loop
 from ces_eval.surfaces.asgi import body_of, credentials, send_error, send_json
 from ces_eval.surfaces.boundary import Boundary, Inputs
 from ces_eval.transcoding import errors

@@ -5,7 +5,7 @@ that unknown fields, wrong JSON types, unknown enum names and doubly-set oneofs 
 their field paths (proto names, ``evaluation.golden.turns[0].steps``), all at once, instead of
 json_format's first-error message.
 
-Before either, the count limits (:mod:`ces_eval.core.limits`: repeated fields, maps, Struct
+Before either, the count limits (:mod:`ces_eval.contract.limits`: repeated fields, maps, Struct
 entries) are checked on the document: a body over one is refused with those violations alone,
 before any per-element work. Reading the document itself is bounded too (see "reading the
 document"), and :func:`heavy` tells the surfaces which bodies to parse off the event loop.
@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from google.protobuf import descriptor, json_format
 
-from ces_eval import schema
-from ces_eval.core.limits import (
+from ces_eval.contract import schema
+from ces_eval.contract.limits import (
     LIMITS,
     MAX_DECODED_ENTRIES,
     MAX_MESSAGE_NESTING,

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
-from ces_eval import schema
+from ces_eval.contract import schema
 
 if TYPE_CHECKING:
     from google.protobuf import duration_pb2, field_mask_pb2, timestamp_pb2

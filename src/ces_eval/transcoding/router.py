@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from google.protobuf import message_factory
 
-from ces_eval import schema
+from ces_eval.contract import schema
 from ces_eval.transcoding.templates import PathTemplate, TemplateError, parse_template
 
 if TYPE_CHECKING:
@@ -68,7 +68,8 @@ class Router:
         unserved: Sequence[schema.OfficialBinding] | None = None,
     ) -> None:
         """``unserved``: the official bindings answering 501 (default: those of every official
-        method that ``bindings`` does not bind, :func:`ces_eval.schema.unserved_bindings`)."""
+        method that ``bindings`` does not bind,
+        :func:`ces_eval.contract.schema.unserved_bindings`)."""
         routes: list[Route] = []
         for binding in bindings:
             template = _compile(binding.template, binding.method.full_name, binding.verb)

@@ -64,9 +64,9 @@ from typing import Any, Literal
 from google.api import resource_pb2
 from google.protobuf import descriptor
 
-from ces_eval import schema
-from ces_eval.comments import comment
-from ces_eval.core.fields import OUTPUT_ONLY, REQUIRED, has_behavior
+from ces_eval.contract import schema
+from ces_eval.contract.comments import comment
+from ces_eval.contract.fields import OUTPUT_ONLY, REQUIRED, has_behavior
 
 __all__ = [
     "DIALECT",

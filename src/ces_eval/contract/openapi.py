@@ -5,8 +5,9 @@ contract change shows in review, and ``make check-generated`` fails when it is s
 serves that file (:func:`committed_openapi`) instead of building the document at every start.
 
 Every operation is one ``google.api.http`` binding (google/api/http.proto) of a method in
-:func:`ces_eval.schema.http_bindings`; every schema comes from :mod:`ces_eval.jsonschema`, with
-``$ref`` into ``components.schemas``. Nothing is listed by hand (GUIDE §7.5).
+:func:`ces_eval.contract.schema.http_bindings`; every schema comes from
+:mod:`ces_eval.contract.jsonschema`, with ``$ref`` into ``components.schemas``. Nothing is
+listed by hand (GUIDE §7.5).
 
 Transcoding as documented here (http.proto):
 
@@ -25,8 +26,8 @@ Transcoding as documented here (http.proto):
   schemas accept enums by name or number.
 
 Request bodies use the input views of the messages (REQUIRED fields required, the update
-resource partial); responses use the output views (see :mod:`ces_eval.jsonschema`). Errors are
-Google's JSON envelope, ``components.schemas.Status``.
+resource partial); responses use the output views (see :mod:`ces_eval.contract.jsonschema`).
+Errors are Google's JSON envelope, ``components.schemas.Status``.
 """
 
 from __future__ import annotations
@@ -40,10 +41,10 @@ from typing import TYPE_CHECKING
 from google.longrunning import operations_proto_pb2
 
 import ces_eval
-from ces_eval.comments import comment
+from ces_eval.contract.comments import comment
+from ces_eval.contract.jsonschema import JsonSchema, SchemaBuilder, View
+from ces_eval.contract.schema import HttpBinding, http_bindings, services
 from ces_eval.errors import Code
-from ces_eval.jsonschema import JsonSchema, SchemaBuilder, View
-from ces_eval.schema import HttpBinding, http_bindings, services
 
 if TYPE_CHECKING:
     from google.protobuf import descriptor

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from google.protobuf import descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
-from ces_eval.core.limits import MAX_VIOLATIONS, key_path
+from ces_eval.contract.limits import MAX_VIOLATIONS, key_path
 from ces_eval.errors import FieldViolation
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ messages), message nesting by protobuf's parsers (:data:`MAX_MESSAGE_NESTING`), 
 the resource as it will be served: :func:`size_violations`) and :data:`MAX_PAGE_BYTES` (every
 list page: :func:`ces_eval.core.pages.fill`), and the field limits below by :class:`Limits` on
 everything a caller writes: inside the one validation pass for evaluations (CreateEvaluation,
-the merged result of UpdateEvaluation; :class:`ces_eval.core.fields.InputRules` calls
+the merged result of UpdateEvaluation; :class:`ces_eval.contract.fields.InputRules` calls
 :meth:`Walk.fields` on each message it visits), standalone (:func:`check`) for
 CreateEvaluationResult and each evaluation and result of ImportEvaluations.
 
@@ -25,11 +25,8 @@ key longer than 128 characters is shown cut, ending in ``…``) and reason ``TOO
 
 from __future__ import annotations
 
-import asyncio
-import gc
 import json
-import threading
-from collections.abc import Callable, Container, Iterable, Iterator, Mapping
+from collections.abc import Container, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from functools import cache
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -69,9 +66,7 @@ __all__ = [
     "Rules",
     "Walk",
     "check",
-    "collector_paused",
     "key_path",
-    "off_loop",
     "shown",
     "size_violations",
     "too_large",
@@ -142,46 +137,6 @@ LOOP_BYTES = 8 * 1024
 ENCODED_CHECK_BYTES = 256 * 1024
 
 _T = TypeVar("_T")
-
-
-async def off_loop(heavy: bool, work: Callable[..., _T], *args: Any) -> _T:  # noqa: ANN401
-    """``work(*args)``, in a worker thread when ``heavy``: Python switches threads every 5 ms,
-    so the event loop keeps answering while it runs. The cyclic garbage collector waits while
-    it does: the trees a large request builds (JSON documents, messages) hold no cycles, and a
-    full collection over their million objects would stop every thread, the loop's included,
-    for a tenth of a second or more at a time."""
-    if not heavy:
-        return work(*args)
-    return await asyncio.to_thread(_collector_waiting, work, *args)
-
-
-_collector = threading.Lock()
-_collector_held = [0, False]  # pauses in force; whether the collector was enabled before
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector waits while this holds (see :func:`off_loop`). Held by a
-    request for as long as a large document of it stays alive between two heavy works (MCP's
-    arguments, read in one and parsed in the next): a collection in between would walk all
-    of it, holding the interpreter for tens of milliseconds."""
-    with _collector:
-        if _collector_held[0] == 0:
-            _collector_held[1] = gc.isenabled()
-            gc.disable()
-        _collector_held[0] += 1
-    try:
-        yield
-    finally:
-        with _collector:
-            _collector_held[0] -= 1
-            if _collector_held[0] == 0 and _collector_held[1]:
-                gc.enable()
-
-
-def _collector_waiting(work: Callable[..., _T], *args: Any) -> _T:  # noqa: ANN401
-    with collector_paused():
-        return work(*args)
 
 
 # (message type, field) → the element count or length the seeds state for that field.

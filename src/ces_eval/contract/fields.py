@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, cast
 
 from google.api import field_behavior_pb2
 
-from ces_eval.core.limits import MAX_VIOLATIONS
+from ces_eval.contract.limits import MAX_VIOLATIONS
 from ces_eval.errors import FieldViolation, ServiceError
 
 if TYPE_CHECKING:
     from google.protobuf import descriptor
     from google.protobuf.message import Message
 
-    from ces_eval.core.limits import Limits, Rules, Walk
+    from ces_eval.contract.limits import Limits, Rules, Walk
 
 __all__ = [
     "InputRules",

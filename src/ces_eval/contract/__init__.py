@@ -1,0 +1,10 @@
+"""The contract, read once from the generated descriptors: services and HTTP rules
+(:mod:`~ces_eval.contract.schema`), their comments (:mod:`~ces_eval.contract.comments`), field
+behaviours and update masks (:mod:`~ces_eval.contract.fields`), the request limits and their
+descriptor-driven checker (:mod:`~ces_eval.contract.limits`), what proto3 JSON can render
+(:mod:`~ces_eval.contract.json_safe`), and the documents built from them: JSON Schemas
+(:mod:`~ces_eval.contract.jsonschema`) and OpenAPI (:mod:`~ces_eval.contract.openapi`).
+
+Everything that depends on the API's shape starts here (GUIDE §7.5). It imports no surface, no
+core and no storage: they all import it.
+"""
