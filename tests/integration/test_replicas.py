@@ -77,6 +77,7 @@ def _reason(error: grpc.RpcError) -> str:
     return ""
 
 
+@pytest.mark.external  # the official client (.venv-client)
 @pytest.mark.parametrize("transport", ["grpc", "rest"])
 def test_official_client_scenario_alternating_between_replicas(
     replicas: tuple[RunningServer, RunningServer], transport: str

@@ -207,6 +207,7 @@ def test_connections_spread_over_workers_and_every_write_is_seen_by_every_worker
     assert all(http_serving.values()), http_serving
 
 
+@pytest.mark.external  # the official client (.venv-client)
 @pytest.mark.parametrize("transport", ["grpc", "rest"])
 def test_official_client_scenario_on_two_workers(group: RunningServer, transport: str) -> None:
     check_steps(run_scenario([group], transport), transport, group.export_dir)
