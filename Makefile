@@ -70,6 +70,7 @@ build/typing/ces_eval/generated:
 lint: setup build/third_party
 	$(VENV)/bin/ruff check src tests tools bench
 	$(VENV)/bin/ruff format --check src tests tools bench
+	$(VENV)/bin/lint-imports --no-cache
 	$(BUF) lint
 	$(BUF) format -d --exit-code protos
 	tools/buf_breaking.sh
