@@ -7,8 +7,8 @@ the core implements (:func:`ces_eval.core.service.implements`, the test ``handle
 other method answers UNIMPLEMENTED on gRPC and 501 on REST. The HTTP column shows our bindings
 where our descriptors bind the method, else the official ones (those answer 501).
 
-README's "Methods" section holds :func:`markdown_table` (tests/docs/test_readme_methods.py keeps them
-equal); ``ces-eval describe --markdown`` prints it.
+README's "Methods" section holds :func:`markdown_table` (tests/docs/test_readme_methods.py keeps
+them equal); ``ces-eval describe --markdown`` prints it.
 """
 
 from __future__ import annotations
