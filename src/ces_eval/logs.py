@@ -32,8 +32,8 @@ from functools import cache
 from typing import TYPE_CHECKING, Final, TextIO
 
 from ces_eval.contract import schema
+from ces_eval.contract.templates import parse_template
 from ces_eval.errors import Code
-from ces_eval.transcoding.templates import parse_template
 
 if TYPE_CHECKING:
     from google.protobuf import descriptor

@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 
 from ces_eval.contract import schema
+from ces_eval.contract.templates import TemplateError
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.transcoding.body import parse_body
 from ces_eval.transcoding.router import Router
-from ces_eval.transcoding.templates import TemplateError
 
 
 def problems(document: Any, path: str = "evaluation") -> list[str]:

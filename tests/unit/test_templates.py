@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ces_eval.contract import schema
-from ces_eval.transcoding.templates import PathTemplate, TemplateError, parse_template
+from ces_eval.contract.templates import PathTemplate, TemplateError, parse_template
 
 LIST = "/v1beta/{parent=projects/*/locations/*/apps/*}/evaluations"
 UPDATE = "/v1beta/{evaluation.name=projects/*/locations/*/apps/*/evaluations/*}"
@@ -67,6 +67,37 @@ def test_every_binding_of_the_api_parses_and_round_trips() -> None:
             for path, shape in _shapes(binding.template).items()
         }
         assert template.match(template.expand(values)) == values, binding.template
+
+
+def _written(template: PathTemplate) -> str:
+    """The template text rebuilt from its layout alone."""
+    parts = [
+        "/".join(texts) if field is None else "{" + field + "=" + "/".join(texts) + "}"
+        for field, texts in template.layout()
+    ]
+    return "/" + "/".join(parts) + ("" if template.verb is None else f":{template.verb}")
+
+
+@pytest.mark.parametrize(
+    ("template", "written"),
+    [
+        ("/v1/{name}", "/v1/{name=*}"),
+        ("/v1/{parent=projects/*/locations/*}/things:run", None),
+        ("/v1/*/{name=shelves/**}:list", None),
+        ("/v1beta/{evaluation.name=projects/*/locations/*/apps/*/evaluations/*}", None),
+    ],
+)
+def test_layout_holds_the_template_as_written(template: str, written: str | None) -> None:
+    assert _written(parse_template(template)) == (written or template)
+
+
+def test_every_binding_is_parsed_once_and_shared() -> None:
+    """Router, OpenAPI, authorization and the request log read the same parse of a binding."""
+    for binding in schema.http_bindings():
+        assert parse_template(binding.template) is parse_template(binding.template)
+        assert _written(parse_template(binding.template)).replace("=*}", "}") == (
+            binding.template.replace("=*}", "}")
+        )
 
 
 def test_templates_compare_by_source() -> None:

@@ -7,7 +7,7 @@ or not, so a foreign token learns nothing.
 
 Which fields address resources, and whether a method writes, is read from the descriptors: the
 variables of the method's ``google.api.http`` templates (``{parent=projects/*/…}``,
-``{evaluation.name=…}``, parsed by :mod:`ces_eval.transcoding.templates`, the one template
+``{evaluation.name=…}``, parsed by :mod:`ces_eval.contract.templates`, the one template
 grammar), or its ``name``/``parent`` field when it has no HTTP binding (WaitOperation); a method
 is read-only exactly when it is bound to GET or has no binding.
 
@@ -29,8 +29,8 @@ from google.protobuf.message import Message
 
 from ces_eval.access.tokens import ALL_PROJECTS
 from ces_eval.contract import schema
+from ces_eval.contract.templates import parse_template
 from ces_eval.errors import Code, ServiceError
-from ces_eval.transcoding.templates import parse_template
 
 if TYPE_CHECKING:
     from google.protobuf import descriptor

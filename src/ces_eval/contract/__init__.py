@@ -1,7 +1,9 @@
 """The contract, read once from the generated descriptors: services and HTTP rules
-(:mod:`~ces_eval.contract.schema`), their comments (:mod:`~ces_eval.contract.comments`), field
-behaviours and update masks (:mod:`~ces_eval.contract.fields`), the request limits and their
-descriptor-driven checker (:mod:`~ces_eval.contract.limits`), what proto3 JSON can render
+(:mod:`~ces_eval.contract.schema`), the rules' path templates, parsed once and shared by the
+router, OpenAPI, authorization and the request log (:mod:`~ces_eval.contract.templates`), their
+comments (:mod:`~ces_eval.contract.comments`), field behaviours and update masks
+(:mod:`~ces_eval.contract.fields`), the request limits and their descriptor-driven checker
+(:mod:`~ces_eval.contract.limits`), what proto3 JSON can render
 (:mod:`~ces_eval.contract.json_safe`), and the documents built from them: JSON Schemas
 (:mod:`~ces_eval.contract.jsonschema`) and OpenAPI (:mod:`~ces_eval.contract.openapi`).
 

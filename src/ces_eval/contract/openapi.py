@@ -44,6 +44,7 @@ import ces_eval
 from ces_eval.contract.comments import comment
 from ces_eval.contract.jsonschema import JsonSchema, SchemaBuilder, View
 from ces_eval.contract.schema import HttpBinding, http_bindings, services
+from ces_eval.contract.templates import parse_template
 from ces_eval.errors import Code
 
 if TYPE_CHECKING:
@@ -91,21 +92,6 @@ class PathParameter:
     multi_segment: bool = False
 
 
-def _split_top(text: str, separator: str) -> list[str]:
-    """``text`` split at ``separator`` outside ``{…}``."""
-    parts, depth, start = [], 0, 0
-    for index, char in enumerate(text):
-        if char == "{":
-            depth += 1
-        elif char == "}":
-            depth -= 1
-        elif char == separator and depth == 0:
-            parts.append(text[start:index])
-            start = index + 1
-    parts.append(text[start:])
-    return parts
-
-
 def _singular(collection: str) -> str:
     """``projects`` → ``project``, ``evaluationRuns`` → ``evaluationRun``, ``policies`` →
     ``policy``: regular English plurals only, which is what resource collections use."""
@@ -124,22 +110,18 @@ def convert_template(template: str) -> tuple[str, list[PathParameter]]:
     ``/v1beta/{parent=projects/*/locations/*/apps/*}/evaluations:export`` →
     ``/v1beta/projects/{project}/locations/{location}/apps/{app}/evaluations:export``.
     """
-    segments = _split_top(template.removeprefix("/"), "/")
-    last = _split_top(segments[-1], ":")
-    verb = f":{last[-1]}" if len(last) > 1 else ""
-    segments[-1] = ":".join(last[:-1]) if len(last) > 1 else segments[-1]
+    parsed = parse_template(template)
     taken: set[str] = set()
     parameters: list[PathParameter] = []
     out: list[str] = []
-    for segment in segments:
-        if not segment.startswith("{"):
-            out.append(segment)
+    for field, segments in parsed.layout():
+        if field is None:
+            out.extend(segments)
             continue
-        field, _, sub = segment[1:-1].partition("=")
         pieces: list[str] = []
         wildcards: list[tuple[str, bool]] = []
         collection: str | None = None
-        for part in (sub or "*").split("/"):
+        for part in segments:
             if part not in ("*", "**"):
                 pieces.append(part)
                 collection = part
@@ -155,6 +137,7 @@ def convert_template(template: str) -> tuple[str, list[PathParameter]]:
         value = "/".join(pieces)
         parameters += [PathParameter(name, field, value, multi) for name, multi in wildcards]
         out.append(value)
+    verb = "" if parsed.verb is None else f":{parsed.verb}"
     return "/" + "/".join(out) + verb, parameters
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from google.protobuf import message_factory
 
 from ces_eval.contract import schema
-from ces_eval.transcoding.templates import PathTemplate, TemplateError, parse_template
+from ces_eval.contract.templates import PathTemplate, TemplateError, parse_template
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message

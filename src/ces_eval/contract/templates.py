@@ -55,6 +55,7 @@ import enum
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from typing import NoReturn
 from urllib.parse import quote
 
@@ -214,6 +215,25 @@ class PathTemplate:
                 return body[:colon]
         return None
 
+    def layout(self) -> tuple[tuple[str | None, tuple[str, ...]], ...]:
+        """The template's segments as written, in order and grouped: ``(None, (literal,))`` or
+        ``(None, ("*",))`` for a segment outside every variable, ``(field_path, segments)`` for
+        a variable (``{var}`` is ``("var", ("*",))``); the verb is :attr:`verb`. What a document
+        of the template (OpenAPI's path) is built from, without parsing the text again."""
+        starts = {variable.start: variable for variable in self._bindings}
+        groups: list[tuple[str | None, tuple[str, ...]]] = []
+        index = 0
+        while index < len(self._segments):
+            variable = starts.get(index)
+            end = index + 1 if variable is None else variable.end
+            texts = tuple(
+                segment.raw if segment.kind is _Kind.LITERAL else segment.kind.value
+                for segment in self._segments[index:end]
+            )
+            groups.append((None if variable is None else variable.field_path, texts))
+            index = end
+        return tuple(groups)
+
     def expand(self, values: Mapping[str, str]) -> str:
         """Build the raw URL path for ``values`` (``{field_path: value}``), as a client would.
 
@@ -279,8 +299,11 @@ class PathTemplate:
         return out
 
 
+@cache
 def parse_template(template: str) -> PathTemplate:
-    """Parse and compile an HttpRule path template; ``TemplateError`` says what is wrong."""
+    """Parse and compile an HttpRule path template; ``TemplateError`` says what is wrong. Parsed
+    once per template text (a PathTemplate is immutable): the router, the OpenAPI document,
+    authorization and the request log share each binding's parse."""
     return _Parser(template).parse()
 
 
