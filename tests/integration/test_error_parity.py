@@ -553,26 +553,16 @@ CASES = [
         same(_create_request(evaluation_pb2.Evaluation(golden=golden_evaluation("g").golden))),
     ),
     Case(
-        "invalid-fields-past-the-schema",
+        "invalid-fields-past-the-types",
         "INVALID_ARGUMENT",
         "INVALID_ARGUMENT",
         same(_create_request(evaluation_pb2.Evaluation(description="neither name nor inputs"))),
-        drift=(
-            "MCP validates the arguments against the tool's JSON Schema first and stops there: "
-            "BadRequest names evaluation.display_name only, where gRPC and REST also name "
-            "evaluation.inputs (golden or scenario, a oneof the schema cannot require)"
-        ),
     ),
     Case(
         "empty-evaluation",
         "INVALID_ARGUMENT",
         "INVALID_ARGUMENT",
         same(_create_request(evaluation_pb2.Evaluation())),
-        drift=(
-            "an evaluation present but empty: gRPC checks it field by field (evaluation."
-            "display_name, evaluation.inputs); REST's transcoder leaves the body {} unset "
-            "(BadRequest: evaluation, Required); MCP's schema names evaluation.display_name alone"
-        ),
     ),
     Case("not-found", "NOT_FOUND", "RESOURCE_NOT_FOUND", same(_get(MISSING))),
     Case(

@@ -168,7 +168,8 @@ def test_evaluation_lifecycle_and_errors(server: RunningServer, mode: str) -> No
         missing = await call.error("get_evaluation", {"name": f"{APP}/evaluations/nope"})
         assert (missing["code"], missing["status"]) == (404, "NOT_FOUND")
 
-        # Schema violations: a wrong type, a missing required field, an unknown field.
+        # Invalid arguments, each named by its field path: wrong JSON types and an unknown field
+        # (the proto3-JSON checks REST bodies get), a missing required field (the core's).
         bad = await call.error("get_evaluation", {"name": 5})
         assert (bad["code"], bad["status"]) == (400, "INVALID_ARGUMENT")
         assert violations(bad) == ["name"]
@@ -177,7 +178,10 @@ def test_evaluation_lifecycle_and_errors(server: RunningServer, mode: str) -> No
         assert "parent" in violations(bad)
         bad = await call.error("list_evaluations", {"parent": APP, "pageSize": "many"})
         assert violations(bad) == ["page_size"]
-        # Past the schema, the core's own validation answers the same way.
+        bad = await call.error("list_evaluations", {"parent": APP, "colour": "blue"})
+        assert violations(bad) == ["colour"]
+        assert "Unknown field 'colour'" in bad["message"]
+        # Past the JSON types, the core's own validation answers the same way.
         bad = await call.error("get_evaluation", {"name": "not-a-resource-name"})
         assert bad["status"] == "INVALID_ARGUMENT"
 

@@ -104,7 +104,11 @@ def test_a_stand_in_sent_by_a_client_is_only_an_unknown_argument(server: Running
     assert result["isError"] is True
     error = json.loads(result["content"][0]["text"])["error"]
     assert error["status"] == "INVALID_ARGUMENT"
-    assert "parent: This field is required" in error["message"]
+    # Checked as any arguments are (REST's body checks): the stand-in's key is a field the
+    # request does not have, named as such, and nothing was looked up by it.
+    assert "ces-eval-stand-in: Unknown field" in error["message"]
+    [bad_request] = [d for d in error["details"] if "fieldViolations" in d]
+    assert [v["field"] for v in bad_request["fieldViolations"]] == ["ces-eval-stand-in"]
 
 
 def test_only_a_tool_calls_arguments_may_be_large(server: RunningServer) -> None:

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+from google.longrunning import operations_pb2
 
 from ces_eval.contract import schema
 from ces_eval.contract.templates import TemplateError
@@ -45,6 +46,9 @@ def problems(document: Any, path: str = "evaluation") -> list[str]:
         ({"invalid": "yes"}, ["evaluation.invalid"]),
         ([], ["evaluation"]),
         ({"colour": 1, "displayName": 2}, ["evaluation.colour", "evaluation.display_name"]),
+        # Well-known types written as one value are read where the walk meets them.
+        ({"createTime": "yesterday"}, ["evaluation.create_time"]),
+        ({"createTime": 5, "tags": [1]}, ["evaluation.create_time", "evaluation.tags[0]"]),
     ],
 )
 def test_problems_are_reported_with_paths(document: Any, fields: list[str]) -> None:
@@ -93,3 +97,21 @@ def test_a_huge_unknown_key_is_quoted_cut_not_echoed_whole() -> None:
     assert violation.field == "evaluation." + "x" * 128 + "…"
     assert len(violation.description) < 300
     assert len(caught.value.message) < 1_000
+
+
+@pytest.mark.parametrize(
+    ("document", "field"),
+    [
+        ({"name": "operations/o", "timeout": "soon"}, "timeout"),
+        ({"name": "operations/o", "timeout": 5}, "timeout"),
+    ],
+)
+def test_a_malformed_one_value_form_is_named_by_its_path(document: Any, field: str) -> None:
+    """A Duration (as a Timestamp, a FieldMask, a wrapper) in the wrong form: the violation
+    names its field and says what is wrong, without json_format's own locator."""
+    with pytest.raises(ServiceError) as raised:
+        parse_body(json.dumps(document).encode(), operations_pb2.WaitOperationRequest(), "")
+    [violation] = raised.value.violations
+    assert violation.field == field
+    assert violation.description.startswith(f"Invalid value {json.dumps(document[field])}: ")
+    assert " at Duration" not in violation.description

@@ -332,14 +332,19 @@ def test_the_reader_refuses_what_json_loads_refuses(text: str) -> None:
 # -- MCP arguments --------------------------------------------------------------------------------
 
 
-def test_mcp_arguments_are_counted_before_the_schema() -> None:
+def test_mcp_arguments_are_counted_before_the_types() -> None:
+    """A wrong type beside a list over its count: the count limit answers alone (it bounds
+    hostile input before any per-element work), as for a REST body."""
     spec = mcp_tools.tool_specs()["create_evaluation"]
     arguments = {
         "parent": "projects/p/locations/l/apps/a",
         "evaluation": {"displayName": 7, "tags": ["a"] * (limits.MAX_REPEATED + 1)},
     }
-    found = mcp_tools._violations(spec, arguments)
-    assert [(v.field, v.reason) for v in found] == [("evaluation.tags", "TOO_MANY")]
+    with pytest.raises(ServiceError) as raised:
+        mcp_tools._request(spec, arguments)
+    assert [(v.field, v.reason) for v in raised.value.violations] == [
+        ("evaluation.tags", "TOO_MANY")
+    ]
 
 
 # -- gRPC -----------------------------------------------------------------------------------------

@@ -29,11 +29,15 @@ POST ``:cancel``               false      false        true        false
 other POST (exports, run)      false      false        false       false
 =============================  =========  ===========  ==========  ==========
 
-``tools/call`` validates the arguments against the tool's ``inputSchema`` (the SDK does not),
-parses them as proto3 JSON into the request message and calls the core. A success carries
-``structuredContent`` (the response as proto3 JSON) and the same JSON as a text block. API errors
-are ``isError: true`` results whose text is Google's JSON error envelope (schema violations are
-INVALID_ARGUMENT with a BadRequest listing each field); an unexpected exception is logged and
+``tools/call`` parses the arguments as proto3 JSON into the request message with the checks a
+REST body gets (:func:`ces_eval.transcoding.body.parse_document`: count limits, unknown fields,
+JSON types, enum values, oneofs) and calls the core, whose validation then answers as on gRPC and
+REST. The ``inputSchema`` is published for clients and not checked here: one checker for both
+HTTP surfaces cannot drift from itself (the parity table, tests/integration/test_error_parity.py).
+A success carries ``structuredContent`` (the response as proto3 JSON) and the same JSON as a text
+block. API errors are ``isError: true`` results whose text is Google's JSON error envelope
+(invalid arguments are INVALID_ARGUMENT with a BadRequest listing each field, in REST's words);
+an unexpected exception is logged and
 answered with a generic INTERNAL envelope (reason ``INTERNAL``, as on gRPC and REST), never its
 text. An unknown tool is a JSON-RPC error (``-32602``).
 
@@ -47,15 +51,13 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
-from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
 from google.protobuf import descriptor, json_format, message_factory
-from jsonschema import Draft202012Validator, ValidationError
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
@@ -66,9 +68,9 @@ from ces_eval.access import Caller, Handler, JsonFields, authorize
 from ces_eval.contract import schema
 from ces_eval.contract.comments import comment
 from ces_eval.contract.jsonschema import JsonSchema, document
-from ces_eval.contract.limits import LIMITS, LOOP_BYTES, MAX_REQUEST_BYTES, MAX_VIOLATIONS
+from ces_eval.contract.limits import LOOP_BYTES, MAX_REQUEST_BYTES
 from ces_eval.core.service import implements, snake_case
-from ces_eval.errors import Code, FieldViolation, ServiceError
+from ces_eval.errors import Code, ServiceError
 from ces_eval.logs import Call
 from ces_eval.offload import off_loop
 from ces_eval.surfaces.asgi import credentials, send_error
@@ -114,7 +116,6 @@ class ToolSpec:
     rpc: str  # "/package.Service/Method", the key of core.service.handlers()
     method: descriptor.MethodDescriptor
     request: descriptor.Descriptor
-    validator: Draft202012Validator
 
 
 def _hints(name: str, method: descriptor.MethodDescriptor) -> Hints:
@@ -170,7 +171,6 @@ def _tool(service: descriptor.ServiceDescriptor, method: descriptor.MethodDescri
         rpc=f"/{service.full_name}/{method.name}",
         method=method,
         request=method.input_type,
-        validator=Draft202012Validator(input_schema),
     )
 
 
@@ -188,71 +188,20 @@ def tool_specs() -> Mapping[str, ToolSpec]:
     return specs
 
 
-def _field_path(message: descriptor.Descriptor | None, path: Iterable[Any]) -> str:
-    """A JSON instance path (camelCase keys, indexes) as a request field path (``a.b[2].c``,
-    map keys as ``m["k"]``)."""
-    out = ""
-    current = message
-    map_value: descriptor.FieldDescriptor | None = None
-    for step in path:
-        if isinstance(step, int):
-            out += f"[{step}]"
-            continue
-        if map_value is not None:
-            out += f"[{json.dumps(step)}]"
-            current, map_value = map_value.message_type, None
-            continue
-        field = None
-        if current is not None:
-            field = next((f for f in current.fields if step in {f.json_name, f.name}), None)
-        name = field.name if field is not None else str(step)
-        out += f".{name}" if out else name
-        entry = field.message_type if field is not None else None
-        if entry is not None and entry.GetOptions().map_entry:
-            map_value, current = entry.fields_by_name["value"], None
-        else:
-            current = entry
-    return out
-
-
-# The schema check (jsonschema) costs 0.1 to 0.3 ms per JSON value: 30 ms for a typical 5 KB
-# evaluation, minutes for the largest the limits allow. Arguments with more values than this
-# skip it: the descriptor checks every body gets (ces_eval.transcoding.body) then report the
-# same problems (unknown fields, JSON types, enum values, oneofs), in REST's words.
-_SCHEMA_VALUES = 2_000
 # Arguments with more values than this are checked and parsed in a worker thread (~5 ms).
 _LOOP_VALUES = 32
 
 
-def _violations(spec: ToolSpec, arguments: dict[str, Any]) -> list[FieldViolation]:
-    """The count limits first (cheap: a ``len()`` per container, and a hostile array makes
-    the schema check itself catastrophically slow), then the schema's first
-    ``MAX_VIOLATIONS`` errors, sorted by path (none past :data:`_SCHEMA_VALUES` values)."""
-    found = LIMITS.json_counts(spec.request, arguments)
-    if found or heavy_document(arguments, _SCHEMA_VALUES):
-        return found
-    errors: list[ValidationError] = sorted(
-        islice(spec.validator.iter_errors(arguments), MAX_VIOLATIONS),
-        key=lambda e: [str(p) for p in e.absolute_path],
-    )
-    for error in errors:
-        path = list(error.absolute_path)
-        required = error.validator_value
-        if error.validator == "required" and isinstance(error.instance, dict):
-            missing = (
-                [r for r in required if r not in error.instance]
-                if isinstance(required, list)
-                else []
-            )
-            for name in missing:
-                found.append(
-                    FieldViolation(
-                        _field_path(spec.request, [*path, name]), "This field is required."
-                    )
-                )
-            continue
-        found.append(FieldViolation(_field_path(spec.request, path) or "arguments", error.message))
-    return found
+def _request(spec: ToolSpec, arguments: dict[str, Any]) -> Message:
+    """The request message of ``arguments``, checked as REST checks a body (one proto3-JSON
+    checker for both HTTP surfaces, :func:`ces_eval.transcoding.body.parse_document`): the
+    count limits first (a ``len()`` per container: they bound hostile input before any
+    per-element work), then unknown fields, JSON types, enum values and oneofs with their field
+    paths, all in one walk. What a request must hold (required fields, resource names) is the
+    core's validation, as on every surface, so MCP names the same fields as gRPC and REST."""
+    request: Message = message_factory.GetMessageClass(spec.request)()
+    parse_document(arguments, request, "")
+    return request
 
 
 def _error_result(error: ServiceError) -> types.CallToolResult:
@@ -274,19 +223,6 @@ async def _call(
     if caller.principal is not None:  # before validation: a foreign token learns nothing
         authorize(caller.principal, spec.method, JsonFields(arguments))
 
-    def parsed() -> Message:
-        if violations := _violations(spec, arguments):
-            first = violations[0]
-            more = f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""
-            raise ServiceError.invalid_argument(
-                f"The arguments of {spec.tool.name} are invalid: {first.field}: "
-                f"{first.description}{more}",
-                violations,
-            )
-        request: Message = message_factory.GetMessageClass(spec.request)()
-        parse_document(arguments, request, "", counted=True)
-        return request
-
     def result(response: Message) -> types.CallToolResult:
         if aside is not None and response.ByteSize() > LOOP_BYTES:
             return aside.result(encode(response, False, _TEXT), encode(response))
@@ -299,7 +235,7 @@ async def _call(
     # Large arguments are checked and parsed, and their answer rendered, in a worker thread:
     # the event loop keeps serving every other caller meanwhile (docs/security.md, "Limits").
     large = heavy_document(arguments, _LOOP_VALUES)
-    request = await off_loop(large, parsed)
+    request = await off_loop(large, _request, spec, arguments)
     if call is not None and (field := logs.resource_field(spec.method)):
         call.resource = logs.field_value(request, field)
     response = await implementations[spec.rpc](request, caller)

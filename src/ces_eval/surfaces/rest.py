@@ -159,12 +159,17 @@ class Transcoder:
         request = route.request_class()
         body_field = route.binding.body
         if body_field:
-            if not data.strip():
-                data = b"{}"
+            given = bool(data.strip())
             if body_field == "*":
-                parse_body(data, request, "")
-            else:
-                parse_body(data, getattr(request, body_field), body_field)
+                parse_body(data if given else b"{}", request, "")
+            elif given:
+                # A body given for a message field sets that field, even as ``{}``: grpc-gateway
+                # allocates the message before decoding into it, and gRPC's encoding of an empty
+                # message present is the field's tag alone, so the core sees it present on every
+                # surface. An empty body leaves the field unset (grpc-gateway likewise).
+                target = getattr(request, body_field)
+                parse_body(data, target, body_field)
+                target.SetInParent()
         elif data.strip():
             raise _invalid(
                 "body", f"{route.binding.verb} {route.binding.template} takes no request body."

@@ -20,7 +20,7 @@ import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from google.protobuf import descriptor, json_format
+from google.protobuf import descriptor, json_format, message_factory
 
 from ces_eval.contract import schema
 from ces_eval.contract.limits import (
@@ -55,6 +55,17 @@ _INTEGERS = {
 }
 # Well-known types whose JSON form is not an object of their fields; json_format checks them.
 _OPAQUE = schema.SPECIAL_JSON_TYPES
+# Those of them written as one JSON value (RFC 3339 text, "1.5s", "a,b", a wrapper's bare value)
+# are read into their message where the walk meets them, so that a malformed one is named by its
+# field path as any other value is (json_format's own error names only the body). Struct, Value,
+# ListValue and Any hold documents of their own: json_format reads those once, later, rather
+# than a second walk of them here.
+_ONE_VALUE_FORMS = _OPAQUE - {
+    "google.protobuf.Struct",
+    "google.protobuf.Value",
+    "google.protobuf.ListValue",
+    "google.protobuf.Any",
+}
 
 
 def _join(path: str, name: str) -> str:
@@ -108,6 +119,24 @@ def _enum_problem(enum: descriptor.EnumDescriptor, value: object) -> str:
     return "" if ok else "expected an enum value name or number"
 
 
+_AT_TYPE = re.compile(r"\.? at [A-Za-z0-9_.]+\.?$")
+
+
+def _form_problem(message: descriptor.Descriptor, value: object) -> str:
+    """What json_format finds wrong with ``value`` as the one-value JSON form of ``message``
+    (see :data:`_ONE_VALUE_FORMS`), or ""."""
+    try:
+        # Typed as taking a dict; for these types json_format reads the one JSON value itself.
+        json_format.ParseDict(
+            cast("dict[str, Any]", value), message_factory.GetMessageClass(message)()
+        )
+    except (json_format.ParseError, ValueError, TypeError, OverflowError) as error:
+        # json_format ends its message with where it was (" at Timestamp."): the field path
+        # says that better.
+        return _AT_TYPE.sub("", str(error).split("\n", 1)[0]).rstrip(".")
+    return ""
+
+
 def _check_value(
     field: descriptor.FieldDescriptor, value: object, path: str, out: list[FieldViolation]
 ) -> None:
@@ -115,10 +144,14 @@ def _check_value(
     if value is None:
         return
     if field.message_type is not None:
-        if field.message_type.full_name not in _OPAQUE:
+        name = field.message_type.full_name
+        if name not in _OPAQUE:
             _check_message(field.message_type, value, path, out)
-        return
-    if field.enum_type is not None:
+            return
+        if name not in _ONE_VALUE_FORMS:
+            return
+        problem = _form_problem(field.message_type, value)
+    elif field.enum_type is not None:
         problem = _enum_problem(field.enum_type, value)
     else:
         problem = _SCALAR_CHECKS[field.type](value)
