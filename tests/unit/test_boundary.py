@@ -4,7 +4,6 @@ surface."""
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import importlib
 import importlib.util
@@ -13,7 +12,6 @@ import json
 import logging
 import pkgutil
 from collections.abc import Awaitable, Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -36,6 +34,7 @@ from ces_eval.surfaces.mcp_tools import build_server, tool_specs
 from ces_eval.surfaces.rest import Transcoder
 from ces_eval.transcoding import errors
 from ces_eval.transcoding.router import Router
+from tests.support.imports import imports_of, source_of
 from tests.support.tokens import ALICE
 
 GET = "/google.longrunning.Operations/GetOperation"
@@ -388,16 +387,7 @@ def test_the_http_surfaces_refuse_to_run_without_the_body_limit(
 
 def _imports(module: str) -> set[str]:
     """The ``ces_eval`` modules ``module`` imports (at any level, type-only ones included)."""
-    spec = importlib.util.find_spec(module)
-    assert spec is not None and spec.origin is not None
-    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            found.add(node.module)
-        elif isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-    return {name for name in found if name.startswith("ces_eval")}
+    return {name for name in imports_of(source_of(module)) if name.startswith("ces_eval")}
 
 
 def _package_modules(package: str) -> list[str]:

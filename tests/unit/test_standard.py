@@ -4,7 +4,6 @@ SQLite file. The resources' own RPCs (and their exact messages) are covered by t
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from tests.support.imports import imports_of
 from tests.unit.test_core import Harness as CoreHarness
 
 APP = "projects/p/locations/l/apps/a"
@@ -153,13 +153,7 @@ def test_core_modules_import_no_cycle() -> None:
     for path in CORE.rglob("*.py"):
         module = ".".join(("ces_eval", *path.relative_to(CORE.parent).with_suffix("").parts))
         module = module.removesuffix(".__init__")
-        imported: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                imported.add(node.module)
-                imported.update(f"{node.module}.{a.name}" for a in node.names)
-            elif isinstance(node, ast.Import):
-                imported.update(a.name for a in node.names)
+        imported = imports_of(path, members=True)
         graph[module] = {m for m in imported if m.startswith("ces_eval.core")}
     for module, imported in graph.items():
         # Importing a submodule runs its package's __init__ first: no edge of the design.

@@ -7,7 +7,6 @@ on both dialects (only their text differs), and its outcomes follow from the row
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import inspect
 from pathlib import Path
@@ -21,6 +20,7 @@ from ces_eval.storage._scripted import ScriptedStorage
 from ces_eval.storage._scripts import Rows, Statement, Taken
 from ces_eval.storage.postgresql import PostgresStorage
 from ces_eval.storage.sqlite import SqliteStorage
+from tests.support.imports import imports_of
 
 APP = "projects/p/locations/l/apps/a"
 NAME = f"{APP}/evaluations/e1"
@@ -125,21 +125,10 @@ def test_every_storage_error_has_one_base_and_keeps_its_name() -> None:
     assert base.StorageError is errors.StorageError
 
 
-def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            found.add(node.module)
-        elif isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-    return found
-
-
 def test_storage_imports_nothing_of_the_core() -> None:
     folder = Path(inspect.getfile(ces_eval.storage)).parent
     for path in folder.glob("*.py"):
-        core = {name for name in _imports(path) if name.startswith("ces_eval.core")}
+        core = {name for name in imports_of(path) if name.startswith("ces_eval.core")}
         assert not core, f"{path.name} imports {core}"
 
 
