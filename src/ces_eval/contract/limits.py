@@ -29,7 +29,7 @@ import json
 from collections.abc import Container, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from functools import cache
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from google.api import field_behavior_pb2
 from google.protobuf import descriptor, struct_pb2
@@ -123,7 +123,7 @@ MAX_COUNT_VIOLATIONS = 10
 # request is ever read whole.
 MAX_DECODED_ENTRIES = 100_000
 
-# -- work on the event loop -----------------------------------------------------------------------
+# -- work on the event loop (ces_eval.offload) ---------------------------------------------------
 
 # A request whose encoding is larger than this (gRPC message, or the evaluation or result the
 # core validates; JSON bodies: see ces_eval.transcoding.body.heavy) is decoded, checked and
@@ -135,8 +135,6 @@ LOOP_BYTES = 8 * 1024
 # protobuf decodes them: its C decoder holds the interpreter for as long as it runs (up to
 # ~20 ns a byte, ~5 ms here; 160 ms for 10 MiB of empty turns).
 ENCODED_CHECK_BYTES = 256 * 1024
-
-_T = TypeVar("_T")
 
 
 # (message type, field) → the element count or length the seeds state for that field.

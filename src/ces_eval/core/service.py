@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ces_eval.access import DEFAULT_USER, Caller, Handler
 from ces_eval.contract import schema
 from ces_eval.core import emulator, evaluations, exports, longrunning, results
 from ces_eval.core.context import DEFAULT_EXPORT_ROOT, Context, Rpc
@@ -26,17 +25,15 @@ if TYPE_CHECKING:
     from google.protobuf import descriptor
     from google.protobuf.message import Message
 
+    from ces_eval.access import Caller, Handler
     from ces_eval.core import pages
     from ces_eval.storage.base import Storage
 
 __all__ = [
     "DEFAULT_EXPORT_ROOT",
-    "DEFAULT_USER",
     "RESOURCES",
     "RPCS",
-    "Caller",
     "Core",
-    "Handler",
     "handlers",
     "implements",
     "snake_case",
