@@ -45,11 +45,7 @@ def method_rows() -> tuple[MethodRow, ...]:
     from ces_eval.surfaces.mcp_tools import tool_specs  # noqa: PLC0415
 
     tools = {spec.rpc: name for name, spec in tool_specs().items()}
-    declared = {
-        schema.method_path(method): method
-        for service in schema.services()
-        for method in service.methods
-    }
+    declared = schema.methods()
     ours: dict[str, list[str]] = {path: [] for path in declared}
     for binding in schema.http_bindings():
         ours[schema.method_path(binding.method)].append(f"{binding.verb} {binding.template}")

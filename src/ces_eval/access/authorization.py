@@ -189,11 +189,7 @@ def authorized(implementations: Mapping[str, Handler]) -> dict[str, Handler]:
     behind the project check of its method (``serve --auth-tokens``): every surface dispatches
     to these, so a call is authorized on its decoded request whatever wire it came by (REST and
     MCP also check path variables and tool arguments earlier, before reading the rest)."""
-    methods = {
-        schema.method_path(method): method
-        for service in schema.services()
-        for method in service.methods
-    }
+    methods = schema.methods()
     return {path: _authorized(methods[path], handler) for path, handler in implementations.items()}
 
 

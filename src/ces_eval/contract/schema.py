@@ -7,7 +7,7 @@ there is no hand-kept list of methods or fields anywhere else (GUIDE §7.5).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -34,6 +34,7 @@ __all__ = [
     "http_bindings",
     "http_rule",
     "method_path",
+    "methods",
     "official_routes",
     "services",
     "unserved_bindings",
@@ -132,6 +133,13 @@ def method_path(method: descriptor.MethodDescriptor) -> str:
     """The gRPC path of ``method`` (``/package.Service/Method``): the key of the core's handlers
     and of the official routes."""
     return f"/{method.containing_service.full_name}/{method.name}"
+
+
+@cache
+def methods() -> Mapping[str, descriptor.MethodDescriptor]:
+    """Every method of :func:`services` by its gRPC path (:func:`method_path`), in declaration
+    order: what the surfaces, authorization and the methods table look methods up by."""
+    return {method_path(method): method for service in services() for method in service.methods}
 
 
 # The official client's methods and routes, written by tools/official_routes.py (make generate).

@@ -111,10 +111,8 @@ def handlers(core: Core) -> dict[str, Handler]:
     """``/package.Service/Method`` → the core's implementation, for every method the
     descriptors declare that the core implements (with ``--auth-tokens`` the server wraps them
     in :func:`ces_eval.access.authorized`)."""
-    found: dict[str, Handler] = {}
-    for service in schema.services():
-        for method in service.methods:
-            if not implements(method):
-                continue
-            found[schema.method_path(method)] = _guarded(core.handler(method.name))
-    return found
+    return {
+        path: _guarded(core.handler(method.name))
+        for path, method in schema.methods().items()
+        if implements(method)
+    }

@@ -192,15 +192,10 @@ class Dispatcher(grpc.GenericRpcHandler):  # type: ignore[misc]  # grpc ships no
         in-flight limit, :data:`~ces_eval.admission.DEFAULT_LIMIT`, and no request log)."""
         self._boundary = boundary = boundary or Boundary("grpc", admission=Admission("grpc"))
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
-        for service in schema.services():
-            for method in service.methods:
-                path = f"/{service.full_name}/{method.name}"
-                self._handlers[path] = _behavior(
-                    path,
-                    method=method,
-                    implementation=implementations.get(path),
-                    boundary=boundary,
-                )
+        for path, method in schema.methods().items():
+            self._handlers[path] = _behavior(
+                path, method=method, implementation=implementations.get(path), boundary=boundary
+            )
 
     @property
     def service_names(self) -> list[str]:
