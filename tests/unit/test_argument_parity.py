@@ -2,8 +2,9 @@
 REST body gets (transcoding.body), and a REST body present for a message field sets it.
 
 The parity table (tests/integration/test_error_parity.py) shows the outcome over the wire; these
-pin the two seams in process: MCP's arguments answer with REST's violations, word for word, and
-REST's ``{}`` body reaches the core as a message present (as gRPC's empty message does).
+pin the two seams in process: MCP's arguments answer with REST's violations, word for word (the
+message calls them "The tool arguments" where REST says "The request body"), and REST's ``{}``
+body reaches the core as a message present (as gRPC's empty message does).
 """
 
 from __future__ import annotations
@@ -49,7 +50,11 @@ def test_mcp_arguments_are_refused_as_a_rest_body_is(arguments: dict[str, Any]) 
     body = json.dumps(arguments).encode()
     rest = _refusal(lambda: parse_body(body, service_pb2.CreateEvaluationRequest(), ""))
     mcp = _refusal(lambda: mcp_tools._request(spec, copy.deepcopy(arguments)))
-    assert mcp == rest
+    assert mcp[1] == rest[1]
+    assert mcp[0].startswith("The tool arguments are invalid: "), mcp[0]
+    assert mcp[0].removeprefix("The tool arguments are") == rest[0].removeprefix(
+        "The request body is"
+    )
     assert all(v.field != "body" for v in mcp[1]), mcp  # each problem at its own path
 
 

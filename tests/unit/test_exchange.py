@@ -479,22 +479,32 @@ ERRORS = [
         "evaluation_results",
         '"evaluation_results" repeats "evaluationResults"',
     ),
-    ("evaluations not a list", _doc(evaluations={}), "evaluations", "expected a list"),
-    ("results not a list", _doc(evaluation_results="x"), "evaluation_results", "expected a list"),
-    ("item not an object", _evaluation([]), "evaluations[1]", "expected an object (Evaluation)"),
-    ("item null", _evaluation(None), "evaluations[1]", "expected an object (Evaluation)"),
+    ("evaluations not a list", _doc(evaluations={}), "evaluations", "Expected a JSON array."),
+    (
+        "results not a list",
+        _doc(evaluation_results="x"),
+        "evaluation_results",
+        "Expected a JSON array.",
+    ),
+    (
+        "item not an object",
+        _evaluation([]),
+        "evaluations[1]",
+        "Expected a JSON object (Evaluation).",
+    ),
+    ("item null", _evaluation(None), "evaluations[1]", "Expected a JSON object (Evaluation)."),
     (
         "unknown field",
         _evaluation({"bogus": 1}),
         "evaluations[1].bogus",
-        'unknown field "bogus" of google.cloud.ces.v1beta.Evaluation',
+        "Unknown field 'bogus' in Evaluation.",
     ),
-    ("unknown odd field", _evaluation({"a.b": 1}), 'evaluations[1]["a.b"]', 'unknown field "a.b"'),
+    ("unknown odd field", _evaluation({"a.b": 1}), 'evaluations[1]["a.b"]', "Unknown field 'a.b'"),
     (
         "unknown nested field",
         _evaluation({"golden": {"turns": [{"steps": [{}, {"userInput": {"txt": "x"}}]}]}}),
         "evaluations[1].golden.turns[0].steps[1].userInput.txt",
-        'unknown field "txt" of google.cloud.ces.v1beta.SessionInput',
+        "Unknown field 'txt' in SessionInput.",
     ),
     (
         "unknown result field",
@@ -504,110 +514,111 @@ ERRORS = [
             ]
         ),
         "evaluationResults[0].goldenResult.turnReplayResults[0].spanLatencies[0].x",
-        'unknown field "x"',
+        "Unknown field 'x'",
     ),
     (
         "field spelled twice",
         _evaluation({"displayName": "a", "display_name": "b"}),
         "evaluations[1].display_name",
-        '"display_name" repeats "displayName"',
+        "Given twice (as 'displayName' and 'display_name').",
     ),
     (
         "two oneof members",
         _evaluation({"golden": {}, "scenario": {}}),
         "evaluations[1].scenario",
-        '"scenario" and "golden" are both set, but only one member of inputs may be',
+        "Only one of the inputs fields may be set; golden is.",
     ),
     (
         "message is a list",
         _evaluation({"golden": []}),
         "evaluations[1].golden",
-        "expected an object (Golden)",
+        "Expected a JSON object (Golden).",
     ),
     (
         "message is a string",
         _evaluation({"scenario": "x"}),
         "evaluations[1].scenario",
-        "expected an object (Scenario)",
+        "Expected a JSON object (Scenario).",
     ),
     (
         "repeated is an object",
         _evaluation({"tags": {"a": 1}}),
         "evaluations[1].tags",
-        "expected a list",
+        "Expected a JSON array.",
     ),
     (
         "repeated messages is a string",
         _evaluation({"golden": {"turns": "x"}}),
         "evaluations[1].golden.turns",
-        "expected a list",
+        "Expected a JSON array.",
     ),
     (
         "null in a list",
         _evaluation({"tags": ["a", None]}),
         "evaluations[1].tags[1]",
-        "expected a string, got null",
+        "A list element cannot be null.",
     ),
     (
         "null message in a list",
         _evaluation({"golden": {"turns": [None]}}),
         "evaluations[1].golden.turns[0]",
-        "expected an object (GoldenTurn)",
+        "A list element cannot be null.",
     ),
     (
         "number for a string",
         _evaluation({"displayName": 5}),
         "evaluations[1].displayName",
-        "expected a string, got 5",
+        "Invalid value 5: expected a string.",
     ),
     (
         "number in a string list",
         _evaluation({"tags": ["a", "b", 5]}),
         "evaluations[1].tags[2]",
-        "expected a string, got 5",
+        "Invalid value 5: expected a string.",
     ),
     (
         "string for a bool",
         _evaluation({"golden": {"turns": [{"steps": [{"userInput": {"willContinue": "yes"}}]}]}}),
         "evaluations[1].golden.turns[0].steps[0].userInput.willContinue",
-        'expected true or false, got "yes"',
+        'Invalid value "yes": expected true or false.',
     ),
     (
         "string for an int",
         _evaluation({"scenario": {"maxTurns": "many"}}),
         "evaluations[1].scenario.maxTurns",
-        'expected a 32-bit integer, got "many"',
+        'Invalid value "many": expected a 32-bit integer.',
     ),
     (
         "int out of range",
         _evaluation({"scenario": {"maxTurns": 2**40}}),
         "evaluations[1].scenario.maxTurns",
-        "expected a 32-bit integer, got 1099511627776",
+        "Invalid value 1099511627776: expected a 32-bit integer.",
     ),
     (
         "fraction for an int",
         _evaluation({"scenario": {"maxTurns": 1.5}}),
         "evaluations[1].scenario.maxTurns",
-        "expected a 32-bit integer, got 1.5",
+        "Invalid value 1.5: expected a 32-bit integer.",
     ),
     (
         "unknown enum",
         _doc(evaluationResults=[{"executionState": "NOPE"}]),
         "evaluationResults[0].executionState",
-        "expected one of EXECUTION_STATE_UNSPECIFIED, RUNNING, COMPLETED, ERROR, CANCELLED, "
-        'QUEUED (or its number), got "NOPE"',
+        'Invalid value "NOPE": expected one of EXECUTION_STATE_UNSPECIFIED, RUNNING, COMPLETED, '
+        "ERROR, CANCELLED, QUEUED (or its number).",
     ),
     (
         "bad timestamp",
         _evaluation({"createTime": "yesterday"}),
         "evaluations[1].createTime",
-        'expected an RFC 3339 timestamp such as "2024-01-31T09:30:00.5Z", got "yesterday"',
+        'Invalid value "yesterday": expected an RFC 3339 timestamp such as '
+        '"2024-01-31T09:30:00.5Z".',
     ),
     (
         "timestamp without zone",
         _evaluation({"updateTime": "2024-01-01T00:00:00"}),
         "evaluations[1].updateTime",
-        'got "2024-01-01T00:00:00"',
+        'Invalid value "2024-01-01T00:00:00": expected an RFC 3339 timestamp',
     ),
     (
         "bad duration",
@@ -617,19 +628,19 @@ ERRORS = [
             ]
         ),
         "evaluationResults[0].goldenResult.turnReplayResults[1].turnLatency",
-        'expected a duration in seconds such as "1.5s" or "-3s", got "3 minutes"',
+        'Invalid value "3 minutes": expected a duration in seconds such as "1.5s" or "-3s".',
     ),
     (
         "bad base64",
         _evaluation({"golden": {"turns": [{"steps": [{"userInput": {"audio": "%%%"}}]}]}}),
         "evaluations[1].golden.turns[0].steps[0].userInput.audio",
-        'expected base64 text, got "%%%"',
+        'Invalid value "%%%": expected base64 text.',
     ),
     (
         "base64 of impossible length",
         _evaluation({"golden": {"turns": [{"steps": [{"userInput": {"audio": "AAAAA"}}]}]}}),
         "evaluations[1].golden.turns[0].steps[0].userInput.audio",
-        'expected base64 text, got "AAAAA"',
+        'Invalid value "AAAAA": expected base64 text.',
     ),
     (
         "base64 with too much padding",
@@ -641,13 +652,13 @@ ERRORS = [
         "bytes as a number",
         _evaluation({"golden": {"turns": [{"steps": [{"userInput": {"audio": 12}}]}]}}),
         "evaluations[1].golden.turns[0].steps[0].userInput.audio",
-        "expected base64 text, got 12",
+        "Invalid value 12: expected base64 text.",
     ),
     (
         "struct is a list",
         _evaluation({"scenario": {"variableOverrides": [1]}}),
         "evaluations[1].scenario.variableOverrides",
-        "Struct must be in a dict",
+        "Invalid value [1]: expected a JSON object.",
     ),
     (
         "any without type",
@@ -740,9 +751,9 @@ def test_yaml_errors_with_either_parser(
 
 def test_error_messages_carry_no_json_format_paths() -> None:
     struct = _error(_evaluation({"scenario": {"variableOverrides": [1]}}))
-    assert struct.message == "Struct must be in a dict which is [1]"
+    assert struct.message == "Invalid value [1]: expected a JSON object."
     any_ = _error(_doc(evaluationResults=[{"error": {"details": [{"value": "x"}]}}]))
-    assert any_.message == "@type is missing when parsing any message"
+    assert any_.message == 'Invalid value {"value": "x"}: @type is missing.'
 
 
 def test_either_base64_alphabet_with_or_without_padding() -> None:
@@ -769,7 +780,7 @@ def test_map_fields_are_checked_by_entry() -> None:
         export_document._parse_item({"failedEvaluations": ["x"]}, cls, "r")
     assert (caught.value.path, caught.value.message) == (
         "r.failedEvaluations",
-        "expected an object (a map)",
+        "Expected a JSON object (a map).",
     )
     with pytest.raises(ExchangeError) as caught:
         export_document._parse_item({"failedEvaluations": {"a": "ok", "b": 5}}, cls, "r")

@@ -370,7 +370,7 @@ def test_redaction_keeps_what_quotes_nothing() -> None:
             "not a valid Evaluation",
             "evaluations[1]",
         ),
-        _document(evaluations={}): ("expected a list", "evaluations"),
+        _document(evaluations={}): ("Expected a JSON array.", "evaluations"),
         b'{"format": "x"}': (f'unsupported format; expected "{FORMAT}"', "format"),
         b"[]": ("expected an object at the top of the document", ""),
     }

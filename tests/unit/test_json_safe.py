@@ -1,5 +1,6 @@
-"""Values proto3 JSON cannot render (core/json_safe.py) and gRPC errors trimmed to fit trailers
-(surfaces/grpc_api.py): both found by tests/integration/test_generated_input.py."""
+"""Values proto3 JSON cannot render (contract/json_safe.py, walked by contract/checks.py) and
+gRPC errors trimmed to fit trailers (surfaces/grpc_api.py): both found by
+tests/integration/test_generated_input.py."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from google.protobuf.message import DecodeError
 from google.rpc import error_details_pb2
 
 from ces_eval.contract import json_safe
-from ces_eval.contract.json_safe import violations
+from ces_eval.contract.checks import unrenderable as violations
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.surfaces import grpc_api
@@ -132,7 +133,7 @@ def test_bytes_that_look_like_a_non_finite_number_are_no_violation() -> None:
     turn.steps.add().user_input.audio = b"\x11" + b"\x00" * 6 + b"\xf0\x7f"
     args = turn.steps.add().expectation.tool_call.args
     args.update({"x": 2.5, "y": [-0.0, 1e308]})
-    assert json_safe._NON_FINITE_NUMBER.search(evaluation.SerializeToString())
+    assert json_safe.may_hold_non_finite(evaluation)
     assert violations(evaluation, "e") == []
     args["y"].append(math.nan)
     assert [v.field for v in violations(evaluation, "e")] == [

@@ -33,8 +33,8 @@ from google.protobuf import (
 from google.protobuf.message import Message
 from jsonschema import Draft202012Validator
 
+from ces_eval.contract.checks import required_violations
 from ces_eval.contract.comments import comments
-from ces_eval.contract.fields import required_violations
 from ces_eval.contract.jsonschema import (
     DIALECT,
     SchemaBuilder,

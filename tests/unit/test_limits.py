@@ -205,7 +205,7 @@ CASES = {
 def test_just_under_a_limit_is_accepted(case: Case) -> None:
     evaluation = case.build(case.limit)
     assert limits.check(evaluation, "evaluation") == []
-    assert validation.validate_evaluation(evaluation, "evaluation") == []
+    assert validation.evaluation_violations(evaluation, "evaluation") == []
 
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
@@ -215,7 +215,7 @@ def test_just_over_a_limit_is_refused_naming_the_path(case: Case) -> None:
     assert (violation.field, violation.reason) == (case.path, case.reason)
     assert str(case.limit) in violation.description
     # The one pass of validation (field behaviours and limits together) finds the same.
-    assert validation.validate_evaluation(evaluation, "evaluation") == [violation]
+    assert validation.evaluation_violations(evaluation, "evaluation") == [violation]
 
 
 MAPS = {
@@ -279,7 +279,7 @@ def test_output_only_fields_are_not_held_to_limits_on_create() -> None:
     assert [v.field for v in limits.check(evaluation, "evaluation")] == [
         "evaluation.evaluation_runs"
     ]
-    assert validation.validate_evaluation(evaluation, "evaluation") == []
+    assert validation.evaluation_violations(evaluation, "evaluation") == []
     assert not evaluation.evaluation_runs
 
 
@@ -390,7 +390,7 @@ def test_the_depth_limit_holds_for_any_tree(tree: dict[str, Any]) -> None:
     too_deep = _depth(tree) > limits.MAX_STRUCT_DEPTH
     assert [v.reason for v in found][:1] == (["TOO_DEEP"] if too_deep else []), json.dumps(tree)
     assert all(v.reason == "TOO_DEEP" and v.field.startswith(ARGS) for v in found)
-    assert validation.validate_evaluation(evaluation, "evaluation") == found
+    assert validation.evaluation_violations(evaluation, "evaluation") == found
 
 
 # -- the core applies the limits to every write -------------------------------------------------
@@ -497,7 +497,7 @@ def test_an_error_with_thousands_of_problems_stays_small() -> None:
         steps = evaluation.golden.turns.add().steps
         for _ in range(limits.MAX_REPEATED):
             steps.add().expectation.mock_tool_response.tool = f"{APP}/tools/t"  # no response
-    violations = validation.validate_evaluation(evaluation, "evaluation")
+    violations = validation.evaluation_violations(evaluation, "evaluation")
     assert len(violations) == limits.MAX_VIOLATIONS
     assert {v.reason for v in violations} == {"REQUIRED"}
     with pytest.raises(ServiceError) as caught:
@@ -516,6 +516,6 @@ def test_a_container_over_its_count_is_refused_alone() -> None:
     for _ in range(1_001):
         evaluation.golden.turns.add()
     evaluation.tags.append("t" * (limits.MAX_STRING_CHARS + 1))
-    assert [(v.field, v.reason) for v in validation.validate_evaluation(evaluation, "e")] == [
+    assert [(v.field, v.reason) for v in validation.evaluation_violations(evaluation, "e")] == [
         ("e.golden.turns", "TOO_MANY")
     ]

@@ -1,4 +1,4 @@
-"""Values the binary protobuf form carries but proto3 JSON cannot say, refused on input.
+"""Values the binary protobuf form carries but proto3 JSON cannot say: the checks of each value.
 
 A gRPC caller can write what no JSON rendering of the resource could hold: a Timestamp or
 Duration outside the range its proto documents (timestamp.proto: 0001-01-01T00:00:00Z to
@@ -9,12 +9,11 @@ that type. Stored, such a resource could never be read over REST or MCP again (j
 raises; the reader would get a 500), so the writes refuse it with INVALID_ARGUMENT: one
 violation per value, at its path.
 
-:func:`violations` walks only the fields whose type can lead to one of those types (a plan per
-message type, built once), first without building paths (they are built only when something is
-found). Struct trees, which a golden conversation is full of, are entered only when the encoded
-message holds what a non-finite ``Value.number_value`` looks like (:data:`_NON_FINITE_NUMBER`),
-which requests almost never do. On the 5 KB benchmark evaluation the check costs about a fifth
-of the rest of validation (~55-75 us against ~300-500 us on the shared 2-CPU machine).
+This module judges one value of each of those types (:func:`check`); the walk that reaches them
+is the one validation pass of :mod:`ces_eval.contract.checks`, whose per-type plans descend only
+into fields that can lead to one. Struct trees, which a golden conversation is full of, are
+entered only when the encoded message holds what a non-finite ``Value.number_value`` looks like
+(:func:`may_hold_non_finite`), which requests almost never do.
 """
 
 from __future__ import annotations
@@ -31,81 +30,37 @@ from ces_eval.contract.limits import MAX_VIOLATIONS, key_path
 from ces_eval.errors import FieldViolation
 
 if TYPE_CHECKING:
-    from google.protobuf import descriptor
     from google.protobuf.message import Message
 
-__all__ = ["violations"]
+__all__ = ["STRUCTS", "TYPES", "check", "may_hold_non_finite"]
 
 _TIMESTAMP = "google.protobuf.Timestamp"
 _DURATION = "google.protobuf.Duration"
 _VALUE = "google.protobuf.Value"
+_STRUCT = "google.protobuf.Struct"
+_LIST = "google.protobuf.ListValue"
 _ANY = "google.protobuf.Any"
-_CHECKED = frozenset({_TIMESTAMP, _DURATION, _VALUE, _ANY})
+# The Struct types: their trees are walked only for the numbers (``numbers`` of check()).
+STRUCTS = frozenset({_VALUE, _STRUCT, _LIST})
+# Every type a value of which check() judges.
+TYPES = frozenset({_TIMESTAMP, _DURATION, _ANY}) | STRUCTS
 # Value.number_value (field 2, a double: tag 0x11, then 8 bytes little-endian) when it is NaN or
 # infinite: all exponent bits set, so the last byte is 0x7F or 0xFF and the one before it is at
 # least 0xF0. Found anywhere else in the encoding (inside bytes fields, say) it only costs the
-# full walk; a non-finite number is never missed.
+# walk of the Struct trees; a non-finite number is never missed.
 _NON_FINITE_NUMBER = re.compile(rb"\x11[\x00-\xff]{6}[\xf0-\xff][\x7f\xff]", re.DOTALL)
 
 _TIMESTAMP_SECONDS = (-62_135_596_800, 253_402_300_799)  # 0001-01-01 .. 9999-12-31
 _DURATION_SECONDS = 315_576_000_000
 _MAX_NANOS = 999_999_999
 
-
-def _target(field: descriptor.FieldDescriptor) -> descriptor.Descriptor | None:
-    """The message type a field holds (a map's value type), or None."""
-    entry = field.message_type
-    if entry is not None and entry.GetOptions().map_entry:
-        value: descriptor.Descriptor | None = entry.fields_by_name["value"].message_type
-        return value
-    return entry
+_NON_FINITE = "A Value number must be finite: JSON has no NaN or Infinity."
 
 
-def _reaches(
-    message_type: descriptor.Descriptor, checked: frozenset[str], seen: frozenset[str]
-) -> bool:
-    if message_type.full_name in checked:
-        return True
-    if message_type.full_name in seen:
-        return False
-    seen = seen | {message_type.full_name}
-    return any(
-        (target := _target(field)) is not None and _reaches(target, checked, seen)
-        for field in message_type.fields
-    )
-
-
-_SINGLE, _REPEATED, _MAP = range(3)
-
-
-class _Plans(dict["descriptor.Descriptor", "tuple[Callable[[Any], str] | None, dict[str, int]]"]):
-    """Message type → (the check of the type itself or None, the fields that can lead to a
-    type in ``checked``: name → _SINGLE, _REPEATED or _MAP), built on first use."""
-
-    def __init__(self, checked: frozenset[str]) -> None:
-        super().__init__()
-        self.checked = checked
-
-    def __missing__(
-        self, message_type: descriptor.Descriptor
-    ) -> tuple[Callable[[Any], str] | None, dict[str, int]]:
-        fields = {
-            field.name: (
-                _MAP
-                if field.message_type.GetOptions().map_entry
-                else _REPEATED
-                if field.is_repeated
-                else _SINGLE
-            )
-            for field in message_type.fields
-            if field.message_type is not None
-            and (target := _target(field)) is not None
-            and _reaches(target, self.checked, frozenset())
-        }
-        name = message_type.full_name
-        plan = (_PROBLEMS.get(name) if name in self.checked else None, fields)
-        self[message_type] = plan
-        return plan
+def may_hold_non_finite(message: Message) -> bool:
+    """Whether ``message`` may hold a NaN or infinite Value number (else no Struct tree needs
+    walking for them)."""
+    return _NON_FINITE_NUMBER.search(message.SerializeToString()) is not None
 
 
 def _timestamp_problem(message: Any) -> str:  # noqa: ANN401 - a google.protobuf.Timestamp
@@ -133,7 +88,13 @@ def _duration_problem(message: Any) -> str:  # noqa: ANN401 - a google.protobuf.
     return ""
 
 
-def _any_payload(message: Any, path: str, out: list[FieldViolation]) -> Message | None:  # noqa: ANN401 - a google.protobuf.Any
+_RANGES: dict[str, Callable[[Any], str]] = {
+    _TIMESTAMP: _timestamp_problem,
+    _DURATION: _duration_problem,
+}
+
+
+def _payload(message: Any, path: str, out: list[FieldViolation]) -> Message | None:  # noqa: ANN401 - a google.protobuf.Any
     """The message an Any holds, or None (after recording why) when JSON could not render it;
     None as well for an empty Any, whose JSON form is ``{}``."""
     if not message.type_url and not message.value:
@@ -160,86 +121,47 @@ def _any_payload(message: Any, path: str, out: list[FieldViolation]) -> Message 
     return payload
 
 
-def _value_problem(message: Any) -> str:  # noqa: ANN401 - a google.protobuf.Value
-    if message.WhichOneof("kind") == "number_value" and not math.isfinite(message.number_value):
-        return "A Value number must be finite: JSON has no NaN or Infinity."
-    return ""
-
-
-_PROBLEMS: dict[str, Callable[[Any], str]] = {
-    _TIMESTAMP: _timestamp_problem,
-    _DURATION: _duration_problem,
-    _VALUE: _value_problem,
-}
-
-
-def _unrenderable(message: Message, plans: _Plans) -> bool:
-    """Whether anything in ``message`` is unrenderable: the fast pass, without paths."""
-    # types-protobuf types DESCRIPTOR as a union with the upb class; no call on this path.
-    check, fields = plans[message.DESCRIPTOR]  # type: ignore[index]
-    if check is not None and check(message):
-        return True
-    for name, shape in fields.items():
-        if shape == _SINGLE:
-            if message.HasField(name) and _unrenderable(getattr(message, name), plans):
-                return True
-            continue
-        value = getattr(message, name)
-        for item in value.values() if shape == _MAP else value:
-            if _unrenderable(item, plans):
-                return True
-    return False
-
-
-def _walk(message: Message, path: str, out: list[FieldViolation], plans: _Plans) -> None:
-    """Record each unrenderable value in ``message`` with its path (the first
-    :data:`MAX_VIOLATIONS`: the walk ends there)."""
+def _numbers(message: Any, path: str, out: list[FieldViolation]) -> None:  # noqa: ANN401 - a Struct, Value or ListValue
+    """Each NaN or infinite number in a Struct tree, with its path."""
     if len(out) >= MAX_VIOLATIONS:
         return
     name = message.DESCRIPTOR.full_name
-    if name == _ANY:
-        payload = _any_payload(message, path, out)
-        if payload is not None:
-            _walk(payload, f"{path}.value", out, _ALL)
-        return
-    check, fields = plans[message.DESCRIPTOR]  # type: ignore[index]
-    problem = check(message) if check is not None else ""
-    if problem:
-        where = f"{path}.number_value" if name == _VALUE else path
-        out.append(FieldViolation(where, problem, "OUT_OF_RANGE"))
-    for field, value in message.ListFields() if fields else ():
-        shape = fields.get(field.name)
-        at = f"{path}.{field.name}"
-        if shape == _MAP:
-            for key, item in value.items():
-                _walk(item, f"{at}{key_path(key)}", out, plans)
-        elif shape == _REPEATED:
-            for index, item in enumerate(value):
-                _walk(item, f"{at}[{index}]", out, plans)
-        elif shape == _SINGLE:
-            _walk(value, at, out, plans)
+    if name == _STRUCT:
+        for key, value in message.fields.items():
+            _numbers(value, f"{path}.fields{key_path(key)}", out)
+    elif name == _LIST:
+        for index, value in enumerate(message.values):
+            _numbers(value, f"{path}.values[{index}]", out)
+    else:
+        kind = message.WhichOneof("kind")
+        if kind == "number_value" and not math.isfinite(message.number_value):
+            out.append(FieldViolation(f"{path}.number_value", _NON_FINITE, "OUT_OF_RANGE"))
+        elif kind == "struct_value":
+            _numbers(message.struct_value, f"{path}.struct_value", out)
+        elif kind == "list_value":
+            _numbers(message.list_value, f"{path}.list_value", out)
 
 
-def _any_problem(message: Any) -> str:  # noqa: ANN401 - a google.protobuf.Any
-    out: list[FieldViolation] = []
-    payload = _any_payload(message, "", out)
-    if out:
-        return out[0].description
-    return "unrenderable" if payload is not None and _unrenderable(payload, _ALL) else ""
-
-
-_PROBLEMS[_ANY] = _any_problem
-_ALL = _Plans(_CHECKED)
-_ALL_BUT_VALUES = _Plans(_CHECKED - {_VALUE})
-
-
-def violations(message: Message, path: str) -> list[FieldViolation]:
-    """One violation per value in ``message`` (at ``path``) that proto3 JSON cannot render, up
-    to :data:`MAX_VIOLATIONS`."""
-    numbers = _NON_FINITE_NUMBER.search(message.SerializeToString()) is not None
-    plans = _ALL if numbers else _ALL_BUT_VALUES
-    if not _unrenderable(message, plans):
-        return []
-    out: list[FieldViolation] = []
-    _walk(message, path, out, plans)
-    return out
+def check(
+    message: Message,
+    path: str,
+    out: list[FieldViolation],
+    *,
+    numbers: bool,
+    payload: Callable[[Message, str], None],
+) -> None:
+    """Record in ``out`` why ``message`` (a value of one of :data:`TYPES`, at ``path``) cannot
+    be rendered in JSON, if it cannot. Struct trees are walked only with ``numbers``; the
+    payload of an Any is handed to ``payload`` (with its path), the walk that judges it."""
+    name = message.DESCRIPTOR.full_name
+    problem = _RANGES.get(name)
+    if problem is not None:
+        text = problem(message)
+        if text:
+            out.append(FieldViolation(path, text, "OUT_OF_RANGE"))
+    elif name == _ANY:
+        held = _payload(message, path, out)
+        if held is not None:
+            payload(held, f"{path}.value")
+    elif numbers:
+        _numbers(message, path, out)

@@ -6,10 +6,10 @@ messages), message nesting by protobuf's parsers (:data:`MAX_MESSAGE_NESTING`), 
 :mod:`ces_eval.core.pages`, what a read returns by :data:`MAX_RESOURCE_BYTES` (every write, on
 the resource as it will be served: :func:`size_violations`) and :data:`MAX_PAGE_BYTES` (every
 list page: :func:`ces_eval.core.pages.fill`), and the field limits below by :class:`Limits` on
-everything a caller writes: inside the one validation pass for evaluations (CreateEvaluation,
-the merged result of UpdateEvaluation; :class:`ces_eval.contract.fields.InputRules` calls
-:meth:`Walk.fields` on each message it visits), standalone (:func:`check`) for
-CreateEvaluationResult and each evaluation and result of ImportEvaluations.
+everything a caller writes: inside the one validation pass (:class:`ces_eval.contract.checks.Checks`
+calls :meth:`Walk.fields` on each message it visits: CreateEvaluation, the merged result of
+UpdateEvaluation, CreateEvaluationResult), standalone (:func:`check`) for each evaluation and
+result of the emulator's ImportEvaluations.
 
 The walk is generic, driven by descriptors: string fields (and Struct keys and string values)
 longer than :data:`MAX_STRING_CHARS`, repeated fields and maps with more than

@@ -12,8 +12,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, cast
 
 from ces_eval.contract import limits
-from ces_eval.contract.fields import required_violations
-from ces_eval.contract.json_safe import violations as unrenderable
 from ces_eval.core import names, rerun, standard, validation
 from ces_eval.core.evaluations import EVALUATIONS
 from ces_eval.core.longrunning import location_of
@@ -37,15 +35,13 @@ Result = evaluation_pb2.EvaluationResult
 
 
 def _rules(result: Result, path: str, parts: dict[str, str]) -> list[FieldViolation]:
-    """The field rules of a result as a seed writes it: the count limits first (alone when
-    exceeded), then REQUIRED, JSON-safety, the other limits, an evaluation_status only on a
-    completed run, and names of runs and versions of its own app."""
-    counted = validation.counts_first(limits.check(result, path))
-    if any(v.reason == "TOO_MANY" for v in counted):
-        return counted
-    violations = required_violations(result, path)
-    violations += unrenderable(result, path)
-    violations += counted
+    """The field rules of a result as a seed writes it (:func:`validation.seeded_violations`:
+    the count limits alone when exceeded, else REQUIRED, JSON-safety and the other limits),
+    an evaluation_status only on a completed run, and names of runs and versions of its own
+    app."""
+    violations = validation.seeded_violations(result, path)
+    if any(v.reason == "TOO_MANY" for v in violations):
+        return violations
     completed = Result.ExecutionState.COMPLETED
     if result.evaluation_status and result.execution_state != completed:
         violations.append(

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 from google.protobuf import empty_pb2, message_factory
 
 from ces_eval import filtering
-from ces_eval.contract import fields, limits, schema
+from ces_eval.contract import checks, fields, limits, schema
 from ces_eval.core import names, pages, validation
 from ces_eval.core.stamps import new_etag, now
 from ces_eval.errors import FieldViolation, ServiceError
@@ -429,7 +429,7 @@ def _updated(
     """``current`` with the request's masked fields applied, validated, newly stamped."""
     incoming = resource.message()
     incoming.CopyFrom(body)
-    fields.clear_output_only(incoming)
+    checks.clear_output_only(incoming)
     updated = resource.message()
     updated.CopyFrom(current)
     fields.apply_update_mask(updated, incoming, paths, "update_mask")

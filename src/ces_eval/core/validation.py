@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ces_eval.contract import fields, json_safe, limits
+from ces_eval.contract import checks, limits
 from ces_eval.contract.limits import MAX_GOLDEN_TURNS, MAX_SCENARIO_TURNS
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_config_pb2, evaluation_pb2
@@ -27,7 +27,7 @@ __all__ = [
     "counts_first",
     "evaluation_violations",
     "raise_if_invalid",
-    "validate_evaluation",
+    "seeded_violations",
     "with_size",
 ]
 
@@ -50,29 +50,35 @@ _RANGES: dict[tuple[str, str], tuple[float, float]] = {
 }
 
 
-_INPUT = fields.InputRules(_RANGES, limits.LIMITS)
+# What a caller writes: OUTPUT_ONLY cleared, REQUIRED, the ranges, the limits and JSON-safety.
+_INPUT = checks.Checks(_RANGES, limits.LIMITS)
+# What the emulator seeds (results): every field kept, held to REQUIRED, limits, JSON-safety.
+_SEEDED = checks.Checks(limits=limits.LIMITS, keep_output_only=True)
 
 
-def validate_evaluation(evaluation: evaluation_pb2.Evaluation, path: str) -> list[FieldViolation]:
-    """Violations of an Evaluation as written by a caller, limits included; clears its
-    OUTPUT_ONLY fields in the same pass (AIP-203: ignored, not rejected)."""
-    violations, out_of_range = _INPUT.inspect(evaluation, path)
-    if any(v.reason == "TOO_MANY" for v in out_of_range):
-        return counts_first(out_of_range)
+def evaluation_violations(evaluation: evaluation_pb2.Evaluation, path: str) -> list[FieldViolation]:
+    """Violations of an Evaluation as written by a caller: REQUIRED fields, the ranges, the
+    limits (the count limits alone when exceeded: :func:`counts_first`) and the values proto3
+    JSON could not render; clears its OUTPUT_ONLY fields in the same pass (AIP-203: ignored,
+    not rejected)."""
+    violations, others = _INPUT.inspect(evaluation, path)
+    if any(v.reason == "TOO_MANY" for v in others):
+        return counts_first(others)
     if evaluation.WhichOneof("inputs") is None:
         violations.append(
             FieldViolation(f"{path}.inputs", "Set either golden or scenario.", "REQUIRED")
         )
-    return violations + out_of_range
+    return violations + others
 
 
-def evaluation_violations(evaluation: evaluation_pb2.Evaluation, path: str) -> list[FieldViolation]:
-    """:func:`validate_evaluation`, then the values proto3 JSON could not render
-    (:mod:`ces_eval.contract.json_safe`) unless the count limits already refuse it."""
-    violations = validate_evaluation(evaluation, path)
-    if not any(v.reason == "TOO_MANY" for v in violations):
-        violations += json_safe.violations(evaluation, path)
-    return violations
+def seeded_violations(message: Message, path: str) -> list[FieldViolation]:
+    """Violations of a resource the emulator seeds whole (output-only fields included): the
+    count limits alone when exceeded, else REQUIRED fields, the values JSON could not render and
+    the other limits, in one pass."""
+    required, others = _SEEDED.inspect(message, path)
+    if any(v.reason == "TOO_MANY" for v in others):
+        return counts_first(others)
+    return required + others
 
 
 def counts_first(violations: list[FieldViolation]) -> list[FieldViolation]:

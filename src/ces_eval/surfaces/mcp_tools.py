@@ -200,7 +200,7 @@ def _request(spec: ToolSpec, arguments: dict[str, Any]) -> Message:
     paths, all in one walk. What a request must hold (required fields, resource names) is the
     core's validation, as on every surface, so MCP names the same fields as gRPC and REST."""
     request: Message = message_factory.GetMessageClass(spec.request)()
-    parse_document(arguments, request, "")
+    parse_document(arguments, request, "", refusal="The tool arguments are invalid")
     return request
 
 

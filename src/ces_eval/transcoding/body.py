@@ -1,9 +1,12 @@
-"""JSON request bodies into messages, with every problem reported as a BadRequest violation.
+"""JSON documents into messages, with every problem reported as a BadRequest violation.
 
-protobuf's json_format does the conversion; before it, a descriptor walk checks the document so
-that unknown fields, wrong JSON types, unknown enum names and doubly-set oneofs are reported with
-their field paths (proto names, ``evaluation.golden.turns[0].steps``), all at once, instead of
-json_format's first-error message.
+protobuf's json_format does the conversion; before it, a descriptor walk checks the document
+(:func:`check_document`, the one proto3-JSON checker of REST bodies, MCP arguments and imported
+documents) so that unknown fields, wrong JSON types, integers out of range, malformed base64,
+unknown enum names, doubly-set oneofs and malformed well-known values are reported with their
+field paths (proto names, ``evaluation.golden.turns[0].steps``), all at once, instead of
+json_format's first-error message. An imported document is read with the other policy: the
+first problem only, its path spelled as the document spells its keys.
 
 Before either, the count limits (:mod:`ces_eval.contract.limits`: repeated fields, maps, Struct
 entries) are checked on the document: a body over one is refused with those violations alone,
@@ -13,6 +16,7 @@ document"), and :func:`heavy` tells the surfaces which bodies to parse off the e
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -20,7 +24,7 @@ import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from google.protobuf import descriptor, json_format, message_factory
+from google.protobuf import descriptor, descriptor_pool, json_format, message_factory
 
 from ces_eval.contract import schema
 from ces_eval.contract.limits import (
@@ -28,6 +32,8 @@ from ces_eval.contract.limits import (
     MAX_DECODED_ENTRIES,
     MAX_MESSAGE_NESTING,
     MAX_STRUCT_ENTRIES,
+    MAX_VIOLATIONS,
+    key_path,
     shown,
 )
 from ces_eval.errors import FieldViolation, ServiceError
@@ -38,20 +44,28 @@ scanstring: Callable[[str, int, bool], tuple[str, int]] = json.decoder.scanstrin
 if TYPE_CHECKING:
     from google.protobuf.message import Message
 
-__all__ = ["Overflow", "heavy", "heavy_document", "load_json", "parse_body", "parse_document"]
+__all__ = [
+    "Overflow",
+    "check_document",
+    "heavy",
+    "heavy_document",
+    "load_json",
+    "parse_body",
+    "parse_document",
+]
 
 _F = descriptor.FieldDescriptor
 _INTEGERS = {
-    _F.TYPE_INT32: (-(2**31), 2**31 - 1),
-    _F.TYPE_SINT32: (-(2**31), 2**31 - 1),
-    _F.TYPE_SFIXED32: (-(2**31), 2**31 - 1),
-    _F.TYPE_UINT32: (0, 2**32 - 1),
-    _F.TYPE_FIXED32: (0, 2**32 - 1),
-    _F.TYPE_INT64: (-(2**63), 2**63 - 1),
-    _F.TYPE_SINT64: (-(2**63), 2**63 - 1),
-    _F.TYPE_SFIXED64: (-(2**63), 2**63 - 1),
-    _F.TYPE_UINT64: (0, 2**64 - 1),
-    _F.TYPE_FIXED64: (0, 2**64 - 1),
+    _F.TYPE_INT32: (-(2**31), 2**31 - 1, "a 32-bit integer"),
+    _F.TYPE_SINT32: (-(2**31), 2**31 - 1, "a 32-bit integer"),
+    _F.TYPE_SFIXED32: (-(2**31), 2**31 - 1, "a 32-bit integer"),
+    _F.TYPE_UINT32: (0, 2**32 - 1, "an unsigned 32-bit integer"),
+    _F.TYPE_FIXED32: (0, 2**32 - 1, "an unsigned 32-bit integer"),
+    _F.TYPE_INT64: (-(2**63), 2**63 - 1, "a 64-bit integer"),
+    _F.TYPE_SINT64: (-(2**63), 2**63 - 1, "a 64-bit integer"),
+    _F.TYPE_SFIXED64: (-(2**63), 2**63 - 1, "a 64-bit integer"),
+    _F.TYPE_UINT64: (0, 2**64 - 1, "an unsigned 64-bit integer"),
+    _F.TYPE_FIXED64: (0, 2**64 - 1, "an unsigned 64-bit integer"),
 }
 # Well-known types whose JSON form is not an object of their fields; json_format checks them.
 _OPAQUE = schema.SPECIAL_JSON_TYPES
@@ -72,19 +86,47 @@ def _join(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
 
 
-def _integer_problem(low: int, high: int) -> Callable[[object], str]:
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def _member(path: str, key: str) -> str:
+    """``path.key``, or ``path["key"]`` when the key is not a plain identifier; a long key is
+    cut (:func:`~ces_eval.contract.limits.shown`)."""
+    return _join(path, shown(key)) if _IDENTIFIER.match(key) else f"{path}{key_path(key)}"
+
+
+class _Full(Exception):
+    """The findings reached their limit: nothing more needs looking at."""
+
+
+class _Findings(list[FieldViolation]):
+    """The problems found in one document, at most ``limit`` (the walk stops there), their
+    paths in proto names or (``spelled``) as the document spells its keys."""
+
+    def __init__(self, limit: int, *, spelled: bool) -> None:
+        super().__init__()
+        self.limit = limit
+        self.spelled = spelled
+
+    def append(self, violation: FieldViolation) -> None:
+        super().append(violation)
+        if len(self) >= self.limit:
+            raise _Full
+
+
+def _integer_problem(low: int, high: int, kind: str) -> Callable[[object], str]:
     def check(value: object) -> str:
         number: object = value
         if isinstance(value, str):
             try:
                 number = int(value)
             except ValueError:
-                return "expected an integer"
+                return f"expected {kind}"
         elif isinstance(value, float) and value.is_integer():
             number = int(value)
-        if isinstance(number, bool) or not isinstance(number, int):
-            return "expected an integer"
-        return "" if low <= number <= high else f"out of range [{low}, {high}]"
+        if isinstance(number, bool) or not isinstance(number, int) or not low <= number <= high:
+            return f"expected {kind}"
+        return ""
 
     return check
 
@@ -101,25 +143,51 @@ def _float_problem(value: object) -> str:
     return "" if ok else "expected a number"
 
 
+_BASE64 = re.compile(r"[A-Za-z0-9+/_-]*\Z")
+
+
+def _bytes_problem(value: object) -> str:
+    """Standard or URL-safe base64, padded or not (proto3 JSON); json_format skips junk."""
+    if not isinstance(value, str):
+        return "expected base64 text"
+    body = value.rstrip("=")
+    padding = len(value) - len(body)
+    if (
+        _BASE64.match(body) is None
+        or len(body) % 4 == 1
+        or padding > 2
+        or (padding and len(value) % 4)
+    ):
+        return "expected base64 text"
+    return ""
+
+
 _SCALAR_CHECKS: dict[int, Callable[[object], str]] = {
     _F.TYPE_STRING: lambda v: "" if isinstance(v, str) else "expected a string",
-    _F.TYPE_BYTES: lambda v: "" if isinstance(v, str) else "expected a base64 string",
+    _F.TYPE_BYTES: _bytes_problem,
     _F.TYPE_BOOL: lambda v: "" if isinstance(v, bool) else "expected true or false",
     _F.TYPE_FLOAT: _float_problem,
     _F.TYPE_DOUBLE: _float_problem,
-    **{kind: _integer_problem(low, high) for kind, (low, high) in _INTEGERS.items()},
+    **{kind: _integer_problem(*bounds) for kind, bounds in _INTEGERS.items()},
 }
 
 
 def _enum_problem(enum: descriptor.EnumDescriptor, value: object) -> str:
     if isinstance(value, str):
         known = enum.values_by_name
-        return "" if value in known else f"unknown value; expected one of {', '.join(known)}"
+        return "" if value in known else f"expected one of {', '.join(known)} (or its number)"
     ok = isinstance(value, int) and not isinstance(value, bool) and -(2**31) <= value < 2**31
     return "" if ok else "expected an enum value name or number"
 
 
 _AT_TYPE = re.compile(r"\.? at [A-Za-z0-9_.]+\.?$")
+
+
+# What the one-value forms json_format's own words explain worst look like.
+_FORMS = {
+    "google.protobuf.Timestamp": 'expected an RFC 3339 timestamp such as "2024-01-31T09:30:00.5Z"',
+    "google.protobuf.Duration": 'expected a duration in seconds such as "1.5s" or "-3s"',
+}
 
 
 def _form_problem(message: descriptor.Descriptor, value: object) -> str:
@@ -133,12 +201,34 @@ def _form_problem(message: descriptor.Descriptor, value: object) -> str:
     except (json_format.ParseError, ValueError, TypeError, OverflowError) as error:
         # json_format ends its message with where it was (" at Timestamp."): the field path
         # says that better.
-        return _AT_TYPE.sub("", str(error).split("\n", 1)[0]).rstrip(".")
+        return _FORMS.get(message.full_name) or _AT_TYPE.sub(
+            "", str(error).split("\n", 1)[0]
+        ).rstrip(".")
+    return ""
+
+
+def _document_problem(name: str, value: object) -> str:
+    """What is wrong with ``value`` as the JSON form of a Struct, ListValue or Any (the type
+    ``name``) at its top (json_format reads what they hold), or ""."""
+    if name == "google.protobuf.ListValue":
+        return "" if isinstance(value, list) else "expected a JSON array"
+    if name == "google.protobuf.Value":
+        return ""
+    if not isinstance(value, dict):
+        return "expected a JSON object"
+    if name == "google.protobuf.Any" and value:
+        type_url = value.get("@type")
+        if not isinstance(type_url, str):
+            return "@type is missing"
+        try:
+            descriptor_pool.Default().FindMessageTypeByName(type_url.rpartition("/")[2])
+        except KeyError:
+            return f"unknown type {shown(type_url)}"
     return ""
 
 
 def _check_value(
-    field: descriptor.FieldDescriptor, value: object, path: str, out: list[FieldViolation]
+    field: descriptor.FieldDescriptor, value: object, path: str, out: _Findings
 ) -> None:
     """One (non-repeated) value of ``field``; null means the default value in proto3 JSON."""
     if value is None:
@@ -148,9 +238,10 @@ def _check_value(
         if name not in _OPAQUE:
             _check_message(field.message_type, value, path, out)
             return
-        if name not in _ONE_VALUE_FORMS:
-            return
-        problem = _form_problem(field.message_type, value)
+        if name in _ONE_VALUE_FORMS:
+            problem = _form_problem(field.message_type, value)
+        else:
+            problem = _document_problem(name, value)
     elif field.enum_type is not None:
         problem = _enum_problem(field.enum_type, value)
     else:
@@ -179,8 +270,14 @@ def _as_float32(value: object) -> object:
     return math.copysign(_FLOAT_MAX, number)
 
 
+def _not_value(field: descriptor.FieldDescriptor) -> bool:
+    """Whether ``field`` holds something else than ``google.protobuf.Value`` (for which null is
+    a value)."""
+    return field.message_type is None or field.message_type.full_name != "google.protobuf.Value"
+
+
 def _check_field(
-    field: descriptor.FieldDescriptor, value: object, where: str, out: list[FieldViolation]
+    field: descriptor.FieldDescriptor, value: object, where: str, out: _Findings
 ) -> object:
     """Check ``value`` of ``field``; the value to parse (see :func:`_as_float32`)."""
     if value is None:
@@ -191,7 +288,7 @@ def _check_field(
             return value
         value_field = field.message_type.fields_by_name["value"]
         for key, item in value.items():
-            _check_value(value_field, item, f'{where}["{key}"]', out)
+            _check_value(value_field, item, f"{where}{key_path(key)}", out)
             if value_field.type == _F.TYPE_FLOAT:
                 value[key] = _as_float32(item)
     elif field.is_repeated:
@@ -199,6 +296,9 @@ def _check_field(
             out.append(FieldViolation(where, "Expected a JSON array."))
             return value
         for index, item in enumerate(value):
+            if item is None and _not_value(field):
+                out.append(FieldViolation(f"{where}[{index}]", "A list element cannot be null."))
+                continue
             _check_value(field, item, f"{where}[{index}]", out)
             if field.type == _F.TYPE_FLOAT:
                 value[index] = _as_float32(item)
@@ -210,10 +310,10 @@ def _check_field(
 
 
 def _check_message(
-    message: descriptor.Descriptor, document: object, path: str, out: list[FieldViolation]
+    message: descriptor.Descriptor, document: object, path: str, out: _Findings
 ) -> None:
     if not isinstance(document, dict):
-        out.append(FieldViolation(path or "body", "Expected a JSON object."))
+        out.append(FieldViolation(path or "body", f"Expected a JSON object ({message.name})."))
         return
     by_json = {f.json_name: f for f in message.fields}
     seen: dict[str, str] = {}
@@ -223,11 +323,11 @@ def _check_message(
         if field is None:
             out.append(
                 FieldViolation(
-                    _join(path, shown(key)), f"Unknown field {shown(key)!r} in {message.name}."
+                    _member(path, key), f"Unknown field {shown(key)!r} in {message.name}."
                 )
             )
             continue
-        where = _join(path, field.name)
+        where = _member(path, key) if out.spelled else _join(path, field.name)
         if field.name in seen:
             out.append(FieldViolation(where, f"Given twice (as {seen[field.name]!r} and {key!r})."))
             continue
@@ -424,9 +524,31 @@ def load_json(data: bytes) -> object:
     return _Reader(data.decode(json.detect_encoding(data), "surrogatepass")).document()
 
 
-def _refused(violations: list[FieldViolation]) -> ServiceError:
+def check_document(
+    message_type: descriptor.Descriptor,
+    document: object,
+    path: str,
+    *,
+    limit: int = MAX_VIOLATIONS,
+    spelled: bool = False,
+) -> list[FieldViolation]:
+    """The problems json_format would trip on (or let through) in ``document`` read as a
+    ``message_type``, with their paths from ``path``: at most ``limit`` (1: the first only),
+    paths in proto names or (``spelled``) as the document spells its keys. Float values are
+    adjusted in place (see :func:`_as_float32`). RecursionError when it nests deeper than
+    Python recurses."""
+    found = _Findings(limit, spelled=spelled)
+    if message_type.full_name not in _OPAQUE:
+        with contextlib.suppress(_Full):
+            _check_message(message_type, document, path, found)
+    return list(found)
+
+
+def _refused(
+    violations: list[FieldViolation], refusal: str = "The request body is invalid"
+) -> ServiceError:
     return ServiceError.invalid_argument(
-        f"The request body is invalid: {violations[0].field}: {violations[0].description}"
+        f"{refusal}: {violations[0].field}: {violations[0].description}"
         + (f" (and {len(violations) - 1} more)" if len(violations) > 1 else ""),
         violations,
     )
@@ -467,24 +589,29 @@ def parse_body(data: bytes, message: Message, path: str) -> None:
 
 
 def parse_document(
-    document: object, message: Message, path: str, *, structs: bool = True, counted: bool = False
+    document: object,
+    message: Message,
+    path: str,
+    *,
+    structs: bool = True,
+    counted: bool = False,
+    refusal: str = "The request body is invalid",
 ) -> None:
     """Merge the parsed JSON ``document`` into ``message`` (see :func:`parse_body`); it may be
     changed in place. ``structs`` false: too small for any Struct total to pass its limit;
-    ``counted``: the count limits were checked already (:meth:`Limits.json_counts`)."""
+    ``counted``: the count limits were checked already (:meth:`Limits.json_counts`);
+    ``refusal``: how the error message begins ("The tool arguments are invalid")."""
     message_type: descriptor.Descriptor = message.DESCRIPTOR  # type: ignore[assignment]
-    violations: list[FieldViolation] = []
     try:
-        if message_type.full_name not in _OPAQUE:
-            if not counted:
-                violations = LIMITS.json_counts(message_type, document, path, structs=structs)
-                if violations:
-                    raise _refused(violations)
-            _check_message(message_type, document, path, violations)
+        if not counted and message_type.full_name not in _OPAQUE:
+            violations = LIMITS.json_counts(message_type, document, path, structs=structs)
+            if violations:
+                raise _refused(violations, refusal)
+        violations = check_document(message_type, document, path)
     except RecursionError as error:
         raise _too_deep(path) from error
     if violations:
-        raise _refused(violations)
+        raise _refused(violations, refusal)
     try:
         json_format.ParseDict(
             cast("dict[str, Any]", document), message, max_recursion_depth=MAX_NESTING
@@ -496,6 +623,6 @@ def parse_document(
         # one (a Struct number hundreds of digits long).
         description = str(error).split("\n", 1)[0]
         raise ServiceError.invalid_argument(
-            f"The request body is invalid: {description}",
+            f"{refusal}: {description}",
             [FieldViolation(path or "body", description)],
         ) from error
