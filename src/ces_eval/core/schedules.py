@@ -96,7 +96,7 @@ class Schedule:
     ``frequency`` is a :class:`Frequency`, or the number as received: proto3 enums are open, so
     a gRPC caller can send one no value names, and :func:`violations` reports it. ``start``
     must be timezone-aware; it is kept in UTC. ``days`` are the ``days_of_week`` in the order
-    sent.
+    sent (``tuple(config.days_of_week)``).
     """
 
     frequency: int
@@ -173,11 +173,10 @@ def next_execution(schedule: Schedule, after: datetime, executions: int) -> date
     # Every firing is at ``clock``: on ``after``'s own date only if ``clock`` is later there.
     # No firing is before ``start``, whose time of day is ``clock``: not before its date either.
     earliest = after.date()
-    try:
-        if datetime.combine(earliest, clock) <= after:
-            earliest += timedelta(days=1)
-    except OverflowError:
-        return None
+    if datetime.combine(earliest, clock) <= after:
+        if earliest == date.max:
+            return None
+        earliest += timedelta(days=1)
     earliest = max(earliest, start.date())
     firings = (_first_on_or_after(schedule, day, earliest) for day in _days(schedule))
     found = [day for day in firings if day is not None]
