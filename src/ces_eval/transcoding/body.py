@@ -323,7 +323,8 @@ def _check_message(
         if field is None:
             out.append(
                 FieldViolation(
-                    _member(path, key), f"Unknown field {shown(key)!r} in {message.name}."
+                    _member(path, key) if out.spelled else _join(path, shown(key)),
+                    f"Unknown field {shown(key)!r} in {message.name}.",
                 )
             )
             continue
