@@ -17,7 +17,7 @@ field stays and is held to the limits and JSON-safety).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -92,6 +92,10 @@ class _Pass:
     found: list[FieldViolation] = field(default_factory=list)  # ranges and JSON-safety
     walk: Walk | None = None
     numbers: bool = False  # whether Struct trees may hold a non-finite number
+
+    def payload(self, payload: Message, path: str) -> None:
+        """The walk of an Any's payload: JSON-safety alone (its type is not the caller's)."""
+        _JSON_ONLY._inspect(payload, path, self, check_required=False)
 
     def full(self) -> bool:
         limits = len(self.walk.violations) if self.walk is not None else 0
@@ -193,14 +197,6 @@ class Checks:
         others = state.found + (state.walk.violations if state.walk is not None else [])
         return required[:MAX_VIOLATIONS], others[:MAX_VIOLATIONS]
 
-    def _payload(self, state: _Pass) -> Callable[[Message, str], None]:
-        """The walk of an Any's payload: JSON-safety alone (its type is not the caller's)."""
-
-        def walk(payload: Message, path: str) -> None:
-            _JSON_ONLY._inspect(payload, path, state, check_required=False)
-
-        return walk
-
     def _inspect(  # noqa: PLR0912 - one pass does five jobs; helpers would cost a call per message
         self, message: Message, path: str, state: _Pass, *, check_required: bool
     ) -> None:
@@ -242,7 +238,7 @@ class Checks:
                         item_path,
                         state.found,
                         numbers=state.numbers,
-                        payload=self._payload(state),
+                        payload=state.payload,
                     )
                 continue
             below = plan.descend.get(name)

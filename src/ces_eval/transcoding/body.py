@@ -50,6 +50,7 @@ __all__ = [
     "heavy",
     "heavy_document",
     "load_json",
+    "member_path",
     "parse_body",
     "parse_document",
 ]
@@ -89,9 +90,10 @@ def _join(path: str, name: str) -> str:
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-def _member(path: str, key: str) -> str:
+def member_path(path: str, key: str) -> str:
     """``path.key``, or ``path["key"]`` when the key is not a plain identifier; a long key is
-    cut (:func:`~ces_eval.contract.limits.shown`)."""
+    cut (:func:`~ces_eval.contract.limits.shown`). The paths of documents as they spell their
+    keys (imports)."""
     return _join(path, shown(key)) if _IDENTIFIER.match(key) else f"{path}{key_path(key)}"
 
 
@@ -323,12 +325,12 @@ def _check_message(
         if field is None:
             out.append(
                 FieldViolation(
-                    _member(path, key) if out.spelled else _join(path, shown(key)),
+                    member_path(path, key) if out.spelled else _join(path, shown(key)),
                     f"Unknown field {shown(key)!r} in {message.name}.",
                 )
             )
             continue
-        where = _member(path, key) if out.spelled else _join(path, field.name)
+        where = member_path(path, key) if out.spelled else _join(path, field.name)
         if field.name in seen:
             out.append(FieldViolation(where, f"Given twice (as {seen[field.name]!r} and {key!r})."))
             continue

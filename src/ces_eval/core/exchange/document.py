@@ -21,7 +21,7 @@ from ces_eval.core.exchange import yaml_dialect
 from ces_eval.core.exchange.errors import ExchangeError
 from ces_eval.core.exchange.yaml_dialect import Object
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2, evaluation_service_pb2
-from ces_eval.transcoding.body import check_document
+from ces_eval.transcoding.body import check_document, member_path
 
 __all__ = ["FORMAT", "Bundle", "detect_format", "dump", "load"]
 
@@ -48,18 +48,9 @@ class Bundle:
 
 # -- document paths ----------------------------------------------------------------------------
 
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
 
 def _quoted(key: str) -> str:
     return json.dumps(key, ensure_ascii=False)
-
-
-def _member(parent: str, key: str) -> str:
-    """``parent.key``, or ``parent["key"]`` when the key is not a plain identifier."""
-    if not _IDENTIFIER.match(key):
-        return f"{parent}[{_quoted(key)}]"
-    return f"{parent}.{key}" if parent else key
 
 
 def _element(parent: str, index: int) -> str:
@@ -146,11 +137,11 @@ def _check_values(value: object, path: str, seen: set[int]) -> None:
             key = value.duplicates[0]
             raise ExchangeError(
                 f"key {_quoted(key)} occurs more than once",
-                _member(path, key),
+                member_path(path, key),
                 blind=("a key occurs more than once in an object", ""),
             )
         for key, item in value.items():
-            _check_values(item, _member(path, key), seen)
+            _check_values(item, member_path(path, key), seen)
     elif isinstance(value, list):
         for index, item in enumerate(value):
             _check_values(item, _element(path, index), seen)
@@ -234,7 +225,7 @@ def load(data: bytes) -> Bundle:
             if canonical is None:
                 raise ExchangeError(
                     f"unknown key {_quoted(key)}",
-                    _member("", key),
+                    member_path("", key),
                     blind=(
                         "unknown key at the top; expected format, evaluations and "
                         "evaluationResults",
