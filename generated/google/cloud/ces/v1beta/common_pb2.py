@@ -30,7 +30,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$google/cloud/ces/v1beta/common.proto\x12\x17google.cloud.ces.v1beta\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa4\x02\n\x04Span\x12\x12\n\x04name\x18\x01 \x01(\tB\x04\xe2\x41\x01\x03\x12\x34\n\nstart_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x32\n\x08\x65nd_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x31\n\x08\x64uration\x18\x06 \x01(\x0b\x32\x19.google.protobuf.DurationB\x04\xe2\x41\x01\x03\x12\x31\n\nattributes\x18\x04 \x01(\x0b\x32\x17.google.protobuf.StructB\x04\xe2\x41\x01\x03\x12\x38\n\x0b\x63hild_spans\x18\x05 \x03(\x0b\x32\x1d.google.cloud.ces.v1beta.SpanB\x04\xe2\x41\x01\x03\"Z\n\x0bToolsetTool\x12\x34\n\x07toolset\x18\x01 \x01(\tB#\xe2\x41\x01\x02\xfa\x41\x1c\n\x1a\x63\x65s.googleapis.com/Toolset\x12\x15\n\x07tool_id\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\"\xa0\x01\n\x10InputAudioConfig\x12\x44\n\x0e\x61udio_encoding\x18\x01 \x01(\x0e\x32&.google.cloud.ces.v1beta.AudioEncodingB\x04\xe2\x41\x01\x02\x12\x1f\n\x11sample_rate_hertz\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x02\x12%\n\x17noise_suppression_level\x18\x06 \x01(\tB\x04\xe2\x41\x01\x01\"z\n\x11OutputAudioConfig\x12\x44\n\x0e\x61udio_encoding\x18\x01 \x01(\x0e\x32&.google.cloud.ces.v1beta.AudioEncodingB\x04\xe2\x41\x01\x02\x12\x1f\n\x11sample_rate_hertz\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x02*R\n\rAudioEncoding\x12\x1e\n\x1a\x41UDIO_ENCODING_UNSPECIFIED\x10\x00\x12\x0c\n\x08LINEAR16\x10\x01\x12\t\n\x05MULAW\x10\x02\x12\x08\n\x04\x41LAW\x10\x03*a\n\x1b\x45valuationToolCallBehaviour\x12.\n*EVALUATION_TOOL_CALL_BEHAVIOUR_UNSPECIFIED\x10\x00\x12\x08\n\x04REAL\x10\x01\x12\x08\n\x04\x46\x41KE\x10\x02*K\n\x0fGoldenRunMethod\x12!\n\x1dGOLDEN_RUN_METHOD_UNSPECIFIED\x10\x00\x12\n\n\x06STABLE\x10\x01\x12\t\n\x05NAIVE\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n$google/cloud/ces/v1beta/common.proto\x12\x17google.cloud.ces.v1beta\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa4\x02\n\x04Span\x12\x12\n\x04name\x18\x01 \x01(\tB\x04\xe2\x41\x01\x03\x12\x34\n\nstart_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x32\n\x08\x65nd_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x31\n\x08\x64uration\x18\x06 \x01(\x0b\x32\x19.google.protobuf.DurationB\x04\xe2\x41\x01\x03\x12\x31\n\nattributes\x18\x04 \x01(\x0b\x32\x17.google.protobuf.StructB\x04\xe2\x41\x01\x03\x12\x38\n\x0b\x63hild_spans\x18\x05 \x03(\x0b\x32\x1d.google.cloud.ces.v1beta.SpanB\x04\xe2\x41\x01\x03\"Z\n\x0bToolsetTool\x12\x34\n\x07toolset\x18\x01 \x01(\tB#\xe2\x41\x01\x02\xfa\x41\x1c\n\x1a\x63\x65s.googleapis.com/Toolset\x12\x15\n\x07tool_id\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\"\xa0\x01\n\x10InputAudioConfig\x12\x44\n\x0e\x61udio_encoding\x18\x01 \x01(\x0e\x32&.google.cloud.ces.v1beta.AudioEncodingB\x04\xe2\x41\x01\x02\x12\x1f\n\x11sample_rate_hertz\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x02\x12%\n\x17noise_suppression_level\x18\x06 \x01(\tB\x04\xe2\x41\x01\x01\"z\n\x11OutputAudioConfig\x12\x44\n\x0e\x61udio_encoding\x18\x01 \x01(\x0e\x32&.google.cloud.ces.v1beta.AudioEncodingB\x04\xe2\x41\x01\x02\x12\x1f\n\x11sample_rate_hertz\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x02\"\xfd\x01\n\x1c\x45valuationRunCachingSettings\x12n\n\x10run_caching_mode\x18\x01 \x01(\x0e\x32N.google.cloud.ces.v1beta.EvaluationRunCachingSettings.EvaluationRunCachingModeB\x04\xe2\x41\x01\x01\"m\n\x18\x45valuationRunCachingMode\x12+\n\'EVALUATION_RUN_CACHING_MODE_UNSPECIFIED\x10\x00\x12\r\n\tFORCE_RUN\x10\x01\x12\x15\n\x11SKIP_IF_UNCHANGED\x10\x02*R\n\rAudioEncoding\x12\x1e\n\x1a\x41UDIO_ENCODING_UNSPECIFIED\x10\x00\x12\x0c\n\x08LINEAR16\x10\x01\x12\t\n\x05MULAW\x10\x02\x12\x08\n\x04\x41LAW\x10\x03*a\n\x1b\x45valuationToolCallBehaviour\x12.\n*EVALUATION_TOOL_CALL_BEHAVIOUR_UNSPECIFIED\x10\x00\x12\x08\n\x04REAL\x10\x01\x12\x08\n\x04\x46\x41KE\x10\x02*K\n\x0fGoldenRunMethod\x12!\n\x1dGOLDEN_RUN_METHOD_UNSPECIFIED\x10\x00\x12\n\n\x06STABLE\x10\x01\x12\t\n\x05NAIVE\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -63,12 +63,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_OUTPUTAUDIOCONFIG'].fields_by_name['audio_encoding']._serialized_options = b'\342A\001\002'
   _globals['_OUTPUTAUDIOCONFIG'].fields_by_name['sample_rate_hertz']._loaded_options = None
   _globals['_OUTPUTAUDIOCONFIG'].fields_by_name['sample_rate_hertz']._serialized_options = b'\342A\001\002'
-  _globals['_AUDIOENCODING']._serialized_start=894
-  _globals['_AUDIOENCODING']._serialized_end=976
-  _globals['_EVALUATIONTOOLCALLBEHAVIOUR']._serialized_start=978
-  _globals['_EVALUATIONTOOLCALLBEHAVIOUR']._serialized_end=1075
-  _globals['_GOLDENRUNMETHOD']._serialized_start=1077
-  _globals['_GOLDENRUNMETHOD']._serialized_end=1152
+  _globals['_EVALUATIONRUNCACHINGSETTINGS'].fields_by_name['run_caching_mode']._loaded_options = None
+  _globals['_EVALUATIONRUNCACHINGSETTINGS'].fields_by_name['run_caching_mode']._serialized_options = b'\342A\001\001'
+  _globals['_AUDIOENCODING']._serialized_start=1150
+  _globals['_AUDIOENCODING']._serialized_end=1232
+  _globals['_EVALUATIONTOOLCALLBEHAVIOUR']._serialized_start=1234
+  _globals['_EVALUATIONTOOLCALLBEHAVIOUR']._serialized_end=1331
+  _globals['_GOLDENRUNMETHOD']._serialized_start=1333
+  _globals['_GOLDENRUNMETHOD']._serialized_end=1408
   _globals['_SPAN']._serialized_start=221
   _globals['_SPAN']._serialized_end=513
   _globals['_TOOLSETTOOL']._serialized_start=515
@@ -77,4 +79,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_INPUTAUDIOCONFIG']._serialized_end=768
   _globals['_OUTPUTAUDIOCONFIG']._serialized_start=770
   _globals['_OUTPUTAUDIOCONFIG']._serialized_end=892
+  _globals['_EVALUATIONRUNCACHINGSETTINGS']._serialized_start=895
+  _globals['_EVALUATIONRUNCACHINGSETTINGS']._serialized_end=1148
+  _globals['_EVALUATIONRUNCACHINGSETTINGS_EVALUATIONRUNCACHINGMODE']._serialized_start=1039
+  _globals['_EVALUATIONRUNCACHINGSETTINGS_EVALUATIONRUNCACHINGMODE']._serialized_end=1148
 # @@protoc_insertion_point(module_scope)

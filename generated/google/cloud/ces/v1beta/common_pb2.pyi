@@ -244,3 +244,52 @@ class OutputAudioConfig(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___OutputAudioConfig: _TypeAlias = OutputAudioConfig  # noqa: Y015
+
+@_typing.final
+class EvaluationRunCachingSettings(_message.Message):
+    """Whether an evaluation run may reuse earlier results instead of running again."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _EvaluationRunCachingMode:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _EvaluationRunCachingModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[EvaluationRunCachingSettings._EvaluationRunCachingMode.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        EVALUATION_RUN_CACHING_MODE_UNSPECIFIED: EvaluationRunCachingSettings._EvaluationRunCachingMode.ValueType  # 0
+        """Not set; FORCE_RUN applies."""
+        FORCE_RUN: EvaluationRunCachingSettings._EvaluationRunCachingMode.ValueType  # 1
+        """Run every simulation live, even when nothing changed since the last run."""
+        SKIP_IF_UNCHANGED: EvaluationRunCachingSettings._EvaluationRunCachingMode.ValueType  # 2
+        """Reuse an evaluation's earlier verified result, without running it, when nothing it depends
+        on has changed and the channel and run method are the same as then.
+        """
+
+    class EvaluationRunCachingMode(_EvaluationRunCachingMode, metaclass=_EvaluationRunCachingModeEnumTypeWrapper):
+        """Which results a run reuses."""
+
+    EVALUATION_RUN_CACHING_MODE_UNSPECIFIED: EvaluationRunCachingSettings.EvaluationRunCachingMode.ValueType  # 0
+    """Not set; FORCE_RUN applies."""
+    FORCE_RUN: EvaluationRunCachingSettings.EvaluationRunCachingMode.ValueType  # 1
+    """Run every simulation live, even when nothing changed since the last run."""
+    SKIP_IF_UNCHANGED: EvaluationRunCachingSettings.EvaluationRunCachingMode.ValueType  # 2
+    """Reuse an evaluation's earlier verified result, without running it, when nothing it depends
+    on has changed and the channel and run method are the same as then.
+    """
+
+    RUN_CACHING_MODE_FIELD_NUMBER: _builtins.int
+    run_caching_mode: Global___EvaluationRunCachingSettings.EvaluationRunCachingMode.ValueType
+    """The caching mode of the run. Defaults to FORCE_RUN."""
+    def __init__(
+        self,
+        *,
+        run_caching_mode: Global___EvaluationRunCachingSettings.EvaluationRunCachingMode.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_caching_mode", b"run_caching_mode"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EvaluationRunCachingSettings: _TypeAlias = EvaluationRunCachingSettings  # noqa: Y015

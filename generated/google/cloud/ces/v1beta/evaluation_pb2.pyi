@@ -4,7 +4,9 @@
 isort:skip_file
 The Evaluation resource (a golden conversation or a simulated scenario that is replayed against
 an app), the metrics aggregated over its runs, and the EvaluationResult resource that records
-the outcome of one execution of an evaluation.
+the outcome of one execution of an evaluation; beside them the resources that group, judge and
+run evaluations: EvaluationDataset, EvaluationExpectation, EvaluationRun (with its
+LatencyReport) and ScheduledEvaluationRun (with the RunEvaluationRequest it starts).
 """
 
 from collections import abc as _abc
@@ -1953,3 +1955,1045 @@ class EvaluationResult(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType_result) -> _WhichOneofReturnType_result | None: ...
 
 Global___EvaluationResult: _TypeAlias = EvaluationResult  # noqa: Y015
+
+@_typing.final
+class EvaluationDataset(_message.Message):
+    """A named group of evaluations of an app, run together."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    DISPLAY_NAME_FIELD_NUMBER: _builtins.int
+    EVALUATIONS_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    ETAG_FIELD_NUMBER: _builtins.int
+    CREATED_BY_FIELD_NUMBER: _builtins.int
+    LAST_UPDATED_BY_FIELD_NUMBER: _builtins.int
+    AGGREGATED_METRICS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Identifier. Unique resource name of the dataset.
+    Format:
+    projects/{project}/locations/{location}/apps/{app}/evaluationDatasets/{evaluation_dataset}
+    """
+    display_name: _builtins.str
+    """Human-readable name of the dataset; no two datasets of an app share one."""
+    etag: _builtins.str
+    """Entity tag of the stored dataset, for read-modify-write cycles (AIP-154). An update with
+    no etag overwrites whatever changed in between.
+    """
+    created_by: _builtins.str
+    """Who created the dataset."""
+    last_updated_by: _builtins.str
+    """Who changed the dataset last."""
+    @_builtins.property
+    def evaluations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The evaluations the dataset holds.
+        Format: projects/{project}/locations/{location}/apps/{app}/evaluations/{evaluation}
+        """
+
+    @_builtins.property
+    def create_time(self) -> _timestamp_pb2.Timestamp:
+        """When the dataset was created."""
+
+    @_builtins.property
+    def update_time(self) -> _timestamp_pb2.Timestamp:
+        """When the dataset was last changed."""
+
+    @_builtins.property
+    def aggregated_metrics(self) -> Global___AggregatedMetrics:
+        """Metrics of the dataset's evaluations, over every run."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        display_name: _builtins.str = ...,
+        evaluations: _abc.Iterable[_builtins.str] | None = ...,
+        create_time: _timestamp_pb2.Timestamp | None = ...,
+        update_time: _timestamp_pb2.Timestamp | None = ...,
+        etag: _builtins.str = ...,
+        created_by: _builtins.str = ...,
+        last_updated_by: _builtins.str = ...,
+        aggregated_metrics: Global___AggregatedMetrics | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["aggregated_metrics", b"aggregated_metrics", "create_time", b"create_time", "update_time", b"update_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aggregated_metrics", b"aggregated_metrics", "create_time", b"create_time", "created_by", b"created_by", "display_name", b"display_name", "etag", b"etag", "evaluations", b"evaluations", "last_updated_by", b"last_updated_by", "name", b"name", "update_time", b"update_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EvaluationDataset: _TypeAlias = EvaluationDataset  # noqa: Y015
+
+@_typing.final
+class EvaluationRun(_message.Message):
+    """One execution of a set of evaluations (listed one by one or given as a dataset) against an
+    app version, and the results it produced.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _EvaluationType:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _EvaluationTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[EvaluationRun._EvaluationType.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        EVALUATION_TYPE_UNSPECIFIED: EvaluationRun._EvaluationType.ValueType  # 0
+        """Not specified."""
+        GOLDEN: EvaluationRun._EvaluationType.ValueType  # 1
+        """Golden evaluations only."""
+        SCENARIO: EvaluationRun._EvaluationType.ValueType  # 2
+        """Scenario evaluations only."""
+        MIXED: EvaluationRun._EvaluationType.ValueType  # 3
+        """Both golden and scenario evaluations."""
+
+    class EvaluationType(_EvaluationType, metaclass=_EvaluationTypeEnumTypeWrapper):
+        """Kind of evaluations a run holds. More values may be added."""
+
+    EVALUATION_TYPE_UNSPECIFIED: EvaluationRun.EvaluationType.ValueType  # 0
+    """Not specified."""
+    GOLDEN: EvaluationRun.EvaluationType.ValueType  # 1
+    """Golden evaluations only."""
+    SCENARIO: EvaluationRun.EvaluationType.ValueType  # 2
+    """Scenario evaluations only."""
+    MIXED: EvaluationRun.EvaluationType.ValueType  # 3
+    """Both golden and scenario evaluations."""
+
+    class _EvaluationRunState:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _EvaluationRunStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[EvaluationRun._EvaluationRunState.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        EVALUATION_RUN_STATE_UNSPECIFIED: EvaluationRun._EvaluationRunState.ValueType  # 0
+        """Not specified."""
+        QUEUED: EvaluationRun._EvaluationRunState.ValueType  # 5
+        """Waiting to start."""
+        RUNNING: EvaluationRun._EvaluationRunState.ValueType  # 1
+        """Executing."""
+        COMPLETED: EvaluationRun._EvaluationRunState.ValueType  # 2
+        """Finished."""
+        ERROR: EvaluationRun._EvaluationRunState.ValueType  # 3
+        """Stopped by an error."""
+        CANCELLED: EvaluationRun._EvaluationRunState.ValueType  # 4
+        """Stopped by a cancellation."""
+
+    class EvaluationRunState(_EvaluationRunState, metaclass=_EvaluationRunStateEnumTypeWrapper):
+        """Where a run stands."""
+
+    EVALUATION_RUN_STATE_UNSPECIFIED: EvaluationRun.EvaluationRunState.ValueType  # 0
+    """Not specified."""
+    QUEUED: EvaluationRun.EvaluationRunState.ValueType  # 5
+    """Waiting to start."""
+    RUNNING: EvaluationRun.EvaluationRunState.ValueType  # 1
+    """Executing."""
+    COMPLETED: EvaluationRun.EvaluationRunState.ValueType  # 2
+    """Finished."""
+    ERROR: EvaluationRun.EvaluationRunState.ValueType  # 3
+    """Stopped by an error."""
+    CANCELLED: EvaluationRun.EvaluationRunState.ValueType  # 4
+    """Stopped by a cancellation."""
+
+    @_typing.final
+    class Progress(_message.Message):
+        """How far a run has got, counted over its evaluation results."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        TOTAL_COUNT_FIELD_NUMBER: _builtins.int
+        FAILED_COUNT_FIELD_NUMBER: _builtins.int
+        ERROR_COUNT_FIELD_NUMBER: _builtins.int
+        COMPLETED_COUNT_FIELD_NUMBER: _builtins.int
+        PASSED_COUNT_FIELD_NUMBER: _builtins.int
+        CANCELLED_COUNT_FIELD_NUMBER: _builtins.int
+        total_count: _builtins.int
+        """Every result of the run."""
+        failed_count: _builtins.int
+        """Results whose execution completed with outcome FAIL."""
+        error_count: _builtins.int
+        """Results whose execution ended in ERROR."""
+        completed_count: _builtins.int
+        """Results whose execution COMPLETED, whatever their outcome."""
+        passed_count: _builtins.int
+        """Results whose execution completed with outcome PASS."""
+        cancelled_count: _builtins.int
+        """Results whose execution was CANCELLED."""
+        def __init__(
+            self,
+            *,
+            total_count: _builtins.int = ...,
+            failed_count: _builtins.int = ...,
+            error_count: _builtins.int = ...,
+            completed_count: _builtins.int = ...,
+            passed_count: _builtins.int = ...,
+            cancelled_count: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["cancelled_count", b"cancelled_count", "completed_count", b"completed_count", "error_count", b"error_count", "failed_count", b"failed_count", "passed_count", b"passed_count", "total_count", b"total_count"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class EvaluationRunSummary(_message.Message):
+        """Result counts of one evaluation within a run."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        PASSED_COUNT_FIELD_NUMBER: _builtins.int
+        FAILED_COUNT_FIELD_NUMBER: _builtins.int
+        ERROR_COUNT_FIELD_NUMBER: _builtins.int
+        passed_count: _builtins.int
+        """The evaluation's results that passed."""
+        failed_count: _builtins.int
+        """The evaluation's results that failed."""
+        error_count: _builtins.int
+        """The evaluation's results that ended in an error."""
+        def __init__(
+            self,
+            *,
+            passed_count: _builtins.int = ...,
+            failed_count: _builtins.int = ...,
+            error_count: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["error_count", b"error_count", "failed_count", b"failed_count", "passed_count", b"passed_count"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class EvaluationRunSummariesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        @_builtins.property
+        def value(self) -> Global___EvaluationRun.EvaluationRunSummary: ...
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: Global___EvaluationRun.EvaluationRunSummary | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NAME_FIELD_NUMBER: _builtins.int
+    DISPLAY_NAME_FIELD_NUMBER: _builtins.int
+    EVALUATION_RESULTS_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    INITIATED_BY_FIELD_NUMBER: _builtins.int
+    APP_VERSION_FIELD_NUMBER: _builtins.int
+    APP_VERSION_DISPLAY_NAME_FIELD_NUMBER: _builtins.int
+    CHANGELOG_FIELD_NUMBER: _builtins.int
+    CHANGELOG_CREATE_TIME_FIELD_NUMBER: _builtins.int
+    EVALUATIONS_FIELD_NUMBER: _builtins.int
+    EVALUATION_DATASET_FIELD_NUMBER: _builtins.int
+    EVALUATION_TYPE_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    PROGRESS_FIELD_NUMBER: _builtins.int
+    CONFIG_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_INFO_FIELD_NUMBER: _builtins.int
+    EVALUATION_RUN_SUMMARIES_FIELD_NUMBER: _builtins.int
+    LATENCY_REPORT_FIELD_NUMBER: _builtins.int
+    RUN_COUNT_FIELD_NUMBER: _builtins.int
+    PERSONA_RUN_CONFIGS_FIELD_NUMBER: _builtins.int
+    OPTIMIZATION_CONFIG_FIELD_NUMBER: _builtins.int
+    SCHEDULED_EVALUATION_RUN_FIELD_NUMBER: _builtins.int
+    GOLDEN_RUN_METHOD_FIELD_NUMBER: _builtins.int
+    OPERATION_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Identifier. Unique resource name of the run.
+    Format: projects/{project}/locations/{location}/apps/{app}/evaluationRuns/{evaluation_run}
+    """
+    display_name: _builtins.str
+    """Human-readable name of the run. When empty, one is made from the dataset's display name
+    and the time.
+    """
+    initiated_by: _builtins.str
+    """Who started the run."""
+    app_version: _builtins.str
+    """The app version the run evaluated.
+    Format: projects/{project}/locations/{location}/apps/{app}/versions/{version}
+    """
+    app_version_display_name: _builtins.str
+    """Display name of app_version."""
+    changelog: _builtins.str
+    """Changelog of the evaluated app version; set when the run was against the latest version or
+    the draft.
+    """
+    evaluation_dataset: _builtins.str
+    """The dataset the run executed. Not set together with evaluations.
+    Format:
+    projects/{project}/locations/{location}/apps/{app}/evaluationDatasets/{evaluation_dataset}
+    """
+    evaluation_type: Global___EvaluationRun.EvaluationType.ValueType
+    """Kind of evaluations in the run."""
+    state: Global___EvaluationRun.EvaluationRunState.ValueType
+    """Where the run stands."""
+    run_count: _builtins.int
+    """How many times the run executed its evaluations."""
+    scheduled_evaluation_run: _builtins.str
+    """The scheduled evaluation run that started this run, if one did.
+    Format:
+    projects/{project}/locations/{location}/apps/{app}/scheduledEvaluationRuns/{scheduled_evaluation_run}
+    """
+    golden_run_method: _common_pb2.GoldenRunMethod.ValueType
+    """How golden evaluations were replayed."""
+    operation: _builtins.str
+    """The long-running operation that created the run.
+    Format: projects/{project}/locations/{location}/operations/{operation}
+    """
+    @_builtins.property
+    def evaluation_results(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The results the run produced.
+        Format:
+        projects/{project}/locations/{location}/apps/{app}/evaluations/{evaluation}/results/{result}
+        """
+
+    @_builtins.property
+    def create_time(self) -> _timestamp_pb2.Timestamp:
+        """When the run was created."""
+
+    @_builtins.property
+    def changelog_create_time(self) -> _timestamp_pb2.Timestamp:
+        """When that changelog was created; set when the run was against the latest version or the
+        draft.
+        """
+
+    @_builtins.property
+    def evaluations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The evaluations the run executed, of either kind. Not set together with
+        evaluation_dataset.
+        Format: projects/{project}/locations/{location}/apps/{app}/evaluations/{evaluation}
+        """
+
+    @_builtins.property
+    def progress(self) -> Global___EvaluationRun.Progress:
+        """Result counts so far."""
+
+    @_builtins.property
+    def config(self) -> _evaluation_config_pb2.EvaluationConfig:
+        """The configuration the run used."""
+
+    @_builtins.property
+    @_deprecated("""This field has been marked as deprecated using proto field options.""")
+    def error(self) -> _status_pb2.Status:
+        """Deprecated: read error_info. Errors met while the run executed."""
+
+    @_builtins.property
+    def error_info(self) -> _evaluation_config_pb2.EvaluationErrorInfo:
+        """Details of an error that affected the run."""
+
+    @_builtins.property
+    def evaluation_run_summaries(self) -> _containers.MessageMap[_builtins.str, Global___EvaluationRun.EvaluationRunSummary]:
+        """Result counts of each evaluation of the run, keyed by the evaluation's resource name."""
+
+    @_builtins.property
+    def latency_report(self) -> Global___LatencyReport:
+        """Latencies measured during the run."""
+
+    @_builtins.property
+    def persona_run_configs(self) -> _containers.RepeatedCompositeFieldContainer[Global___PersonaRunConfig]:
+        """The per-persona settings the run used."""
+
+    @_builtins.property
+    def optimization_config(self) -> Global___OptimizationConfig:
+        """The optimization step to run after the evaluations; none runs when unset."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        display_name: _builtins.str = ...,
+        evaluation_results: _abc.Iterable[_builtins.str] | None = ...,
+        create_time: _timestamp_pb2.Timestamp | None = ...,
+        initiated_by: _builtins.str = ...,
+        app_version: _builtins.str = ...,
+        app_version_display_name: _builtins.str = ...,
+        changelog: _builtins.str = ...,
+        changelog_create_time: _timestamp_pb2.Timestamp | None = ...,
+        evaluations: _abc.Iterable[_builtins.str] | None = ...,
+        evaluation_dataset: _builtins.str = ...,
+        evaluation_type: Global___EvaluationRun.EvaluationType.ValueType = ...,
+        state: Global___EvaluationRun.EvaluationRunState.ValueType = ...,
+        progress: Global___EvaluationRun.Progress | None = ...,
+        config: _evaluation_config_pb2.EvaluationConfig | None = ...,
+        error: _status_pb2.Status | None = ...,
+        error_info: _evaluation_config_pb2.EvaluationErrorInfo | None = ...,
+        evaluation_run_summaries: _abc.Mapping[_builtins.str, Global___EvaluationRun.EvaluationRunSummary] | None = ...,
+        latency_report: Global___LatencyReport | None = ...,
+        run_count: _builtins.int = ...,
+        persona_run_configs: _abc.Iterable[Global___PersonaRunConfig] | None = ...,
+        optimization_config: Global___OptimizationConfig | None = ...,
+        scheduled_evaluation_run: _builtins.str = ...,
+        golden_run_method: _common_pb2.GoldenRunMethod.ValueType = ...,
+        operation: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["changelog_create_time", b"changelog_create_time", "config", b"config", "create_time", b"create_time", "error", b"error", "error_info", b"error_info", "latency_report", b"latency_report", "optimization_config", b"optimization_config", "progress", b"progress"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["app_version", b"app_version", "app_version_display_name", b"app_version_display_name", "changelog", b"changelog", "changelog_create_time", b"changelog_create_time", "config", b"config", "create_time", b"create_time", "display_name", b"display_name", "error", b"error", "error_info", b"error_info", "evaluation_dataset", b"evaluation_dataset", "evaluation_results", b"evaluation_results", "evaluation_run_summaries", b"evaluation_run_summaries", "evaluation_type", b"evaluation_type", "evaluations", b"evaluations", "golden_run_method", b"golden_run_method", "initiated_by", b"initiated_by", "latency_report", b"latency_report", "name", b"name", "operation", b"operation", "optimization_config", b"optimization_config", "persona_run_configs", b"persona_run_configs", "progress", b"progress", "run_count", b"run_count", "scheduled_evaluation_run", b"scheduled_evaluation_run", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___EvaluationRun: _TypeAlias = EvaluationRun  # noqa: Y015
+
+@_typing.final
+class LatencyReport(_message.Message):
+    """Latency percentiles of the components an evaluation run called (tools, callbacks, guardrails,
+    LLMs).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class LatencyMetrics(_message.Message):
+        """Latency percentiles and call count of one component."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        P50_LATENCY_FIELD_NUMBER: _builtins.int
+        P90_LATENCY_FIELD_NUMBER: _builtins.int
+        P99_LATENCY_FIELD_NUMBER: _builtins.int
+        CALL_COUNT_FIELD_NUMBER: _builtins.int
+        call_count: _builtins.int
+        """How many calls were measured."""
+        @_builtins.property
+        def p50_latency(self) -> _duration_pb2.Duration:
+            """Median latency."""
+
+        @_builtins.property
+        def p90_latency(self) -> _duration_pb2.Duration:
+            """90th percentile latency."""
+
+        @_builtins.property
+        def p99_latency(self) -> _duration_pb2.Duration:
+            """99th percentile latency."""
+
+        def __init__(
+            self,
+            *,
+            p50_latency: _duration_pb2.Duration | None = ...,
+            p90_latency: _duration_pb2.Duration | None = ...,
+            p99_latency: _duration_pb2.Duration | None = ...,
+            call_count: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["p50_latency", b"p50_latency", "p90_latency", b"p90_latency", "p99_latency", b"p99_latency"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["call_count", b"call_count", "p50_latency", b"p50_latency", "p90_latency", b"p90_latency", "p99_latency", b"p99_latency"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class ToolLatency(_message.Message):
+        """Latency of one tool."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        TOOL_FIELD_NUMBER: _builtins.int
+        TOOLSET_TOOL_FIELD_NUMBER: _builtins.int
+        TOOL_DISPLAY_NAME_FIELD_NUMBER: _builtins.int
+        LATENCY_METRICS_FIELD_NUMBER: _builtins.int
+        tool: _builtins.str
+        """Resource name of the tool.
+        Format: projects/{project}/locations/{location}/apps/{app}/tools/{tool}
+        """
+        tool_display_name: _builtins.str
+        """Display name of the tool."""
+        @_builtins.property
+        def toolset_tool(self) -> _common_pb2.ToolsetTool:
+            """The tool, as a tool of a toolset."""
+
+        @_builtins.property
+        def latency_metrics(self) -> Global___LatencyReport.LatencyMetrics:
+            """The tool's latencies."""
+
+        def __init__(
+            self,
+            *,
+            tool: _builtins.str = ...,
+            toolset_tool: _common_pb2.ToolsetTool | None = ...,
+            tool_display_name: _builtins.str = ...,
+            latency_metrics: Global___LatencyReport.LatencyMetrics | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["latency_metrics", b"latency_metrics", "tool", b"tool", "tool_identifier", b"tool_identifier", "toolset_tool", b"toolset_tool"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["latency_metrics", b"latency_metrics", "tool", b"tool", "tool_display_name", b"tool_display_name", "tool_identifier", b"tool_identifier", "toolset_tool", b"toolset_tool"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        _WhichOneofReturnType_tool_identifier: _TypeAlias = _typing.Literal["tool", "toolset_tool"]  # noqa: Y015
+        _WhichOneofArgType_tool_identifier: _TypeAlias = _typing.Literal["tool_identifier", b"tool_identifier"]  # noqa: Y015
+        def WhichOneof(self, oneof_group: _WhichOneofArgType_tool_identifier) -> _WhichOneofReturnType_tool_identifier | None: ...
+
+    @_typing.final
+    class CallbackLatency(_message.Message):
+        """Latency of the callbacks of one stage."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        STAGE_FIELD_NUMBER: _builtins.int
+        LATENCY_METRICS_FIELD_NUMBER: _builtins.int
+        stage: _builtins.str
+        """The callback stage."""
+        @_builtins.property
+        def latency_metrics(self) -> Global___LatencyReport.LatencyMetrics:
+            """The stage's callback latencies."""
+
+        def __init__(
+            self,
+            *,
+            stage: _builtins.str = ...,
+            latency_metrics: Global___LatencyReport.LatencyMetrics | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["latency_metrics", b"latency_metrics"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["latency_metrics", b"latency_metrics", "stage", b"stage"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class GuardrailLatency(_message.Message):
+        """Latency of one guardrail."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        GUARDRAIL_FIELD_NUMBER: _builtins.int
+        GUARDRAIL_DISPLAY_NAME_FIELD_NUMBER: _builtins.int
+        LATENCY_METRICS_FIELD_NUMBER: _builtins.int
+        guardrail: _builtins.str
+        """Resource name of the guardrail.
+        Format: projects/{project}/locations/{location}/apps/{app}/guardrails/{guardrail}
+        """
+        guardrail_display_name: _builtins.str
+        """Display name of the guardrail."""
+        @_builtins.property
+        def latency_metrics(self) -> Global___LatencyReport.LatencyMetrics:
+            """The guardrail's latencies."""
+
+        def __init__(
+            self,
+            *,
+            guardrail: _builtins.str = ...,
+            guardrail_display_name: _builtins.str = ...,
+            latency_metrics: Global___LatencyReport.LatencyMetrics | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["latency_metrics", b"latency_metrics"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["guardrail", b"guardrail", "guardrail_display_name", b"guardrail_display_name", "latency_metrics", b"latency_metrics"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class LlmCallLatency(_message.Message):
+        """Latency of the calls to one model."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        MODEL_FIELD_NUMBER: _builtins.int
+        LATENCY_METRICS_FIELD_NUMBER: _builtins.int
+        model: _builtins.str
+        """Name of the model."""
+        @_builtins.property
+        def latency_metrics(self) -> Global___LatencyReport.LatencyMetrics:
+            """The model's call latencies."""
+
+        def __init__(
+            self,
+            *,
+            model: _builtins.str = ...,
+            latency_metrics: Global___LatencyReport.LatencyMetrics | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["latency_metrics", b"latency_metrics"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["latency_metrics", b"latency_metrics", "model", b"model"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    TOOL_LATENCIES_FIELD_NUMBER: _builtins.int
+    CALLBACK_LATENCIES_FIELD_NUMBER: _builtins.int
+    GUARDRAIL_LATENCIES_FIELD_NUMBER: _builtins.int
+    LLM_CALL_LATENCIES_FIELD_NUMBER: _builtins.int
+    SESSION_COUNT_FIELD_NUMBER: _builtins.int
+    session_count: _builtins.int
+    """How many sessions the report covers."""
+    @_builtins.property
+    def tool_latencies(self) -> _containers.RepeatedCompositeFieldContainer[Global___LatencyReport.ToolLatency]:
+        """Per-tool latencies, in no particular order."""
+
+    @_builtins.property
+    def callback_latencies(self) -> _containers.RepeatedCompositeFieldContainer[Global___LatencyReport.CallbackLatency]:
+        """Per-callback-stage latencies, in no particular order."""
+
+    @_builtins.property
+    def guardrail_latencies(self) -> _containers.RepeatedCompositeFieldContainer[Global___LatencyReport.GuardrailLatency]:
+        """Per-guardrail latencies, in no particular order."""
+
+    @_builtins.property
+    def llm_call_latencies(self) -> _containers.RepeatedCompositeFieldContainer[Global___LatencyReport.LlmCallLatency]:
+        """Per-model LLM call latencies, in no particular order."""
+
+    def __init__(
+        self,
+        *,
+        tool_latencies: _abc.Iterable[Global___LatencyReport.ToolLatency] | None = ...,
+        callback_latencies: _abc.Iterable[Global___LatencyReport.CallbackLatency] | None = ...,
+        guardrail_latencies: _abc.Iterable[Global___LatencyReport.GuardrailLatency] | None = ...,
+        llm_call_latencies: _abc.Iterable[Global___LatencyReport.LlmCallLatency] | None = ...,
+        session_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["callback_latencies", b"callback_latencies", "guardrail_latencies", b"guardrail_latencies", "llm_call_latencies", b"llm_call_latencies", "session_count", b"session_count", "tool_latencies", b"tool_latencies"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LatencyReport: _TypeAlias = LatencyReport  # noqa: Y015
+
+@_typing.final
+class EvaluationExpectation(_message.Message):
+    """A reusable criterion of an app that golden and scenario evaluations can be judged against."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class LlmCriteria(_message.Message):
+        """A criterion judged by an LLM."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        PROMPT_FIELD_NUMBER: _builtins.int
+        prompt: _builtins.str
+        """What the LLM judge is told to check."""
+        def __init__(
+            self,
+            *,
+            prompt: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["prompt", b"prompt"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    LLM_CRITERIA_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    DISPLAY_NAME_FIELD_NUMBER: _builtins.int
+    TAGS_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    ETAG_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Identifier. Unique resource name of the expectation.
+    Format:
+    projects/{project}/locations/{location}/apps/{app}/evaluationExpectations/{evaluation_expectation}
+    """
+    display_name: _builtins.str
+    """Human-readable name of the expectation; no two expectations of an app share one."""
+    etag: _builtins.str
+    """Entity tag of the stored expectation, for read-modify-write cycles (AIP-154). An update with
+    no etag overwrites whatever changed in between.
+    """
+    @_builtins.property
+    def llm_criteria(self) -> Global___EvaluationExpectation.LlmCriteria:
+        """Judged by an LLM from a prompt."""
+
+    @_builtins.property
+    def tags(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Tags to group and filter expectations by."""
+
+    @_builtins.property
+    def create_time(self) -> _timestamp_pb2.Timestamp:
+        """When the expectation was created."""
+
+    @_builtins.property
+    def update_time(self) -> _timestamp_pb2.Timestamp:
+        """When the expectation was last changed."""
+
+    def __init__(
+        self,
+        *,
+        llm_criteria: Global___EvaluationExpectation.LlmCriteria | None = ...,
+        name: _builtins.str = ...,
+        display_name: _builtins.str = ...,
+        tags: _abc.Iterable[_builtins.str] | None = ...,
+        create_time: _timestamp_pb2.Timestamp | None = ...,
+        update_time: _timestamp_pb2.Timestamp | None = ...,
+        etag: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "criteria", b"criteria", "llm_criteria", b"llm_criteria", "update_time", b"update_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "criteria", b"criteria", "display_name", b"display_name", "etag", b"etag", "llm_criteria", b"llm_criteria", "name", b"name", "tags", b"tags", "update_time", b"update_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_criteria: _TypeAlias = _typing.Literal["llm_criteria"]  # noqa: Y015
+    _WhichOneofArgType_criteria: _TypeAlias = _typing.Literal["criteria", b"criteria"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_criteria) -> _WhichOneofReturnType_criteria | None: ...
+
+Global___EvaluationExpectation: _TypeAlias = EvaluationExpectation  # noqa: Y015
+
+@_typing.final
+class RunEvaluationRequest(_message.Message):
+    """Request of EvaluationService.RunEvaluation, and what a ScheduledEvaluationRun starts each time
+    it fires. Give either evaluations or evaluation_dataset.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    APP_FIELD_NUMBER: _builtins.int
+    EVALUATIONS_FIELD_NUMBER: _builtins.int
+    EVALUATION_DATASET_FIELD_NUMBER: _builtins.int
+    DISPLAY_NAME_FIELD_NUMBER: _builtins.int
+    APP_VERSION_FIELD_NUMBER: _builtins.int
+    CONFIG_FIELD_NUMBER: _builtins.int
+    RUN_COUNT_FIELD_NUMBER: _builtins.int
+    PERSONA_RUN_CONFIGS_FIELD_NUMBER: _builtins.int
+    OPTIMIZATION_CONFIG_FIELD_NUMBER: _builtins.int
+    SCHEDULED_EVALUATION_RUN_FIELD_NUMBER: _builtins.int
+    GOLDEN_RUN_METHOD_FIELD_NUMBER: _builtins.int
+    GENERATE_LATENCY_REPORT_FIELD_NUMBER: _builtins.int
+    EVALUATION_RUN_CACHING_SETTINGS_FIELD_NUMBER: _builtins.int
+    app: _builtins.str
+    """The app whose evaluations run.
+    Format: projects/{project}/locations/{location}/apps/{app}
+    """
+    evaluation_dataset: _builtins.str
+    """A dataset whose evaluations to run.
+    Format:
+    projects/{project}/locations/{location}/apps/{app}/evaluationDatasets/{evaluation_dataset}
+    """
+    display_name: _builtins.str
+    """Display name of the run to create."""
+    app_version: _builtins.str
+    """The app version to run against.
+    Format: projects/{project}/locations/{location}/apps/{app}/versions/{version}
+    """
+    run_count: _builtins.int
+    """How many times each evaluation runs. When unset, a golden runs once and a scenario five
+    times.
+    """
+    scheduled_evaluation_run: _builtins.str
+    """The scheduled evaluation run on whose behalf this run starts; copied into the created
+    run's scheduled_evaluation_run.
+    Format:
+    projects/{project}/locations/{location}/apps/{app}/scheduledEvaluationRuns/{scheduled_evaluation_run}
+    """
+    golden_run_method: _common_pb2.GoldenRunMethod.ValueType
+    """How golden evaluations are replayed. Defaults to STABLE."""
+    generate_latency_report: _builtins.bool
+    """Whether the run produces a latency report."""
+    @_builtins.property
+    def evaluations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The evaluations to run.
+        Format: projects/{project}/locations/{location}/apps/{app}/evaluations/{evaluation}
+        """
+
+    @_builtins.property
+    def config(self) -> _evaluation_config_pb2.EvaluationConfig:
+        """Settings of the run."""
+
+    @_builtins.property
+    def persona_run_configs(self) -> _containers.RepeatedCompositeFieldContainer[Global___PersonaRunConfig]:
+        """Per-persona settings of the run."""
+
+    @_builtins.property
+    def optimization_config(self) -> Global___OptimizationConfig:
+        """The optimization step to run after the evaluations; none runs when unset."""
+
+    @_builtins.property
+    def evaluation_run_caching_settings(self) -> _common_pb2.EvaluationRunCachingSettings:
+        """Whether the run may reuse earlier results."""
+
+    def __init__(
+        self,
+        *,
+        app: _builtins.str = ...,
+        evaluations: _abc.Iterable[_builtins.str] | None = ...,
+        evaluation_dataset: _builtins.str = ...,
+        display_name: _builtins.str = ...,
+        app_version: _builtins.str = ...,
+        config: _evaluation_config_pb2.EvaluationConfig | None = ...,
+        run_count: _builtins.int | None = ...,
+        persona_run_configs: _abc.Iterable[Global___PersonaRunConfig] | None = ...,
+        optimization_config: Global___OptimizationConfig | None = ...,
+        scheduled_evaluation_run: _builtins.str = ...,
+        golden_run_method: _common_pb2.GoldenRunMethod.ValueType = ...,
+        generate_latency_report: _builtins.bool = ...,
+        evaluation_run_caching_settings: _common_pb2.EvaluationRunCachingSettings | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_run_count", b"_run_count", "config", b"config", "evaluation_run_caching_settings", b"evaluation_run_caching_settings", "optimization_config", b"optimization_config", "run_count", b"run_count"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_run_count", b"_run_count", "app", b"app", "app_version", b"app_version", "config", b"config", "display_name", b"display_name", "evaluation_dataset", b"evaluation_dataset", "evaluation_run_caching_settings", b"evaluation_run_caching_settings", "evaluations", b"evaluations", "generate_latency_report", b"generate_latency_report", "golden_run_method", b"golden_run_method", "optimization_config", b"optimization_config", "persona_run_configs", b"persona_run_configs", "run_count", b"run_count", "scheduled_evaluation_run", b"scheduled_evaluation_run"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__run_count: _TypeAlias = _typing.Literal["run_count"]  # noqa: Y015
+    _WhichOneofArgType__run_count: _TypeAlias = _typing.Literal["_run_count", b"_run_count"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__run_count) -> _WhichOneofReturnType__run_count | None: ...
+
+Global___RunEvaluationRequest: _TypeAlias = RunEvaluationRequest  # noqa: Y015
+
+@_typing.final
+class ScheduledEvaluationRun(_message.Message):
+    """An evaluation run started again and again on a schedule."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class SchedulingConfig(_message.Message):
+        """When and how often the run fires."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        class _Frequency:
+            ValueType = _typing.NewType("ValueType", _builtins.int)
+            V: _TypeAlias = ValueType  # noqa: Y015
+
+        class _FrequencyEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[ScheduledEvaluationRun.SchedulingConfig._Frequency.ValueType], _builtins.type):
+            DESCRIPTOR: _descriptor.EnumDescriptor
+            FREQUENCY_UNSPECIFIED: ScheduledEvaluationRun.SchedulingConfig._Frequency.ValueType  # 0
+            """Not specified."""
+            NONE: ScheduledEvaluationRun.SchedulingConfig._Frequency.ValueType  # 1
+            """Once, never again."""
+            DAILY: ScheduledEvaluationRun.SchedulingConfig._Frequency.ValueType  # 2
+            """Every day."""
+            WEEKLY: ScheduledEvaluationRun.SchedulingConfig._Frequency.ValueType  # 3
+            """Every week."""
+            BIWEEKLY: ScheduledEvaluationRun.SchedulingConfig._Frequency.ValueType  # 4
+            """Every other week."""
+
+        class Frequency(_Frequency, metaclass=_FrequencyEnumTypeWrapper):
+            """How often a scheduled run repeats."""
+
+        FREQUENCY_UNSPECIFIED: ScheduledEvaluationRun.SchedulingConfig.Frequency.ValueType  # 0
+        """Not specified."""
+        NONE: ScheduledEvaluationRun.SchedulingConfig.Frequency.ValueType  # 1
+        """Once, never again."""
+        DAILY: ScheduledEvaluationRun.SchedulingConfig.Frequency.ValueType  # 2
+        """Every day."""
+        WEEKLY: ScheduledEvaluationRun.SchedulingConfig.Frequency.ValueType  # 3
+        """Every week."""
+        BIWEEKLY: ScheduledEvaluationRun.SchedulingConfig.Frequency.ValueType  # 4
+        """Every other week."""
+
+        FREQUENCY_FIELD_NUMBER: _builtins.int
+        START_TIME_FIELD_NUMBER: _builtins.int
+        DAYS_OF_WEEK_FIELD_NUMBER: _builtins.int
+        frequency: Global___ScheduledEvaluationRun.SchedulingConfig.Frequency.ValueType
+        """How often the run repeats."""
+        @_builtins.property
+        def start_time(self) -> _timestamp_pb2.Timestamp:
+            """The first time the run may fire."""
+
+        @_builtins.property
+        def days_of_week(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+            """ISO weekdays (1 Monday ... 7 Sunday) to fire on; only for WEEKLY and BIWEEKLY."""
+
+        def __init__(
+            self,
+            *,
+            frequency: Global___ScheduledEvaluationRun.SchedulingConfig.Frequency.ValueType = ...,
+            start_time: _timestamp_pb2.Timestamp | None = ...,
+            days_of_week: _abc.Iterable[_builtins.int] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["start_time", b"start_time"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["days_of_week", b"days_of_week", "frequency", b"frequency", "start_time", b"start_time"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NAME_FIELD_NUMBER: _builtins.int
+    DISPLAY_NAME_FIELD_NUMBER: _builtins.int
+    REQUEST_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    SCHEDULING_CONFIG_FIELD_NUMBER: _builtins.int
+    ACTIVE_FIELD_NUMBER: _builtins.int
+    LAST_COMPLETED_RUN_FIELD_NUMBER: _builtins.int
+    TOTAL_EXECUTIONS_FIELD_NUMBER: _builtins.int
+    NEXT_SCHEDULED_EXECUTION_TIME_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    CREATED_BY_FIELD_NUMBER: _builtins.int
+    UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    LAST_UPDATED_BY_FIELD_NUMBER: _builtins.int
+    ETAG_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Identifier. Unique resource name of the scheduled run.
+    Format:
+    projects/{project}/locations/{location}/apps/{app}/scheduledEvaluationRuns/{scheduled_evaluation_run}
+    """
+    display_name: _builtins.str
+    """Human-readable name of the scheduled run."""
+    description: _builtins.str
+    """Description of the scheduled run, written by the user."""
+    active: _builtins.bool
+    """Whether the schedule is in force."""
+    last_completed_run: _builtins.str
+    """The last evaluation run the schedule started that completed.
+    Format: projects/{project}/locations/{location}/apps/{app}/evaluationRuns/{evaluation_run}
+    """
+    total_executions: _builtins.int
+    """How many times the schedule has fired."""
+    created_by: _builtins.str
+    """Who created the scheduled run."""
+    last_updated_by: _builtins.str
+    """Who changed the scheduled run last."""
+    etag: _builtins.str
+    """Entity tag of the stored scheduled run, for read-modify-write cycles (AIP-154). An update
+    with no etag overwrites whatever changed in between.
+    """
+    @_builtins.property
+    def request(self) -> Global___RunEvaluationRequest:
+        """The run to start each time the schedule fires."""
+
+    @_builtins.property
+    def scheduling_config(self) -> Global___ScheduledEvaluationRun.SchedulingConfig:
+        """When and how often the run fires."""
+
+    @_builtins.property
+    def next_scheduled_execution_time(self) -> _timestamp_pb2.Timestamp:
+        """When the schedule fires next."""
+
+    @_builtins.property
+    def create_time(self) -> _timestamp_pb2.Timestamp:
+        """When the scheduled run was created."""
+
+    @_builtins.property
+    def update_time(self) -> _timestamp_pb2.Timestamp:
+        """When the scheduled run was last changed."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        display_name: _builtins.str = ...,
+        request: Global___RunEvaluationRequest | None = ...,
+        description: _builtins.str = ...,
+        scheduling_config: Global___ScheduledEvaluationRun.SchedulingConfig | None = ...,
+        active: _builtins.bool = ...,
+        last_completed_run: _builtins.str = ...,
+        total_executions: _builtins.int = ...,
+        next_scheduled_execution_time: _timestamp_pb2.Timestamp | None = ...,
+        create_time: _timestamp_pb2.Timestamp | None = ...,
+        created_by: _builtins.str = ...,
+        update_time: _timestamp_pb2.Timestamp | None = ...,
+        last_updated_by: _builtins.str = ...,
+        etag: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "next_scheduled_execution_time", b"next_scheduled_execution_time", "request", b"request", "scheduling_config", b"scheduling_config", "update_time", b"update_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active", b"active", "create_time", b"create_time", "created_by", b"created_by", "description", b"description", "display_name", b"display_name", "etag", b"etag", "last_completed_run", b"last_completed_run", "last_updated_by", b"last_updated_by", "name", b"name", "next_scheduled_execution_time", b"next_scheduled_execution_time", "request", b"request", "scheduling_config", b"scheduling_config", "total_executions", b"total_executions", "update_time", b"update_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScheduledEvaluationRun: _TypeAlias = ScheduledEvaluationRun  # noqa: Y015
+
+@_typing.final
+class PersonaRunConfig(_message.Message):
+    """Per-persona settings of an evaluation run."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PERSONA_FIELD_NUMBER: _builtins.int
+    TASK_COUNT_FIELD_NUMBER: _builtins.int
+    persona: _builtins.str
+    """The persona to simulate.
+    Format:
+    projects/{project}/locations/{location}/apps/{app}/evaluationPersonas/{evaluation_persona}
+    """
+    task_count: _builtins.int
+    """How many tasks to run with the persona."""
+    def __init__(
+        self,
+        *,
+        persona: _builtins.str = ...,
+        task_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["persona", b"persona", "task_count", b"task_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PersonaRunConfig: _TypeAlias = PersonaRunConfig  # noqa: Y015
+
+@_typing.final
+class OptimizationConfig(_message.Message):
+    """The optimization step after an evaluation run: a loss report of what went wrong, and its
+    outcome.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _OptimizationStatus:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _OptimizationStatusEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[OptimizationConfig._OptimizationStatus.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        OPTIMIZATION_STATUS_UNSPECIFIED: OptimizationConfig._OptimizationStatus.ValueType  # 0
+        """Not specified."""
+        RUNNING: OptimizationConfig._OptimizationStatus.ValueType  # 1
+        """Executing."""
+        COMPLETED: OptimizationConfig._OptimizationStatus.ValueType  # 2
+        """Finished."""
+        ERROR: OptimizationConfig._OptimizationStatus.ValueType  # 3
+        """Stopped by an internal error."""
+
+    class OptimizationStatus(_OptimizationStatus, metaclass=_OptimizationStatusEnumTypeWrapper):
+        """Where the optimization step stands."""
+
+    OPTIMIZATION_STATUS_UNSPECIFIED: OptimizationConfig.OptimizationStatus.ValueType  # 0
+    """Not specified."""
+    RUNNING: OptimizationConfig.OptimizationStatus.ValueType  # 1
+    """Executing."""
+    COMPLETED: OptimizationConfig.OptimizationStatus.ValueType  # 2
+    """Finished."""
+    ERROR: OptimizationConfig.OptimizationStatus.ValueType  # 3
+    """Stopped by an internal error."""
+
+    GENERATE_LOSS_REPORT_FIELD_NUMBER: _builtins.int
+    ASSISTANT_SESSION_FIELD_NUMBER: _builtins.int
+    REPORT_SUMMARY_FIELD_NUMBER: _builtins.int
+    SHOULD_SUGGEST_FIX_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    LOSS_REPORT_FIELD_NUMBER: _builtins.int
+    generate_loss_report: _builtins.bool
+    """Whether to produce a loss report."""
+    assistant_session: _builtins.str
+    """The assistant session the optimization of this run uses.
+    Format:
+    projects/{project}/locations/{location}/apps/{app}/assistantSessions/{assistant_session}
+    """
+    report_summary: _builtins.str
+    """Summary of the loss report."""
+    should_suggest_fix: _builtins.bool
+    """Whether a fix for the losses should be suggested."""
+    status: Global___OptimizationConfig.OptimizationStatus.ValueType
+    """Where the optimization step stands."""
+    error_message: _builtins.str
+    """Why the optimization step failed, when it did."""
+    @_builtins.property
+    def loss_report(self) -> _struct_pb2.Struct:
+        """The loss report produced."""
+
+    def __init__(
+        self,
+        *,
+        generate_loss_report: _builtins.bool = ...,
+        assistant_session: _builtins.str = ...,
+        report_summary: _builtins.str = ...,
+        should_suggest_fix: _builtins.bool = ...,
+        status: Global___OptimizationConfig.OptimizationStatus.ValueType = ...,
+        error_message: _builtins.str = ...,
+        loss_report: _struct_pb2.Struct | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["loss_report", b"loss_report"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["assistant_session", b"assistant_session", "error_message", b"error_message", "generate_loss_report", b"generate_loss_report", "loss_report", b"loss_report", "report_summary", b"report_summary", "should_suggest_fix", b"should_suggest_fix", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OptimizationConfig: _TypeAlias = OptimizationConfig  # noqa: Y015
