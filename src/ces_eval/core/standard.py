@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from ces_eval.access import Caller
     from ces_eval.core.context import Context, Rpc
     from ces_eval.storage.base import Storage
+    from ces_eval.storage.tables import Table
 
 __all__ = [
     "UNCONDITIONAL_ATTEMPTS",
@@ -86,6 +87,17 @@ class Store(Generic[M]):
     list: Callable[[Storage, ListQuery], Awaitable[Sequence[tuple[M | bytes, Cursor]]]]
     delete: Callable[[Storage, str, str], Awaitable[None]]
     replace: Callable[[Storage, M, str], Awaitable[None]] | None = None
+
+    @classmethod
+    def of(cls, table: Table[M]) -> Store[M]:
+        """The calls of a resource kept in a generic table (:mod:`ces_eval.storage.tables`)."""
+        return cls(
+            get=lambda storage, name: storage.get_row(table, name),
+            insert=lambda storage, message: storage.insert_row(table, message),
+            list=lambda storage, query: storage.list_rows(table, query),
+            delete=lambda storage, name, etag: storage.delete_row(table, name, etag),
+            replace=lambda storage, message, etag: storage.replace_row(table, message, etag),
+        )
 
 
 # The field rules of a resource as a caller writes it: (message, its path in the request, the

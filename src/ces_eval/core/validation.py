@@ -27,6 +27,7 @@ __all__ = [
     "counts_first",
     "evaluation_violations",
     "raise_if_invalid",
+    "resource_violations",
     "seeded_violations",
     "with_size",
 ]
@@ -61,13 +62,23 @@ def evaluation_violations(evaluation: evaluation_pb2.Evaluation, path: str) -> l
     limits (the count limits alone when exceeded: :func:`counts_first`) and the values proto3
     JSON could not render; clears its OUTPUT_ONLY fields in the same pass (AIP-203: ignored,
     not rejected)."""
-    violations, others = _INPUT.inspect(evaluation, path)
-    if any(v.reason == "TOO_MANY" for v in others):
-        return counts_first(others)
+    violations = resource_violations(evaluation, path)
+    if any(v.reason == "TOO_MANY" for v in violations):
+        return violations
     if evaluation.WhichOneof("inputs") is None:
         violations.append(
             FieldViolation(f"{path}.inputs", "Set either golden or scenario.", "REQUIRED")
         )
+    return violations
+
+
+def resource_violations(message: Message, path: str) -> list[FieldViolation]:
+    """Violations of any resource as written by a caller (the rules of :func:`evaluation_violations`
+    without the evaluation's own): REQUIRED fields, the ranges, the limits (the count limits
+    alone when exceeded) and JSON-safety; clears its OUTPUT_ONLY fields in the same pass."""
+    violations, others = _INPUT.inspect(message, path)
+    if any(v.reason == "TOO_MANY" for v in others):
+        return counts_first(others)
     return violations + others
 
 

@@ -13,7 +13,8 @@ pages, whose filters and cursors vary, are composed per call.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ces_eval import filtering
 from ces_eval.storage._tables import (
@@ -27,7 +28,10 @@ from ces_eval.storage._tables import (
 from ces_eval.storage.base import ListQuery, SortKey
 from ces_eval.storage.errors import InvalidFilter
 
-__all__ = ["POSTGRESQL", "SQLITE", "Sql"]
+if TYPE_CHECKING:
+    from ces_eval.storage.tables import Table
+
+__all__ = ["POSTGRESQL", "SQLITE", "Sql", "TableSql"]
 
 _JSON_COLUMNS = frozenset({"tags", "evaluation_datasets"})
 # What a row holds of its resource as served, in bytes (ListQuery.max_bytes): read from the
@@ -105,6 +109,7 @@ class Sql:
         self.evaluation_update = self.update(
             "evaluations", EVALUATION_COLUMNS[2:], f"name = {p} AND etag = {p}"
         )
+        self.lock_row = lock_row
         self.evaluation_lock = f"SELECT etag FROM evaluations WHERE name = {p}{lock_row}"
         self.evaluation_delete = f"DELETE FROM evaluations WHERE name = {p}"
         self.evaluation_stored = (
@@ -212,19 +217,42 @@ class Sql:
         """The parameters of ``expired``: none on the database's clock, else this process's."""
         return () if self.database_clock else (now_micros(),)
 
-    def _param(self, column: str) -> str:
-        return self.json_param if column in _JSON_COLUMNS else self.p
+    def _param(self, column: str, json_columns: Collection[str] = _JSON_COLUMNS) -> str:
+        return self.json_param if column in json_columns else self.p
 
-    def insert(self, table: str, columns: Sequence[str], extra: dict[str, str]) -> str:
-        """``INSERT`` of ``columns`` (parameters) and ``extra`` (column → SQL expression)."""
+    def insert(
+        self,
+        table: str,
+        columns: Sequence[str],
+        extra: dict[str, str],
+        json_columns: Collection[str] = _JSON_COLUMNS,
+    ) -> str:
+        """``INSERT`` of ``columns`` (parameters) and ``extra`` (column → SQL expression);
+        ``json_columns`` take :attr:`json_param`."""
         names = [*columns, *extra]
-        values = [self._param(column) for column in columns] + list(extra.values())
+        values = [self._param(column, json_columns) for column in columns] + list(extra.values())
         return f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join(values)})"
 
-    def update(self, table: str, columns: Sequence[str], where: str) -> str:
+    def update(
+        self,
+        table: str,
+        columns: Sequence[str],
+        where: str,
+        json_columns: Collection[str] = _JSON_COLUMNS,
+    ) -> str:
         """``UPDATE`` setting ``columns`` (parameters, in order) for rows matching ``where``."""
-        assignments = ", ".join(f"{column} = {self._param(column)}" for column in columns)
+        assignments = ", ".join(
+            f"{column} = {self._param(column, json_columns)}" for column in columns
+        )
         return f"UPDATE {table} SET {assignments} WHERE {where}"
+
+    def table(self, table: Table[Any]) -> TableSql:
+        """The statements of a generic table (built at its first use, then kept)."""
+        built: dict[str, TableSql] = self.__dict__.setdefault("_table_sql", {})
+        found = built.get(table.name)
+        if found is None:
+            found = built[table.name] = TableSql(self, table)
+        return found
 
     def compile(
         self, expr: filtering.Expr | None, fields: dict[str, filtering.FieldSpec], which: str
@@ -309,9 +337,10 @@ class Sql:
         window = f"ORDER BY name {direction}"
         if column != f"{table}.name":
             window = f"ORDER BY sort_value {direction}, name {direction}"
+        stored = _STORED_BYTES.get(table, f"length({table}.data)")
         sizes = (
             f"SELECT {column} AS sort_value, {table}.name AS name, "
-            f"{_STORED_BYTES[table]} AS size FROM {table} WHERE {' AND '.join(where)} "
+            f"{stored} AS size FROM {table} WHERE {' AND '.join(where)} "
             f"{order} LIMIT {p}"
         )
         counted = (
@@ -384,6 +413,42 @@ class Sql:
         )
         statement = f"SELECT data FROM operations WHERE {where_sql} {order} {limit_sql}"
         return statement, params
+
+
+class TableSql:
+    """The statements of one generic table (:mod:`ces_eval.storage.tables`) in one dialect.
+
+    ``insert``, ``get`` (``data``), ``exists``, ``update`` (every column but the identity, name
+    and parent, where name and etag match), ``lock`` (the etag, locking the row), ``delete``,
+    ``display_name`` (who holds a display name within a parent), ``reset`` (``name LIKE``);
+    :meth:`list` composes a page."""
+
+    def __init__(self, sql: Sql, table: Table[Any]) -> None:
+        self._sql = sql
+        self._table = table
+        p = sql.p
+        name = table.name
+        columns = table.column_names
+        json_columns = table.json_columns
+        self.insert = sql.insert(name, columns, {}, json_columns)
+        self.get = f"SELECT data FROM {name} WHERE name = {p}"
+        self.exists = f"SELECT 1 FROM {name} WHERE name = {p}"
+        self.update = sql.update(name, columns[2:], f"name = {p} AND etag = {p}", json_columns)
+        self.lock = f"SELECT etag FROM {name} WHERE name = {p}{sql.lock_row}"
+        self.delete = f"DELETE FROM {name} WHERE name = {p}"
+        self.display_name = f"SELECT name FROM {name} WHERE parent = {p} AND display_name = {p}"
+        self.reset = f"DELETE FROM {name} WHERE name LIKE {p} ESCAPE '\\'"
+
+    def list(self, query: ListQuery) -> tuple[str, list[object]]:
+        """One page of a parent's rows: ``data, name, <sort value>``."""
+        sql = self._sql
+        name = self._table.name
+        where = [f"{name}.parent = {sql.p}"]
+        params: list[object] = [query.parent]
+        condition, values = sql.compile(query.filter, self._table.filter_fields, "filter")
+        where.append(f"({condition})")
+        params += values
+        return sql.page(name, "data", where, params, query), params
 
 
 SQLITE = Sql(

@@ -22,14 +22,17 @@ from ces_eval.storage.errors import Conflict
 
 if TYPE_CHECKING:
     from google.longrunning import operations_pb2
+    from google.protobuf.message import Message
     from google.rpc import status_pb2
 
     from ces_eval.storage._dialect import Sql
     from ces_eval.storage.base import Cursor, ListQuery, ResetCounts
+    from ces_eval.storage.tables import Table
 
 __all__ = ["ScriptedStorage"]
 
 T = TypeVar("T")
+M = TypeVar("M", bound="Message")
 Make = Callable[[], Script[T]]
 _Evaluation = evaluation_pb2.Evaluation
 _Result = evaluation_pb2.EvaluationResult
@@ -137,6 +140,24 @@ class ScriptedStorage(abc.ABC):
 
     async def reset_project(self, project: str) -> ResetCounts:
         return await self._write(partial(_scripts.reset_project, self._sql, project))
+
+    # -- generic tables ------------------------------------------------------------------------
+
+    async def insert_row(self, table: Table[M], message: M) -> None:
+        await self._write(partial(_scripts.insert_row, self._sql, table, message))
+
+    async def get_row(self, table: Table[M], name: str) -> M | None:
+        statement = Statement(self._sql.table(table).get, (name,))
+        return await self._point_query(statement, _scripts.row_of(table))
+
+    async def list_rows(self, table: Table[M], query: ListQuery) -> list[tuple[bytes, Cursor]]:
+        return await self._query(partial(_scripts.list_rows, self._sql, table, query))
+
+    async def replace_row(self, table: Table[M], message: M, expected_etag: str) -> None:
+        await self._write(partial(_scripts.replace_row, self._sql, table, message, expected_etag))
+
+    async def delete_row(self, table: Table[M], name: str, expected_etag: str | None) -> None:
+        await self._write(partial(_scripts.delete_row, self._sql, table, name, expected_etag))
 
     # -- long-running operations -----------------------------------------------------------
 

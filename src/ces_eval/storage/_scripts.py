@@ -32,21 +32,24 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar
 from google.longrunning import operations_pb2
 
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
-from ces_eval.storage import _tables
+from ces_eval.storage import _tables, tables
 from ces_eval.storage._migrations import pending
 from ces_eval.storage.base import Cursor, ListQuery, ResetCounts
 from ces_eval.storage.derived import Tally, add_tally, contribution
 from ces_eval.storage.errors import Conflict, EtagMismatch, Missing
 
 if TYPE_CHECKING:
+    from google.protobuf.message import Message
     from google.rpc import status_pb2
 
     from ces_eval.storage._dialect import Sql
+    from ces_eval.storage.tables import Table
 
 __all__ = ["Rows", "Script", "Statement", "Taken", "drive", "drive_async"]
 
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
+M = TypeVar("M", bound="Message")
 _Result = evaluation_pb2.EvaluationResult
 _Evaluation = evaluation_pb2.Evaluation
 _COMPLETED = int(_Result.ExecutionState.COMPLETED)
@@ -145,8 +148,12 @@ def ping(sql: Sql) -> Script[None]:
 
 def display_name_owner(sql: Sql, name: str, display_name: str) -> Script[str]:
     """The resource holding ``display_name`` in the scope of ``name`` (the app for
-    evaluations, the evaluation for results); empty when none does any more."""
-    if "/results/" in name:
+    evaluations and the generic tables' resources, the evaluation for results); empty when none
+    does any more."""
+    table = tables.by_collection(name)
+    if table is not None:
+        statement = Statement(sql.table(table).display_name, (tables.parent_of(name), display_name))
+    elif "/results/" in name:
         statement = Statement(
             sql.result_display_name, (name.rsplit("/results/", 1)[0], display_name)
         )
@@ -402,11 +409,67 @@ def reset_project(sql: Sql, project: str) -> Script[ResetCounts]:
     results = _first((yield Statement(sql.reset_count_results, pattern)))
     evaluations = (yield Statement(sql.reset_evaluations, pattern)).changed
     operations = (yield Statement(sql.reset_operations, pattern)).changed
+    others = {}
+    for table in tables.TABLES:
+        others[table.name] = (yield Statement(sql.table(table).reset, pattern)).changed
     return ResetCounts(
         evaluations=evaluations,
         evaluation_results=int(results[0]) if results else 0,
         operations=operations,
+        others=others,
     )
+
+
+# -- generic tables (ces_eval.storage.tables) -------------------------------------------------
+
+
+def _unique(message: Message) -> tuple[str, str]:
+    """What a unique index may refuse of a row (the display name's index exists only where the
+    table declares display names unique)."""
+    return (str(getattr(message, "name")), str(getattr(message, "display_name", "")))  # noqa: B009
+
+
+def insert_row(sql: Sql, table: Table[M], message: M) -> Script[None]:
+    yield Statement(sql.table(table).insert, table.row(message), _unique(message))
+
+
+def row_of(table: Table[M]) -> Callable[[Rows], M | None]:
+    """The decoder of ``sql.table(table).get``."""
+
+    def decode(rows: Rows) -> M | None:
+        return table.parse(rows.rows[0][0]) if rows.rows else None
+
+    return decode
+
+
+def list_rows(sql: Sql, table: Table[M], query: ListQuery) -> Script[list[tuple[bytes, Cursor]]]:
+    statement, params = sql.table(table).list(query)
+    rows = (yield Statement(statement, params)).rows
+    return [(bytes(data), Cursor(value, name)) for data, name, value in rows]
+
+
+def replace_row(sql: Sql, table: Table[M], message: M, expected_etag: str) -> Script[None]:
+    """One conditional UPDATE; when it changed nothing, whether the row exists tells
+    EtagMismatch from Missing."""
+    statements = sql.table(table)
+    name = str(getattr(message, "name"))  # noqa: B009
+    row = table.row(message)
+    answer = yield Statement(statements.update, (*row[2:], name, expected_etag), _unique(message))
+    if answer.changed == 1:
+        return
+    if (yield Statement(statements.exists, (name,))).rows:
+        raise EtagMismatch(name)
+    raise Missing(name)
+
+
+def delete_row(sql: Sql, table: Table[M], name: str, expected_etag: str | None) -> Script[None]:
+    statements = sql.table(table)
+    row = _first((yield Statement(statements.lock, (name,))))
+    if row is None:
+        raise Missing(name)
+    if expected_etag and row[0] != expected_etag:
+        raise EtagMismatch(name)
+    yield Statement(statements.delete, (name,))
 
 
 # -- long-running operations -------------------------------------------------------------------

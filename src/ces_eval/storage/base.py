@@ -10,9 +10,9 @@ the core.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from ces_eval.storage.errors import (
     Conflict,
@@ -27,10 +27,14 @@ from ces_eval.storage.errors import (
 
 if TYPE_CHECKING:
     from google.longrunning import operations_pb2
+    from google.protobuf.message import Message
     from google.rpc import status_pb2
 
     from ces_eval.filtering import Expr
     from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
+    from ces_eval.storage.tables import Table
+
+M = TypeVar("M", bound="Message")
 
 __all__ = [
     "Conflict",
@@ -99,9 +103,12 @@ class ListQuery:
 
 @dataclass(frozen=True)
 class ResetCounts:
+    """What a project reset deleted; ``others``: rows per generic table (by table name)."""
+
     evaluations: int = 0
     evaluation_results: int = 0
     operations: int = 0
+    others: Mapping[str, int] = field(default_factory=dict)
 
 
 class Storage(Protocol):
@@ -200,6 +207,26 @@ class Storage(Protocol):
 
     async def reset_project(self, project: str) -> ResetCounts:
         """Delete everything stored under ``projects/{project}/``."""
+
+    # -- generic tables (ces_eval.storage.tables) ---------------------------------------------
+
+    async def insert_row(self, table: Table[M], message: M) -> None:
+        """Store a new resource of ``table`` (name, times and etag already set). Raises
+        Conflict on a taken name or (where the table says so) a display name taken within the
+        parent."""
+
+    async def get_row(self, table: Table[M], name: str) -> M | None: ...
+
+    async def list_rows(self, table: Table[M], query: ListQuery) -> list[tuple[bytes, Cursor]]:
+        """Up to ``query.limit`` rows of ``query.parent`` after ``query.after``, serialized
+        as stored, each with its cursor."""
+
+    async def replace_row(self, table: Table[M], message: M, expected_etag: str) -> None:
+        """Overwrite the stored resource if its etag is still ``expected_etag``. Raises
+        Missing, EtagMismatch or Conflict (display name)."""
+
+    async def delete_row(self, table: Table[M], name: str, expected_etag: str | None) -> None:
+        """Delete a resource of ``table``. Raises Missing or EtagMismatch."""
 
     # -- long-running operations -----------------------------------------------------------
 

@@ -1,0 +1,19 @@
+-- EvaluationDataset, a generic table (ces_eval.storage.tables): its fixed columns, then one
+-- per filter field of its declaration. Times are microseconds since the Unix epoch (UTC).
+
+CREATE TABLE evaluation_datasets (
+  name TEXT COLLATE "C" PRIMARY KEY,
+  parent TEXT COLLATE "C" NOT NULL,
+  display_name TEXT COLLATE "C" NOT NULL,
+  create_time BIGINT NOT NULL,
+  update_time BIGINT NOT NULL,
+  etag TEXT NOT NULL,
+  data BYTEA NOT NULL,
+  evaluations JSONB NOT NULL,
+  created_by TEXT COLLATE "C" NOT NULL,
+  last_updated_by TEXT COLLATE "C" NOT NULL
+);
+CREATE UNIQUE INDEX evaluation_datasets_parent_display_name ON evaluation_datasets (parent, display_name);
+CREATE INDEX evaluation_datasets_parent_name ON evaluation_datasets (parent, name);
+CREATE INDEX evaluation_datasets_parent_create_time ON evaluation_datasets (parent, create_time, name);
+CREATE INDEX evaluation_datasets_parent_update_time ON evaluation_datasets (parent, update_time, name);

@@ -1,0 +1,25 @@
+-- EvaluationRun, a generic table (ces_eval.storage.tables): its fixed columns, then one
+-- per filter field of its declaration. Times are microseconds since the Unix epoch (UTC).
+
+CREATE TABLE evaluation_runs (
+  name TEXT COLLATE "C" PRIMARY KEY,
+  parent TEXT COLLATE "C" NOT NULL,
+  display_name TEXT COLLATE "C" NOT NULL,
+  create_time BIGINT NOT NULL,
+  update_time BIGINT NOT NULL,
+  etag TEXT NOT NULL,
+  data BYTEA NOT NULL,
+  initiated_by TEXT COLLATE "C" NOT NULL,
+  app_version TEXT COLLATE "C" NOT NULL,
+  app_version_display_name TEXT COLLATE "C" NOT NULL,
+  evaluations JSONB NOT NULL,
+  evaluation_dataset TEXT COLLATE "C" NOT NULL,
+  evaluation_type INTEGER NOT NULL,
+  state INTEGER NOT NULL,
+  scheduled_evaluation_run TEXT COLLATE "C" NOT NULL,
+  golden_run_method INTEGER NOT NULL,
+  run_count BIGINT NOT NULL
+);
+CREATE INDEX evaluation_runs_parent_name ON evaluation_runs (parent, name);
+CREATE INDEX evaluation_runs_parent_create_time ON evaluation_runs (parent, create_time, name);
+CREATE INDEX evaluation_runs_parent_update_time ON evaluation_runs (parent, update_time, name);

@@ -1,0 +1,255 @@
+"""Resources kept the generic way: one :class:`Table` declaration per resource, no scripts of
+their own.
+
+A generic table holds one row per resource: its ``name`` (primary key), its ``parent`` (the name
+without the last collection and ID), ``display_name`` (unique within the parent when the
+declaration says so), ``create_time`` and ``update_time`` (microseconds since the epoch, 0 when
+unset), ``etag`` and ``data`` (the whole message, serialized), plus one column per filterable
+field, named after it (strings, enums as their numbers, timestamps as microseconds, repeated
+strings as JSON arrays; a nested field's column is its path with ``_`` for ``.``). Its
+migration creates exactly those columns; the statements (:meth:`._dialect.Sql.table`) and the
+scripts (``insert_row`` ... ``delete_row`` of :mod:`._scripts`) are derived from the
+declaration. Evaluations and results, whose rows also
+hold derived fields and metrics tallies, keep scripts of their own.
+
+:data:`TABLES` lists every declaration: a project reset empties each, and a display-name
+conflict is traced back to its owner through it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+
+from google.api import resource_pb2
+from google.protobuf import descriptor, timestamp_pb2
+
+from ces_eval import filtering
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
+
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
+
+__all__ = [
+    "DATASETS",
+    "EXPECTATIONS",
+    "RUNS",
+    "SCHEDULED_RUNS",
+    "TABLES",
+    "Column",
+    "Table",
+    "by_collection",
+    "parent_of",
+]
+
+M = TypeVar("M", bound="Message")
+_K = filtering.FieldKind
+_F = descriptor.FieldDescriptor
+# The columns every generic table has, in this order, before its filter columns.
+FIXED = ("name", "parent", "display_name", "create_time", "update_time", "etag", "data")
+_STAMPS = ("create_time", "update_time")
+
+
+@dataclass(frozen=True)
+class Column:
+    """A filterable field of the resource (``path``: a field name, or a dotted path into
+    singular message fields: ``request.evaluations``), how its column holds it and the
+    column's name (the path with ``_`` for ``.``)."""
+
+    path: str
+    kind: filtering.FieldKind
+    enum_values: Mapping[str, int]
+    json_path: str
+
+    @property
+    def name(self) -> str:
+        return self.path.replace(".", "_")
+
+    def value(self, message: Message) -> object:
+        *outer, last = self.path.split(".")
+        for step in outer:
+            message = getattr(message, step)
+        value = getattr(message, last)
+        if self.kind is _K.STRING_LIST:
+            return json.dumps(list(value))
+        if self.kind is _K.TIMESTAMP:
+            return _micros(value) if message.HasField(last) else None
+        if self.kind is _K.ENUM:
+            return int(value)
+        return value
+
+
+def _micros(timestamp: timestamp_pb2.Timestamp) -> int:
+    return int(timestamp.seconds) * 1_000_000 + int(timestamp.nanos) // 1000
+
+
+def _column(message: descriptor.Descriptor, path: str) -> Column:
+    """The column of the field at ``path`` in ``message``; only the kinds AIP-160 filters
+    compare."""
+    *outer, last = path.split(".")
+    json_steps = []
+    for step in outer:
+        json_steps.append(message.fields_by_name[step].json_name)
+        inner = message.fields_by_name[step].message_type
+        if inner is None:
+            raise ValueError(f"{path}: {step} is not a message field")
+        message = inner
+    field = message.fields_by_name[last]
+    json_path = ".".join([*json_steps, field.json_name])
+    repeated = field.is_repeated
+    if field.type == _F.TYPE_STRING:
+        return Column(path, _K.STRING_LIST if repeated else _K.STRING, {}, json_path)
+    if repeated:
+        raise ValueError(f"{field.full_name}: only repeated strings can be filter columns")
+    if field.enum_type is not None:
+        values = {value.name: value.number for value in field.enum_type.values}
+        return Column(path, _K.ENUM, values, json_path)
+    if field.type == _F.TYPE_BOOL:
+        return Column(path, _K.BOOL, {}, json_path)
+    if field.type in (_F.TYPE_INT32, _F.TYPE_INT64, _F.TYPE_UINT32, _F.TYPE_SINT32):
+        return Column(path, _K.INTEGER, {}, json_path)
+    if field.message_type is timestamp_pb2.Timestamp.DESCRIPTOR:
+        return Column(path, _K.TIMESTAMP, {}, json_path)
+    raise ValueError(f"{field.full_name}: a {field.type} field cannot be a filter column")
+
+
+@dataclass(frozen=True)
+class Table(Generic[M]):
+    """The table of ``message``: its SQL ``name``, the fields AIP-160 filters of a list may
+    name (``filterable``, paths as :class:`Column` takes them; ``name``, ``display_name``,
+    ``create_time`` and ``update_time`` are always among them when the message has them) and
+    whether display names are unique within the parent."""
+
+    name: str
+    message: type[M]
+    filterable: tuple[str, ...] = ()
+    unique_display_name: bool = True
+
+    @cached_property
+    def _descriptor(self) -> descriptor.Descriptor:
+        # types-protobuf types DESCRIPTOR as a union with the upb implementation class.
+        return cast("descriptor.Descriptor", self.message.DESCRIPTOR)
+
+    @cached_property
+    def collection(self) -> str:
+        """The collection ID of its names (``google.api.resource`` pattern): ``evaluationRuns``."""
+        options = self.message.DESCRIPTOR.GetOptions()
+        return str(options.Extensions[resource_pb2.resource].pattern[0].split("/")[-2])
+
+    @cached_property
+    def fields(self) -> frozenset[str]:
+        return frozenset(self.message.DESCRIPTOR.fields_by_name)
+
+    @cached_property
+    def columns(self) -> tuple[Column, ...]:
+        """The filter columns after the fixed ones, in declaration order."""
+        message = self._descriptor
+        return tuple(_column(message, path) for path in self.filterable if path not in FIXED)
+
+    @cached_property
+    def column_names(self) -> tuple[str, ...]:
+        """Every column, in the order of :meth:`row`."""
+        return (*FIXED, *(column.name for column in self.columns))
+
+    @cached_property
+    def json_columns(self) -> frozenset[str]:
+        return frozenset(c.name for c in self.columns if c.kind is _K.STRING_LIST)
+
+    @cached_property
+    def filter_fields(self) -> dict[str, filtering.FieldSpec]:
+        """The filterable fields by proto name and by JSON name, columns qualified."""
+        by_name = self.message.DESCRIPTOR.fields_by_name
+        fixed = [
+            _column(self._descriptor, field)
+            for field in ("name", "display_name", "create_time", "update_time")
+            if field in by_name
+        ]
+        specs: dict[str, filtering.FieldSpec] = {}
+        for column in (*fixed, *self.columns):
+            spec = filtering.FieldSpec(
+                column=f"{self.name}.{column.name}",
+                kind=column.kind,
+                enum_values=column.enum_values,
+            )
+            specs[column.path] = spec
+            specs[column.json_path] = spec
+        return specs
+
+    def row(self, message: M) -> tuple[object, ...]:
+        """The values of :attr:`column_names` for ``message`` (its etag and times set)."""
+        name = str(getattr(message, "name"))  # noqa: B009 - every resource has a name
+        have = self.fields
+        stamps = [_micros(getattr(message, stamp)) if stamp in have else 0 for stamp in _STAMPS]
+        return (
+            name,
+            parent_of(name),
+            str(getattr(message, "display_name", "")),
+            *stamps,
+            str(getattr(message, "etag", "")),
+            message.SerializeToString(deterministic=True),
+            *(column.value(message) for column in self.columns),
+        )
+
+    def parse(self, data: bytes) -> M:
+        return self.message.FromString(bytes(data))
+
+
+def parent_of(name: str) -> str:
+    """``name`` without its last collection and ID."""
+    return name.rsplit("/", 2)[0]
+
+
+_E = evaluation_pb2
+EXPECTATIONS = Table("evaluation_expectations", _E.EvaluationExpectation, ("tags",))
+DATASETS = Table(
+    "evaluation_datasets",
+    _E.EvaluationDataset,
+    ("evaluations", "created_by", "last_updated_by"),
+)
+SCHEDULED_RUNS = Table(
+    "scheduled_evaluation_runs",
+    _E.ScheduledEvaluationRun,
+    (
+        "description",
+        "active",
+        "created_by",
+        "last_updated_by",
+        "total_executions",
+        "last_completed_run",
+        "next_scheduled_execution_time",
+        "request.evaluations",
+        "request.evaluation_dataset",
+    ),
+    unique_display_name=False,
+)
+RUNS = Table(
+    "evaluation_runs",
+    _E.EvaluationRun,
+    (
+        "initiated_by",
+        "app_version",
+        "app_version_display_name",
+        "evaluations",
+        "evaluation_dataset",
+        "evaluation_type",
+        "state",
+        "scheduled_evaluation_run",
+        "golden_run_method",
+        "run_count",
+    ),
+    unique_display_name=False,
+)
+# Every generic table; the resource modules of the core declare their resources over these.
+TABLES: tuple[Table[Any], ...] = (EXPECTATIONS, DATASETS, SCHEDULED_RUNS, RUNS)
+
+
+def by_collection(name: str) -> Table[Any] | None:
+    """The generic table holding the resource ``name`` (by the collection it names), if any."""
+    collection = name.rsplit("/", 2)[-2] if name.count("/") >= 2 else ""
+    return _BY_COLLECTION.get(collection)
+
+
+_BY_COLLECTION = {table.collection: table for table in TABLES}
