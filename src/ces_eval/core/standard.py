@@ -118,7 +118,10 @@ class Resource(Generic[M]):
     without the resource is INVALID_ARGUMENT (results' create, an emulator seed, makes an empty
     one instead). ``defaults(message, parent, created)`` fills what a create leaves empty;
     ``guard(current, request)`` refuses a delete; ``enrich(context, request, page, sizes)`` adds
-    to a list's page and says how many items of it still fit."""
+    to a list's page and says how many items of it still fit. ``verify(context, message)``
+    checks what a create or update is about to store against other stored resources (names it
+    refers to that must exist) once its own fields are valid: violations with paths under the
+    resource's field."""
 
     message: type[M]
     parent: names.ResourcePattern
@@ -132,6 +135,7 @@ class Resource(Generic[M]):
     defaults: Callable[[M, Message | None, timestamp_pb2.Timestamp], None] | None = None
     guard: Callable[[M, Message], None] | None = None
     enrich: Callable[[Context, Message, list[M | bytes], list[int]], Awaitable[int]] | None = None
+    verify: Callable[[Context, M], Awaitable[list[FieldViolation]]] | None = None
 
     @cached_property
     def pattern(self) -> names.ResourcePattern:
@@ -414,6 +418,8 @@ async def create(
     draft = partial(_new, resource, body, name=name, parts=parts, user=caller.user, parent=parent)
     message, violations = await off_loop(large, draft)
     validation.raise_if_invalid(violations, resource.field)
+    if resource.verify is not None:
+        validation.raise_if_invalid(await resource.verify(context, message), resource.field)
     try:
         await resource.store.insert(context.storage, message)
     except Missing as missing:
@@ -492,6 +498,8 @@ async def update(
             _updated, resource, current, body, paths=paths, user=caller.user, parts=parts
         )
         updated = await off_loop(large, apply)
+        if resource.verify is not None:
+            validation.raise_if_invalid(await resource.verify(context, updated), field)
         try:
             await replace(context.storage, updated, _etag(current))
         except Missing as missing:

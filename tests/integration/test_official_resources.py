@@ -1,0 +1,46 @@
+"""Google's official Python client drives the standard methods of every resource the generic
+methods serve (tests/official/resource_scenario.py, one run per kind and transport) against the
+real server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from tests.support import contract
+from tests.support.server import RunningServer
+
+pytestmark = pytest.mark.external
+
+KINDS = ("expectation",)
+STEPS = {"create", "create_assigned_id", "create_taken_id", "get", "list", "update", "delete"}
+
+
+@pytest.mark.parametrize("transport", ["grpc", "rest"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_standard_methods_through_the_official_client(
+    server: RunningServer, kind: str, transport: str
+) -> None:
+    target = server.grpc_target if transport == "grpc" else server.http_base
+    completed = subprocess.run(
+        [
+            str(contract.CLIENT_PYTHON),
+            str(contract.ROOT / "tests" / "official" / "resource_scenario.py"),
+            kind,
+            transport,
+            target,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr + server.output()
+    steps = {s.pop("step"): s for s in map(json.loads, completed.stdout.splitlines())}
+    assert set(steps) >= STEPS
+    assert steps["create_taken_id"]["reason"] == "RESOURCE_ALREADY_EXISTS"
+    assert steps["get"]["domain"] == "ces.googleapis.com"
+    assert steps["list"]["violations"] == ["filter"]
+    assert steps["update"]["unknown"]["violations"] == ["update_mask"]

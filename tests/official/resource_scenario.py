@@ -1,0 +1,223 @@
+"""The standard methods of one resource, driven by Google's official Python client.
+
+Runs in the official client's own environment (``.venv-client``), never beside ``ces_eval``
+(GUIDE §2). Usage: ``resource_scenario.py KIND grpc HOST:PORT`` or
+``resource_scenario.py KIND rest http://HOST:PORT``. ``KIND`` names an entry of :data:`KINDS`:
+a resource served by the generic standard methods, with how to build a valid one, which field
+an update changes and which required field a create may not leave empty. Every step asserts
+what the client observes (AIP-131 to 135: ids, ALREADY_EXISTS, pages and filters, update masks
+and etags, deletes); the script prints one JSON line per step and exits non-zero on the first
+failure.
+
+A kind's ``prepare`` creates what its resources refer to (an evaluation for a dataset) and
+returns the app-scoped names a body may use.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+# The scenarios run as scripts: their folder is on sys.path.
+from client_scenario import details_of, step  # type: ignore[import-not-found]
+from google.api_core import exceptions
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import ces_v1beta
+from google.cloud.ces_v1beta.services.evaluation_service.transports import grpc as grpc_transport
+from google.protobuf import field_mask_pb2
+
+APP = "projects/resource-project/locations/us-central1/apps/resources"
+
+
+def _golden_evaluation(client: Any, display_name: str) -> str:
+    evaluation = client.create_evaluation(
+        parent=APP,
+        evaluation=ces_v1beta.Evaluation(
+            display_name=display_name,
+            golden=ces_v1beta.Evaluation.Golden(
+                turns=[
+                    ces_v1beta.Evaluation.GoldenTurn(
+                        steps=[ces_v1beta.Evaluation.Step(user_input={"text": "hello"})]
+                    )
+                ]
+            ),
+        ),
+    )
+    return str(evaluation.name)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One resource: its message name (``EvaluationExpectation``), a valid body given a display
+    name and what ``prepare`` made, the field an update changes (with its new value), the
+    REQUIRED field path a create without it is refused for (as a BadRequest violation) and
+    whether display names are unique within the app."""
+
+    message: str
+    body: Callable[[str, dict[str, str]], Any]
+    update: tuple[str, Any]
+    required: str
+    unique_display_name: bool = True
+    prepare: Callable[[Any], dict[str, str]] = field(default=lambda client: {})
+
+    @property
+    def snake(self) -> str:
+        return "".join(f"_{c.lower()}" if c.isupper() else c for c in self.message).lstrip("_")
+
+
+KINDS: dict[str, Kind] = {
+    "expectation": Kind(
+        message="EvaluationExpectation",
+        body=lambda display, made: ces_v1beta.EvaluationExpectation(
+            display_name=display,
+            tags=["tone", display.lower()],
+            llm_criteria=ces_v1beta.EvaluationExpectation.LlmCriteria(
+                prompt="The agent stays polite."
+            ),
+        ),
+        update=("llm_criteria.prompt", "The agent apologises once."),
+        required="llm_criteria.prompt",
+    ),
+}
+
+
+def _get(message: Any, path: str) -> Any:
+    for part in path.split("."):
+        message = getattr(message, part)
+    return message
+
+
+def _set(message: Any, path: str, value: Any) -> None:
+    *outer, last = path.split(".")
+    for part in outer:
+        message = getattr(message, part)
+    setattr(message, last, value)
+
+
+def _clear(message: Any, path: str) -> None:
+    *outer, last = path.split(".")
+    for part in outer:
+        message = getattr(message, part)
+    message.__class__.pb(message).ClearField(last)
+
+
+def _refused(call: Callable[[], object], error: type[Exception]) -> dict[str, Any]:
+    try:
+        call()
+    except error as raised:
+        assert isinstance(raised, exceptions.GoogleAPICallError)
+        return details_of(raised)
+    raise AssertionError(f"expected {error.__name__}")
+
+
+def scenario(client: Any, kind: Kind, transport: str) -> None:
+    # Over REST api_core maps HTTP 409 (ABORTED and ALREADY_EXISTS alike) to Conflict.
+    stale_error = exceptions.Aborted if transport == "grpc" else exceptions.Conflict
+    snake = kind.snake
+    create = getattr(client, f"create_{snake}")
+    get = getattr(client, f"get_{snake}")
+    list_ = getattr(client, f"list_{snake}s")
+    update = getattr(client, f"update_{snake}")
+    delete = getattr(client, f"delete_{snake}")
+    made = kind.prepare(client)
+
+    def body(display: str) -> Any:
+        return kind.body(display, made)
+
+    first = create(request={"parent": APP, f"{snake}_id": "first", snake: body("First")})
+    assert first.name.endswith("/first"), first.name
+    assert first.create_time and first.etag
+    step("create", name=first.name)
+    assigned = create(parent=APP, **{snake: body("Second")})
+    assert assigned.name.startswith(APP + "/") and not assigned.name.endswith("/first")
+    step("create_assigned_id", name=assigned.name)
+    taken = _refused(
+        lambda: create(request={"parent": APP, f"{snake}_id": "first", snake: body("Other")}),
+        exceptions.Conflict,
+    )
+    step("create_taken_id", **taken)
+    if kind.unique_display_name:
+        clash = _refused(lambda: create(parent=APP, **{snake: body("First")}), exceptions.Conflict)
+        step("create_taken_display_name", **clash)
+    missing = body("Third")
+    _clear(missing, kind.required)
+    invalid = _refused(lambda: create(parent=APP, **{snake: missing}), exceptions.BadRequest)
+    assert f"{snake}.{kind.required}" in invalid["violations"], invalid
+    step("create_missing_required", **invalid)
+    bad_id = _refused(
+        lambda: create(request={"parent": APP, f"{snake}_id": "Not An Id", snake: body("X")}),
+        exceptions.BadRequest,
+    )
+    step("create_bad_id", **bad_id)
+
+    got = get(name=first.name)
+    assert got == first
+    absent = _refused(lambda: get(name=f"{first.name}-absent"), exceptions.NotFound)
+    step("get", **absent)
+
+    pages = list(list_(request={"parent": APP, "page_size": 1}).pages)
+    names = [item.name for page in pages for item in getattr(page, f"{snake}s")]
+    assert sorted(names) == sorted([first.name, assigned.name]), names
+    assert len(pages) == 2, len(pages)
+    filtered = list(list_(request={"parent": APP, "filter": 'display_name = "First"'}))
+    assert [item.name for item in filtered] == [first.name]
+    ordered = list(list_(request={"parent": APP, "order_by": "name desc"}))
+    assert [item.name for item in ordered] == sorted(names, reverse=True)
+    bad_filter = _refused(
+        lambda: list(list_(request={"parent": APP, "filter": "no_such_field = 1"})),
+        exceptions.BadRequest,
+    )
+    step("list", pages=len(pages), **bad_filter)
+
+    path, value = kind.update
+    change = ces_v1beta.__dict__[kind.message](name=first.name)
+    _set(change, path, value)
+    updated = update(**{snake: change, "update_mask": field_mask_pb2.FieldMask(paths=[path])})
+    assert _get(updated, path) == value
+    assert updated.display_name == "First" and updated.etag != first.etag
+    stale = ces_v1beta.__dict__[kind.message](name=first.name, etag=first.etag)
+    _set(stale, path, value)
+    aborted = _refused(
+        lambda: update(**{snake: stale, "update_mask": field_mask_pb2.FieldMask(paths=[path])}),
+        stale_error,
+    )
+    unknown = _refused(
+        lambda: update(**{snake: change, "update_mask": field_mask_pb2.FieldMask(paths=["nope"])}),
+        exceptions.BadRequest,
+    )
+    step("update", stale=aborted, unknown=unknown)
+
+    if "etag" in type(first).meta.fields:
+        stale_delete = _refused(
+            lambda: delete(request={"name": first.name, "etag": first.etag}),
+            stale_error,
+        )
+        step("delete_stale", **stale_delete)
+    delete(request={"name": first.name, "etag": updated.etag})
+    gone = _refused(lambda: get(name=first.name), exceptions.NotFound)
+    again = _refused(lambda: delete(name=first.name), exceptions.NotFound)
+    step("delete", gone=gone, again=again)
+
+
+def main(kind: str, transport: str, target: str) -> int:
+    if transport == "grpc":
+        channel = grpc.insecure_channel(target)
+        client = ces_v1beta.EvaluationServiceClient(
+            transport=grpc_transport.EvaluationServiceGrpcTransport(channel=channel)
+        )
+    else:
+        client = ces_v1beta.EvaluationServiceClient(
+            transport="rest",
+            client_options={"api_endpoint": target},
+            credentials=AnonymousCredentials(),
+        )
+    scenario(client, KINDS[kind], transport)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))
