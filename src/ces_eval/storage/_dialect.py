@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 __all__ = ["POSTGRESQL", "SQLITE", "Sql", "TableSql"]
 
-_JSON_COLUMNS = frozenset({"tags", "evaluation_datasets"})
+_JSON_COLUMNS = frozenset({"tags", "evaluation_datasets", "evaluation_expectations"})
 # What a row holds of its resource as served, in bytes (ListQuery.max_bytes): read from the
 # stored lengths, never from the blobs.
 _STORED_BYTES = {
