@@ -210,14 +210,19 @@ def replace_evaluation(sql: Sql, evaluation: _Evaluation, expected_etag: str) ->
     raise Missing(evaluation.name)
 
 
-def delete_evaluation(sql: Sql, name: str, expected_etag: str | None) -> Script[None]:
-    """Delete an evaluation (its results go with it: ON DELETE CASCADE)."""
-    row = _first((yield Statement(sql.evaluation_lock, (name,))))
+def _delete_locked(lock: str, delete: str, name: str, expected_etag: str | None) -> Script[None]:
+    """Lock the row ``name`` (``lock`` answers its etag), check the etag, ``delete`` it."""
+    row = _first((yield Statement(lock, (name,))))
     if row is None:
         raise Missing(name)
     if expected_etag and row[0] != expected_etag:
         raise EtagMismatch(name)
-    yield Statement(sql.evaluation_delete, (name,))
+    yield Statement(delete, (name,))
+
+
+def delete_evaluation(sql: Sql, name: str, expected_etag: str | None) -> Script[None]:
+    """Delete an evaluation (its results go with it: ON DELETE CASCADE)."""
+    yield from _delete_locked(sql.evaluation_lock, sql.evaluation_delete, name, expected_etag)
 
 
 # -- results -----------------------------------------------------------------------------------
@@ -464,12 +469,7 @@ def replace_row(sql: Sql, table: Table[M], message: M, expected_etag: str) -> Sc
 
 def delete_row(sql: Sql, table: Table[M], name: str, expected_etag: str | None) -> Script[None]:
     statements = sql.table(table)
-    row = _first((yield Statement(statements.lock, (name,))))
-    if row is None:
-        raise Missing(name)
-    if expected_etag and row[0] != expected_etag:
-        raise EtagMismatch(name)
-    yield Statement(statements.delete, (name,))
+    yield from _delete_locked(statements.lock, statements.delete, name, expected_etag)
 
 
 # -- long-running operations -------------------------------------------------------------------
