@@ -49,6 +49,8 @@ class Owned:
     evaluation: evaluation_pb2.Evaluation
     result: evaluation_pb2.EvaluationResult
     operation: operations_pb2.Operation
+    # The other resources alice created (expectations, ...), by name.
+    others: list[str]
 
     def names(self) -> list[str]:
         return [
@@ -58,6 +60,7 @@ class Owned:
             self.evaluation.name,
             self.result.name,
             self.operation.name,
+            *self.others,
         ]
 
 
@@ -155,6 +158,19 @@ def owned(server: RunningServer) -> Owned:
     )
     assert found.operation.done
     assert not found.operation.HasField("error"), found.operation.error
+    expectation = evaluation_pb2.EvaluationExpectation(
+        display_name="alice's", llm_criteria={"prompt": "Polite."}
+    )
+    found.others = [
+        _call(
+            server,
+            _method("CreateEvaluationExpectation"),
+            service_pb2.CreateEvaluationExpectationRequest(
+                parent=APP_A, evaluation_expectation=expectation
+            ),
+            ALICE,
+        ).name
+    ]
     return found
 
 

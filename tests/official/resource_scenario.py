@@ -131,10 +131,10 @@ def scenario(client: Any, kind: Kind, transport: str) -> None:
     first = create(request={"parent": APP, f"{snake}_id": "first", snake: body("First")})
     assert first.name.endswith("/first"), first.name
     assert first.create_time and first.etag
-    step("create", name=first.name)
+    step("create", resource=first.name)
     assigned = create(parent=APP, **{snake: body("Second")})
     assert assigned.name.startswith(APP + "/") and not assigned.name.endswith("/first")
-    step("create_assigned_id", name=assigned.name)
+    step("create_assigned_id", resource=assigned.name)
     taken = _refused(
         lambda: create(request={"parent": APP, f"{snake}_id": "first", snake: body("Other")}),
         exceptions.Conflict,

@@ -35,6 +35,7 @@ from tests.unit.test_jsonschema import KINDS
 APP = "/projects/{project}/locations/{location}/apps/{app}"
 EVAL = APP + "/evaluations/{evaluation}"
 RESULT = EVAL + "/results/{result}"
+EXPECTATION = APP + "/evaluationExpectations/{evaluationExpectation}"
 V1B = "google.cloud.ces.v1beta"
 LOCATION = "/projects/{project}/locations/{location}"
 OPERATION = LOCATION + "/operations/{operation}"
@@ -55,6 +56,17 @@ EXPECTED = {
         "post",
         f"/v1beta{RESULT}:runEvaluationResultMetrics",
     ),
+    "EvaluationService_CreateEvaluationExpectation": (
+        "post",
+        f"/v1beta{APP}/evaluationExpectations",
+    ),
+    "EvaluationService_GetEvaluationExpectation": ("get", f"/v1beta{EXPECTATION}"),
+    "EvaluationService_ListEvaluationExpectations": (
+        "get",
+        f"/v1beta{APP}/evaluationExpectations",
+    ),
+    "EvaluationService_UpdateEvaluationExpectation": ("patch", f"/v1beta{EXPECTATION}"),
+    "EvaluationService_DeleteEvaluationExpectation": ("delete", f"/v1beta{EXPECTATION}"),
     "EmulatorService_CreateEvaluationResult": ("post", f"/emulator/v1{EVAL}/results"),
     "EmulatorService_ImportEvaluations": ("post", f"/emulator/v1{APP}:importEvaluations"),
     "EmulatorService_ResetProject": ("post", "/emulator/v1/projects/{project}:reset"),
@@ -85,6 +97,16 @@ QUERY = {
     "EvaluationService_DeleteEvaluationResult": [],
     "EvaluationService_ExportEvaluationResults": [],
     "EvaluationService_RunEvaluationResultMetrics": [],
+    "EvaluationService_CreateEvaluationExpectation": ["evaluationExpectationId"],
+    "EvaluationService_GetEvaluationExpectation": [],
+    "EvaluationService_ListEvaluationExpectations": [
+        "pageSize",
+        "pageToken",
+        "filter",
+        "orderBy",
+    ],
+    "EvaluationService_UpdateEvaluationExpectation": ["updateMask"],
+    "EvaluationService_DeleteEvaluationExpectation": ["etag"],
     "EmulatorService_CreateEvaluationResult": ["evaluationResultId"],
     "EmulatorService_ImportEvaluations": [],
     "EmulatorService_ResetProject": [],
@@ -104,6 +126,10 @@ RESPONSES = {
     "EvaluationService_ListEvaluationResults": f"{V1B}.ListEvaluationResultsResponse",
     "EvaluationService_ExportEvaluationResults": "google.longrunning.Operation",
     "EvaluationService_RunEvaluationResultMetrics": "google.longrunning.Operation",
+    "EvaluationService_CreateEvaluationExpectation": f"{V1B}.EvaluationExpectation",
+    "EvaluationService_GetEvaluationExpectation": f"{V1B}.EvaluationExpectation",
+    "EvaluationService_ListEvaluationExpectations": f"{V1B}.ListEvaluationExpectationsResponse",
+    "EvaluationService_UpdateEvaluationExpectation": f"{V1B}.EvaluationExpectation",
     "EmulatorService_CreateEvaluationResult": f"{V1B}.EvaluationResult",
     "EmulatorService_ImportEvaluations": "ces_eval.emulator.v1.ImportEvaluationsResponse",
     "EmulatorService_ResetProject": "ces_eval.emulator.v1.ResetProjectResponse",
