@@ -121,7 +121,9 @@ class Resource(Generic[M]):
     to a list's page and says how many items of it still fit. ``verify(context, message)``
     checks what a create or update is about to store against other stored resources (names it
     refers to that must exist) once its own fields are valid: violations with paths under the
-    resource's field."""
+    resource's field. ``derive(message, previous, now)`` fills the output-only fields the
+    server computes from what a create (``previous`` None) or an update (``previous``: the
+    stored version it replaces) is about to store, once its field rules hold."""
 
     message: type[M]
     parent: names.ResourcePattern
@@ -136,6 +138,7 @@ class Resource(Generic[M]):
     guard: Callable[[M, Message], None] | None = None
     enrich: Callable[[Context, Message, list[M | bytes], list[int]], Awaitable[int]] | None = None
     verify: Callable[[Context, M], Awaitable[list[FieldViolation]]] | None = None
+    derive: Callable[[M, M | None, timestamp_pb2.Timestamp], None] | None = None
 
     @cached_property
     def pattern(self) -> names.ResourcePattern:
@@ -385,6 +388,8 @@ def _new(
     if resource.defaults is not None:
         resource.defaults(message, parent, created)
     violations = resource.rules(message, resource.field, parts)
+    if resource.derive is not None and not violations:
+        resource.derive(message, None, created)
     cast("_Named", message).name = name
     for stamp in ("create_time", "update_time"):
         if stamp in have:
@@ -454,9 +459,12 @@ def _updated(
     editable = resource.message()
     editable.CopyFrom(updated)
     violations = resource.rules(editable, resource.field, parts)
+    changed = now()
+    if resource.derive is not None and not violations:
+        resource.derive(updated, current, changed)
     have = resource.fields
     if "update_time" in have:
-        cast("_Stamped", updated).update_time.CopyFrom(now())
+        cast("_Stamped", updated).update_time.CopyFrom(changed)
     if "last_updated_by" in have:
         cast("_Stamped", updated).last_updated_by = user
     if "etag" in have:
