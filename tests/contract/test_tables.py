@@ -77,7 +77,7 @@ def sample(
         holder = message
         for step in outer:
             holder = getattr(holder, step)
-        _set(holder, holder.DESCRIPTOR.fields_by_name[last], variant)
+        _set(holder, holder.DESCRIPTOR.fields_by_name[last], variant, column.reference)
     return message
 
 
@@ -87,9 +87,18 @@ def _value(message: Message, path: str) -> Any:
     return message
 
 
-def _set(message: Message, field: Any, variant: int) -> None:
+def _set(message: Message, field: Any, variant: int, reference: bool) -> None:
+    """``field`` of ``message`` set from ``variant``; resource names (``…/refs/<id>``) in a
+    field of references, whose last segment is the plain string value."""
     name = field.name
-    if field.enum_type is not None:
+    if reference:
+        ids = [f"{name}-{variant}", "shared"] if field.is_repeated else [f"{name}-{variant}"]
+        names = [f"{APP}/refs/{i}" for i in ids]
+        if field.is_repeated:
+            getattr(message, name).extend(names)
+        else:
+            setattr(message, name, names[0])
+    elif field.enum_type is not None:
         values = [v.number for v in field.enum_type.values if v.number != 0]
         setattr(message, name, values[variant % len(values)])
     elif field.type == _F.TYPE_STRING and field.is_repeated:
@@ -231,7 +240,8 @@ def test_every_filter_field_filters(
     make_storage: Callable[[], Storage], table: Table[Message]
 ) -> None:
     """For each filter column, a filter on the value of variant 1 finds the variant-1 row only
-    (by the field's proto name and by its JSON name)."""
+    (by the field's proto name and by its JSON name); ``:`` on resource names by the whole
+    name and by the ID alone."""
 
     async def body(storage: Storage) -> None:
         first = sample(table, "r0", "Zero", 1, variant=0)
@@ -241,7 +251,12 @@ def test_every_filter_field_filters(
         for column in table.columns:
             path = column.path
             value = _value(second, path)
-            if column.kind is filtering.FieldKind.STRING_LIST:
+            texts = []
+            if column.reference:
+                resource_id = f"{path.rsplit('.', 1)[-1]}-1"
+                texts = [f'{path}:"{resource_id}"', f'{path}:"{APP}/refs/{resource_id}"']
+                text = f"{path}:{resource_id}"
+            elif column.kind is filtering.FieldKind.STRING_LIST:
                 text = f'{path}:"{path.rsplit(".", 1)[-1]}-1"'
             elif column.kind is filtering.FieldKind.ENUM:
                 names = {number: name for name, number in column.enum_values.items()}
@@ -254,20 +269,26 @@ def test_every_filter_field_filters(
                 text = f'{path} > "{ts(1_500_000).ToJsonString()}"'
             else:
                 text = f"{path} = {value}"
-            for spelled in (text, text.replace(path, column.json_path, 1)):
-                query = ListQuery(
-                    parent=APP,
-                    order=OrderBy(SortKey.NAME, descending=False),
-                    limit=10,
-                    filter=filtering.parse(spelled),
-                )
-                found = [
-                    getattr(table.parse(d), "name")  # noqa: B009
-                    for d, _ in await storage.list_rows(table, query)
-                ]
+            for spelled in (*texts, text, text.replace(path, column.json_path, 1)):
+                found = await _names(storage, table, spelled)
                 assert found == [getattr(second, "name")], spelled  # noqa: B009
+            if column.reference:
+                # An ID matches whole segments only: no substring, no shorter ID.
+                for partial in (f"{path}:{resource_id[:-1]}", f'{path}:"refs/{resource_id}"'):
+                    assert await _names(storage, table, partial) == [], partial
 
     run(make_storage, body)
+
+
+async def _names(storage: Storage, table: Table[Message], text: str) -> list[str]:
+    query = ListQuery(
+        parent=APP,
+        order=OrderBy(SortKey.NAME, descending=False),
+        limit=10,
+        filter=filtering.parse(text),
+    )
+    rows = await storage.list_rows(table, query)
+    return [getattr(table.parse(data), "name") for data, _ in rows]  # noqa: B009
 
 
 def test_reset_project_empties_every_table(make_storage: Callable[[], Storage]) -> None:

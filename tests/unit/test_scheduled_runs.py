@@ -394,6 +394,11 @@ def test_list_filters_by_fields(core: Runs) -> None:
     core.schedule(with_dataset, "c")
     assert sorted(core.listed(filter="active = true")) == ["a", "c"]
     assert sorted(core.listed(filter=f'request.evaluations:"{E2}"')) == ["b"]
+    # As the client documents them: by the evaluation's and the dataset's IDs.
+    assert sorted(core.listed(filter="request.evaluations:e1")) == ["a", "b"]
+    assert sorted(core.listed(filter="request.evaluation_dataset:ds")) == ["c"]
+    assert core.listed(filter="request.evaluation_dataset:d") == []
+    assert sorted(core.listed(filter="request.evaluations:e2 OR active = true")) == ["a", "b", "c"]
     assert sorted(core.listed(filter=f'request.evaluation_dataset = "{DATASET}"')) == ["c"]
     assert sorted(core.listed(filter="next_scheduled_execution_time:*")) == ["a", "c"]
     assert core.listed(order_by="name desc") == ["c", "b", "a"]

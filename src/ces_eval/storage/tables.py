@@ -57,12 +57,14 @@ _STAMPS = ("create_time", "update_time")
 class Column:
     """A filterable field of the resource (``path``: a field name, or a dotted path into
     singular message fields: ``request.evaluations``), how its column holds it and the
-    column's name (the path with ``_`` for ``.``)."""
+    column's name (the path with ``_`` for ``.``). ``reference``: it holds resource names
+    (``google.api.resource_reference``), which filters match by name or ID."""
 
     path: str
     kind: filtering.FieldKind
     enum_values: Mapping[str, int]
     json_path: str
+    reference: bool = False
 
     @property
     def name(self) -> str:
@@ -101,7 +103,9 @@ def _column(message: descriptor.Descriptor, path: str) -> Column:
     json_path = ".".join([*json_steps, field.json_name])
     repeated = field.is_repeated
     if field.type == _F.TYPE_STRING:
-        return Column(path, _K.STRING_LIST if repeated else _K.STRING, {}, json_path)
+        kind = _K.STRING_LIST if repeated else _K.STRING
+        reference = field.GetOptions().HasExtension(resource_pb2.resource_reference)
+        return Column(path, kind, {}, json_path, reference)
     if repeated:
         raise ValueError(f"{field.full_name}: only repeated strings can be filter columns")
     if field.enum_type is not None:
@@ -173,6 +177,7 @@ class Table(Generic[M]):
                 column=f"{self.name}.{column.name}",
                 kind=column.kind,
                 enum_values=column.enum_values,
+                reference=column.reference,
             )
             specs[column.path] = spec
             specs[column.json_path] = spec
