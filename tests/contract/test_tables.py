@@ -28,7 +28,7 @@ from ces_eval.storage.base import (
     SortKey,
     Storage,
 )
-from ces_eval.storage.tables import TABLES, Table, by_collection
+from ces_eval.storage.tables import RUNS, SCHEDULED_RUNS, TABLES, Table, by_collection
 from tests.contract.test_storage import storage_factory, ts
 
 APP = "projects/p1/locations/l/apps/a"
@@ -231,6 +231,62 @@ def test_keyset_pages_visit_every_row_once_in_order(
             f"{APP}/{collection(table)}/r{i}"
             for i in sorted(range(len(times)), key=key, reverse=order.descending)
         ]
+        assert seen == expected
+
+    run(make_storage, body)
+
+
+# Scheduled runs: (next execution in seconds or None, the create time of its last completed
+# run in seconds, None without one, "gone" for a run no longer stored).
+SCHEDULES: dict[str, tuple[int | None, int | str | None]] = {
+    "s0": (5, 40),
+    "s1": (None, 10),
+    "s2": (3, None),
+    "s3": (3, "gone"),
+    "s4": (9, 40),
+    "s5": (None, None),
+    "s6": (1, 20),
+}
+
+
+def _sort_value(order: str, rid: str) -> int:
+    """The sort value the table's declaration describes: no next execution after every time,
+    no (stored) completed run before every time."""
+    upcoming, completed = SCHEDULES[rid]
+    if order == "next_scheduled_execution":
+        return 2**63 - 1 if upcoming is None else upcoming
+    return completed if isinstance(completed, int) else 0
+
+
+@pytest.mark.parametrize("descending", [False, True])
+@pytest.mark.parametrize("order", [o.field for o in SCHEDULED_RUNS.orders])
+def test_a_tables_own_orders_page_through_every_row_once(
+    make_storage: Callable[[], Storage], order: str, descending: bool
+) -> None:
+    async def body(storage: Storage) -> None:
+        for rid, (upcoming, completed) in SCHEDULES.items():
+            row = sample(SCHEDULED_RUNS, rid, rid, 1)
+            row.ClearField("next_scheduled_execution_time")
+            row.ClearField("last_completed_run")
+            if upcoming is not None:
+                row.next_scheduled_execution_time.CopyFrom(ts(upcoming * 1_000_000))
+            if completed is not None:
+                row.last_completed_run = f"{APP}/evaluationRuns/{rid}"
+            if isinstance(completed, int):
+                await storage.insert_row(RUNS, sample(RUNS, rid, rid, completed * 1_000_000))
+            await storage.insert_row(SCHEDULED_RUNS, row)
+        seen: list[str] = []
+        after: Cursor | None = None
+        while True:
+            query = ListQuery(APP, OrderBy(order, descending), limit=2, after=after)
+            page = await storage.list_rows(SCHEDULED_RUNS, query)
+            seen += [SCHEDULED_RUNS.parse(data).name.rsplit("/", 1)[1] for data, _ in page]
+            if len(page) < 2:
+                break
+            after = page[-1][1]
+        expected = sorted(
+            SCHEDULES, key=lambda rid: (_sort_value(order, rid), rid), reverse=descending
+        )
         assert seen == expected
 
     run(make_storage, body)

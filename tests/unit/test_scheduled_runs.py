@@ -407,4 +407,34 @@ def test_list_filters_by_fields(core: Runs) -> None:
 def test_list_order_by_names_the_supported_fields(core: Runs) -> None:
     request = service_pb2.ListScheduledEvaluationRunsRequest(parent=APP, order_by="display_name")
     error = core.error("list_scheduled_evaluation_runs", request)
-    assert error.code is Code.INVALID_ARGUMENT and "name, create_time, update_time" in str(error)
+    assert error.code is Code.INVALID_ARGUMENT
+    supported = (
+        "name, create_time, update_time, next_scheduled_execution, last_completed_run.create_time"
+    )
+    assert [v.field for v in error.violations] == ["order_by"] and supported in str(error)
+
+
+def test_list_orders_by_the_next_execution_soonest_first(core: Runs) -> None:
+    core.schedule(body(start=FUTURE + timedelta(days=2)), "later")
+    core.schedule(body(active=False), "paused")
+    core.schedule(body(start=FUTURE), "sooner")
+    core.schedule(body(start=FUTURE + timedelta(days=9)), "latest")
+    assert core.listed(order_by="next_scheduled_execution") == [
+        "sooner",
+        "later",
+        "latest",
+        "paused",
+    ]
+    newest_first = core.listed(order_by="next_scheduled_execution desc")
+    assert newest_first == ["paused", "latest", "later", "sooner"]
+    first = core.call(
+        "list_scheduled_evaluation_runs",
+        service_pb2.ListScheduledEvaluationRunsRequest(
+            parent=APP, order_by="next_scheduled_execution", page_size=3
+        ),
+    )
+    rest = core.listed(order_by="next_scheduled_execution", page_token=first.next_page_token)
+    assert rest == ["paused"]
+    # Without completed runs every schedule ties: by name, in the order's direction.
+    by_run = core.listed(order_by="last_completed_run.create_time")
+    assert by_run == ["sooner", "paused", "latest", "later"]

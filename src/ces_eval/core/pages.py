@@ -17,7 +17,7 @@ import base64
 import hashlib
 import hmac
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ces_eval.contract.limits import MAX_PAGE_BYTES, MAX_PAGE_SIZE
@@ -36,7 +36,11 @@ __all__ = [
 
 DEFAULT_PAGE_SIZE = 50
 # The seeds: "name" ascending, "create_time"/"update_time" descending, default update_time.
-_DEFAULT_DIRECTION = {SortKey.NAME: False, SortKey.CREATE_TIME: True, SortKey.UPDATE_TIME: True}
+_DEFAULT_DIRECTION: dict[SortKey | str, bool] = {
+    SortKey.NAME: False,
+    SortKey.CREATE_TIME: True,
+    SortKey.UPDATE_TIME: True,
+}
 _MAX_TOKEN = 2048
 # What one element of a repeated message field adds to its message besides its own bytes: the
 # tag (2 bytes up to field 2047) and the length (4 bytes below 256 MiB). An upper bound, so
@@ -74,16 +78,24 @@ def fill(sizes: Iterable[int], limit: int, budget: int = MAX_PAGE_BYTES) -> int:
     return taken
 
 
-def order_by(text: str, field: str = "order_by") -> OrderBy:
-    """Parse an AIP-132 order_by naming one of name, create_time, update_time.
+_NO_ORDERS: Mapping[str, bool] = {}
 
-    A bare field takes the seeds' direction; ``asc``/``desc`` may override it.
+
+def order_by(text: str, field: str = "order_by", more: Mapping[str, bool] = _NO_ORDERS) -> OrderBy:
+    """Parse an AIP-132 order_by naming one of name, create_time, update_time, or of the
+    collection's own orders ``more`` (field → whether it sorts descending by default).
+
+    A bare field takes its documented direction; ``asc``/``desc`` may override it.
     """
     parts = text.replace(",", " , ").split()
     if not parts:
         return OrderBy(SortKey.UPDATE_TIME, descending=True)
-    allowed = ", ".join(k.value for k in SortKey)
-    key = next((k for k in SortKey if k.value == parts[0]), None)
+    directions: dict[SortKey | str, bool] = {**_DEFAULT_DIRECTION}
+    directions.update(more)
+    allowed = ", ".join(k.value if isinstance(k, SortKey) else k for k in directions)
+    key = next(
+        (k for k in directions if (k.value if isinstance(k, SortKey) else k) == parts[0]), None
+    )
     problem = ""
     if key is None:
         problem = f"Cannot order by {parts[0]!r}; use one of {allowed}."
@@ -91,7 +103,7 @@ def order_by(text: str, field: str = "order_by") -> OrderBy:
         problem = f"Order by one field ({allowed}), optionally followed by asc or desc."
     if problem or key is None:
         raise ServiceError.invalid_argument(problem, [FieldViolation(field, problem)])
-    descending = _DEFAULT_DIRECTION[key] if len(parts) == 1 else parts[1].lower() == "desc"
+    descending = directions[key] if len(parts) == 1 else parts[1].lower() == "desc"
     return OrderBy(key, descending)
 
 

@@ -17,8 +17,8 @@ results on a list of evaluations, a result's metric rerun) is written beside.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import cache, cached_property, partial
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
@@ -80,13 +80,16 @@ class Store(Generic[M]):
     it is kept by). ``list`` gives each row's message, or its serialized bytes when the storage
     has them (parsed straight into the response: no intermediate message to copy), with its
     cursor. ``delete`` receives the etag the deleted version had (for a resource
-    without an etag: nothing to compare); ``replace`` only exists for an updatable resource."""
+    without an etag: nothing to compare); ``replace`` only exists for an updatable resource.
+    ``orders``: the list orders of its own (``order_by`` field → descending by default) the
+    storage sorts by, besides name, create_time and update_time."""
 
     get: Callable[[Storage, str], Awaitable[M | None]]
     insert: Callable[[Storage, M], Awaitable[None]]
     list: Callable[[Storage, ListQuery], Awaitable[Sequence[tuple[M | bytes, Cursor]]]]
     delete: Callable[[Storage, str, str], Awaitable[None]]
     replace: Callable[[Storage, M, str], Awaitable[None]] | None = None
+    orders: Mapping[str, bool] = field(default_factory=dict)
 
     @classmethod
     def of(cls, table: Table[M]) -> Store[M]:
@@ -97,6 +100,7 @@ class Store(Generic[M]):
             list=lambda storage, query: storage.list_rows(table, query),
             delete=lambda storage, name, etag: storage.delete_row(table, name, etag),
             replace=lambda storage, message, etag: storage.replace_row(table, message, etag),
+            orders={order.field: order.descending for order in table.orders},
         )
 
 
@@ -302,7 +306,7 @@ async def list_page(
     if resource.parent_resource is not None and not across:
         await existing(context, resource.parent_resource, request.parent)
     size = pages.page_size(request.page_size)
-    order = pages.order_by(request.order_by)
+    order = pages.order_by(request.order_by, more=resource.store.orders)
     texts = [str(getattr(request, f)) for f in resource.filters]
     clauses = [
         e for e in (parse_filter(t, f) for t, f in zip(texts, resource.filters, strict=True)) if e
@@ -315,7 +319,7 @@ async def list_page(
             request.parent,
             *texts,
             *run_text,
-            f"{order.key.value}:{order.descending}",
+            f"{order.field}:{order.descending}",
         )
     )
     tokens = context.page_tokens

@@ -40,6 +40,7 @@ __all__ = [
     "SCHEDULED_RUNS",
     "TABLES",
     "Column",
+    "Order",
     "Table",
     "by_collection",
     "parent_of",
@@ -121,16 +122,28 @@ def _column(message: descriptor.Descriptor, path: str) -> Column:
 
 
 @dataclass(frozen=True)
+class Order:
+    """A list order of a table besides name, create_time and update_time (AIP-132): the
+    ``order_by`` field naming it, whether it sorts descending by default, and the SQL of its
+    sort value, an integer never NULL, over the table's columns (``{table}``: its name)."""
+
+    field: str
+    descending: bool
+    sql: str
+
+
+@dataclass(frozen=True)
 class Table(Generic[M]):
     """The table of ``message``: its SQL ``name``, the fields AIP-160 filters of a list may
     name (``filterable``, paths as :class:`Column` takes them; ``name``, ``display_name``,
-    ``create_time`` and ``update_time`` are always among them when the message has them) and
-    whether display names are unique within the parent."""
+    ``create_time`` and ``update_time`` are always among them when the message has them),
+    whether display names are unique within the parent and the list orders of its own."""
 
     name: str
     message: type[M]
     filterable: tuple[str, ...] = ()
     unique_display_name: bool = True
+    orders: tuple[Order, ...] = ()
 
     @cached_property
     def _descriptor(self) -> descriptor.Descriptor:
@@ -214,22 +227,6 @@ DATASETS = Table(
     _E.EvaluationDataset,
     ("evaluations", "created_by", "last_updated_by"),
 )
-SCHEDULED_RUNS = Table(
-    "scheduled_evaluation_runs",
-    _E.ScheduledEvaluationRun,
-    (
-        "description",
-        "active",
-        "created_by",
-        "last_updated_by",
-        "total_executions",
-        "last_completed_run",
-        "next_scheduled_execution_time",
-        "request.evaluations",
-        "request.evaluation_dataset",
-    ),
-    unique_display_name=False,
-)
 RUNS = Table(
     "evaluation_runs",
     _E.EvaluationRun,
@@ -246,6 +243,42 @@ RUNS = Table(
         "run_count",
     ),
     unique_display_name=False,
+)
+# The newest microsecond a column holds: where ascending orders put rows without a value.
+_LAST = 2**63 - 1
+SCHEDULED_RUNS = Table(
+    "scheduled_evaluation_runs",
+    _E.ScheduledEvaluationRun,
+    (
+        "description",
+        "active",
+        "created_by",
+        "last_updated_by",
+        "total_executions",
+        "last_completed_run",
+        "next_scheduled_execution_time",
+        "request.evaluations",
+        "request.evaluation_dataset",
+    ),
+    unique_display_name=False,
+    orders=(
+        # Soonest first; schedules that will not fire last.
+        Order(
+            "next_scheduled_execution",
+            descending=False,
+            sql=f"COALESCE({{table}}.next_scheduled_execution_time, {_LAST})",
+        ),
+        # Newest first; schedules without a completed run (or whose run is gone) last.
+        Order(
+            "last_completed_run.create_time",
+            descending=True,
+            sql=(
+                # Only declared table names, never request text.
+                f"COALESCE((SELECT completed.create_time FROM {RUNS.name} AS completed "  # noqa: S608
+                "WHERE completed.name = {table}.last_completed_run), 0)"
+            ),
+        ),
+    ),
 )
 # Every generic table; the resource modules of the core declare their resources over these.
 TABLES: tuple[Table[Any], ...] = (EXPECTATIONS, DATASETS, SCHEDULED_RUNS, RUNS)
