@@ -38,6 +38,7 @@ RESULT = EVAL + "/results/{result}"
 V1B = "google.cloud.ces.v1beta"
 LOCATION = "/projects/{project}/locations/{location}"
 OPERATION = LOCATION + "/operations/{operation}"
+SCHEDULED = APP + "/scheduledEvaluationRuns/{scheduledEvaluationRun}"
 
 # operationId → (HTTP method, OpenAPI path), written out by hand.
 EXPECTED = {
@@ -55,6 +56,17 @@ EXPECTED = {
         "post",
         f"/v1beta{RESULT}:runEvaluationResultMetrics",
     ),
+    "EvaluationService_CreateScheduledEvaluationRun": (
+        "post",
+        f"/v1beta{APP}/scheduledEvaluationRuns",
+    ),
+    "EvaluationService_GetScheduledEvaluationRun": ("get", f"/v1beta{SCHEDULED}"),
+    "EvaluationService_ListScheduledEvaluationRuns": (
+        "get",
+        f"/v1beta{APP}/scheduledEvaluationRuns",
+    ),
+    "EvaluationService_UpdateScheduledEvaluationRun": ("patch", f"/v1beta{SCHEDULED}"),
+    "EvaluationService_DeleteScheduledEvaluationRun": ("delete", f"/v1beta{SCHEDULED}"),
     "EmulatorService_CreateEvaluationResult": ("post", f"/emulator/v1{EVAL}/results"),
     "EmulatorService_ImportEvaluations": ("post", f"/emulator/v1{APP}:importEvaluations"),
     "EmulatorService_ResetProject": ("post", "/emulator/v1/projects/{project}:reset"),
@@ -85,6 +97,16 @@ QUERY = {
     "EvaluationService_DeleteEvaluationResult": [],
     "EvaluationService_ExportEvaluationResults": [],
     "EvaluationService_RunEvaluationResultMetrics": [],
+    "EvaluationService_CreateScheduledEvaluationRun": ["scheduledEvaluationRunId"],
+    "EvaluationService_GetScheduledEvaluationRun": [],
+    "EvaluationService_ListScheduledEvaluationRuns": [
+        "pageSize",
+        "pageToken",
+        "filter",
+        "orderBy",
+    ],
+    "EvaluationService_UpdateScheduledEvaluationRun": ["updateMask"],
+    "EvaluationService_DeleteScheduledEvaluationRun": ["etag"],
     "EmulatorService_CreateEvaluationResult": ["evaluationResultId"],
     "EmulatorService_ImportEvaluations": [],
     "EmulatorService_ResetProject": [],

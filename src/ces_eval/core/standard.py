@@ -453,7 +453,8 @@ def _updated(
     user: str,
     parts: dict[str, str],
 ) -> M:
-    """``current`` with the request's masked fields applied, validated, newly stamped."""
+    """``current`` with the request's masked fields applied, validated, its derived fields
+    recomputed (``derive``), newly stamped."""
     incoming = resource.message()
     incoming.CopyFrom(body)
     checks.clear_output_only(incoming)
