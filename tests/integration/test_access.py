@@ -49,6 +49,7 @@ class Owned:
     evaluation: evaluation_pb2.Evaluation
     result: evaluation_pb2.EvaluationResult
     operation: operations_pb2.Operation
+    scheduled_run: evaluation_pb2.ScheduledEvaluationRun
 
     def names(self) -> list[str]:
         return [
@@ -58,6 +59,7 @@ class Owned:
             self.evaluation.name,
             self.result.name,
             self.operation.name,
+            self.scheduled_run.name,
         ]
 
 
@@ -155,6 +157,19 @@ def owned(server: RunningServer) -> Owned:
     )
     assert found.operation.done
     assert not found.operation.HasField("error"), found.operation.error
+    schedule = evaluation_pb2.ScheduledEvaluationRun(display_name="alice's nightly")
+    schedule.request.app = APP_A
+    schedule.request.evaluations.append(found.evaluation.name)
+    schedule.scheduling_config.frequency = schedule.SchedulingConfig.Frequency.DAILY
+    schedule.scheduling_config.start_time.FromSeconds(4107576600)
+    found.scheduled_run = _call(
+        server,
+        _method("CreateScheduledEvaluationRun"),
+        service_pb2.CreateScheduledEvaluationRunRequest(
+            parent=APP_A, scheduled_evaluation_run=schedule
+        ),
+        ALICE,
+    )
     return found
 
 
@@ -231,6 +246,13 @@ def _unchanged(server: RunningServer, owned: Owned) -> None:
         ALICE,
     )
     assert operation == owned.operation
+    schedule = _call(
+        server,
+        _method("GetScheduledEvaluationRun"),
+        service_pb2.GetScheduledEvaluationRunRequest(name=owned.scheduled_run.name),
+        ALICE,
+    )
+    assert schedule == owned.scheduled_run
 
 
 def test_grpc_refuses_every_method_on_a_foreign_project(
