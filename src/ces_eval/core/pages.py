@@ -36,11 +36,7 @@ __all__ = [
 
 DEFAULT_PAGE_SIZE = 50
 # The seeds: "name" ascending, "create_time"/"update_time" descending, default update_time.
-_DEFAULT_DIRECTION: dict[SortKey | str, bool] = {
-    SortKey.NAME: False,
-    SortKey.CREATE_TIME: True,
-    SortKey.UPDATE_TIME: True,
-}
+_DEFAULT_DIRECTION = {SortKey.NAME: False, SortKey.CREATE_TIME: True, SortKey.UPDATE_TIME: True}
 _MAX_TOKEN = 2048
 # What one element of a repeated message field adds to its message besides its own bytes: the
 # tag (2 bytes up to field 2047) and the length (4 bytes below 256 MiB). An upper bound, so
@@ -90,20 +86,22 @@ def order_by(text: str, field: str = "order_by", more: Mapping[str, bool] = _NO_
     parts = text.replace(",", " , ").split()
     if not parts:
         return OrderBy(SortKey.UPDATE_TIME, descending=True)
-    directions: dict[SortKey | str, bool] = {**_DEFAULT_DIRECTION}
-    directions.update(more)
-    allowed = ", ".join(k.value if isinstance(k, SortKey) else k for k in directions)
-    key = next(
-        (k for k in directions if (k.value if isinstance(k, SortKey) else k) == parts[0]), None
-    )
+    # order_by field → (key, descending by default)
+    known: dict[str, tuple[SortKey | str, bool]] = {
+        **{key.value: (key, down) for key, down in _DEFAULT_DIRECTION.items()},
+        **{name: (name, down) for name, down in more.items()},
+    }
+    allowed = ", ".join(known)
+    found = known.get(parts[0])
     problem = ""
-    if key is None:
+    if found is None:
         problem = f"Cannot order by {parts[0]!r}; use one of {allowed}."
     elif len(parts) > 2 or (len(parts) == 2 and parts[1].lower() not in {"asc", "desc"}):
         problem = f"Order by one field ({allowed}), optionally followed by asc or desc."
-    if problem or key is None:
+    if problem or found is None:
         raise ServiceError.invalid_argument(problem, [FieldViolation(field, problem)])
-    descending = directions[key] if len(parts) == 1 else parts[1].lower() == "desc"
+    key, default = found
+    descending = default if len(parts) == 1 else parts[1].lower() == "desc"
     return OrderBy(key, descending)
 
 
