@@ -2,7 +2,7 @@
 
 Each RPC is a function ``(Context, request, Caller) -> response`` of the module of its resource
 or service (:mod:`~ces_eval.core.evaluations`, :mod:`~ces_eval.core.results`,
-:mod:`~ces_eval.core.exports`, :mod:`~ces_eval.core.longrunning`,
+:mod:`~ces_eval.core.datasets`, :mod:`~ces_eval.core.exports`, :mod:`~ces_eval.core.longrunning`,
 :mod:`~ces_eval.core.emulator`), which lists it in its ``RPCS`` by RPC name; here each module's
 RPCs are filed under their service, so that two services' RPCs of one name (EvaluationService's
 and EmulatorService's ImportEvaluations) stay apart. Nothing here knows about transports: the
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ces_eval.contract import schema
-from ces_eval.core import emulator, evaluations, exports, longrunning, results
+from ces_eval.core import datasets, emulator, evaluations, exports, longrunning, results
 from ces_eval.core.context import DEFAULT_EXPORT_ROOT, Context, Rpc
 from ces_eval.core.names import snake_case
 from ces_eval.core.operations import OperationRunner
@@ -47,6 +47,7 @@ _SERVICES: dict[str, dict[str, Rpc]] = {
         **evaluations.RPCS,
         **results.RPCS,
         **exports.RPCS,
+        **datasets.RPCS,
     },
     "google.longrunning.Operations": longrunning.RPCS,
     "ces_eval.emulator.v1.EmulatorService": emulator.RPCS,
@@ -57,7 +58,7 @@ RPCS: dict[str, Rpc] = {
     f"/{service}/{name}": rpc for service, rpcs in _SERVICES.items() for name, rpc in rpcs.items()
 }
 # Every declared resource, parents before children.
-RESOURCES = (evaluations.EVALUATIONS, results.RESULTS)
+RESOURCES = (evaluations.EVALUATIONS, results.RESULTS, datasets.DATASETS)
 # ``core.create_evaluation``: each implemented RPC by its snake_case name, which no two share.
 _BY_METHOD_NAME = {snake_case(path.rsplit("/", 1)[1]): path for path in RPCS}
 if len(_BY_METHOD_NAME) != len(RPCS):  # pragma: no cover - a new RPC's name clashes
