@@ -34,6 +34,7 @@ from tests.unit.test_jsonschema import KINDS
 
 APP = "/projects/{project}/locations/{location}/apps/{app}"
 EVAL = APP + "/evaluations/{evaluation}"
+DATASET = APP + "/evaluationDatasets/{evaluationDataset}"
 RESULT = EVAL + "/results/{result}"
 V1B = "google.cloud.ces.v1beta"
 LOCATION = "/projects/{project}/locations/{location}"
@@ -46,6 +47,11 @@ EXPECTED = {
     "EvaluationService_ListEvaluations": ("get", f"/v1beta{APP}/evaluations"),
     "EvaluationService_UpdateEvaluation": ("patch", f"/v1beta{EVAL}"),
     "EvaluationService_DeleteEvaluation": ("delete", f"/v1beta{EVAL}"),
+    "EvaluationService_CreateEvaluationDataset": ("post", f"/v1beta{APP}/evaluationDatasets"),
+    "EvaluationService_GetEvaluationDataset": ("get", f"/v1beta{DATASET}"),
+    "EvaluationService_ListEvaluationDatasets": ("get", f"/v1beta{APP}/evaluationDatasets"),
+    "EvaluationService_UpdateEvaluationDataset": ("patch", f"/v1beta{DATASET}"),
+    "EvaluationService_DeleteEvaluationDataset": ("delete", f"/v1beta{DATASET}"),
     "EvaluationService_ExportEvaluations": ("post", f"/v1beta{APP}/evaluations:export"),
     "EvaluationService_GetEvaluationResult": ("get", f"/v1beta{RESULT}"),
     "EvaluationService_ListEvaluationResults": ("get", f"/v1beta{EVAL}/results"),
@@ -79,6 +85,11 @@ QUERY = {
     ],
     "EvaluationService_UpdateEvaluation": ["updateMask"],
     "EvaluationService_DeleteEvaluation": ["force", "etag"],
+    "EvaluationService_CreateEvaluationDataset": ["evaluationDatasetId"],
+    "EvaluationService_GetEvaluationDataset": [],
+    "EvaluationService_ListEvaluationDatasets": ["pageSize", "pageToken", "filter", "orderBy"],
+    "EvaluationService_UpdateEvaluationDataset": ["updateMask"],
+    "EvaluationService_DeleteEvaluationDataset": ["etag"],
     "EvaluationService_ExportEvaluations": [],
     "EvaluationService_GetEvaluationResult": [],
     "EvaluationService_ListEvaluationResults": ["pageSize", "pageToken", "filter", "orderBy"],
