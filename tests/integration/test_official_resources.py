@@ -14,7 +14,7 @@ from tests.support.server import RunningServer
 
 pytestmark = pytest.mark.external
 
-KINDS = ("expectation",)
+KINDS = ("expectation", "dataset")
 STEPS = {"create", "create_assigned_id", "create_taken_id", "get", "list", "update", "delete"}
 
 
@@ -44,3 +44,7 @@ def test_standard_methods_through_the_official_client(
     assert steps["get"]["domain"] == "ces.googleapis.com"
     assert steps["list"]["violations"] == ["filter"]
     assert steps["update"]["unknown"]["violations"] == ["update_mask"]
+    if kind == "dataset":  # its references, through the client (resource_scenario.py)
+        references = steps["references"]
+        assert references["bad"]["violations"] == ["evaluation_dataset.evaluations[1]"]
+        assert references["in_use"]["reason"] == "EVALUATION_IN_USE"
