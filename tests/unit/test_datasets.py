@@ -7,6 +7,7 @@ the same storage scripts run on PostgreSQL in tests/contract/test_datasets.py.""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from google.protobuf import field_mask_pb2
 
 from ces_eval.core.datasets import DATASETS
 from ces_eval.errors import Code, ServiceError
+from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from tests.unit.test_core import APP, Harness, violations
@@ -326,3 +328,23 @@ def test_an_evaluation_deleted_after_the_check_is_the_same_violation(core: Datas
         ["evaluation_dataset.evaluations[1]"],
     )
     assert core.memberships("e1") == []
+
+
+def test_an_import_drops_the_evaluations_datasets(core: Datasets) -> None:
+    """An imported evaluation belongs to no dataset, whatever its document says."""
+    document = {
+        "format": "ces-eval.export/v1",
+        "evaluations": [
+            {
+                "name": f"{APP}/evaluations/imported",
+                "displayName": "Imported",
+                "golden": {"turns": [{"steps": [{"userInput": {"text": "hi"}}]}]},
+                "evaluationDatasets": [f"{APP}/evaluationDatasets/elsewhere"],
+            }
+        ],
+    }
+    core.call(
+        "import_evaluations",
+        emulator_pb2.ImportEvaluationsRequest(parent=APP, content=json.dumps(document).encode()),
+    )
+    assert core.memberships("imported") == []

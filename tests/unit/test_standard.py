@@ -457,18 +457,17 @@ def test_delete_takes_the_children_with_it(
 
 
 def test_a_delete_guard_refuses_before_anything_is_deleted(core: Harness) -> None:
-    evaluation = evaluation_pb2.Evaluation()
-    evaluation.CopyFrom(core.run(standard.get(core.context, EVALUATIONS, PARENT_EVALUATION)))
-    evaluation.evaluation_datasets.append(f"{APP}/evaluationDatasets/d")
-    core.run(core.storage.replace_evaluation(evaluation, expected_etag=evaluation.etag))
+    dataset = core.make(KINDS["evaluation_dataset"], "d", "D")  # it lists the evaluation
     error = core.fails(
         standard.delete(
             core.context, EVALUATIONS, service_pb2.DeleteEvaluationRequest(name=PARENT_EVALUATION)
         )
     )
     assert (error.code, error.reason) == (Code.FAILED_PRECONDITION, "EVALUATION_IN_USE")
+    assert core.run(standard.get(core.context, EVALUATIONS, PARENT_EVALUATION))
     forced = service_pb2.DeleteEvaluationRequest(name=PARENT_EVALUATION, force=True)
     core.run(standard.delete(core.context, EVALUATIONS, forced))
+    assert not core.run(standard.get(core.context, DATASETS, dataset.name)).evaluations
 
 
 # -- the facade ----------------------------------------------------------------------------------
