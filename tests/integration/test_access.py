@@ -48,6 +48,7 @@ class Owned:
 
     evaluation: evaluation_pb2.Evaluation
     result: evaluation_pb2.EvaluationResult
+    dataset: evaluation_pb2.EvaluationDataset
     operation: operations_pb2.Operation
 
     def names(self) -> list[str]:
@@ -57,6 +58,7 @@ class Owned:
             APP_A,
             self.evaluation.name,
             self.result.name,
+            self.dataset.name,
             self.operation.name,
         ]
 
@@ -128,7 +130,18 @@ def owned(server: RunningServer) -> Owned:
         ),
         ALICE,
     )
-    # Adding a result changed the evaluation's etag and derived metrics: read it again.
+    found.dataset = _call(
+        server,
+        _method("CreateEvaluationDataset"),
+        service_pb2.CreateEvaluationDatasetRequest(
+            parent=APP_A,
+            evaluation_dataset=evaluation_pb2.EvaluationDataset(
+                display_name="alice's", evaluations=[found.evaluation.name]
+            ),
+        ),
+        ALICE,
+    )
+    # The result and the dataset changed the evaluation's etag and derived fields: read it again.
     found.evaluation = _call(
         server,
         _method("GetEvaluation"),
