@@ -48,8 +48,9 @@ class Owned:
 
     evaluation: evaluation_pb2.Evaluation
     result: evaluation_pb2.EvaluationResult
-    dataset: evaluation_pb2.EvaluationDataset
     operation: operations_pb2.Operation
+    # The other resources alice created (expectations, ...), by name.
+    others: list[str]
 
     def names(self) -> list[str]:
         return [
@@ -58,8 +59,8 @@ class Owned:
             APP_A,
             self.evaluation.name,
             self.result.name,
-            self.dataset.name,
             self.operation.name,
+            *self.others,
         ]
 
 
@@ -130,7 +131,7 @@ def owned(server: RunningServer) -> Owned:
         ),
         ALICE,
     )
-    found.dataset = _call(
+    dataset = _call(
         server,
         _method("CreateEvaluationDataset"),
         service_pb2.CreateEvaluationDatasetRequest(
@@ -168,6 +169,20 @@ def owned(server: RunningServer) -> Owned:
     )
     assert found.operation.done
     assert not found.operation.HasField("error"), found.operation.error
+    expectation = evaluation_pb2.EvaluationExpectation(
+        display_name="alice's", llm_criteria={"prompt": "Polite."}
+    )
+    found.others = [
+        _call(
+            server,
+            _method("CreateEvaluationExpectation"),
+            service_pb2.CreateEvaluationExpectationRequest(
+                parent=APP_A, evaluation_expectation=expectation
+            ),
+            ALICE,
+        ).name,
+        dataset.name,
+    ]
     return found
 
 

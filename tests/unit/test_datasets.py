@@ -88,6 +88,7 @@ def test_every_bad_reference_is_named_by_its_index(core: Datasets) -> None:
     request = service_pb2.CreateEvaluationDatasetRequest(
         parent=APP,
         evaluation_dataset=Dataset(
+            display_name="D",
             evaluations=[
                 _evaluation("e1"),
                 "not/an/evaluation",
@@ -95,35 +96,23 @@ def test_every_bad_reference_is_named_by_its_index(core: Datasets) -> None:
                 f"{OTHER_APP}/evaluations/e1",
                 _evaluation("e1"),
                 f"{APP}/evaluations/Bad_Id",
-            ]
+                _evaluation("e2"),
+            ],
         ),
     )
     error = core.error("create_evaluation_dataset", request)
     assert error.code is Code.INVALID_ARGUMENT
-    # What needs no storage is reported together; the missing display name with it.
-    assert violations(error) == [
-        "evaluation_dataset.display_name",
-        "evaluation_dataset.evaluations[1]",
-        "evaluation_dataset.evaluations[3]",
-        "evaluation_dataset.evaluations[4]",
-        "evaluation_dataset.evaluations[5]",
-    ]
-    assert "another app" in error.violations[2].description
-    assert "evaluations[0]" in error.violations[3].description  # the duplicate's first entry
+    assert violations(error) == [f"evaluation_dataset.evaluations[{i}]" for i in range(1, 6)]
+    descriptions = [v.description for v in error.violations]
+    assert "does not exist" in descriptions[1]
+    assert f"not a Evaluation of {APP}" in descriptions[2]
+    assert "evaluations[0]" in descriptions[3]  # the repeated entry's first
     assert error.violations[3].reason == "DUPLICATE"
-    # Once well formed, the entries naming no stored evaluation.
-    request.evaluation_dataset.display_name = "D"
-    del request.evaluation_dataset.evaluations[3:]
-    del request.evaluation_dataset.evaluations[1]
-    request.evaluation_dataset.evaluations.append(_evaluation("gone"))
+    assert core.memberships("e1") == core.memberships("e2") == []  # nothing was stored
+    # The descriptors' rules come first: without a display name, that alone is reported.
+    request.evaluation_dataset.ClearField("display_name")
     error = core.error("create_evaluation_dataset", request)
-    assert error.code is Code.INVALID_ARGUMENT
-    assert violations(error) == [
-        "evaluation_dataset.evaluations[1]",
-        "evaluation_dataset.evaluations[2]",
-    ]
-    assert "no evaluation" in error.violations[0].description
-    assert core.memberships("e1") == []  # nothing was stored
+    assert violations(error) == ["evaluation_dataset.display_name"]
 
 
 def test_an_update_is_held_to_the_same_references(core: Datasets) -> None:
@@ -326,6 +315,10 @@ def test_an_evaluation_deleted_after_the_check_is_the_same_violation(core: Datas
     assert (raised.value.code, violations(raised.value)) == (
         Code.INVALID_ARGUMENT,
         ["evaluation_dataset.evaluations[1]"],
+    )
+    assert (
+        raised.value.violations[0].description
+        == f"Evaluation {_evaluation('gone')} does not exist."
     )
     assert core.memberships("e1") == []
 

@@ -36,6 +36,7 @@ APP = "/projects/{project}/locations/{location}/apps/{app}"
 EVAL = APP + "/evaluations/{evaluation}"
 DATASET = APP + "/evaluationDatasets/{evaluationDataset}"
 RESULT = EVAL + "/results/{result}"
+EXPECTATION = APP + "/evaluationExpectations/{evaluationExpectation}"
 V1B = "google.cloud.ces.v1beta"
 LOCATION = "/projects/{project}/locations/{location}"
 OPERATION = LOCATION + "/operations/{operation}"
@@ -61,6 +62,17 @@ EXPECTED = {
         "post",
         f"/v1beta{RESULT}:runEvaluationResultMetrics",
     ),
+    "EvaluationService_CreateEvaluationExpectation": (
+        "post",
+        f"/v1beta{APP}/evaluationExpectations",
+    ),
+    "EvaluationService_GetEvaluationExpectation": ("get", f"/v1beta{EXPECTATION}"),
+    "EvaluationService_ListEvaluationExpectations": (
+        "get",
+        f"/v1beta{APP}/evaluationExpectations",
+    ),
+    "EvaluationService_UpdateEvaluationExpectation": ("patch", f"/v1beta{EXPECTATION}"),
+    "EvaluationService_DeleteEvaluationExpectation": ("delete", f"/v1beta{EXPECTATION}"),
     "EmulatorService_CreateEvaluationResult": ("post", f"/emulator/v1{EVAL}/results"),
     "EmulatorService_ImportEvaluations": ("post", f"/emulator/v1{APP}:importEvaluations"),
     "EmulatorService_ResetProject": ("post", "/emulator/v1/projects/{project}:reset"),
@@ -96,6 +108,16 @@ QUERY = {
     "EvaluationService_DeleteEvaluationResult": [],
     "EvaluationService_ExportEvaluationResults": [],
     "EvaluationService_RunEvaluationResultMetrics": [],
+    "EvaluationService_CreateEvaluationExpectation": ["evaluationExpectationId"],
+    "EvaluationService_GetEvaluationExpectation": [],
+    "EvaluationService_ListEvaluationExpectations": [
+        "pageSize",
+        "pageToken",
+        "filter",
+        "orderBy",
+    ],
+    "EvaluationService_UpdateEvaluationExpectation": ["updateMask"],
+    "EvaluationService_DeleteEvaluationExpectation": ["etag"],
     "EmulatorService_CreateEvaluationResult": ["evaluationResultId"],
     "EmulatorService_ImportEvaluations": [],
     "EmulatorService_ResetProject": [],
@@ -115,6 +137,14 @@ RESPONSES = {
     "EvaluationService_ListEvaluationResults": f"{V1B}.ListEvaluationResultsResponse",
     "EvaluationService_ExportEvaluationResults": "google.longrunning.Operation",
     "EvaluationService_RunEvaluationResultMetrics": "google.longrunning.Operation",
+    "EvaluationService_CreateEvaluationDataset": f"{V1B}.EvaluationDataset",
+    "EvaluationService_GetEvaluationDataset": f"{V1B}.EvaluationDataset",
+    "EvaluationService_ListEvaluationDatasets": f"{V1B}.ListEvaluationDatasetsResponse",
+    "EvaluationService_UpdateEvaluationDataset": f"{V1B}.EvaluationDataset",
+    "EvaluationService_CreateEvaluationExpectation": f"{V1B}.EvaluationExpectation",
+    "EvaluationService_GetEvaluationExpectation": f"{V1B}.EvaluationExpectation",
+    "EvaluationService_ListEvaluationExpectations": f"{V1B}.ListEvaluationExpectationsResponse",
+    "EvaluationService_UpdateEvaluationExpectation": f"{V1B}.EvaluationExpectation",
     "EmulatorService_CreateEvaluationResult": f"{V1B}.EvaluationResult",
     "EmulatorService_ImportEvaluations": "ces_eval.emulator.v1.ImportEvaluationsResponse",
     "EmulatorService_ResetProject": "ces_eval.emulator.v1.ResetProjectResponse",

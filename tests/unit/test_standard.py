@@ -153,6 +153,7 @@ def test_every_resource_is_declared_once_and_parents_come_first() -> None:
     assert [r.message for r in RESOURCES] == [
         evaluation_pb2.Evaluation,
         evaluation_pb2.EvaluationResult,
+        evaluation_pb2.EvaluationExpectation,
         evaluation_pb2.EvaluationDataset,
     ]
     for index, resource in enumerate(RESOURCES):

@@ -17,9 +17,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ces_eval.core import names, standard, validation
+from ces_eval.core.evaluations import EVALUATIONS
 from ces_eval.core.stamps import new_etag
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
+from ces_eval.storage import tables
 from ces_eval.storage.base import Missing
 
 if TYPE_CHECKING:
@@ -29,52 +31,45 @@ if TYPE_CHECKING:
 __all__ = ["DATASETS", "RPCS"]
 
 Dataset = evaluation_pb2.EvaluationDataset
-_APP_VARIABLES = names.APP.variables
 
 
 def _rules(dataset: Dataset, path: str, parts: dict[str, str]) -> list[FieldViolation]:
-    """The descriptors' rules, then each entry of ``evaluations``: an evaluation's name, of
-    the dataset's app, not listed before."""
-    violations = validation.resource_violations(dataset, path)
-    app = names.APP.format(**{v: parts[v] for v in _APP_VARIABLES})
+    return validation.resource_violations(dataset, path)
+
+
+def _repeats(dataset: Dataset, path: str) -> list[FieldViolation]:
+    """An entry of ``evaluations`` naming the same evaluation as an earlier one."""
     first: dict[str, int] = {}
+    violations = []
     for index, name in enumerate(dataset.evaluations):
-        field = f"{path}.evaluations[{index}]"
-        malformed = names.EVALUATION.violation(name, field)
-        if malformed is not None:
-            violations.append(malformed)
-        elif not name.startswith(f"{app}/"):
-            description = f"{name!r} is an evaluation of another app; list those of {app}."
-            violations.append(FieldViolation(field, description))
-        elif name in first:
-            description = f"{name!r} is already listed as evaluations[{first[name]}]."
-            violations.append(FieldViolation(field, description, "DUPLICATE"))
-        else:
-            first[name] = index
+        earlier = first.setdefault(name, index)
+        if earlier != index:
+            description = f"{name!r} is already listed as evaluations[{earlier}]."
+            violations.append(FieldViolation(f"{path}[{index}]", description, "DUPLICATE"))
     return violations
 
 
-def _missing(dataset: Dataset, stored: set[str], path: str) -> list[FieldViolation]:
-    return [
-        FieldViolation(f"{path}.evaluations[{index}]", f"There is no evaluation {name!r}.")
-        for index, name in enumerate(dataset.evaluations)
-        if name not in stored
-    ]
+def _index(violation: FieldViolation) -> int:
+    return int(violation.field.rsplit("[", 1)[1].rstrip("]"))
 
 
 async def _verify(context: Context, dataset: Dataset) -> list[FieldViolation]:
-    """Every evaluation the dataset lists is stored."""
-    if not dataset.evaluations:
-        return []
-    stored = await context.storage.stored_evaluations(list(dataset.evaluations))
-    return _missing(dataset, stored, DATASETS.field)
+    """Each entry of ``evaluations`` names a stored evaluation of the dataset's app, once:
+    the violations in the order of the entries."""
+    path = f"{DATASETS.field}.evaluations"
+    app = tables.parent_of(dataset.name)
+    named = await standard.references(context, EVALUATIONS, dataset.evaluations, path, app)
+    return sorted(named + _repeats(dataset, path), key=_index)
 
 
 def _vanished(dataset: Dataset, missing: Missing) -> ServiceError:
-    """An evaluation deleted between the verification and the write: the same violation."""
-    violations = _missing(dataset, set(dataset.evaluations) - {missing.name}, DATASETS.field)
+    """An evaluation deleted between the verification and the write: the violation the
+    verification would have given."""
+    index = list(dataset.evaluations).index(missing.name)
+    field = f"{DATASETS.field}.evaluations[{index}]"
+    description = f"Evaluation {missing.name} does not exist."
     return ServiceError.invalid_argument(
-        f"{violations[0].field}: {violations[0].description}", violations
+        f"{field}: {description}", [FieldViolation(field, description)]
     )
 
 

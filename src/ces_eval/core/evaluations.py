@@ -2,8 +2,8 @@
 
 Their standard methods are the generic ones of :mod:`ces_eval.core.standard`; what is theirs
 alone is written here: a list's ``last_ten_results`` (each evaluation with its newest results)
-and the refusal to delete an evaluation that evaluation datasets still hold (without
-``force``).
+the refusal to delete an evaluation that evaluation datasets still hold (without ``force``)
+and the check that the evaluation expectations it names exist.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, cast
 
 from ces_eval.contract import limits
 from ces_eval.core import names, pages, standard, validation
+from ces_eval.core.expectations import EXPECTATIONS
 from ces_eval.core.stamps import new_etag
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
@@ -34,7 +35,9 @@ def _rules(
     return validation.evaluation_violations(evaluation, path)
 
 
-def _in_use(evaluation: evaluation_pb2.Evaluation, request: Message) -> None:
+async def _in_use(
+    context: Context, evaluation: evaluation_pb2.Evaluation, request: Message
+) -> None:
     """An evaluation that evaluation datasets hold is deleted only with ``force``."""
     delete = cast("service_pb2.DeleteEvaluationRequest", request)
     if evaluation.evaluation_datasets and not delete.force:
@@ -46,6 +49,19 @@ def _in_use(evaluation: evaluation_pb2.Evaluation, request: Message) -> None:
             {"resource": delete.name},
             resource=(names.EVALUATION.type, delete.name),
         )
+
+
+async def _references(
+    context: Context, evaluation: evaluation_pb2.Evaluation
+) -> list[FieldViolation]:
+    """The evaluation expectations its golden or scenario names exist in its app."""
+    inputs = evaluation.WhichOneof("inputs")
+    if inputs is None:
+        return []
+    named = getattr(evaluation, inputs).evaluation_expectations
+    app = evaluation.name.rsplit("/evaluations/", 1)[0]
+    path = f"evaluation.{inputs}.evaluation_expectations"
+    return await standard.references(context, EXPECTATIONS, named, path, app)
 
 
 async def _with_recent_results(
@@ -103,6 +119,7 @@ EVALUATIONS = standard.Resource(
     run_filter="evaluation_run_filter",
     guard=_in_use,
     enrich=_with_recent_results,
+    verify=_references,
 )
 
 

@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ces_eval.contract import schema
-from ces_eval.core import datasets, emulator, evaluations, exports, longrunning, results
+from ces_eval.core import (
+    datasets,
+    emulator,
+    evaluations,
+    expectations,
+    exports,
+    longrunning,
+    results,
+)
 from ces_eval.core.context import DEFAULT_EXPORT_ROOT, Context, Rpc
 from ces_eval.core.names import snake_case
 from ces_eval.core.operations import OperationRunner
@@ -47,6 +55,7 @@ _SERVICES: dict[str, dict[str, Rpc]] = {
         **evaluations.RPCS,
         **results.RPCS,
         **exports.RPCS,
+        **expectations.RPCS,
         **datasets.RPCS,
     },
     "google.longrunning.Operations": longrunning.RPCS,
@@ -58,7 +67,12 @@ RPCS: dict[str, Rpc] = {
     f"/{service}/{name}": rpc for service, rpcs in _SERVICES.items() for name, rpc in rpcs.items()
 }
 # Every declared resource, parents before children.
-RESOURCES = (evaluations.EVALUATIONS, results.RESULTS, datasets.DATASETS)
+RESOURCES = (
+    evaluations.EVALUATIONS,
+    results.RESULTS,
+    expectations.EXPECTATIONS,
+    datasets.DATASETS,
+)
 # ``core.create_evaluation``: each implemented RPC by its snake_case name, which no two share.
 _BY_METHOD_NAME = {snake_case(path.rsplit("/", 1)[1]): path for path in RPCS}
 if len(_BY_METHOD_NAME) != len(RPCS):  # pragma: no cover - a new RPC's name clashes

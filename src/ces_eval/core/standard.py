@@ -62,6 +62,7 @@ __all__ = [
     "list_page",
     "methods",
     "parse_filter",
+    "references",
     "update",
 ]
 
@@ -117,11 +118,11 @@ class Resource(Generic[M]):
     ``run_filter`` the field filtering by the resource's runs. ``require_body``: a create
     without the resource is INVALID_ARGUMENT (results' create, an emulator seed, makes an empty
     one instead). ``defaults(message, parent, created)`` fills what a create leaves empty;
-    ``guard(current, request)`` refuses a delete; ``enrich(context, request, page, sizes)`` adds
-    to a list's page and says how many items of it still fit. ``verify(context, message)``
-    checks what a create or update is about to store against other stored resources (names it
-    refers to that must exist) once its own fields are valid: violations with paths under the
-    resource's field."""
+    ``guard(context, current, request)`` refuses a delete; ``enrich(context, request, page,
+    sizes)`` adds to a list's page and says how many items of it still fit.
+    ``verify(context, message)`` checks what a create or update is about to store against
+    other stored resources (names it refers to that must exist) once its own fields are valid:
+    violations with paths under the resource's field."""
 
     message: type[M]
     parent: names.ResourcePattern
@@ -133,7 +134,7 @@ class Resource(Generic[M]):
     run_filter: str = ""
     require_body: bool = True
     defaults: Callable[[M, Message | None, timestamp_pb2.Timestamp], None] | None = None
-    guard: Callable[[M, Message], None] | None = None
+    guard: Callable[[Context, M, Message], Awaitable[None]] | None = None
     enrich: Callable[[Context, Message, list[M | bytes], list[int]], Awaitable[int]] | None = None
     verify: Callable[[Context, M], Awaitable[list[FieldViolation]]] | None = None
 
@@ -254,6 +255,26 @@ def conflict(error: Conflict, resource: Resource[M], message: Message) -> Servic
         f"display_name {named.display_name!r} is already used by {error.existing}; "
         f"display names are unique within the {resource.parent.kind.lower()}.",
     )
+
+
+async def references(
+    context: Context, target: Resource[Any], values: Sequence[str], path: str, parent: str
+) -> list[FieldViolation]:
+    """Violations of ``values``, names of ``target`` resources that must exist under
+    ``parent`` (the referring resource's own parent: references never leave the app): the
+    field ``path[i]`` of each malformed, foreign or missing one."""
+    violations = []
+    kind = target.pattern.type.rsplit("/", 1)[-1]
+    for index, value in enumerate(values):
+        field = f"{path}[{index}]"
+        malformed = target.pattern.violation(value, field, owned=target.owned)
+        if malformed is not None:
+            violations.append(malformed)
+        elif target.parent.format(**target.pattern.parse(value, field)) != parent:
+            violations.append(FieldViolation(field, f"{value!r} is not a {kind} of {parent}."))
+        elif await target.store.get(context.storage, value) is None:
+            violations.append(FieldViolation(field, f"{kind} {value} does not exist."))
+    return violations
 
 
 # -- AIP-131 -------------------------------------------------------------------------------------
@@ -540,7 +561,7 @@ async def delete(
         if etag and etag != _etag(current):
             raise ServiceError.aborted_etag(kind, name)
         if resource.guard is not None:
-            resource.guard(current, cast("Message", request))
+            await resource.guard(context, current, cast("Message", request))
         try:
             await resource.store.delete(context.storage, name, _etag(current))
         except Missing as missing:

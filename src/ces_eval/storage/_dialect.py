@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["POSTGRESQL", "SQLITE", "Sql", "TableSql"]
 
-_JSON_COLUMNS = frozenset({"tags", "evaluation_datasets"})
+_JSON_COLUMNS = frozenset({"tags", "evaluation_datasets", "evaluation_expectations"})
 # What a row holds of its resource as served, in bytes (ListQuery.max_bytes): read from the
 # stored lengths, never from the blobs.
 _STORED_BYTES = {
@@ -207,14 +207,14 @@ class Sql:
         self.reset_operations = f"DELETE FROM operations WHERE name {like}"
 
     def _locked_evaluations(self, lock_row: str, name_list: str) -> None:
-        """The statements reading evaluations locked (their etag; their data and etag) and
+        """The statements reading evaluations locked (their etag; their etag and data) and
         those of the evaluations' side of the datasets that list them (EvaluationDataset
         .evaluations mirrored in Evaluation.evaluation_datasets): the list written with a new
         etag, the metrics tallies of a set of evaluations (the stored ones among the names
         given)."""
         p = self.p
         self.evaluation_lock = f"SELECT etag FROM evaluations WHERE name = {p}{lock_row}"
-        self.evaluation_lock_data = f"SELECT data, etag FROM evaluations WHERE name = {p}{lock_row}"
+        self.evaluation_lock_data = f"SELECT etag, data FROM evaluations WHERE name = {p}{lock_row}"
         self.evaluation_memberships = (
             f"UPDATE evaluations SET data = {p}, evaluation_datasets = {self.json_param}, "
             f"etag = {p} WHERE name = {p}"

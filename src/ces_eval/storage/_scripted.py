@@ -192,9 +192,6 @@ class ScriptedStorage(abc.ABC):
             partial(_scripts.delete_dataset, self._sql, name, expected_etag, evaluation_etag)
         )
 
-    async def stored_evaluations(self, names: Sequence[str]) -> set[str]:
-        return await self._query(partial(_scripts.stored_evaluations, self._sql, names))
-
     # -- long-running operations -----------------------------------------------------------
 
     async def insert_operation(

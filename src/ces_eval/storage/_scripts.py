@@ -212,17 +212,29 @@ def replace_evaluation(sql: Sql, evaluation: _Evaluation, expected_etag: str) ->
     raise Missing(evaluation.name)
 
 
+def _delete_locked(
+    lock: str, delete: str, name: str, expected_etag: str | None
+) -> Script[tuple[Any, ...]]:
+    """Lock the row ``name`` (``lock`` answers its etag first), check the etag, ``delete`` it;
+    the row ``lock`` answered."""
+    row = _first((yield Statement(lock, (name,))))
+    if row is None:
+        raise Missing(name)
+    if expected_etag and row[0] != expected_etag:
+        raise EtagMismatch(name)
+    yield Statement(delete, (name,))
+    return row
+
+
 def delete_evaluation(
     sql: Sql, name: str, expected_etag: str | None, dataset_etag: str
 ) -> Script[None]:
     """Delete an evaluation (its results go with it: ON DELETE CASCADE) and take it out of
-    the datasets that list it, which get ``dataset_etag``."""
-    row = _first((yield Statement(sql.evaluation_lock_data, (name,))))
-    if row is None:
-        raise Missing(name)
-    data, etag = row
-    if expected_etag and etag != expected_etag:
-        raise EtagMismatch(name)
+    the datasets that list it, which get ``dataset_etag`` (locked after the evaluation: the
+    order of :func:`_memberships`)."""
+    _, data = yield from _delete_locked(
+        sql.evaluation_lock_data, sql.evaluation_delete, name, expected_etag
+    )
     statements = sql.table(tables.DATASETS)
     for dataset_name in sorted(_Evaluation.FromString(bytes(data)).evaluation_datasets):
         held = _first((yield Statement(statements.lock_data, (dataset_name,))))
@@ -235,7 +247,6 @@ def delete_evaluation(
         dataset.evaluations.extend(kept)
         dataset.etag = dataset_etag
         yield from replace_row(sql, tables.DATASETS, dataset, old_etag)
-    yield Statement(sql.evaluation_delete, (name,))
 
 
 # -- results -----------------------------------------------------------------------------------
@@ -482,12 +493,7 @@ def replace_row(sql: Sql, table: Table[M], message: M, expected_etag: str) -> Sc
 
 def delete_row(sql: Sql, table: Table[M], name: str, expected_etag: str | None) -> Script[None]:
     statements = sql.table(table)
-    row = _first((yield Statement(statements.lock, (name,))))
-    if row is None:
-        raise Missing(name)
-    if expected_etag and row[0] != expected_etag:
-        raise EtagMismatch(name)
-    yield Statement(statements.delete, (name,))
+    yield from _delete_locked(statements.lock, statements.delete, name, expected_etag)
 
 
 # -- evaluation datasets ------------------------------------------------------------------------
@@ -513,7 +519,7 @@ def _memberships(
             if name in adding:
                 raise Missing(name)
             continue
-        evaluation = _Evaluation.FromString(bytes(row[0]))
+        evaluation = _Evaluation.FromString(bytes(row[1]))
         held = set(evaluation.evaluation_datasets)
         changed = held | {dataset} if name in adding else held - {dataset}
         if changed == held:
@@ -545,14 +551,6 @@ def _tallies(sql: Sql, evaluations: Sequence[str]) -> Script[dict[str, Tally]]:
         else:
             found[str(name)] = json.loads(stored)
     return found
-
-
-def stored_evaluations(sql: Sql, names: Sequence[str]) -> Script[set[str]]:
-    """Which of ``names`` are stored evaluations."""
-    if not names:
-        return set()
-    rows = (yield Statement(sql.evaluation_tallies, (sql.names(names),))).rows
-    return {str(name) for name, _ in rows}
 
 
 def _metrics(

@@ -34,6 +34,7 @@ __all__ = [
     "derived_blob",
     "evaluation_from_row",
     "evaluation_row",
+    "expectations_of",
     "micros",
     "now_micros",
     "refuse_growth",
@@ -87,6 +88,7 @@ EVALUATION_FILTER_FIELDS = _specs(
         "last_updated_by": ("last_updated_by", _K.STRING, {}),
         "tags": ("tags", _K.STRING_LIST, {}),
         "evaluation_datasets": ("evaluation_datasets", _K.STRING_LIST, {}),
+        "evaluation_expectations": ("evaluation_expectations", _K.STRING_LIST, {}),
     },
 )
 _RESULT_SPECS: dict[str, tuple[str, filtering.FieldKind, dict[str, int]]] = {
@@ -130,6 +132,7 @@ EVALUATION_COLUMNS = (
     "last_updated_by",
     "tags",
     "evaluation_datasets",
+    "evaluation_expectations",
     "etag",
     "data",
 )
@@ -171,9 +174,18 @@ def evaluation_row(evaluation: _Evaluation) -> tuple[object, ...]:
         evaluation.last_updated_by,
         json.dumps(list(evaluation.tags)),
         json.dumps(list(evaluation.evaluation_datasets)),
+        json.dumps(expectations_of(evaluation)),
         evaluation.etag,
         base.SerializeToString(deterministic=True),
     )
+
+
+def expectations_of(evaluation: _Evaluation) -> list[str]:
+    """The evaluation expectations ``evaluation`` names (its golden's or its scenario's)."""
+    inputs = evaluation.WhichOneof("inputs")
+    if inputs is None:
+        return []
+    return list(getattr(evaluation, inputs).evaluation_expectations)
 
 
 def evaluation_from_row(data: bytes, derived: bytes, etag: str) -> _Evaluation:

@@ -263,9 +263,6 @@ class Storage(Protocol):
     ) -> None:
         """Delete a dataset. Raises Missing or EtagMismatch."""
 
-    async def stored_evaluations(self, names: Sequence[str]) -> set[str]:
-        """Which of ``names`` are stored evaluations."""
-
     # -- long-running operations -----------------------------------------------------------
 
     async def insert_operation(
