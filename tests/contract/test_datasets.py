@@ -6,7 +6,10 @@ one transaction; a dataset is served with its evaluations' summed metrics."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -21,7 +24,17 @@ from ces_eval.storage.base import (
     SortKey,
     Storage,
 )
-from tests.contract.test_storage import APP, _with, evaluation, make_storage, result, run, ts
+from tests.contract.test_storage import (
+    APP,
+    BACKENDS,
+    _with,
+    evaluation,
+    make_storage,
+    result,
+    run,
+    storage_factory,
+    ts,
+)
 
 __all__ = ["make_storage"]
 
@@ -175,3 +188,58 @@ def test_a_dataset_is_served_with_its_evaluations_summed_metrics(
         assert [m.pass_count for m in metrics.metrics_by_app_version] == [1]
 
     run(_with(make_storage(), body))
+
+
+@pytest.fixture(params=[backend for backend in BACKENDS if backend != "sqlite"])
+def replicas(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Storage]:
+    """Storage objects over one PostgreSQL database, as replicas open it."""
+    return storage_factory(request, tmp_path)
+
+
+def test_concurrent_writes_of_replicas_keep_the_memberships_exact(
+    replicas: Callable[[], Storage],
+) -> None:
+    """Two replicas create datasets listing e1 and e2 and move them while a third deletes e1:
+    whatever the interleaving, no dataset is left listing e1 and each evaluation lists exactly
+    the datasets that list it."""
+
+    async def main() -> None:
+        one, two, three = replicas(), replicas(), replicas()
+        for storage in (one, two, three):
+            await storage.open()
+        try:
+            await _evaluations(one, "e1", "e2", "e3")
+
+            async def make(storage: Storage, index: int) -> None:
+                order = ("e1", "e2") if index % 2 else ("e2", "e1")
+                try:
+                    await storage.insert_dataset(dataset(f"d{index}", f"D{index}", *order), "x")
+                except Missing:
+                    return  # e1 was deleted first
+                moved = dataset(f"d{index}", f"D{index}", "e2", "e3", etag="d1")
+                if index % 3 == 0:
+                    # EtagMismatch: the delete of e1 changed it first.
+                    with contextlib.suppress(EtagMismatch):
+                        await storage.replace_dataset(moved, "d0", "y")
+
+            await asyncio.gather(
+                *(make(one if i % 2 else two, i) for i in range(12)),
+                three.delete_evaluation(f"{APP}/evaluations/e1", None, dataset_etag="z"),
+            )
+            query = ListQuery(APP, OrderBy(SortKey.NAME, descending=False), 100)
+            stored = [Dataset.FromString(d) for d, _ in await one.list_datasets(query)]
+            assert stored, "every create lost to the delete"
+            holding: dict[str, set[str]] = {"e2": set(), "e3": set()}
+            for found in stored:
+                listed = {e.rsplit("/", 1)[1] for e in found.evaluations}
+                assert "e1" not in listed, found
+                for eid in listed:
+                    holding[eid].add(found.name.rsplit("/", 1)[1])
+            for eid, expected in holding.items():
+                assert set((await _memberships(one, eid))[0]) == expected, eid
+            assert await one.get_evaluation(f"{APP}/evaluations/e1") is None
+        finally:
+            for storage in (one, two, three):
+                await storage.close()
+
+    asyncio.run(main())
