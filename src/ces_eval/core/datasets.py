@@ -74,6 +74,8 @@ def _vanished(dataset: Dataset, missing: Missing) -> ServiceError:
 
 
 async def _insert(storage: Storage, dataset: Dataset) -> None:
+    """Store ``dataset``, then give it the aggregated_metrics it is served with (the create's
+    answer is the message stored)."""
     try:
         metrics = await storage.insert_dataset(dataset, new_etag())
     except Missing as missing:
