@@ -134,10 +134,10 @@ def test_conditional_replace_and_delete(make_storage: Callable[[], Storage]) -> 
         with pytest.raises(Missing):
             await storage.replace_evaluation(evaluation(APP, "nope", "x", 1), expected_etag="e0")
         with pytest.raises(EtagMismatch):
-            await storage.delete_evaluation(stored.name, "e0")
-        await storage.delete_evaluation(stored.name, "e1")
+            await storage.delete_evaluation(stored.name, "e0", dataset_etag="d")
+        await storage.delete_evaluation(stored.name, "e1", dataset_etag="d")
         with pytest.raises(Missing):
-            await storage.delete_evaluation(stored.name, None)
+            await storage.delete_evaluation(stored.name, None, dataset_etag="d")
 
     run(_with(make_storage(), body))
 
@@ -169,7 +169,7 @@ def test_results_update_derived_fields_and_cascade(make_storage: Callable[[], St
         assert stored.aggregated_metrics.metrics_by_app_version[0].pass_count == 1
         with pytest.raises(Missing):
             await storage.delete_result(f"{parent.name}/results/r2", parent_etag="p5")
-        await storage.delete_evaluation(parent.name, None)
+        await storage.delete_evaluation(parent.name, None, dataset_etag="d")
         assert await storage.get_result(f"{parent.name}/results/r1") is None
 
     run(_with(make_storage(), body))

@@ -131,7 +131,18 @@ def owned(server: RunningServer) -> Owned:
         ),
         ALICE,
     )
-    # Adding a result changed the evaluation's etag and derived metrics: read it again.
+    dataset = _call(
+        server,
+        _method("CreateEvaluationDataset"),
+        service_pb2.CreateEvaluationDatasetRequest(
+            parent=APP_A,
+            evaluation_dataset=evaluation_pb2.EvaluationDataset(
+                display_name="alice's", evaluations=[found.evaluation.name]
+            ),
+        ),
+        ALICE,
+    )
+    # The result and the dataset changed the evaluation's etag and derived fields: read it again.
     found.evaluation = _call(
         server,
         _method("GetEvaluation"),
@@ -169,7 +180,8 @@ def owned(server: RunningServer) -> Owned:
                 parent=APP_A, evaluation_expectation=expectation
             ),
             ALICE,
-        )
+        ),
+        dataset,
     ]
     schedule = evaluation_pb2.ScheduledEvaluationRun(display_name="alice's nightly")
     schedule.request.app = APP_A

@@ -892,7 +892,7 @@ def test_the_largest_float_round_trips_over_rest(clients: Clients) -> None:
 # over gRPC and over REST (as proto3 JSON, mutated or not), read back equal to what was sent
 # apart from what the server owns, or refused in Google's error model. Their references to other
 # resources are random names, so those that set any are refused naming them.
-STANDARD = (evaluation_pb2.EvaluationExpectation,)
+STANDARD = (evaluation_pb2.EvaluationExpectation, evaluation_pb2.EvaluationDataset)
 # Fewer unfocused examples than evaluations get: these messages are small.
 STANDARD_UNFOCUSED = 60
 

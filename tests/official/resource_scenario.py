@@ -35,9 +35,10 @@ APP = "projects/resource-project/locations/us-central1/apps/resources"
 START = 4107576600
 
 
-def _golden_evaluation(client: Any, display_name: str) -> str:
+def _golden_evaluation(client: Any, display_name: str, evaluation_id: str = "") -> str:
     evaluation = client.create_evaluation(
         parent=APP,
+        evaluation_id=evaluation_id,
         evaluation=ces_v1beta.Evaluation(
             display_name=display_name,
             golden=ces_v1beta.Evaluation.Golden(
@@ -57,7 +58,8 @@ class Kind:
     """One resource: its message name (``EvaluationExpectation``), a valid body given a display
     name and what ``prepare`` made, the field an update changes (with its new value), the
     REQUIRED field path a create without it is refused for (as a BadRequest violation) and
-    whether display names are unique within the app."""
+    whether display names are unique within the app. ``own(client, made, transport)`` runs
+    the resource's own checks (its references) after the standard ones."""
 
     message: str
     body: Callable[[str, dict[str, str]], Any]
@@ -69,10 +71,57 @@ class Kind:
     matches_all: Callable[[dict[str, str]], str] | None = None
     # What the create step reports of the created resource besides its name.
     observe: Callable[[Any], dict[str, Any]] = field(default=lambda created: {})
+    own: Callable[[Any, dict[str, str], str], None] = field(default=lambda *_: None)
 
     @property
     def snake(self) -> str:
         return "".join(f"_{c.lower()}" if c.isupper() else c for c in self.message).lstrip("_")
+
+
+# The evaluations a dataset's scenario lists (its prepare makes them).
+_SOURCES = {key: f"{APP}/evaluations/dataset-source-{key}" for key in ("e1", "e2")}
+
+
+def _dataset_sources(client: Any) -> dict[str, str]:
+    made = {
+        key: _golden_evaluation(client, f"Dataset source {key}", name.rsplit("/", 1)[1])
+        for key, name in _SOURCES.items()
+    }
+    assert made == _SOURCES, made
+    return made
+
+
+def _dataset_references(client: Any, made: dict[str, str], transport: str) -> None:
+    """A dataset's evaluations: stored ones of its app (a bad entry named by its index),
+    listed back by each evaluation; deleting one a dataset lists needs ``force``, which takes
+    it out of the dataset."""
+    e1, e2 = made["e1"], made["e2"]
+    dataset = client.create_evaluation_dataset(
+        parent=APP,
+        evaluation_dataset=ces_v1beta.EvaluationDataset(display_name="Refs", evaluations=[e1, e2]),
+    )
+    assert dataset.name in client.get_evaluation(name=e1).evaluation_datasets
+    request = {"parent": APP, "filter": f'evaluation_datasets:"{dataset.name}"'}
+    listed = list(client.list_evaluations(request=request))
+    assert sorted(e.name for e in listed) == [e1, e2]
+    bad = _refused(
+        lambda: client.create_evaluation_dataset(
+            parent=APP,
+            evaluation_dataset=ces_v1beta.EvaluationDataset(
+                display_name="Bad", evaluations=[e1, f"{APP}/evaluations/absent"]
+            ),
+        ),
+        exceptions.BadRequest,
+    )
+    assert bad["violations"] == ["evaluation_dataset.evaluations[1]"], bad
+    # FAILED_PRECONDITION is HTTP 400, which api_core maps to BadRequest over REST.
+    in_use_error = exceptions.FailedPrecondition if transport == "grpc" else exceptions.BadRequest
+    in_use = _refused(lambda: client.delete_evaluation(name=e1), in_use_error)
+    assert in_use["reason"] == "EVALUATION_IN_USE", in_use
+    client.delete_evaluation(request={"name": e1, "force": True})
+    after = client.get_evaluation_dataset(name=dataset.name)
+    assert list(after.evaluations) == [e2] and after.etag != dataset.etag
+    step("references", bad=bad, in_use=in_use)
 
 
 KINDS: dict[str, Kind] = {
@@ -109,6 +158,16 @@ KINDS: dict[str, Kind] = {
             "next": created.next_scheduled_execution_time.isoformat(),
             "total_executions": created.total_executions,
         },
+    ),
+    "dataset": Kind(
+        message="EvaluationDataset",
+        body=lambda display, made: ces_v1beta.EvaluationDataset(
+            display_name=display, evaluations=[made["e1"]]
+        ),
+        update=("evaluations", [_SOURCES["e2"]]),
+        required="display_name",
+        prepare=_dataset_sources,
+        own=_dataset_references,
     ),
 }
 
@@ -232,6 +291,7 @@ def scenario(client: Any, kind: Kind, transport: str) -> None:
     gone = _refused(lambda: get(name=first.name), exceptions.NotFound)
     again = _refused(lambda: delete(name=first.name), exceptions.NotFound)
     step("delete", gone=gone, again=again)
+    kind.own(client, made, transport)
 
 
 def main(kind: str, transport: str, target: str) -> int:

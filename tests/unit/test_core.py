@@ -408,11 +408,15 @@ def test_update_validates_the_result(core: Harness) -> None:
 
 def test_delete_checks_etag_force_and_cascades(core: Harness) -> None:
     created = core.create("E", "e")
-    # evaluation_datasets is output only (datasets own that link); put one there directly.
-    linked = evaluation_pb2.Evaluation()
-    linked.CopyFrom(created)
-    linked.evaluation_datasets.append(f"{APP}/evaluationDatasets/d")
-    core.run(core.storage.replace_evaluation(linked, expected_etag=created.etag))
+    core.call(  # a dataset holding it (tests/unit/test_datasets.py holds the references)
+        "create_evaluation_dataset",
+        service_pb2.CreateEvaluationDatasetRequest(
+            parent=APP,
+            evaluation_dataset=evaluation_pb2.EvaluationDataset(
+                display_name="D", evaluations=[created.name]
+            ),
+        ),
+    )
     core.seed(created.name, "r1")
     fresh = core.call("get_evaluation", service_pb2.GetEvaluationRequest(name=created.name))
     stale = core.error(

@@ -3,8 +3,8 @@
 Every official route this server does not serve yet answers 501 UNIMPLEMENTED naming the method,
 through the real Transcoder over a real core on a temporary SQLite file; our own routes are
 unaffected; 404 stays for paths nobody binds. A method is served when the core implements it:
-one our descriptors declare but the core does not implement (RunEvaluation, the
-EvaluationDataset methods, ...) is unserved like one they do not declare (the Locations mixin).
+one our descriptors declare but the core does not implement (RunEvaluation,
+GenerateEvaluation, ...) is unserved like one they do not declare (the Locations mixin).
 The unserved set is recomputed here from the raw JSON, our descriptors and the core's registry,
 independently of ``schema.unserved_bindings`` and ``rest.served_bindings``.
 """
@@ -231,11 +231,11 @@ def test_openapi_lists_no_unserved_route() -> None:
         "_".join(path.lstrip("/").rsplit(".", 1)[1].split("/")) for path, *_ in official_unserved()
     }
     assert "EvaluationService_RunEvaluation" in unserved
-    assert "EvaluationService_GetEvaluationDataset" in unserved
+    assert "EvaluationService_GenerateEvaluation" in unserved
     assert "EvaluationService_CreateEvaluation" in operations
     assert not operations & unserved
     assert not [p for p in document["paths"] if p.endswith((":runEvaluation", "/locations"))]
-    assert not [p for p in document["paths"] if "evaluationDatasets" in p]
+    assert not [p for p in document["paths"] if p.endswith(":generateEvaluation")]
 
 
 # -- generation -------------------------------------------------------------------------------
@@ -292,8 +292,8 @@ def test_unserved_routes_answer_501_naming_the_method(tmp_path: Path) -> None:
             "google.cloud.location.Locations/ListLocations",
         )
         assert_unimplemented(
-            await client.patch(f"{APP}/evaluationDatasets/d?updateMask=x", json={}),
-            f"{EVALUATION_SERVICE}/UpdateEvaluationDataset",
+            await client.post(f"{APP}/conversations/c:generateEvaluation?bogus=x", json={}),
+            f"{EVALUATION_SERVICE}/GenerateEvaluation",
         )
         for path, verb, template, _ in official_unserved():
             response = await client.request(verb, sample_path(template))
@@ -341,12 +341,14 @@ def test_declared_unserved_routes_answer_501_before_the_body_even_if_routed(
                 for response in (
                     await client.post(url, content=b"{not json"),
                     await client.post(url + "?bogus=1", json={"unknownField": 1}),
-                    await client.get(f"{APP}/evaluationDatasets/d?pageSize=x"),
+                    await client.post(
+                        f"{APP}/conversations/c:generateEvaluation?bogus=x", content=b"{"
+                    ),
                 ):
                     method = (
                         RUN_EVALUATION
                         if "runEvaluation" in str(response.url)
-                        else f"{EVALUATION_SERVICE}/GetEvaluationDataset"
+                        else f"{EVALUATION_SERVICE}/GenerateEvaluation"
                     )
                     assert_unimplemented(response, method)
         finally:

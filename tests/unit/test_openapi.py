@@ -34,6 +34,7 @@ from tests.unit.test_jsonschema import KINDS
 
 APP = "/projects/{project}/locations/{location}/apps/{app}"
 EVAL = APP + "/evaluations/{evaluation}"
+DATASET = APP + "/evaluationDatasets/{evaluationDataset}"
 RESULT = EVAL + "/results/{result}"
 EXPECTATION = APP + "/evaluationExpectations/{evaluationExpectation}"
 V1B = "google.cloud.ces.v1beta"
@@ -48,6 +49,11 @@ EXPECTED = {
     "EvaluationService_ListEvaluations": ("get", f"/v1beta{APP}/evaluations"),
     "EvaluationService_UpdateEvaluation": ("patch", f"/v1beta{EVAL}"),
     "EvaluationService_DeleteEvaluation": ("delete", f"/v1beta{EVAL}"),
+    "EvaluationService_CreateEvaluationDataset": ("post", f"/v1beta{APP}/evaluationDatasets"),
+    "EvaluationService_GetEvaluationDataset": ("get", f"/v1beta{DATASET}"),
+    "EvaluationService_ListEvaluationDatasets": ("get", f"/v1beta{APP}/evaluationDatasets"),
+    "EvaluationService_UpdateEvaluationDataset": ("patch", f"/v1beta{DATASET}"),
+    "EvaluationService_DeleteEvaluationDataset": ("delete", f"/v1beta{DATASET}"),
     "EvaluationService_ExportEvaluations": ("post", f"/v1beta{APP}/evaluations:export"),
     "EvaluationService_GetEvaluationResult": ("get", f"/v1beta{RESULT}"),
     "EvaluationService_ListEvaluationResults": ("get", f"/v1beta{EVAL}/results"),
@@ -103,6 +109,11 @@ QUERY = {
     ],
     "EvaluationService_UpdateEvaluation": ["updateMask"],
     "EvaluationService_DeleteEvaluation": ["force", "etag"],
+    "EvaluationService_CreateEvaluationDataset": ["evaluationDatasetId"],
+    "EvaluationService_GetEvaluationDataset": [],
+    "EvaluationService_ListEvaluationDatasets": ["pageSize", "pageToken", "filter", "orderBy"],
+    "EvaluationService_UpdateEvaluationDataset": ["updateMask"],
+    "EvaluationService_DeleteEvaluationDataset": ["etag"],
     "EvaluationService_ExportEvaluations": [],
     "EvaluationService_GetEvaluationResult": [],
     "EvaluationService_ListEvaluationResults": ["pageSize", "pageToken", "filter", "orderBy"],
@@ -148,6 +159,10 @@ RESPONSES = {
     "EvaluationService_ListEvaluationResults": f"{V1B}.ListEvaluationResultsResponse",
     "EvaluationService_ExportEvaluationResults": "google.longrunning.Operation",
     "EvaluationService_RunEvaluationResultMetrics": "google.longrunning.Operation",
+    "EvaluationService_CreateEvaluationDataset": f"{V1B}.EvaluationDataset",
+    "EvaluationService_GetEvaluationDataset": f"{V1B}.EvaluationDataset",
+    "EvaluationService_ListEvaluationDatasets": f"{V1B}.ListEvaluationDatasetsResponse",
+    "EvaluationService_UpdateEvaluationDataset": f"{V1B}.EvaluationDataset",
     "EvaluationService_CreateEvaluationExpectation": f"{V1B}.EvaluationExpectation",
     "EvaluationService_GetEvaluationExpectation": f"{V1B}.EvaluationExpectation",
     "EvaluationService_ListEvaluationExpectations": f"{V1B}.ListEvaluationExpectationsResponse",

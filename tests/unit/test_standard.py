@@ -16,6 +16,7 @@ from google.protobuf.message import Message
 from ces_eval.access import Caller
 from ces_eval.contract import schema
 from ces_eval.core import names, standard
+from ces_eval.core.datasets import DATASETS
 from ces_eval.core.evaluations import EVALUATIONS
 from ces_eval.core.results import RESULTS
 from ces_eval.core.service import RESOURCES, RPCS, implements
@@ -43,6 +44,10 @@ class Kind:
     create_request: type[Message]
     list_request: type[Message]
     list_response: type[Message]
+    update_request: type[Message] | None = None
+    delete_request: type[Message] = service_pb2.DeleteEvaluationResultRequest
+    # Changes a field of the resource other than display_name (an update masks it out).
+    spoil: Callable[[Any], None] = lambda message: None
 
 
 def _evaluation(display_name: str) -> Message:
@@ -59,6 +64,9 @@ KINDS = {
         service_pb2.CreateEvaluationRequest,
         service_pb2.ListEvaluationsRequest,
         service_pb2.ListEvaluationsResponse,
+        service_pb2.UpdateEvaluationRequest,
+        service_pb2.DeleteEvaluationRequest,
+        lambda message: setattr(message, "description", "not in the mask"),
     ),
     "evaluation_result": Kind(
         RESULTS,
@@ -67,6 +75,19 @@ KINDS = {
         emulator_pb2.CreateEvaluationResultRequest,
         service_pb2.ListEvaluationResultsRequest,
         service_pb2.ListEvaluationResultsResponse,
+    ),
+    "evaluation_dataset": Kind(
+        DATASETS,
+        APP,
+        lambda display_name: evaluation_pb2.EvaluationDataset(
+            display_name=display_name, evaluations=[PARENT_EVALUATION]
+        ),
+        service_pb2.CreateEvaluationDatasetRequest,
+        service_pb2.ListEvaluationDatasetsRequest,
+        service_pb2.ListEvaluationDatasetsResponse,
+        service_pb2.UpdateEvaluationDatasetRequest,
+        service_pb2.DeleteEvaluationDatasetRequest,
+        lambda message: message.ClearField("evaluations"),
     ),
 }
 
@@ -134,6 +155,7 @@ def test_every_resource_is_declared_once_and_parents_come_first() -> None:
         evaluation_pb2.EvaluationResult,
         evaluation_pb2.EvaluationExpectation,
         evaluation_pb2.ScheduledEvaluationRun,
+        evaluation_pb2.EvaluationDataset,
     ]
     for index, resource in enumerate(RESOURCES):
         if resource.parent_resource is not None:
@@ -346,14 +368,28 @@ def _changed(core: Harness, kind: Kind, **fields: Any) -> tuple[Any, Any]:
     return created, change
 
 
+def _update_request(kind: Kind, change: Message, *paths: str) -> Message:
+    assert kind.update_request is not None
+    mask = field_mask_pb2.FieldMask(paths=paths)
+    return kind.update_request(**{kind.resource.field: change, "update_mask": mask})
+
+
+def _without_stamps(message: Message) -> Message:
+    kept = type(message)()
+    kept.CopyFrom(message)
+    for field in ("display_name", "update_time", "last_updated_by", "etag"):
+        kept.ClearField(field)
+    return kept
+
+
 @pytest.mark.parametrize("kind", UPDATABLE, ids=[k.resource.field for k in UPDATABLE])
 def test_update_applies_the_mask_and_stamps_anew(core: Harness, kind: Kind) -> None:
-    created, change = _changed(core, kind, display_name="Renamed", description="not in the mask")
-    request = service_pb2.UpdateEvaluationRequest(
-        evaluation=change, update_mask=field_mask_pb2.FieldMask(paths=["display_name"])
-    )
+    created, change = _changed(core, kind, display_name="Renamed")
+    kind.spoil(change)
+    request = _update_request(kind, change, "display_name")
     updated = core.run(standard.update(core.context, kind.resource, request, ME))
-    assert (updated.display_name, updated.description) == ("Renamed", "")
+    assert updated.display_name == "Renamed"
+    assert _without_stamps(updated) == _without_stamps(created)  # the rest as it was
     assert updated.etag != created.etag
     assert updated.update_time.ToNanoseconds() >= created.update_time.ToNanoseconds()
     assert core.run(standard.get(core.context, kind.resource, created.name)) == updated
@@ -362,7 +398,7 @@ def test_update_applies_the_mask_and_stamps_anew(core: Harness, kind: Kind) -> N
 @pytest.mark.parametrize("kind", UPDATABLE, ids=[k.resource.field for k in UPDATABLE])
 def test_update_with_a_stale_etag_is_aborted(core: Harness, kind: Kind) -> None:
     _, change = _changed(core, kind, etag="stale")
-    request = service_pb2.UpdateEvaluationRequest(evaluation=change)
+    request = _update_request(kind, change)
     error = core.fails(standard.update(core.context, kind.resource, request, ME))
     assert error.code == Code.ABORTED
 
@@ -379,9 +415,9 @@ def test_only_resources_with_an_update_declare_replace() -> None:
 
 
 def _delete_request(kind: Kind, name: str, etag: str = "") -> Message:
-    if kind.resource is EVALUATIONS:
-        return service_pb2.DeleteEvaluationRequest(name=name, etag=etag)
-    return service_pb2.DeleteEvaluationResultRequest(name=name)
+    if "etag" in kind.delete_request.DESCRIPTOR.fields_by_name:
+        return kind.delete_request(name=name, etag=etag)
+    return kind.delete_request(name=name)
 
 
 @each_kind
@@ -423,18 +459,17 @@ def test_delete_takes_the_children_with_it(
 
 
 def test_a_delete_guard_refuses_before_anything_is_deleted(core: Harness) -> None:
-    evaluation = evaluation_pb2.Evaluation()
-    evaluation.CopyFrom(core.run(standard.get(core.context, EVALUATIONS, PARENT_EVALUATION)))
-    evaluation.evaluation_datasets.append(f"{APP}/evaluationDatasets/d")
-    core.run(core.storage.replace_evaluation(evaluation, expected_etag=evaluation.etag))
+    dataset = core.make(KINDS["evaluation_dataset"], "d", "D")  # it lists the evaluation
     error = core.fails(
         standard.delete(
             core.context, EVALUATIONS, service_pb2.DeleteEvaluationRequest(name=PARENT_EVALUATION)
         )
     )
     assert (error.code, error.reason) == (Code.FAILED_PRECONDITION, "EVALUATION_IN_USE")
+    assert core.run(standard.get(core.context, EVALUATIONS, PARENT_EVALUATION))
     forced = service_pb2.DeleteEvaluationRequest(name=PARENT_EVALUATION, force=True)
     core.run(standard.delete(core.context, EVALUATIONS, forced))
+    assert not core.run(standard.get(core.context, DATASETS, dataset.name)).evaluations
 
 
 # -- the facade ----------------------------------------------------------------------------------

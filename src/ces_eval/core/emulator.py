@@ -85,6 +85,7 @@ def _renamed(
         renamed.ClearField("last_ten_results")
         for field in derived.FIELDS:  # derived again from what is imported
             renamed.ClearField(field)
+        renamed.ClearField("evaluation_datasets")  # kept by datasets, none of which lists it
         renamed.name = names.EVALUATION.format(**app, evaluation=evaluation.name.rsplit("/", 1)[1])
         evaluations.append(renamed)
         violations += with_size(limits.check(renamed, at), renamed, at)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, cast
 from ces_eval.contract import limits
 from ces_eval.core import names, pages, standard, validation
 from ces_eval.core.expectations import EXPECTATIONS
+from ces_eval.core.stamps import new_etag
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
@@ -105,7 +106,10 @@ EVALUATIONS = standard.Resource(
         get=lambda storage, name: storage.get_evaluation(name),
         insert=lambda storage, evaluation: storage.insert_evaluation(evaluation),
         list=lambda storage, query: storage.list_evaluations(query),
-        delete=lambda storage, name, etag: storage.delete_evaluation(name, etag),
+        # A forced delete takes the evaluation out of its datasets, which get a new etag.
+        delete=lambda storage, name, etag: storage.delete_evaluation(
+            name, etag, dataset_etag=new_etag()
+        ),
         replace=lambda storage, evaluation, etag: storage.replace_evaluation(
             evaluation, expected_etag=etag
         ),

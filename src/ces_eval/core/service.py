@@ -2,7 +2,7 @@
 
 Each RPC is a function ``(Context, request, Caller) -> response`` of the module of its resource
 or service (:mod:`~ces_eval.core.evaluations`, :mod:`~ces_eval.core.results`,
-:mod:`~ces_eval.core.exports`, :mod:`~ces_eval.core.longrunning`,
+:mod:`~ces_eval.core.datasets`, :mod:`~ces_eval.core.exports`, :mod:`~ces_eval.core.longrunning`,
 :mod:`~ces_eval.core.emulator`), which lists it in its ``RPCS`` by RPC name; here each module's
 RPCs are filed under their service, so that two services' RPCs of one name (EvaluationService's
 and EmulatorService's ImportEvaluations) stay apart. Nothing here knows about transports: the
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from ces_eval.contract import schema
 from ces_eval.core import (
+    datasets,
     emulator,
     evaluations,
     expectations,
@@ -57,6 +58,7 @@ _SERVICES: dict[str, dict[str, Rpc]] = {
         **exports.RPCS,
         **expectations.RPCS,
         **scheduled_runs.RPCS,
+        **datasets.RPCS,
     },
     "google.longrunning.Operations": longrunning.RPCS,
     "ces_eval.emulator.v1.EmulatorService": emulator.RPCS,
@@ -72,6 +74,7 @@ RESOURCES = (
     results.RESULTS,
     expectations.EXPECTATIONS,
     scheduled_runs.SCHEDULED_RUNS,
+    datasets.DATASETS,
 )
 # ``core.create_evaluation``: each implemented RPC by its snake_case name, which no two share.
 _BY_METHOD_NAME = {snake_case(path.rsplit("/", 1)[1]): path for path in RPCS}

@@ -13,6 +13,7 @@ pages, whose filters and cursors vary, are composed per call.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -81,6 +82,7 @@ class Sql:
         database_clock: bool,
         migrations_table: str,
         record_migration: str,
+        name_list: str,
         migration_lock: str | None = None,
         recent_results_batch: str | None = None,
     ) -> None:
@@ -111,7 +113,6 @@ class Sql:
             "evaluations", EVALUATION_COLUMNS[2:], f"name = {p} AND etag = {p}"
         )
         self.lock_row = lock_row
-        self.evaluation_lock = f"SELECT etag FROM evaluations WHERE name = {p}{lock_row}"
         self.evaluation_delete = f"DELETE FROM evaluations WHERE name = {p}"
         self.evaluation_stored = (
             "SELECT metrics_tally, length(data), length(derived), etag FROM evaluations "
@@ -124,6 +125,7 @@ class Sql:
         self.evaluation_display_name = (
             f"SELECT name FROM evaluations WHERE app = {p} AND display_name = {p}"
         )
+        self._locked_evaluations(lock_row, name_list)
 
         self.result_insert = self.insert("evaluation_results", RESULT_COLUMNS, {})
         self.result_get = f"SELECT data FROM evaluation_results WHERE name = {p}"
@@ -205,10 +207,32 @@ class Sql:
         self.reset_evaluations = f"DELETE FROM evaluations WHERE name {like}"
         self.reset_operations = f"DELETE FROM operations WHERE name {like}"
 
+    def _locked_evaluations(self, lock_row: str, name_list: str) -> None:
+        """The statements reading evaluations locked (their etag; their etag and data) and
+        those of the evaluations' side of the datasets that list them (EvaluationDataset
+        .evaluations mirrored in Evaluation.evaluation_datasets): the list written with a new
+        etag, the metrics tallies of a set of evaluations (the stored ones among the names
+        given)."""
+        p = self.p
+        self.evaluation_lock = f"SELECT etag FROM evaluations WHERE name = {p}{lock_row}"
+        self.evaluation_lock_data = f"SELECT etag, data FROM evaluations WHERE name = {p}{lock_row}"
+        self.evaluation_memberships = (
+            f"UPDATE evaluations SET data = {p}, evaluation_datasets = {self.json_param}, "
+            f"etag = {p} WHERE name = {p}"
+        )
+        self.evaluation_tallies = (
+            f"SELECT name, metrics_tally FROM evaluations WHERE name IN {name_list}"
+        )
+
     @property
     def p(self) -> str:
         """The placeholder."""
         return self.dialect.placeholder
+
+    @staticmethod
+    def names(names: Sequence[str]) -> str:
+        """The parameter of ``name_list`` holding ``names``: a JSON array in both dialects."""
+        return json.dumps(list(names))
 
     def lease(self, seconds: float) -> object:
         """The parameter of ``lease_clock`` for a lease of ``seconds`` from now."""
@@ -428,7 +452,8 @@ class TableSql:
     """The statements of one generic table (:mod:`ces_eval.storage.tables`) in one dialect.
 
     ``insert``, ``get`` (``data``), ``exists``, ``update`` (every column but the identity, name
-    and parent, where name and etag match), ``lock`` (the etag, locking the row), ``delete``,
+    and parent, where name and etag match), ``lock`` (the etag, locking the row),
+    ``lock_data`` (the data, locking the row), ``delete``,
     ``display_name`` (who holds a display name within a parent), ``reset`` (``name LIKE``);
     :meth:`list` composes a page."""
 
@@ -444,6 +469,7 @@ class TableSql:
         self.exists = f"SELECT 1 FROM {name} WHERE name = {p}"
         self.update = sql.update(name, columns[2:], f"name = {p} AND etag = {p}", json_columns)
         self.lock = f"SELECT etag FROM {name} WHERE name = {p}{sql.lock_row}"
+        self.lock_data = f"SELECT data FROM {name} WHERE name = {p}{sql.lock_row}"
         self.delete = f"DELETE FROM {name} WHERE name = {p}"
         self.display_name = f"SELECT name FROM {name} WHERE parent = {p} AND display_name = {p}"
         self.reset = f"DELETE FROM {name} WHERE name LIKE {p} ESCAPE '\\'"
@@ -479,6 +505,7 @@ SQLITE = Sql(
         "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)"
     ),
     record_migration="INSERT INTO schema_migrations VALUES (?, ?, strftime('%s','now'))",
+    name_list="(SELECT value FROM json_each(?))",
 )
 # Any constant shared by every replica: the advisory lock that serializes migrations.
 _MIGRATION_LOCK = 0x6365735F6576616C  # "ces_eval"
@@ -517,6 +544,7 @@ POSTGRESQL = Sql(
         "name TEXT NOT NULL, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
     ),
     record_migration="INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
+    name_list="(SELECT jsonb_array_elements_text(%s::jsonb))",
     migration_lock=f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})",
     recent_results_batch=_RECENT_RESULTS_BATCH,
 )

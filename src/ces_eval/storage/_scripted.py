@@ -36,6 +36,8 @@ M = TypeVar("M", bound="Message")
 Make = Callable[[], Script[T]]
 _Evaluation = evaluation_pb2.Evaluation
 _Result = evaluation_pb2.EvaluationResult
+_Dataset = evaluation_pb2.EvaluationDataset
+_Metrics = evaluation_pb2.AggregatedMetrics
 
 
 class ScriptedStorage(abc.ABC):
@@ -92,8 +94,12 @@ class ScriptedStorage(abc.ABC):
             partial(_scripts.replace_evaluation, self._sql, evaluation, expected_etag)
         )
 
-    async def delete_evaluation(self, name: str, expected_etag: str | None) -> None:
-        await self._write(partial(_scripts.delete_evaluation, self._sql, name, expected_etag))
+    async def delete_evaluation(
+        self, name: str, expected_etag: str | None, *, dataset_etag: str
+    ) -> None:
+        await self._write(
+            partial(_scripts.delete_evaluation, self._sql, name, expected_etag, dataset_etag)
+        )
 
     # -- results -----------------------------------------------------------------------------
 
@@ -158,6 +164,33 @@ class ScriptedStorage(abc.ABC):
 
     async def delete_row(self, table: Table[M], name: str, expected_etag: str | None) -> None:
         await self._write(partial(_scripts.delete_row, self._sql, table, name, expected_etag))
+
+    # -- evaluation datasets -------------------------------------------------------------------
+
+    async def insert_dataset(self, dataset: _Dataset, evaluation_etag: str) -> _Metrics:
+        return await self._write(
+            partial(_scripts.insert_dataset, self._sql, dataset, evaluation_etag)
+        )
+
+    async def get_dataset(self, name: str) -> _Dataset | None:
+        return await self._query(partial(_scripts.get_dataset, self._sql, name))
+
+    async def list_datasets(self, query: ListQuery) -> list[tuple[bytes, Cursor]]:
+        return await self._query(partial(_scripts.list_datasets, self._sql, query))
+
+    async def replace_dataset(
+        self, dataset: _Dataset, expected_etag: str, evaluation_etag: str
+    ) -> _Metrics:
+        return await self._write(
+            partial(_scripts.replace_dataset, self._sql, dataset, expected_etag, evaluation_etag)
+        )
+
+    async def delete_dataset(
+        self, name: str, expected_etag: str | None, evaluation_etag: str
+    ) -> None:
+        await self._write(
+            partial(_scripts.delete_dataset, self._sql, name, expected_etag, evaluation_etag)
+        )
 
     # -- long-running operations -----------------------------------------------------------
 

@@ -25,8 +25,9 @@ transaction back and reaches the caller as it is.
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar
 
 from google.longrunning import operations_pb2
@@ -35,7 +36,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.storage import _tables, tables
 from ces_eval.storage._migrations import pending
 from ces_eval.storage.base import Cursor, ListQuery, ResetCounts
-from ces_eval.storage.derived import Tally, add_tally, contribution
+from ces_eval.storage.derived import Tally, add_tally, contribution, render_tally
 from ces_eval.storage.errors import Conflict, EtagMismatch, Missing
 
 if TYPE_CHECKING:
@@ -52,6 +53,7 @@ T = TypeVar("T")
 M = TypeVar("M", bound="Message")
 _Result = evaluation_pb2.EvaluationResult
 _Evaluation = evaluation_pb2.Evaluation
+_Dataset = evaluation_pb2.EvaluationDataset
 _COMPLETED = int(_Result.ExecutionState.COMPLETED)
 
 
@@ -210,19 +212,41 @@ def replace_evaluation(sql: Sql, evaluation: _Evaluation, expected_etag: str) ->
     raise Missing(evaluation.name)
 
 
-def _delete_locked(lock: str, delete: str, name: str, expected_etag: str | None) -> Script[None]:
-    """Lock the row ``name`` (``lock`` answers its etag), check the etag, ``delete`` it."""
+def _delete_locked(
+    lock: str, delete: str, name: str, expected_etag: str | None
+) -> Script[tuple[Any, ...]]:
+    """Lock the row ``name`` (``lock`` answers its etag first), check the etag, ``delete`` it;
+    the row ``lock`` answered."""
     row = _first((yield Statement(lock, (name,))))
     if row is None:
         raise Missing(name)
     if expected_etag and row[0] != expected_etag:
         raise EtagMismatch(name)
     yield Statement(delete, (name,))
+    return row
 
 
-def delete_evaluation(sql: Sql, name: str, expected_etag: str | None) -> Script[None]:
-    """Delete an evaluation (its results go with it: ON DELETE CASCADE)."""
-    yield from _delete_locked(sql.evaluation_lock, sql.evaluation_delete, name, expected_etag)
+def delete_evaluation(
+    sql: Sql, name: str, expected_etag: str | None, dataset_etag: str
+) -> Script[None]:
+    """Delete an evaluation (its results go with it: ON DELETE CASCADE) and take it out of
+    the datasets that list it, which get ``dataset_etag`` (locked after the evaluation: the
+    order of :func:`_memberships`)."""
+    _, data = yield from _delete_locked(
+        sql.evaluation_lock_data, sql.evaluation_delete, name, expected_etag
+    )
+    statements = sql.table(tables.DATASETS)
+    for dataset_name in sorted(_Evaluation.FromString(bytes(data)).evaluation_datasets):
+        held = _first((yield Statement(statements.lock_data, (dataset_name,))))
+        if held is None:
+            continue
+        dataset = tables.DATASETS.parse(held[0])
+        kept = [e for e in dataset.evaluations if e != name]
+        old_etag = dataset.etag
+        dataset.ClearField("evaluations")
+        dataset.evaluations.extend(kept)
+        dataset.etag = dataset_etag
+        yield from replace_row(sql, tables.DATASETS, dataset, old_etag)
 
 
 # -- results -----------------------------------------------------------------------------------
@@ -470,6 +494,153 @@ def replace_row(sql: Sql, table: Table[M], message: M, expected_etag: str) -> Sc
 def delete_row(sql: Sql, table: Table[M], name: str, expected_etag: str | None) -> Script[None]:
     statements = sql.table(table)
     yield from _delete_locked(statements.lock, statements.delete, name, expected_etag)
+
+
+# -- evaluation datasets ------------------------------------------------------------------------
+# A dataset's row is a generic table's (tables.DATASETS), written by the statements above; these
+# scripts add the dataset's side effects to the same transaction: the evaluations it lists hold
+# its name in Evaluation.evaluation_datasets (in name order, each change with a new etag), and
+# its aggregated_metrics are the sum of their metrics tallies, read with it (never stored).
+# Locks are taken evaluations first, then datasets (as delete_evaluation does), so that two
+# transactions never wait on each other in a cycle.
+
+
+def _memberships(
+    sql: Sql, dataset: str, added: Iterable[str], removed: Iterable[str], etag: str
+) -> Script[None]:
+    """Add ``dataset`` to the evaluation_datasets of the ``added`` evaluations and take it out
+    of the ``removed`` ones' (in name order), each changed evaluation getting ``etag``.
+    Missing(evaluation) for an added evaluation that is not stored; a removed one that is
+    gone has nothing to change."""
+    adding = set(added)
+    for name in sorted(adding | set(removed)):
+        row = _first((yield Statement(sql.evaluation_lock_data, (name,))))
+        if row is None:
+            if name in adding:
+                raise Missing(name)
+            continue
+        evaluation = _Evaluation.FromString(bytes(row[1]))
+        held = set(evaluation.evaluation_datasets)
+        changed = held | {dataset} if name in adding else held - {dataset}
+        if changed == held:
+            continue
+        evaluation.ClearField("evaluation_datasets")
+        evaluation.evaluation_datasets.extend(sorted(changed))
+        yield Statement(
+            sql.evaluation_memberships,
+            (
+                evaluation.SerializeToString(deterministic=True),
+                json.dumps(sorted(changed)),
+                etag,
+                name,
+            ),
+        )
+
+
+def _tallies(sql: Sql, evaluations: Sequence[str]) -> Script[dict[str, Tally]]:
+    """The metrics tallies of the stored ones among ``evaluations``, by name (summed from the
+    results once for an evaluation stored before incremental upkeep)."""
+    if not evaluations:
+        return {}
+    found: dict[str, Tally] = {}
+    rows = (yield Statement(sql.evaluation_tallies, (sql.names(evaluations),))).rows
+    for name, stored in rows:
+        if stored is None:
+            results = (yield Statement(sql.results_of, (name,))).rows
+            found[str(name)] = _tables.tally_of(data for (data,) in results)
+        else:
+            found[str(name)] = json.loads(stored)
+    return found
+
+
+def _metrics(
+    datasets: Sequence[_Dataset], tallies: dict[str, Tally]
+) -> list[evaluation_pb2.AggregatedMetrics]:
+    """Each dataset's aggregated_metrics: its evaluations' tallies summed, rendered."""
+    out = []
+    for dataset in datasets:
+        total: Tally = {}
+        for name in set(dataset.evaluations):
+            add_tally(total, tallies.get(name, {}))
+        out.append(render_tally(total))
+    return out
+
+
+def _dataset_metrics(sql: Sql, dataset: _Dataset) -> Script[evaluation_pb2.AggregatedMetrics]:
+    tallies = yield from _tallies(sql, list(dict.fromkeys(dataset.evaluations)))
+    return _metrics([dataset], tallies)[0]
+
+
+def _stored(dataset: _Dataset) -> _Dataset:
+    """What a dataset's row holds: everything but its derived aggregated_metrics."""
+    kept = _Dataset()
+    kept.CopyFrom(dataset)
+    kept.ClearField("aggregated_metrics")
+    return kept
+
+
+def insert_dataset(
+    sql: Sql, dataset: _Dataset, evaluation_etag: str
+) -> Script[evaluation_pb2.AggregatedMetrics]:
+    """Store a new dataset and enter it in its evaluations; its aggregated_metrics."""
+    yield from _memberships(sql, dataset.name, dataset.evaluations, (), evaluation_etag)
+    yield from insert_row(sql, tables.DATASETS, _stored(dataset))
+    return (yield from _dataset_metrics(sql, dataset))
+
+
+def get_dataset(sql: Sql, name: str) -> Script[_Dataset | None]:
+    dataset = row_of(tables.DATASETS)((yield Statement(sql.table(tables.DATASETS).get, (name,))))
+    if dataset is not None:
+        dataset.aggregated_metrics.CopyFrom((yield from _dataset_metrics(sql, dataset)))
+    return dataset
+
+
+def list_datasets(sql: Sql, query: ListQuery) -> Script[list[tuple[bytes, Cursor]]]:
+    """A page of datasets, each served as stored followed by its aggregated_metrics (serialized
+    messages merge when concatenated), the tallies of the whole page read at once."""
+    rows = yield from list_rows(sql, tables.DATASETS, query)
+    datasets = [tables.DATASETS.parse(data) for data, _ in rows]
+    names = list(dict.fromkeys(e for dataset in datasets for e in dataset.evaluations))
+    tallies = yield from _tallies(sql, names)
+    return [
+        (data + _Dataset(aggregated_metrics=metrics).SerializeToString(), cursor)
+        for (data, cursor), metrics in zip(rows, _metrics(datasets, tallies), strict=True)
+    ]
+
+
+def replace_dataset(
+    sql: Sql, dataset: _Dataset, expected_etag: str, evaluation_etag: str
+) -> Script[evaluation_pb2.AggregatedMetrics]:
+    """Overwrite a dataset whose etag is still ``expected_etag`` and move its evaluations'
+    memberships with its list (only those added or removed change); EtagMismatch or Missing
+    (the dataset) as replace_row, Missing(evaluation) for an added one not stored."""
+    row = _first((yield Statement(sql.table(tables.DATASETS).get, (dataset.name,))))
+    if row is None:
+        raise Missing(dataset.name)
+    stored = tables.DATASETS.parse(row[0])
+    if stored.etag != expected_etag:
+        raise EtagMismatch(dataset.name)
+    before = set(stored.evaluations)
+    after = set(dataset.evaluations)
+    yield from _memberships(sql, dataset.name, after - before, before - after, evaluation_etag)
+    # Conditional on the etag: a change since the read above rolls all of this back.
+    yield from replace_row(sql, tables.DATASETS, _stored(dataset), expected_etag)
+    return (yield from _dataset_metrics(sql, dataset))
+
+
+def delete_dataset(
+    sql: Sql, name: str, expected_etag: str | None, evaluation_etag: str
+) -> Script[None]:
+    """Delete a dataset and take it out of its evaluations' evaluation_datasets."""
+    row = _first((yield Statement(sql.table(tables.DATASETS).get, (name,))))
+    if row is None:
+        raise Missing(name)
+    stored = tables.DATASETS.parse(row[0])
+    if expected_etag and stored.etag != expected_etag:
+        raise EtagMismatch(name)
+    yield from _memberships(sql, name, (), stored.evaluations, evaluation_etag)
+    # Conditional on the etag read above: a change since rolls all of this back.
+    yield from delete_row(sql, tables.DATASETS, name, stored.etag)
 
 
 # -- long-running operations -------------------------------------------------------------------

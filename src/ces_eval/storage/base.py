@@ -160,8 +160,11 @@ class Storage(Protocol):
         Raises Missing, EtagMismatch, or Conflict (display name).
         """
 
-    async def delete_evaluation(self, name: str, expected_etag: str | None) -> None:
-        """Delete an evaluation and its results. Raises Missing or EtagMismatch."""
+    async def delete_evaluation(
+        self, name: str, expected_etag: str | None, *, dataset_etag: str
+    ) -> None:
+        """Delete an evaluation and its results, and take it out of the datasets that list
+        it (each gets ``dataset_etag``). Raises Missing or EtagMismatch."""
 
     async def recent_results(
         self, evaluations: Sequence[str], count: int, max_bytes: int | None = None
@@ -236,6 +239,38 @@ class Storage(Protocol):
 
     async def delete_row(self, table: Table[M], name: str, expected_etag: str | None) -> None:
         """Delete a resource of ``table``. Raises Missing or EtagMismatch."""
+
+    # -- evaluation datasets (a generic table's rows, tables.DATASETS, with side effects) ------
+    # The evaluations a dataset lists hold its name in their evaluation_datasets (each one whose
+    # list a write changes gets ``evaluation_etag``, in the dataset write's transaction); a
+    # dataset is served with its aggregated_metrics, the sum of its evaluations' metrics
+    # tallies, read with it and never stored.
+
+    async def insert_dataset(
+        self, dataset: evaluation_pb2.EvaluationDataset, evaluation_etag: str
+    ) -> evaluation_pb2.AggregatedMetrics:
+        """Store a new dataset; return its aggregated_metrics. Raises Conflict as insert_row,
+        Missing(evaluation) when one it lists is not stored."""
+
+    async def get_dataset(self, name: str) -> evaluation_pb2.EvaluationDataset | None: ...
+
+    async def list_datasets(self, query: ListQuery) -> list[tuple[bytes, Cursor]]:
+        """A page of datasets as list_rows, each with its aggregated_metrics."""
+
+    async def replace_dataset(
+        self,
+        dataset: evaluation_pb2.EvaluationDataset,
+        expected_etag: str,
+        evaluation_etag: str,
+    ) -> evaluation_pb2.AggregatedMetrics:
+        """Overwrite a dataset whose etag is still ``expected_etag``; return its
+        aggregated_metrics. Raises Missing (the dataset, or an evaluation it now lists that is
+        not stored), EtagMismatch or Conflict."""
+
+    async def delete_dataset(
+        self, name: str, expected_etag: str | None, evaluation_etag: str
+    ) -> None:
+        """Delete a dataset. Raises Missing or EtagMismatch."""
 
     # -- long-running operations -----------------------------------------------------------
 
