@@ -36,6 +36,7 @@ APP = "/projects/{project}/locations/{location}/apps/{app}"
 EVAL = APP + "/evaluations/{evaluation}"
 RESULT = EVAL + "/results/{result}"
 EXPECTATION = APP + "/evaluationExpectations/{evaluationExpectation}"
+RUN = APP + "/evaluationRuns/{evaluationRun}"
 V1B = "google.cloud.ces.v1beta"
 LOCATION = "/projects/{project}/locations/{location}"
 OPERATION = LOCATION + "/operations/{operation}"
@@ -67,7 +68,12 @@ EXPECTED = {
     ),
     "EvaluationService_UpdateEvaluationExpectation": ("patch", f"/v1beta{EXPECTATION}"),
     "EvaluationService_DeleteEvaluationExpectation": ("delete", f"/v1beta{EXPECTATION}"),
+    "EvaluationService_GetEvaluationRun": ("get", f"/v1beta{RUN}"),
+    "EvaluationService_ListEvaluationRuns": ("get", f"/v1beta{APP}/evaluationRuns"),
+    "EvaluationService_DeleteEvaluationRun": ("delete", f"/v1beta{RUN}"),
+    "EvaluationService_ExportEvaluationRuns": ("post", f"/v1beta{APP}/evaluationRuns:export"),
     "EmulatorService_CreateEvaluationResult": ("post", f"/emulator/v1{EVAL}/results"),
+    "EmulatorService_CreateEvaluationRun": ("post", f"/emulator/v1{APP}/evaluationRuns"),
     "EmulatorService_ImportEvaluations": ("post", f"/emulator/v1{APP}:importEvaluations"),
     "EmulatorService_ResetProject": ("post", "/emulator/v1/projects/{project}:reset"),
     "Operations_ListOperations": ("get", f"/v1beta{LOCATION}/operations"),
@@ -107,7 +113,12 @@ QUERY = {
     ],
     "EvaluationService_UpdateEvaluationExpectation": ["updateMask"],
     "EvaluationService_DeleteEvaluationExpectation": ["etag"],
+    "EvaluationService_GetEvaluationRun": [],
+    "EvaluationService_ListEvaluationRuns": ["pageSize", "pageToken", "filter", "orderBy"],
+    "EvaluationService_DeleteEvaluationRun": [],
+    "EvaluationService_ExportEvaluationRuns": [],
     "EmulatorService_CreateEvaluationResult": ["evaluationResultId"],
+    "EmulatorService_CreateEvaluationRun": ["evaluationRunId"],
     "EmulatorService_ImportEvaluations": [],
     "EmulatorService_ResetProject": [],
     "Operations_ListOperations": ["filter", "pageSize", "pageToken", "returnPartialSuccess"],
@@ -130,7 +141,12 @@ RESPONSES = {
     "EvaluationService_GetEvaluationExpectation": f"{V1B}.EvaluationExpectation",
     "EvaluationService_ListEvaluationExpectations": f"{V1B}.ListEvaluationExpectationsResponse",
     "EvaluationService_UpdateEvaluationExpectation": f"{V1B}.EvaluationExpectation",
+    "EvaluationService_GetEvaluationRun": f"{V1B}.EvaluationRun",
+    "EvaluationService_ListEvaluationRuns": f"{V1B}.ListEvaluationRunsResponse",
+    "EvaluationService_DeleteEvaluationRun": "google.longrunning.Operation",
+    "EvaluationService_ExportEvaluationRuns": "google.longrunning.Operation",
     "EmulatorService_CreateEvaluationResult": f"{V1B}.EvaluationResult",
+    "EmulatorService_CreateEvaluationRun": f"{V1B}.EvaluationRun",
     "EmulatorService_ImportEvaluations": "ces_eval.emulator.v1.ImportEvaluationsResponse",
     "EmulatorService_ResetProject": "ces_eval.emulator.v1.ResetProjectResponse",
     "Operations_ListOperations": "google.longrunning.ListOperationsResponse",

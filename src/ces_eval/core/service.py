@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ces_eval.contract import schema
-from ces_eval.core import emulator, evaluations, expectations, exports, longrunning, results
+from ces_eval.core import (
+    emulator,
+    evaluations,
+    expectations,
+    exports,
+    longrunning,
+    results,
+    runs,
+)
 from ces_eval.core.context import DEFAULT_EXPORT_ROOT, Context, Rpc
 from ces_eval.core.names import snake_case
 from ces_eval.core.operations import OperationRunner
@@ -48,6 +56,7 @@ _SERVICES: dict[str, dict[str, Rpc]] = {
         **results.RPCS,
         **exports.RPCS,
         **expectations.RPCS,
+        **runs.RPCS,
     },
     "google.longrunning.Operations": longrunning.RPCS,
     "ces_eval.emulator.v1.EmulatorService": emulator.RPCS,
@@ -58,7 +67,7 @@ RPCS: dict[str, Rpc] = {
     f"/{service}/{name}": rpc for service, rpcs in _SERVICES.items() for name, rpc in rpcs.items()
 }
 # Every declared resource, parents before children.
-RESOURCES = (evaluations.EVALUATIONS, results.RESULTS, expectations.EXPECTATIONS)
+RESOURCES = (evaluations.EVALUATIONS, results.RESULTS, expectations.EXPECTATIONS, runs.RUNS)
 # ``core.create_evaluation``: each implemented RPC by its snake_case name, which no two share.
 _BY_METHOD_NAME = {snake_case(path.rsplit("/", 1)[1]): path for path in RPCS}
 if len(_BY_METHOD_NAME) != len(RPCS):  # pragma: no cover - a new RPC's name clashes

@@ -14,6 +14,7 @@ pages, whose filters and cursors vary, are composed per call.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from ces_eval import filtering
@@ -22,11 +23,11 @@ from ces_eval.storage._tables import (
     EVALUATION_FILTER_FIELDS,
     RESULT_COLUMNS,
     RESULT_FILTER_FIELDS,
-    RUN_FILTER_FIELDS,
     now_micros,
 )
 from ces_eval.storage.base import ListQuery, SortKey
 from ces_eval.storage.errors import InvalidFilter
+from ces_eval.storage.tables import RUNS
 
 if TYPE_CHECKING:
     from ces_eval.storage.tables import Table
@@ -204,6 +205,30 @@ class Sql:
         self.reset_evaluations = f"DELETE FROM evaluations WHERE name {like}"
         self.reset_operations = f"DELETE FROM operations WHERE name {like}"
 
+    @cached_property
+    def run_evaluations(self) -> str:
+        """The evaluations a run's results belong to, in name order (the order they are locked
+        in)."""
+        return (
+            "SELECT DISTINCT evaluation FROM evaluation_results "
+            f"WHERE evaluation_run = {self.p} ORDER BY evaluation"
+        )
+
+    @cached_property
+    def run_results_of(self) -> str:
+        """The data of a run's results of one evaluation (parameters: evaluation, run)."""
+        return f"SELECT data {self._run_results}"
+
+    @cached_property
+    def run_results_delete(self) -> str:
+        """Delete a run's results of one evaluation (parameters: evaluation, run)."""
+        return f"DELETE {self._run_results}"
+
+    @property
+    def _run_results(self) -> str:
+        p = self.p
+        return f"FROM evaluation_results WHERE evaluation = {p} AND evaluation_run = {p}"
+
     @property
     def p(self) -> str:
         """The placeholder."""
@@ -362,9 +387,11 @@ class Sql:
         where.append(f"({sql})")
         params += values
         if query.run_filter is not None:
-            sql, values = self.compile(query.run_filter, RUN_FILTER_FIELDS, "run_filter")
+            # Over the runs the evaluation's results belong to (Evaluation.evaluation_runs).
+            sql, values = self.compile(query.run_filter, RUNS.filter_fields, "run_filter")
             where.append(
-                "EXISTS (SELECT 1 FROM evaluation_results r "
+                f"EXISTS (SELECT 1 FROM evaluation_results r JOIN {RUNS.name} "
+                f"ON {RUNS.name}.name = r.evaluation_run "
                 f"WHERE r.evaluation = evaluations.name AND ({sql}))"
             )
             params += values

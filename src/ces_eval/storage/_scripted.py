@@ -159,6 +159,11 @@ class ScriptedStorage(abc.ABC):
     async def delete_row(self, table: Table[M], name: str, expected_etag: str | None) -> None:
         await self._write(partial(_scripts.delete_row, self._sql, table, name, expected_etag))
 
+    async def delete_evaluation_run(self, name: str, evaluation_etag: str) -> int:
+        return await self._write(
+            partial(_scripts.delete_evaluation_run, self._sql, name, evaluation_etag)
+        )
+
     # -- long-running operations -----------------------------------------------------------
 
     async def insert_operation(
