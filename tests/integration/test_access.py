@@ -169,7 +169,15 @@ def owned(server: RunningServer) -> Owned:
                 parent=APP_A, evaluation_expectation=expectation
             ),
             ALICE,
-        ).name
+        ).name,
+        _call(
+            server,
+            _method("CreateEvaluationRun"),
+            emulator_pb2.CreateEvaluationRunRequest(
+                parent=APP_A, evaluation_run=evaluation_pb2.EvaluationRun(display_name="alice's")
+            ),
+            ALICE,
+        ).name,
     ]
     return found
 
