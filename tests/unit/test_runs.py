@@ -15,7 +15,7 @@ from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2
 from google.rpc import code_pb2
 
-from ces_eval.core import pages
+from ces_eval.core import exchange, pages
 from ces_eval.core.service import Core
 from ces_eval.errors import Code
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
@@ -60,11 +60,11 @@ def run_list(harness: Harness, **fields: Any) -> Any:
 
 
 def eval_list(harness: Harness, **fields: Any) -> list[str]:
+    """The display names of the evaluations listed, sorted."""
     listed = harness.call(
-        "list_evaluations",
-        service_pb2.ListEvaluationsRequest(parent=APP, order_by="name", **fields),
+        "list_evaluations", service_pb2.ListEvaluationsRequest(parent=APP, **fields)
     )
-    return [e.display_name for e in listed.evaluations]
+    return sorted(e.display_name for e in listed.evaluations)
 
 
 def test_a_seeded_run_keeps_its_output_fields_and_gets_a_name_and_create_time(
@@ -284,3 +284,21 @@ def test_evaluation_run_filter_selects_evaluations_with_a_result_of_a_matching_r
         service_pb2.ListEvaluationsRequest(parent=APP, evaluation_run_filter="execution_state = 2"),
     )
     assert violations(error) == ["evaluation_run_filter"]
+
+
+@pytest.mark.parametrize("fmt", [service_pb2.ExportOptions.ExportFormat.JSON, 2])
+def test_the_document_carries_runs_and_the_emulators_import_refuses_them(
+    core: Harness, fmt: int
+) -> None:
+    run = seed_run(
+        core,
+        "one",
+        display_name="yes",  # a string YAML 1.1 would read as a boolean
+        evaluation_run_summaries={"e": Run.EvaluationRunSummary(passed_count=1)},
+    )
+    document = exchange.dump(exchange.Bundle(runs=[run]), fmt)
+    assert exchange.load(document) == exchange.Bundle(runs=[run])
+    error = core.error(
+        "import_evaluations", emulator_pb2.ImportEvaluationsRequest(parent=APP, content=document)
+    )
+    assert (error.code, violations(error)) == (Code.INVALID_ARGUMENT, ["content.evaluationRuns"])

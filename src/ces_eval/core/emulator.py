@@ -168,6 +168,8 @@ async def import_evaluations(
         shown = error if source == "content" else error.redacted()
         field = f"{source}.{shown.path}" if shown.path else source
         raise invalid(field, shown.message) from error
+    if bundle.runs:  # refused rather than dropped: this import restores no runs
+        raise invalid(f"{source}.evaluationRuns", "Evaluation runs are not imported here.")
     # Many names and limits to check in a large document: off the event loop, like the parse.
     evaluations, results, violations = await asyncio.to_thread(_renamed, source, bundle, app)
     raise_if_invalid(violations, "import")
