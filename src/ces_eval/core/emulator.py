@@ -2,10 +2,9 @@
 
 CreateEvaluationResult seeds a result and CreateEvaluationRun a run (the generic AIP-133 create
 over the results' and the runs' declarations, :data:`ces_eval.core.results.RESULTS`,
-:data:`ces_eval.core.runs.RUNS`); ResetProject deletes a project's
-evaluations, results and operations; ImportEvaluations reads an export document
-(:mod:`ces_eval.core.exchange.document`), given as content or as a ``gs://`` object of the export
-root, into an app, all or nothing.
+:data:`ces_eval.core.runs.RUNS`); ResetProject deletes a project's evaluations, results and
+operations; ImportEvaluations reads an export document (:mod:`ces_eval.core.exchange.document`),
+given as content or as a ``gs://`` object of the export root, into an app, all or nothing.
 """
 
 from __future__ import annotations

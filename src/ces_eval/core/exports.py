@@ -1,7 +1,6 @@
 """ExportEvaluations, ExportEvaluationResults and ExportEvaluationRuns: long-running operations
-that write the export document (docs/export-format.md) inline into the operation's response, or,
-with
-``export_options.gcs_uri``, atomically into a file under the server's export root
+that write the export document (docs/export-format.md) inline into the operation's response,
+or, with ``export_options.gcs_uri``, atomically into a file under the server's export root
 (``gs://bucket/path`` → ``<export root>/bucket/path``, :mod:`ces_eval.core.exchange.objects`).
 
 No read or write there follows a symbolic link, and errors about a file read from there never

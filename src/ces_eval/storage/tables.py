@@ -184,7 +184,7 @@ class Table(Generic[M]):
         name = str(getattr(message, "name"))  # noqa: B009 - every resource has a name
         have = self.fields
         stamps = [_micros(getattr(message, stamp)) if stamp in have else 0 for stamp in _STAMPS]
-        if "update_time" not in have:  # ordered by update_time (the lists' default): created
+        if "update_time" not in have:  # none to order by (the lists' default): creation
             stamps[1] = stamps[0]
         return (
             name,
