@@ -1,11 +1,13 @@
 """Google's official Python client drives evaluation runs (tests/official/runs_scenario.py, once
 per transport) against the real server: runs and their results seeded through the emulator, then
-got, listed, exported and deleted through the official client."""
+got, listed, exported and deleted through the official client. test_replicas.py runs the same
+scenario alternating between two replicas."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+from typing import Any
 
 import pytest
 
@@ -18,12 +20,12 @@ APP = "projects/runs-project/locations/us-central1/apps/runs"
 RUNS = APP + "/evaluationRuns/"
 
 
-@pytest.mark.parametrize("transport", ["grpc", "rest"])
-def test_evaluation_runs_through_the_official_client(server: RunningServer, transport: str) -> None:
+def run_runs_scenario(servers: list[RunningServer], transport: str) -> dict[str, dict[str, Any]]:
+    """The scenario's steps by name; with several servers (replicas), calls alternate."""
     arguments = (
-        [server.grpc_target, str(contract.DESCRIPTOR_SET)]
+        [",".join(s.grpc_target for s in servers), str(contract.DESCRIPTOR_SET)]
         if transport == "grpc"
-        else [server.http_base]
+        else [",".join(s.http_base for s in servers)]
     )
     completed = subprocess.run(
         [
@@ -37,8 +39,15 @@ def test_evaluation_runs_through_the_official_client(server: RunningServer, tran
         timeout=300,
         check=False,
     )
-    assert completed.returncode == 0, completed.stdout + completed.stderr + server.output()
-    steps = {s.pop("step"): s for s in map(json.loads, completed.stdout.splitlines())}
+    assert completed.returncode == 0, (
+        completed.stdout + completed.stderr + "".join(s.output() for s in servers)
+    )
+    return {s.pop("step"): s for s in map(json.loads, completed.stdout.splitlines())}
+
+
+def check_runs_steps(steps: dict[str, dict[str, Any]], server: RunningServer) -> None:
+    """What the official client must have seen (``server``: one whose export folder the file
+    export went to)."""
     assert steps["get"]["reason"] == "RESOURCE_NOT_FOUND"
     assert steps["get"]["state"] == "COMPLETED"
     assert steps["list"]["pages"] == 2
@@ -53,3 +62,8 @@ def test_evaluation_runs_through_the_official_client(server: RunningServer, tran
     assert delete["remaining"] == ["r3"]
     assert delete["evaluation_runs"] == {"one": [RUNS + "manual"], "two": []}
     assert delete["gone"]["reason"] == delete["again"]["reason"] == "RESOURCE_NOT_FOUND"
+
+
+@pytest.mark.parametrize("transport", ["grpc", "rest"])
+def test_evaluation_runs_through_the_official_client(server: RunningServer, transport: str) -> None:
+    check_runs_steps(run_runs_scenario([server], transport), server)

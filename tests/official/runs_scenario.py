@@ -2,7 +2,8 @@
 
 Runs in the official client's own environment (``.venv-client``), never beside ``ces_eval``
 (GUIDE §2). Usage: ``runs_scenario.py grpc HOST:PORT DESCRIPTOR_SET`` or
-``runs_scenario.py rest http://HOST:PORT``. Runs have no public create: the emulator seeds two
+``runs_scenario.py rest http://HOST:PORT``; several comma-separated targets (replicas sharing
+one database) are called in turn. Runs have no public create: the emulator seeds two
 runs and their results (client_scenario's emulator clients), then the official client gets,
 lists (pager, filter, order) and exports them, filters evaluations by their runs, and deletes one
 (a long-running operation), after which its results are gone and the evaluations' runs follow.
@@ -19,7 +20,13 @@ from typing import Any
 import grpc
 
 # The scenarios run as scripts: their folder is on sys.path.
-from client_scenario import Emulator, RestEmulator, details_of, step  # type: ignore[import-not-found]
+from client_scenario import (  # type: ignore[import-not-found]
+    Emulator,
+    RestEmulator,
+    RoundRobin,
+    details_of,
+    step,
+)
 from google.api_core import exceptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import ces_v1beta
@@ -161,21 +168,28 @@ def scenario(client: Any, emulator: Any) -> None:
     )
 
 
-def main(transport: str, target: str, descriptor_set: str = "") -> int:
-    if transport == "grpc":
-        channel = grpc.insecure_channel(target)
-        client = ces_v1beta.EvaluationServiceClient(
-            transport=grpc_transport.EvaluationServiceGrpcTransport(channel=channel)
-        )
-        emulator: Any = Emulator(channel, descriptor_set)
-    else:
-        client = ces_v1beta.EvaluationServiceClient(
-            transport="rest",
-            client_options={"api_endpoint": target},
-            credentials=AnonymousCredentials(),
-        )
-        emulator = RestEmulator(target)
-    scenario(client, emulator)
+def main(transport: str, targets: str, descriptor_set: str = "") -> int:
+    clients: list[Any] = []
+    emulators: list[Any] = []
+    for target in targets.split(","):  # replicas of one database: called in turn
+        if transport == "grpc":
+            channel = grpc.insecure_channel(target)
+            clients.append(
+                ces_v1beta.EvaluationServiceClient(
+                    transport=grpc_transport.EvaluationServiceGrpcTransport(channel=channel)
+                )
+            )
+            emulators.append(Emulator(channel, descriptor_set))
+        else:
+            clients.append(
+                ces_v1beta.EvaluationServiceClient(
+                    transport="rest",
+                    client_options={"api_endpoint": target},
+                    credentials=AnonymousCredentials(),
+                )
+            )
+            emulators.append(RestEmulator(target))
+    scenario(RoundRobin(clients), RoundRobin(emulators))
     return 0
 
 
