@@ -17,12 +17,12 @@ from ces_eval.contract import limits
 from ces_eval.core import exchange, names
 from ces_eval.core.exchange import objects
 from ces_eval.core.longrunning import location_of
+from ces_eval.core.runs import RUNS
 from ces_eval.core.standard import invalid
 from ces_eval.core.validation import raise_if_invalid
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
-from ces_eval.storage import tables
 from ces_eval.storage.base import Cursor, ListQuery, OrderBy, SortKey
 
 if TYPE_CHECKING:
@@ -42,7 +42,6 @@ _EXTENSIONS = {
 
 _Response = TypeVar("_Response", bound="Message")
 _Stored = TypeVar("_Stored", bound="Message")
-_RUN = names.of(evaluation_pb2.EvaluationRun)
 # An operation's name, metadata and the type URL of its response, at most.
 _OPERATION_ENVELOPE = 1024
 
@@ -302,15 +301,15 @@ async def export_evaluation_runs(
     operation with NOT_FOUND naming it, as results' export does)."""
     names.APP.parse(request.parent, "parent", owned=0)
     raise_if_invalid(
-        _names_violations(request.names, request.parent, "evaluationRuns", _RUN.violation),
+        _names_violations(request.names, request.parent, "evaluationRuns", RUNS.pattern.violation),
         "export request",
     )
     await _check_export_target(context, request.export_options, request.parent)
     wanted = list(dict.fromkeys(request.names))
 
     async def work() -> service_pb2.ExportEvaluationRunsResponse:
-        storage = context.storage
-        runs = await _every(wanted, partial(storage.get_row, tables.RUNS), _RUN.type)
+        get = partial(RUNS.store.get, context.storage)
+        runs = await _every(wanted, get, RUNS.pattern.type)
         content, uri = await _deliver(
             context,
             exchange.Bundle(runs=runs),
