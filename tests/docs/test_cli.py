@@ -26,6 +26,8 @@ def _ces_eval(*args: str) -> subprocess.CompletedProcess[str]:
 EMULATOR_BINDINGS = {
     "POST /emulator/v1/{parent=projects/*/locations/*/apps/*/evaluations/*}/results "
     "ces_eval.emulator.v1.EmulatorService.CreateEvaluationResult",
+    "POST /emulator/v1/{parent=projects/*/locations/*/apps/*}/evaluationRuns "
+    "ces_eval.emulator.v1.EmulatorService.CreateEvaluationRun",
     "POST /emulator/v1/{name=projects/*}:reset ces_eval.emulator.v1.EmulatorService.ResetProject",
     "POST /emulator/v1/{parent=projects/*/locations/*/apps/*}:importEvaluations "
     "ces_eval.emulator.v1.EmulatorService.ImportEvaluations",

@@ -182,6 +182,14 @@ def owned(server: RunningServer) -> Owned:
             ALICE,
         ),
         dataset,
+        _call(
+            server,
+            _method("CreateEvaluationRun"),
+            emulator_pb2.CreateEvaluationRunRequest(
+                parent=APP_A, evaluation_run=evaluation_pb2.EvaluationRun(display_name="alice's")
+            ),
+            ALICE,
+        ),
     ]
     schedule = evaluation_pb2.ScheduledEvaluationRun(display_name="alice's nightly")
     schedule.request.app = APP_A

@@ -617,6 +617,63 @@ def test_generated_results_over_rest(clients: Clients) -> None:
     assert "Traceback" not in clients.server.output()
 
 
+# -- runs ---------------------------------------------------------------------------------------
+
+EvaluationRun = evaluation_pb2.EvaluationRun
+RUNS_APP = f"{PROJECT}/apps/runs"
+# Run fields the server checks against the app: mostly names of its evaluations and results.
+RUN_NAMES = {
+    EvaluationRun.DESCRIPTOR.fields_by_name[name].full_name: st.one_of(
+        st.sampled_from((f"{RUNS_APP}/{tail}", f"{PROJECT}/apps/other/{tail}", tail)),
+        st.text(max_size=8),
+    )
+    for name, tail in (
+        ("evaluations", "evaluations/e1"),
+        ("evaluation_results", "evaluations/e1/results/r1"),
+    )
+}
+
+
+def test_generated_runs_over_grpc(clients: Clients) -> None:
+    """Seeded runs (the emulator's CreateEvaluationRun): stored whole apart from the name and
+    create_time, read back over gRPC and REST; or refused under ``evaluation_run``."""
+    tally = Tally("runs over gRPC")
+
+    def check(example: Example) -> None:
+        run = example.message
+        branches = tally.generated(run)
+        request = emulator_pb2.CreateEvaluationRunRequest(parent=RUNS_APP, evaluation_run=run)
+        try:
+            created = clients.emulator.CreateEvaluationRun(request, timeout=TIMEOUT)
+        except grpc.RpcError as error:
+            tally.refusal(*_grpc_refusal(error, "evaluation_run", request.ByteSize()))
+            return
+        assert created.name.startswith(f"{RUNS_APP}/evaluationRuns/")
+        fetched = clients.evaluations.GetEvaluationRun(
+            service_pb2.GetEvaluationRunRequest(name=created.name), timeout=TIMEOUT
+        )
+        _assert_same(created, fetched, "GetEvaluationRun (against the create answer)")
+        expected, actual = EvaluationRun(), EvaluationRun()
+        expected.CopyFrom(run)
+        actual.CopyFrom(fetched)
+        for owned in ("name", "create_time"):
+            expected.ClearField(owned)
+            actual.ClearField(owned)
+        _assert_same(expected, actual, "GetEvaluationRun")
+        _assert_renders(clients, fetched)
+        tally.accepted += 1
+        tally.stored_branches |= branches & generated.branches_in(fetched)
+
+    _sweep(
+        tally,
+        set(generated.oneof_branches(EvaluationRun.DESCRIPTOR, through_output_only=True)),
+        lambda f: generated.messages(EvaluationRun, focus=f, overrides=RUN_NAMES).map(Example),
+        check,
+    )
+    assert tally.accepted, "no generated run was stored"
+    assert "Traceback" not in clients.server.output()
+
+
 # -- regressions found by the generated input -------------------------------------------------
 
 

@@ -48,6 +48,10 @@ EXPECTED_TOOLS = {
     "list_scheduled_evaluation_runs",
     "update_scheduled_evaluation_run",
     "delete_scheduled_evaluation_run",
+    "get_evaluation_run",
+    "list_evaluation_runs",
+    "delete_evaluation_run",
+    "export_evaluation_runs",
     "list_operations",
     "get_operation",
     "delete_operation",
@@ -68,6 +72,9 @@ EXPECTED_HINTS = {
     "create_scheduled_evaluation_run": (False, False, False, False),
     "list_scheduled_evaluation_runs": (True, False, True, False),
     "delete_scheduled_evaluation_run": (False, True, True, False),
+    "get_evaluation_run": (True, False, True, False),
+    "delete_evaluation_run": (False, True, True, False),
+    "export_evaluation_runs": (False, False, False, False),
     "cancel_operation": (False, False, True, False),
     "get_operation": (True, False, True, False),
 }
@@ -175,7 +182,7 @@ def test_no_tool_for_a_method_the_core_does_not_implement() -> None:
     assert "/google.cloud.ces.v1beta.EvaluationService/ImportEvaluations" in unserved
     assert all(spec.rpc in RPCS for spec in tool_specs().values())
     assert not {spec.rpc for spec in tool_specs().values()} & unserved
-    assert not set(tool_specs()) & {"run_evaluation", "import_evaluations", "get_evaluation_run"}
+    assert not set(tool_specs()) & {"run_evaluation", "import_evaluations", "generate_evaluation"}
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])

@@ -34,6 +34,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
 )
 from ces_eval.storage.postgresql import PostgresStorage
 from tests.integration.test_official_client import check_steps, run_scenario
+from tests.integration.test_official_runs import check_runs_steps, run_runs_scenario
 from tests.support.datasets import seed_large
 from tests.support.load import CreateLoad, golden_evaluation, start_export
 from tests.support.postgres import PostgresCluster
@@ -84,6 +85,16 @@ def test_official_client_scenario_alternating_between_replicas(
 ) -> None:
     first, second = replicas
     check_steps(run_scenario([first, second], transport), transport, first.export_dir)
+
+
+@pytest.mark.external  # the official client (.venv-client)
+@pytest.mark.parametrize("transport", ["grpc", "rest"])
+def test_evaluation_runs_alternating_between_replicas(
+    replicas: tuple[RunningServer, RunningServer], transport: str
+) -> None:
+    """Runs seeded on one replica are read, exported and deleted through the other."""
+    first, second = replicas
+    check_runs_steps(run_runs_scenario([first, second], transport), first)
 
 
 def test_writes_page_tokens_and_etags_cross_replicas(

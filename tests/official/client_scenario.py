@@ -72,46 +72,66 @@ class Emulator:
         files = descriptor_pb2.FileDescriptorSet()
         with open(descriptor_set, "rb") as handle:
             files.ParseFromString(handle.read())
-        pool = descriptor_pool.DescriptorPool()
+        self._pool = descriptor_pool.DescriptorPool()
         for file in files.file:
-            pool.Add(file)
-        self._create_request = message_factory.GetMessageClass(
-            pool.FindMessageTypeByName("ces_eval.emulator.v1.CreateEvaluationResultRequest")
+            self._pool.Add(file)
+        self._channel = channel
+
+    def _seed(self, kind: type[Any], parent: str, message: Any, resource_id: str) -> Any:
+        """EmulatorService.Create<kind> of ``message`` (an official client message)."""
+        name = kind.__name__
+        request_type = message_factory.GetMessageClass(
+            self._pool.FindMessageTypeByName(f"ces_eval.emulator.v1.Create{name}Request")
         )
-        self._create = channel.unary_unary(
-            "/ces_eval.emulator.v1.EmulatorService/CreateEvaluationResult",
+        field = "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")
+        request = request_type(parent=parent, **{f"{field}_id": resource_id})
+        getattr(request, field).MergeFromString(kind.serialize(message))
+        call = self._channel.unary_unary(
+            f"/ces_eval.emulator.v1.EmulatorService/Create{name}",
             request_serializer=lambda m: m.SerializeToString(),
-            response_deserializer=ces_v1beta.EvaluationResult.deserialize,
+            response_deserializer=kind.deserialize,
         )
+        return call(request, timeout=30)
 
     def create_result(
         self, parent: str, result: ces_v1beta.EvaluationResult, result_id: str = ""
     ) -> ces_v1beta.EvaluationResult:
-        request = self._create_request(parent=parent, evaluation_result_id=result_id)
-        request.evaluation_result.MergeFromString(ces_v1beta.EvaluationResult.serialize(result))
-        return self._create(request, timeout=30)
+        return self._seed(ces_v1beta.EvaluationResult, parent, result, result_id)
+
+    def create_run(
+        self, parent: str, run: ces_v1beta.EvaluationRun, run_id: str = ""
+    ) -> ces_v1beta.EvaluationRun:
+        return self._seed(ces_v1beta.EvaluationRun, parent, run, run_id)
 
 
 class RestEmulator:
-    """The emulator's REST binding: POST /emulator/v1/{parent}/results?evaluationResultId=."""
+    """The emulator's REST bindings: POST /emulator/v1/{parent}/results?evaluationResultId=,
+    POST /emulator/v1/{parent}/evaluationRuns?evaluationRunId=."""
 
     def __init__(self, base: str) -> None:
         self._base = base
+
+    def _seed(self, kind: type[Any], url: str, message: Any) -> Any:
+        request = urllib.request.Request(
+            url,
+            data=kind.to_json(message).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return kind.from_json(response.read(), ignore_unknown_fields=False)
 
     def create_result(
         self, parent: str, result: ces_v1beta.EvaluationResult, result_id: str = ""
     ) -> ces_v1beta.EvaluationResult:
         url = f"{self._base}/emulator/v1/{parent}/results?evaluationResultId={result_id}"
-        request = urllib.request.Request(
-            url,
-            data=ces_v1beta.EvaluationResult.to_json(result).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return ces_v1beta.EvaluationResult.from_json(
-                response.read(), ignore_unknown_fields=False
-            )
+        return self._seed(ces_v1beta.EvaluationResult, url, result)
+
+    def create_run(
+        self, parent: str, run: ces_v1beta.EvaluationRun, run_id: str = ""
+    ) -> ces_v1beta.EvaluationRun:
+        url = f"{self._base}/emulator/v1/{parent}/evaluationRuns?evaluationRunId={run_id}"
+        return self._seed(ces_v1beta.EvaluationRun, url, run)
 
 
 def result(

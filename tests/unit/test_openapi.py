@@ -37,6 +37,7 @@ EVAL = APP + "/evaluations/{evaluation}"
 DATASET = APP + "/evaluationDatasets/{evaluationDataset}"
 RESULT = EVAL + "/results/{result}"
 EXPECTATION = APP + "/evaluationExpectations/{evaluationExpectation}"
+RUN = APP + "/evaluationRuns/{evaluationRun}"
 V1B = "google.cloud.ces.v1beta"
 LOCATION = "/projects/{project}/locations/{location}"
 OPERATION = LOCATION + "/operations/{operation}"
@@ -85,7 +86,12 @@ EXPECTED = {
     ),
     "EvaluationService_UpdateScheduledEvaluationRun": ("patch", f"/v1beta{SCHEDULED}"),
     "EvaluationService_DeleteScheduledEvaluationRun": ("delete", f"/v1beta{SCHEDULED}"),
+    "EvaluationService_GetEvaluationRun": ("get", f"/v1beta{RUN}"),
+    "EvaluationService_ListEvaluationRuns": ("get", f"/v1beta{APP}/evaluationRuns"),
+    "EvaluationService_DeleteEvaluationRun": ("delete", f"/v1beta{RUN}"),
+    "EvaluationService_ExportEvaluationRuns": ("post", f"/v1beta{APP}/evaluationRuns:export"),
     "EmulatorService_CreateEvaluationResult": ("post", f"/emulator/v1{EVAL}/results"),
+    "EmulatorService_CreateEvaluationRun": ("post", f"/emulator/v1{APP}/evaluationRuns"),
     "EmulatorService_ImportEvaluations": ("post", f"/emulator/v1{APP}:importEvaluations"),
     "EmulatorService_ResetProject": ("post", "/emulator/v1/projects/{project}:reset"),
     "Operations_ListOperations": ("get", f"/v1beta{LOCATION}/operations"),
@@ -140,7 +146,12 @@ QUERY = {
     "EvaluationService_DeleteEvaluationExpectation": ["etag"],
     "EvaluationService_UpdateScheduledEvaluationRun": ["updateMask"],
     "EvaluationService_DeleteScheduledEvaluationRun": ["etag"],
+    "EvaluationService_GetEvaluationRun": [],
+    "EvaluationService_ListEvaluationRuns": ["pageSize", "pageToken", "filter", "orderBy"],
+    "EvaluationService_DeleteEvaluationRun": [],
+    "EvaluationService_ExportEvaluationRuns": [],
     "EmulatorService_CreateEvaluationResult": ["evaluationResultId"],
+    "EmulatorService_CreateEvaluationRun": ["evaluationRunId"],
     "EmulatorService_ImportEvaluations": [],
     "EmulatorService_ResetProject": [],
     "Operations_ListOperations": ["filter", "pageSize", "pageToken", "returnPartialSuccess"],
@@ -167,7 +178,12 @@ RESPONSES = {
     "EvaluationService_GetEvaluationExpectation": f"{V1B}.EvaluationExpectation",
     "EvaluationService_ListEvaluationExpectations": f"{V1B}.ListEvaluationExpectationsResponse",
     "EvaluationService_UpdateEvaluationExpectation": f"{V1B}.EvaluationExpectation",
+    "EvaluationService_GetEvaluationRun": f"{V1B}.EvaluationRun",
+    "EvaluationService_ListEvaluationRuns": f"{V1B}.ListEvaluationRunsResponse",
+    "EvaluationService_DeleteEvaluationRun": "google.longrunning.Operation",
+    "EvaluationService_ExportEvaluationRuns": "google.longrunning.Operation",
     "EmulatorService_CreateEvaluationResult": f"{V1B}.EvaluationResult",
+    "EmulatorService_CreateEvaluationRun": f"{V1B}.EvaluationRun",
     "EmulatorService_ImportEvaluations": "ces_eval.emulator.v1.ImportEvaluationsResponse",
     "EmulatorService_ResetProject": "ces_eval.emulator.v1.ResetProjectResponse",
     "Operations_ListOperations": "google.longrunning.ListOperationsResponse",

@@ -1,10 +1,10 @@
 """The EmulatorService: what the emulator adds to the real API for tests and local use.
 
-CreateEvaluationResult seeds a result (the generic AIP-133 create over the results'
-declaration, :data:`ces_eval.core.results.RESULTS`); ResetProject deletes a project's
-evaluations, results and operations; ImportEvaluations reads an export document
-(:mod:`ces_eval.core.exchange.document`), given as content or as a ``gs://`` object of the export
-root, into an app, all or nothing.
+CreateEvaluationResult seeds a result and CreateEvaluationRun a run (the generic AIP-133 create
+over the results' and the runs' declarations, :data:`ces_eval.core.results.RESULTS`,
+:data:`ces_eval.core.runs.RUNS`); ResetProject deletes a project's evaluations, results and
+operations; ImportEvaluations reads an export document (:mod:`ces_eval.core.exchange.document`),
+given as content or as a ``gs://`` object of the export root, into an app, all or nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from ces_eval.core import exchange, names, standard
 from ces_eval.core.exchange import objects
 from ces_eval.core.exports import refused
 from ces_eval.core.results import RESULTS
+from ces_eval.core.runs import RUNS
 from ces_eval.core.standard import invalid
 from ces_eval.core.validation import raise_if_invalid, with_size
 from ces_eval.errors import Code, FieldViolation, ServiceError
@@ -167,6 +168,8 @@ async def import_evaluations(
         shown = error if source == "content" else error.redacted()
         field = f"{source}.{shown.path}" if shown.path else source
         raise invalid(field, shown.message) from error
+    if bundle.runs:  # refused rather than dropped: this import restores no runs
+        raise invalid(f"{source}.evaluationRuns", "Evaluation runs are not imported here.")
     # Many names and limits to check in a large document: off the event loop, like the parse.
     evaluations, results, violations = await asyncio.to_thread(_renamed, source, bundle, app)
     raise_if_invalid(violations, "import")
@@ -195,6 +198,7 @@ async def import_evaluations(
 
 RPCS: dict[str, Rpc] = {
     **standard.methods(RESULTS, "Create"),  # CreateEvaluationResult: seeds a result
+    **standard.methods(RUNS, "Create"),  # CreateEvaluationRun: seeds a run
     "ResetProject": reset_project,
     "ImportEvaluations": import_evaluations,
 }

@@ -1,6 +1,6 @@
-"""ExportEvaluations and ExportEvaluationResults: long-running operations that write the export
-document (docs/export-format.md) inline into the operation's response, or, with
-``export_options.gcs_uri``, atomically into a file under the server's export root
+"""ExportEvaluations, ExportEvaluationResults and ExportEvaluationRuns: long-running operations
+that write the export document (docs/export-format.md) inline into the operation's response,
+or, with ``export_options.gcs_uri``, atomically into a file under the server's export root
 (``gs://bucket/path`` → ``<export root>/bucket/path``, :mod:`ces_eval.core.exchange.objects`).
 
 No read or write there follows a symbolic link, and errors about a file read from there never
@@ -10,12 +10,14 @@ quote its content (docs/security.md).
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
 from ces_eval.contract import limits
 from ces_eval.core import exchange, names
 from ces_eval.core.exchange import objects
 from ces_eval.core.longrunning import location_of
+from ces_eval.core.runs import RUNS
 from ces_eval.core.standard import invalid
 from ces_eval.core.validation import raise_if_invalid
 from ces_eval.errors import Code, FieldViolation, ServiceError
@@ -24,7 +26,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as
 from ces_eval.storage.base import Cursor, ListQuery, OrderBy, SortKey
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Awaitable, Callable, Sequence
 
     from google.longrunning import operations_pb2
     from google.protobuf.message import Message
@@ -39,6 +41,7 @@ _EXTENSIONS = {
 }
 
 _Response = TypeVar("_Response", bound="Message")
+_Stored = TypeVar("_Stored", bound="Message")
 # An operation's name, metadata and the type URL of its response, at most.
 _OPERATION_ENVELOPE = 1024
 
@@ -74,7 +77,11 @@ def _names_violations(
     if not requested:
         return [FieldViolation("names", "Required.", "REQUIRED")]
     prefix = f"{parent}/{collection}/"
-    kind = {"evaluations": "an evaluation", "results": "a result"}[collection]
+    kind = {
+        "evaluations": "an evaluation",
+        "results": "a result",
+        "evaluationRuns": "an evaluation run",
+    }[collection]
     found: list[FieldViolation] = []
     for index, name in enumerate(requested):
         field = f"names[{index}]"
@@ -163,6 +170,31 @@ async def _deliver(
     return b"", location.uri
 
 
+def _answer(response_type: type[_Response], oneof: str, content: bytes, uri: str) -> _Response:
+    """An export's response: the member ``<oneof>_uri`` of its oneof ``oneof`` when a file was
+    written, else ``<oneof>_content`` (when the operation can carry it, :func:`_readable`)."""
+    if uri:
+        return response_type(**{f"{oneof}_uri": uri})
+    return _readable(response_type(**{f"{oneof}_content": content}))
+
+
+async def _every(
+    names_: Sequence[str], get: Callable[[str], Awaitable[_Stored | None]], kind: str
+) -> list[_Stored]:
+    """The resources ``names_``, in that order; NOT_FOUND naming every one that is missing."""
+    found: list[_Stored] = []
+    missing: list[str] = []
+    for name in names_:
+        resource = await get(name)
+        if resource is None:
+            missing.append(name)
+        else:
+            found.append(resource)
+    if missing:
+        raise ServiceError.not_found(kind, ", ".join(missing))
+    return found
+
+
 async def _results_of(context: Context, evaluation: str) -> list[evaluation_pb2.EvaluationResult]:
     found: list[evaluation_pb2.EvaluationResult] = []
     after: Cursor | None = None
@@ -242,27 +274,16 @@ async def export_evaluation_results(
     wanted = list(dict.fromkeys(request.names))
 
     async def work() -> service_pb2.ExportEvaluationResultsResponse:
-        results: list[evaluation_pb2.EvaluationResult] = []
-        missing: list[str] = []
-        for name in wanted:
-            result = await context.storage.get_result(name)
-            if result is None:
-                missing.append(name)
-            else:
-                results.append(result)
-        if missing:
-            raise ServiceError.not_found(names.EVALUATION_RESULT.type, ", ".join(missing))
+        results = await _every(wanted, context.storage.get_result, names.EVALUATION_RESULT.type)
         content, uri = await _deliver(
             context,
-            exchange.Bundle([], results),
+            exchange.Bundle(results=results),
             request.export_options,
             "evaluation-results",
             request.parent,
         )
-        if uri:
-            return service_pb2.ExportEvaluationResultsResponse(evaluation_results_uri=uri)
-        return _readable(
-            service_pb2.ExportEvaluationResultsResponse(evaluation_results_content=content)
+        return _answer(
+            service_pb2.ExportEvaluationResultsResponse, "evaluation_results", content, uri
         )
 
     return await context.runner.start(
@@ -273,7 +294,41 @@ async def export_evaluation_results(
     )
 
 
+async def export_evaluation_runs(
+    context: Context, request: service_pb2.ExportEvaluationRunsRequest, caller: Caller
+) -> operations_pb2.Operation:
+    """The runs ``names`` of the app ``parent`` (each must exist: a missing one fails the
+    operation with NOT_FOUND naming it, as results' export does)."""
+    names.APP.parse(request.parent, "parent", owned=0)
+    raise_if_invalid(
+        _names_violations(request.names, request.parent, "evaluationRuns", RUNS.pattern.violation),
+        "export request",
+    )
+    await _check_export_target(context, request.export_options, request.parent)
+    wanted = list(dict.fromkeys(request.names))
+
+    async def work() -> service_pb2.ExportEvaluationRunsResponse:
+        get = partial(RUNS.store.get, context.storage)
+        runs = await _every(wanted, get, RUNS.pattern.type)
+        content, uri = await _deliver(
+            context,
+            exchange.Bundle(runs=runs),
+            request.export_options,
+            "evaluation-runs",
+            request.parent,
+        )
+        return _answer(service_pb2.ExportEvaluationRunsResponse, "evaluation_runs", content, uri)
+
+    return await context.runner.start(
+        location_of(request.parent),
+        "ExportEvaluationRuns",
+        service_pb2.ExportEvaluationRunsOperationMetadata(),
+        work,
+    )
+
+
 RPCS: dict[str, Rpc] = {
     "ExportEvaluations": export_evaluations,
     "ExportEvaluationResults": export_evaluation_results,
+    "ExportEvaluationRuns": export_evaluation_runs,
 }

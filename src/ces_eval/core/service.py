@@ -24,6 +24,7 @@ from ces_eval.core import (
     exports,
     longrunning,
     results,
+    runs,
     scheduled_runs,
 )
 from ces_eval.core.context import DEFAULT_EXPORT_ROOT, Context, Rpc
@@ -59,6 +60,7 @@ _SERVICES: dict[str, dict[str, Rpc]] = {
         **expectations.RPCS,
         **scheduled_runs.RPCS,
         **datasets.RPCS,
+        **runs.RPCS,
     },
     "google.longrunning.Operations": longrunning.RPCS,
     "ces_eval.emulator.v1.EmulatorService": emulator.RPCS,
@@ -75,6 +77,7 @@ RESOURCES = (
     expectations.EXPECTATIONS,
     scheduled_runs.SCHEDULED_RUNS,
     datasets.DATASETS,
+    runs.RUNS,
 )
 # ``core.create_evaluation``: each implemented RPC by its snake_case name, which no two share.
 _BY_METHOD_NAME = {snake_case(path.rsplit("/", 1)[1]): path for path in RPCS}

@@ -93,14 +93,19 @@ class Store(Generic[M]):
     orders: Mapping[str, bool] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, table: Table[M]) -> Store[M]:
-        """The calls of a resource kept in a generic table (:mod:`ces_eval.storage.tables`)."""
+    def of(cls, table: Table[M], *, updatable: bool = True) -> Store[M]:
+        """The calls of a resource kept in a generic table (:mod:`ces_eval.storage.tables`);
+        ``replace`` only for an ``updatable`` one."""
+
+        def replace(storage: Storage, message: M, etag: str) -> Awaitable[None]:
+            return storage.replace_row(table, message, etag)
+
         return cls(
             get=lambda storage, name: storage.get_row(table, name),
             insert=lambda storage, message: storage.insert_row(table, message),
             list=lambda storage, query: storage.list_rows(table, query),
             delete=lambda storage, name, etag: storage.delete_row(table, name, etag),
-            replace=lambda storage, message, etag: storage.replace_row(table, message, etag),
+            replace=replace if updatable else None,
             orders={order.field: order.descending for order in table.orders},
         )
 

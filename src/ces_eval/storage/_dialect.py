@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping, Sequence
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from ces_eval import filtering
@@ -23,11 +24,11 @@ from ces_eval.storage._tables import (
     EVALUATION_FILTER_FIELDS,
     RESULT_COLUMNS,
     RESULT_FILTER_FIELDS,
-    RUN_FILTER_FIELDS,
     now_micros,
 )
 from ces_eval.storage.base import ListQuery, SortKey
 from ces_eval.storage.errors import InvalidFilter
+from ces_eval.storage.tables import RUNS
 
 if TYPE_CHECKING:
     from ces_eval.storage.tables import Table
@@ -224,6 +225,30 @@ class Sql:
             f"SELECT name, metrics_tally FROM evaluations WHERE name IN {name_list}"
         )
 
+    @cached_property
+    def run_evaluations(self) -> str:
+        """The evaluations a run's results belong to, in name order (the order they are locked
+        in)."""
+        return (
+            "SELECT DISTINCT evaluation FROM evaluation_results "
+            f"WHERE evaluation_run = {self.p} ORDER BY evaluation"
+        )
+
+    @cached_property
+    def run_results_of(self) -> str:
+        """The data of a run's results of one evaluation (parameters: evaluation, run)."""
+        return f"SELECT data {self._run_results}"
+
+    @cached_property
+    def run_results_delete(self) -> str:
+        """Delete a run's results of one evaluation (parameters: evaluation, run)."""
+        return f"DELETE {self._run_results}"
+
+    @property
+    def _run_results(self) -> str:
+        p = self.p
+        return f"FROM evaluation_results WHERE evaluation = {p} AND evaluation_run = {p}"
+
     @property
     def p(self) -> str:
         """The placeholder."""
@@ -395,9 +420,11 @@ class Sql:
         where.append(f"({sql})")
         params += values
         if query.run_filter is not None:
-            sql, values = self.compile(query.run_filter, RUN_FILTER_FIELDS, "run_filter")
+            # Over the runs the evaluation's results belong to (Evaluation.evaluation_runs).
+            sql, values = self.compile(query.run_filter, RUNS.filter_fields, "run_filter")
             where.append(
-                "EXISTS (SELECT 1 FROM evaluation_results r "
+                f"EXISTS (SELECT 1 FROM evaluation_results r JOIN {RUNS.name} "
+                f"ON {RUNS.name}.name = r.evaluation_run "
                 f"WHERE r.evaluation = evaluations.name AND ({sql}))"
             )
             params += values

@@ -192,6 +192,11 @@ class ScriptedStorage(abc.ABC):
             partial(_scripts.delete_dataset, self._sql, name, expected_etag, evaluation_etag)
         )
 
+    async def delete_evaluation_run(self, name: str, evaluation_etag: str) -> int:
+        return await self._write(
+            partial(_scripts.delete_evaluation_run, self._sql, name, evaluation_etag)
+        )
+
     # -- long-running operations -----------------------------------------------------------
 
     async def insert_operation(

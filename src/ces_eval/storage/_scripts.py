@@ -369,6 +369,33 @@ def delete_result(sql: Sql, name: str, parent_etag: str) -> Script[None]:
     yield from _refresh_derived(sql, evaluation, parent_etag, change)
 
 
+# -- evaluation runs ---------------------------------------------------------------------------
+
+
+def delete_evaluation_run(sql: Sql, name: str, evaluation_etag: str) -> Script[int]:
+    """Delete the run ``name`` (a row of :data:`tables.RUNS`) and the results it produced (those
+    whose ``evaluation_run`` is it); each evaluation that loses results gets its derived fields
+    brought up to date and ``evaluation_etag``. The evaluations are locked in name order, as
+    :func:`import_bundle` locks them. Missing when there is no such run; returns how many
+    results went."""
+    run = sql.table(tables.RUNS)
+    if _first((yield Statement(run.lock, (name,)))) is None:
+        raise Missing(name)
+    evaluations = [str(e) for (e,) in (yield Statement(sql.run_evaluations, (name,))).rows]
+    deleted = 0
+    for evaluation in evaluations:
+        yield from _lock_evaluation(sql, evaluation, evaluation)
+        gone = (yield Statement(sql.run_results_of, (evaluation, name))).rows
+        change: Tally = {}
+        for (data,) in gone:
+            add_tally(change, contribution(_Result.FromString(bytes(data))), sign=-1)
+        yield Statement(sql.run_results_delete, (evaluation, name))
+        deleted += len(gone)
+        yield from _refresh_derived(sql, evaluation, evaluation_etag, change)
+    yield Statement(run.delete, (name,))
+    return deleted
+
+
 class _Bundle:
     """The names and display names an import has written so far."""
 

@@ -30,7 +30,6 @@ __all__ = [
     "EVALUATION_FILTER_FIELDS",
     "RESULT_COLUMNS",
     "RESULT_FILTER_FIELDS",
-    "RUN_FILTER_FIELDS",
     "derived_blob",
     "evaluation_from_row",
     "evaluation_row",
@@ -116,8 +115,6 @@ _RESULT_SPECS: dict[str, tuple[str, filtering.FieldKind, dict[str, int]]] = {
     ),
 }
 RESULT_FILTER_FIELDS = _specs("evaluation_results", _RESULT_SPECS)
-# evaluation_run_filter: the same result fields, over the results of the evaluation in the row.
-RUN_FILTER_FIELDS = _specs("r", _RESULT_SPECS)
 
 # Column order of evaluation_row / result_row, for INSERT and UPDATE statements. The first two
 # (evaluations) or three (results) are the identity, never updated.

@@ -91,7 +91,8 @@ class ListQuery:
 
     ``parent`` is the collection owner; for results it may be an app (all evaluations, the
     AIP-159 ``-`` wildcard) or one evaluation. ``run_filter`` restricts evaluations to those with
-    a result matching it (ListEvaluationsRequest.evaluation_run_filter).
+    a result of an evaluation run matching it, over the run's fields
+    (ListEvaluationsRequest.evaluation_run_filter).
 
     ``max_bytes`` bounds what is read besides ``limit``: a row is read only while the rows
     before it hold at most that many stored bytes (an evaluation's data and derived fields, a
@@ -271,6 +272,12 @@ class Storage(Protocol):
         self, name: str, expected_etag: str | None, evaluation_etag: str
     ) -> None:
         """Delete a dataset. Raises Missing or EtagMismatch."""
+
+    async def delete_evaluation_run(self, name: str, evaluation_etag: str) -> int:
+        """Delete the evaluation run ``name`` (of :data:`~.tables.RUNS`) and the results whose
+        ``evaluation_run`` it is, in one transaction; the derived fields of their evaluations
+        follow, and each of them gets ``evaluation_etag``. Returns how many results were
+        deleted. Raises Missing."""
 
     # -- long-running operations -----------------------------------------------------------
 

@@ -4,7 +4,8 @@ their own.
 A generic table holds one row per resource: its ``name`` (primary key), its ``parent`` (the name
 without the last collection and ID), ``display_name`` (unique within the parent when the
 declaration says so), ``create_time`` and ``update_time`` (microseconds since the epoch, 0 when
-unset), ``etag`` and ``data`` (the whole message, serialized), plus one column per filterable
+unset; a message without ``update_time``, such as EvaluationRun, orders by its ``create_time``
+there too), ``etag`` and ``data`` (the whole message, serialized), plus one column per filterable
 field, named after it (strings, enums as their numbers, timestamps as microseconds, repeated
 strings as JSON arrays; a nested field's column is its path with ``_`` for ``.``). Its
 migration creates exactly those columns; the statements (:meth:`._dialect.Sql.table`) and the
@@ -201,6 +202,8 @@ class Table(Generic[M]):
         name = str(getattr(message, "name"))  # noqa: B009 - every resource has a name
         have = self.fields
         stamps = [_micros(getattr(message, stamp)) if stamp in have else 0 for stamp in _STAMPS]
+        if "update_time" not in have:  # none to order by (the lists' default): creation
+            stamps[1] = stamps[0]
         return (
             name,
             parent_of(name),

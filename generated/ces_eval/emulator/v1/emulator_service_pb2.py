@@ -30,7 +30,7 @@ from google.api import resource_pb2 as google_dot_api_dot_resource__pb2
 from ....google.cloud.ces.v1beta import evaluation_pb2 as google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n+ces_eval/emulator/v1/emulator_service.proto\x12\x14\x63\x65s_eval.emulator.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x17google/api/client.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a(google/cloud/ces/v1beta/evaluation.proto\"\xc7\x01\n\x1d\x43reateEvaluationResultRequest\x12\x36\n\x06parent\x18\x01 \x01(\tB&\xe2\x41\x01\x02\xfa\x41\x1f\n\x1d\x63\x65s.googleapis.com/Evaluation\x12\"\n\x14\x65valuation_result_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12J\n\x11\x65valuation_result\x18\x03 \x01(\x0b\x32).google.cloud.ces.v1beta.EvaluationResultB\x04\xe2\x41\x01\x02\"{\n\x18ImportEvaluationsRequest\x12/\n\x06parent\x18\x01 \x01(\tB\x1f\xe2\x41\x01\x02\xfa\x41\x18\n\x16\x63\x65s.googleapis.com/App\x12\x11\n\x07\x63ontent\x18\x02 \x01(\x0cH\x00\x12\x11\n\x07gcs_uri\x18\x03 \x01(\tH\x00\x42\x08\n\x06source\"U\n\x19ImportEvaluationsResponse\x12\x13\n\x0b\x65valuations\x18\x01 \x03(\t\x12#\n\x1bimported_evaluation_results\x18\x02 \x01(\x03\")\n\x13ResetProjectRequest\x12\x12\n\x04name\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\"s\n\x14ResetProjectResponse\x12\x1b\n\x13\x64\x65leted_evaluations\x18\x01 \x01(\x03\x12\"\n\x1a\x64\x65leted_evaluation_results\x18\x02 \x01(\x03\x12\x1a\n\x12\x64\x65leted_operations\x18\x03 \x01(\x03\x32\x9d\x05\n\x0f\x45mulatorService\x12\x8f\x02\n\x16\x43reateEvaluationResult\x12\x33.ces_eval.emulator.v1.CreateEvaluationResultRequest\x1a).google.cloud.ces.v1beta.EvaluationResult\"\x94\x01\xda\x41-parent,evaluation_result,evaluation_result_id\x82\xd3\xe4\x93\x02^\"I/emulator/v1/{parent=projects/*/locations/*/apps/*/evaluations/*}/results:\x11\x65valuation_result\x12\xd7\x01\n\x11ImportEvaluations\x12..ces_eval.emulator.v1.ImportEvaluationsRequest\x1a/.ces_eval.emulator.v1.ImportEvaluationsResponse\"a\xda\x41\x0eparent,content\x82\xd3\xe4\x93\x02J\"E/emulator/v1/{parent=projects/*/locations/*/apps/*}:importEvaluations:\x01*\x12\x9d\x01\n\x0cResetProject\x12).ces_eval.emulator.v1.ResetProjectRequest\x1a*.ces_eval.emulator.v1.ResetProjectResponse\"6\xda\x41\x04name\x82\xd3\xe4\x93\x02)\"$/emulator/v1/{name=projects/*}:reset:\x01*b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n+ces_eval/emulator/v1/emulator_service.proto\x12\x14\x63\x65s_eval.emulator.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x17google/api/client.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a(google/cloud/ces/v1beta/evaluation.proto\"\xc7\x01\n\x1d\x43reateEvaluationResultRequest\x12\x36\n\x06parent\x18\x01 \x01(\tB&\xe2\x41\x01\x02\xfa\x41\x1f\n\x1d\x63\x65s.googleapis.com/Evaluation\x12\"\n\x14\x65valuation_result_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12J\n\x11\x65valuation_result\x18\x03 \x01(\x0b\x32).google.cloud.ces.v1beta.EvaluationResultB\x04\xe2\x41\x01\x02\"\xb4\x01\n\x1a\x43reateEvaluationRunRequest\x12/\n\x06parent\x18\x01 \x01(\tB\x1f\xe2\x41\x01\x02\xfa\x41\x18\n\x16\x63\x65s.googleapis.com/App\x12\x1f\n\x11\x65valuation_run_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12\x44\n\x0e\x65valuation_run\x18\x03 \x01(\x0b\x32&.google.cloud.ces.v1beta.EvaluationRunB\x04\xe2\x41\x01\x02\"{\n\x18ImportEvaluationsRequest\x12/\n\x06parent\x18\x01 \x01(\tB\x1f\xe2\x41\x01\x02\xfa\x41\x18\n\x16\x63\x65s.googleapis.com/App\x12\x11\n\x07\x63ontent\x18\x02 \x01(\x0cH\x00\x12\x11\n\x07gcs_uri\x18\x03 \x01(\tH\x00\x42\x08\n\x06source\"U\n\x19ImportEvaluationsResponse\x12\x13\n\x0b\x65valuations\x18\x01 \x03(\t\x12#\n\x1bimported_evaluation_results\x18\x02 \x01(\x03\")\n\x13ResetProjectRequest\x12\x12\n\x04name\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\"s\n\x14ResetProjectResponse\x12\x1b\n\x13\x64\x65leted_evaluations\x18\x01 \x01(\x03\x12\"\n\x1a\x64\x65leted_evaluation_results\x18\x02 \x01(\x03\x12\x1a\n\x12\x64\x65leted_operations\x18\x03 \x01(\x03\x32\x96\x07\n\x0f\x45mulatorService\x12\x8f\x02\n\x16\x43reateEvaluationResult\x12\x33.ces_eval.emulator.v1.CreateEvaluationResultRequest\x1a).google.cloud.ces.v1beta.EvaluationResult\"\x94\x01\xda\x41-parent,evaluation_result,evaluation_result_id\x82\xd3\xe4\x93\x02^\"I/emulator/v1/{parent=projects/*/locations/*/apps/*/evaluations/*}/results:\x11\x65valuation_result\x12\xf6\x01\n\x13\x43reateEvaluationRun\x12\x30.ces_eval.emulator.v1.CreateEvaluationRunRequest\x1a&.google.cloud.ces.v1beta.EvaluationRun\"\x84\x01\xda\x41\'parent,evaluation_run,evaluation_run_id\x82\xd3\xe4\x93\x02T\"B/emulator/v1/{parent=projects/*/locations/*/apps/*}/evaluationRuns:\x0e\x65valuation_run\x12\xd7\x01\n\x11ImportEvaluations\x12..ces_eval.emulator.v1.ImportEvaluationsRequest\x1a/.ces_eval.emulator.v1.ImportEvaluationsResponse\"a\xda\x41\x0eparent,content\x82\xd3\xe4\x93\x02J\"E/emulator/v1/{parent=projects/*/locations/*/apps/*}:importEvaluations:\x01*\x12\x9d\x01\n\x0cResetProject\x12).ces_eval.emulator.v1.ResetProjectRequest\x1a*.ces_eval.emulator.v1.ResetProjectResponse\"6\xda\x41\x04name\x82\xd3\xe4\x93\x02)\"$/emulator/v1/{name=projects/*}:reset:\x01*b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -43,26 +43,36 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CREATEEVALUATIONRESULTREQUEST'].fields_by_name['evaluation_result_id']._serialized_options = b'\342A\001\001'
   _globals['_CREATEEVALUATIONRESULTREQUEST'].fields_by_name['evaluation_result']._loaded_options = None
   _globals['_CREATEEVALUATIONRESULTREQUEST'].fields_by_name['evaluation_result']._serialized_options = b'\342A\001\002'
+  _globals['_CREATEEVALUATIONRUNREQUEST'].fields_by_name['parent']._loaded_options = None
+  _globals['_CREATEEVALUATIONRUNREQUEST'].fields_by_name['parent']._serialized_options = b'\342A\001\002\372A\030\n\026ces.googleapis.com/App'
+  _globals['_CREATEEVALUATIONRUNREQUEST'].fields_by_name['evaluation_run_id']._loaded_options = None
+  _globals['_CREATEEVALUATIONRUNREQUEST'].fields_by_name['evaluation_run_id']._serialized_options = b'\342A\001\001'
+  _globals['_CREATEEVALUATIONRUNREQUEST'].fields_by_name['evaluation_run']._loaded_options = None
+  _globals['_CREATEEVALUATIONRUNREQUEST'].fields_by_name['evaluation_run']._serialized_options = b'\342A\001\002'
   _globals['_IMPORTEVALUATIONSREQUEST'].fields_by_name['parent']._loaded_options = None
   _globals['_IMPORTEVALUATIONSREQUEST'].fields_by_name['parent']._serialized_options = b'\342A\001\002\372A\030\n\026ces.googleapis.com/App'
   _globals['_RESETPROJECTREQUEST'].fields_by_name['name']._loaded_options = None
   _globals['_RESETPROJECTREQUEST'].fields_by_name['name']._serialized_options = b'\342A\001\002'
   _globals['_EMULATORSERVICE'].methods_by_name['CreateEvaluationResult']._loaded_options = None
   _globals['_EMULATORSERVICE'].methods_by_name['CreateEvaluationResult']._serialized_options = b'\332A-parent,evaluation_result,evaluation_result_id\202\323\344\223\002^\"I/emulator/v1/{parent=projects/*/locations/*/apps/*/evaluations/*}/results:\021evaluation_result'
+  _globals['_EMULATORSERVICE'].methods_by_name['CreateEvaluationRun']._loaded_options = None
+  _globals['_EMULATORSERVICE'].methods_by_name['CreateEvaluationRun']._serialized_options = b'\332A\'parent,evaluation_run,evaluation_run_id\202\323\344\223\002T\"B/emulator/v1/{parent=projects/*/locations/*/apps/*}/evaluationRuns:\016evaluation_run'
   _globals['_EMULATORSERVICE'].methods_by_name['ImportEvaluations']._loaded_options = None
   _globals['_EMULATORSERVICE'].methods_by_name['ImportEvaluations']._serialized_options = b'\332A\016parent,content\202\323\344\223\002J\"E/emulator/v1/{parent=projects/*/locations/*/apps/*}:importEvaluations:\001*'
   _globals['_EMULATORSERVICE'].methods_by_name['ResetProject']._loaded_options = None
   _globals['_EMULATORSERVICE'].methods_by_name['ResetProject']._serialized_options = b'\332A\004name\202\323\344\223\002)\"$/emulator/v1/{name=projects/*}:reset:\001*'
   _globals['_CREATEEVALUATIONRESULTREQUEST']._serialized_start=227
   _globals['_CREATEEVALUATIONRESULTREQUEST']._serialized_end=426
-  _globals['_IMPORTEVALUATIONSREQUEST']._serialized_start=428
-  _globals['_IMPORTEVALUATIONSREQUEST']._serialized_end=551
-  _globals['_IMPORTEVALUATIONSRESPONSE']._serialized_start=553
-  _globals['_IMPORTEVALUATIONSRESPONSE']._serialized_end=638
-  _globals['_RESETPROJECTREQUEST']._serialized_start=640
-  _globals['_RESETPROJECTREQUEST']._serialized_end=681
-  _globals['_RESETPROJECTRESPONSE']._serialized_start=683
-  _globals['_RESETPROJECTRESPONSE']._serialized_end=798
-  _globals['_EMULATORSERVICE']._serialized_start=801
-  _globals['_EMULATORSERVICE']._serialized_end=1470
+  _globals['_CREATEEVALUATIONRUNREQUEST']._serialized_start=429
+  _globals['_CREATEEVALUATIONRUNREQUEST']._serialized_end=609
+  _globals['_IMPORTEVALUATIONSREQUEST']._serialized_start=611
+  _globals['_IMPORTEVALUATIONSREQUEST']._serialized_end=734
+  _globals['_IMPORTEVALUATIONSRESPONSE']._serialized_start=736
+  _globals['_IMPORTEVALUATIONSRESPONSE']._serialized_end=821
+  _globals['_RESETPROJECTREQUEST']._serialized_start=823
+  _globals['_RESETPROJECTREQUEST']._serialized_end=864
+  _globals['_RESETPROJECTRESPONSE']._serialized_start=866
+  _globals['_RESETPROJECTRESPONSE']._serialized_end=981
+  _globals['_EMULATORSERVICE']._serialized_start=984
+  _globals['_EMULATORSERVICE']._serialized_end=1902
 # @@protoc_insertion_point(module_scope)

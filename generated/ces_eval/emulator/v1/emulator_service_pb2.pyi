@@ -57,6 +57,42 @@ class CreateEvaluationResultRequest(_message.Message):
 Global___CreateEvaluationResultRequest: _TypeAlias = CreateEvaluationResultRequest  # noqa: Y015
 
 @_typing.final
+class CreateEvaluationRunRequest(_message.Message):
+    """Request of EmulatorService.CreateEvaluationRun."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARENT_FIELD_NUMBER: _builtins.int
+    EVALUATION_RUN_ID_FIELD_NUMBER: _builtins.int
+    EVALUATION_RUN_FIELD_NUMBER: _builtins.int
+    parent: _builtins.str
+    """The app that will own the run.
+    Format: projects/{project}/locations/{location}/apps/{app}
+    """
+    evaluation_run_id: _builtins.str
+    """The ID that becomes the last segment of the run's resource name (AIP-122). When empty,
+    the server picks a unique ID.
+    """
+    @_builtins.property
+    def evaluation_run(self) -> _evaluation_pb2.EvaluationRun:
+        """The run to store."""
+
+    def __init__(
+        self,
+        *,
+        parent: _builtins.str = ...,
+        evaluation_run_id: _builtins.str = ...,
+        evaluation_run: _evaluation_pb2.EvaluationRun | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["evaluation_run", b"evaluation_run"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["evaluation_run", b"evaluation_run", "evaluation_run_id", b"evaluation_run_id", "parent", b"parent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateEvaluationRunRequest: _TypeAlias = CreateEvaluationRunRequest  # noqa: Y015
+
+@_typing.final
 class ImportEvaluationsRequest(_message.Message):
     """Request of EmulatorService.ImportEvaluations."""
 

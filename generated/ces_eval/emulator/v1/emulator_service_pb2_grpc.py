@@ -44,6 +44,11 @@ class EmulatorServiceStub:
                 request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.CreateEvaluationResultRequest.SerializeToString,
                 response_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationResult.FromString,
                 _registered_method=True)
+        self.CreateEvaluationRun = channel.unary_unary(
+                '/ces_eval.emulator.v1.EmulatorService/CreateEvaluationRun',
+                request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.CreateEvaluationRunRequest.SerializeToString,
+                response_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationRun.FromString,
+                _registered_method=True)
         self.ImportEvaluations = channel.unary_unary(
                 '/ces_eval.emulator.v1.EmulatorService/ImportEvaluations',
                 request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ImportEvaluationsRequest.SerializeToString,
@@ -67,6 +72,16 @@ class EmulatorServiceServicer:
         produced it. Output-only fields of the result are taken as given (that is the point: they
         are what a run would have written), except name, create_time and the evaluation's derived
         fields, which the server maintains.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateEvaluationRun(self, request, context):
+        """Stores an evaluation run in an app, as if the run engine had written it: every field as
+        given (state, progress, summaries, the evaluations and results it lists), except name and
+        create_time, which the server sets. Results seeded afterwards with `evaluation_run` set to
+        its name are the results it produced: DeleteEvaluationRun deletes them with it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -97,6 +112,11 @@ def add_EmulatorServiceServicer_to_server(servicer, server):
                     servicer.CreateEvaluationResult,
                     request_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.CreateEvaluationResultRequest.FromString,
                     response_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationResult.SerializeToString,
+            ),
+            'CreateEvaluationRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateEvaluationRun,
+                    request_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.CreateEvaluationRunRequest.FromString,
+                    response_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationRun.SerializeToString,
             ),
             'ImportEvaluations': grpc.unary_unary_rpc_method_handler(
                     servicer.ImportEvaluations,
@@ -139,6 +159,33 @@ class EmulatorService:
             '/ces_eval.emulator.v1.EmulatorService/CreateEvaluationResult',
             ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.CreateEvaluationResultRequest.SerializeToString,
             google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationResult.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateEvaluationRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ces_eval.emulator.v1.EmulatorService/CreateEvaluationRun',
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.CreateEvaluationRunRequest.SerializeToString,
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationRun.FromString,
             options,
             channel_credentials,
             insecure,

@@ -44,6 +44,12 @@ class EmulatorServiceStub:
     are what a run would have written), except name, create_time and the evaluation's derived
     fields, which the server maintains.
     """
+    CreateEvaluationRun: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.CreateEvaluationRunRequest, _evaluation_pb2.EvaluationRun]
+    """Stores an evaluation run in an app, as if the run engine had written it: every field as
+    given (state, progress, summaries, the evaluations and results it lists), except name and
+    create_time, which the server sets. Results seeded afterwards with `evaluation_run` set to
+    its name are the results it produced: DeleteEvaluationRun deletes them with it.
+    """
     ImportEvaluations: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.ImportEvaluationsRequest, _emulator_service_pb2.ImportEvaluationsResponse]
     """Restores evaluations and results from an export document (the content of an
     ExportEvaluations / ExportEvaluationResults operation, JSON or YAML; docs/export-format.md)
@@ -67,6 +73,12 @@ class EmulatorServiceAsyncStub(EmulatorServiceStub):
     produced it. Output-only fields of the result are taken as given (that is the point: they
     are what a run would have written), except name, create_time and the evaluation's derived
     fields, which the server maintains.
+    """
+    CreateEvaluationRun: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.CreateEvaluationRunRequest, _evaluation_pb2.EvaluationRun]  # type: ignore[assignment]
+    """Stores an evaluation run in an app, as if the run engine had written it: every field as
+    given (state, progress, summaries, the evaluations and results it lists), except name and
+    create_time, which the server sets. Results seeded afterwards with `evaluation_run` set to
+    its name are the results it produced: DeleteEvaluationRun deletes them with it.
     """
     ImportEvaluations: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.ImportEvaluationsRequest, _emulator_service_pb2.ImportEvaluationsResponse]  # type: ignore[assignment]
     """Restores evaluations and results from an export document (the content of an
@@ -94,6 +106,18 @@ class EmulatorServiceServicer(metaclass=_abc_1.ABCMeta):
         produced it. Output-only fields of the result are taken as given (that is the point: they
         are what a run would have written), except name, create_time and the evaluation's derived
         fields, which the server maintains.
+        """
+
+    @_abc_1.abstractmethod
+    def CreateEvaluationRun(
+        self,
+        request: _emulator_service_pb2.CreateEvaluationRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_evaluation_pb2.EvaluationRun, _abc.Awaitable[_evaluation_pb2.EvaluationRun]]:
+        """Stores an evaluation run in an app, as if the run engine had written it: every field as
+        given (state, progress, summaries, the evaluations and results it lists), except name and
+        create_time, which the server sets. Results seeded afterwards with `evaluation_run` set to
+        its name are the results it produced: DeleteEvaluationRun deletes them with it.
         """
 
     @_abc_1.abstractmethod

@@ -1,5 +1,5 @@
-"""The export document (docs/export-format.md): what ExportEvaluations and
-ExportEvaluationResults write and the emulator's ImportEvaluations reads.
+"""The export document (docs/export-format.md): what ExportEvaluations, ExportEvaluationResults
+and ExportEvaluationRuns write and the emulator's ImportEvaluations reads.
 
 :func:`dump` renders a :class:`Bundle` as JSON or YAML (:mod:`.yaml_dialect`); :func:`load` reads
 either back and reports every problem as an :class:`ExchangeError` carrying a field path inside
@@ -29,21 +29,26 @@ FORMAT = "ces-eval.export/v1"
 _ExportFormat = evaluation_service_pb2.ExportOptions.ExportFormat
 _EVALUATIONS = "evaluations"
 _RESULTS = "evaluationResults"
+_RUNS = "evaluationRuns"
 _KEYS = {
     "format": "format",
     _EVALUATIONS: _EVALUATIONS,
     _RESULTS: _RESULTS,
     "evaluation_results": _RESULTS,
+    _RUNS: _RUNS,
+    "evaluation_runs": _RUNS,
 }
 _M = TypeVar("_M", bound=Message)
 
 
 @dataclass(frozen=True)
 class Bundle:
-    """The content of one export document: evaluations and evaluation results, in order."""
+    """The content of one export document: evaluations, evaluation results and evaluation
+    runs, in order."""
 
     evaluations: list[evaluation_pb2.Evaluation] = field(default_factory=list)
     results: list[evaluation_pb2.EvaluationResult] = field(default_factory=list)
+    runs: list[evaluation_pb2.EvaluationRun] = field(default_factory=list)
 
 
 # -- document paths ----------------------------------------------------------------------------
@@ -68,6 +73,8 @@ def dump(bundle: Bundle, fmt: int) -> bytes:
         document[_EVALUATIONS] = [json_format.MessageToDict(e) for e in bundle.evaluations]
     if bundle.results:
         document[_RESULTS] = [json_format.MessageToDict(r) for r in bundle.results]
+    if bundle.runs:
+        document[_RUNS] = [json_format.MessageToDict(r) for r in bundle.runs]
     if fmt in (_ExportFormat.EXPORT_FORMAT_UNSPECIFIED, _ExportFormat.JSON):
         text = json.dumps(document, ensure_ascii=False, indent=2, allow_nan=False)
         return (text + "\n").encode("utf-8")
@@ -227,8 +234,8 @@ def load(data: bytes) -> Bundle:
                     f"unknown key {_quoted(key)}",
                     member_path("", key),
                     blind=(
-                        "unknown key at the top; expected format, evaluations and "
-                        "evaluationResults",
+                        "unknown key at the top; expected format, evaluations, "
+                        "evaluationResults and evaluationRuns",
                         "",
                     ),
                 )
@@ -250,6 +257,7 @@ def load(data: bytes) -> Bundle:
         return Bundle(
             _items(document, _EVALUATIONS, evaluation_pb2.Evaluation),
             _items(document, _RESULTS, evaluation_pb2.EvaluationResult),
+            _items(document, _RUNS, evaluation_pb2.EvaluationRun),
         )
     except RecursionError:
         raise ExchangeError("the document is nested too deeply", quotes=False) from None

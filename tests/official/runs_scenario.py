@@ -1,0 +1,197 @@
+"""Evaluation runs, driven by Google's official Python client against a running server.
+
+Runs in the official client's own environment (``.venv-client``), never beside ``ces_eval``
+(GUIDE §2). Usage: ``runs_scenario.py grpc HOST:PORT DESCRIPTOR_SET`` or
+``runs_scenario.py rest http://HOST:PORT``; several comma-separated targets (replicas sharing
+one database) are called in turn. Runs have no public create: the emulator seeds two
+runs and their results (client_scenario's emulator clients), then the official client gets,
+lists (pager, filter, order) and exports them, filters evaluations by their runs, and deletes one
+(a long-running operation), after which its results are gone and the evaluations' runs follow.
+The script prints one JSON line per step and exits non-zero on the first failure.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+# The scenarios run as scripts: their folder is on sys.path.
+from client_scenario import (  # type: ignore[import-not-found]
+    Emulator,
+    RestEmulator,
+    RoundRobin,
+    details_of,
+    step,
+)
+from google.api_core import exceptions
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import ces_v1beta
+from google.cloud.ces_v1beta.services.evaluation_service.transports import grpc as grpc_transport
+from google.protobuf import empty_pb2
+
+APP = "projects/runs-project/locations/us-central1/apps/runs"
+RUNS = APP + "/evaluationRuns/"
+Run = ces_v1beta.EvaluationRun
+Result = ces_v1beta.EvaluationResult
+
+
+def _evaluation(client: Any, display_name: str) -> str:
+    return str(
+        client.create_evaluation(
+            parent=APP,
+            evaluation=ces_v1beta.Evaluation(
+                display_name=display_name,
+                golden=ces_v1beta.Evaluation.Golden(
+                    turns=[
+                        ces_v1beta.Evaluation.GoldenTurn(
+                            steps=[ces_v1beta.Evaluation.Step(user_input={"text": "hello"})]
+                        )
+                    ]
+                ),
+            ),
+        ).name
+    )
+
+
+def _refused(call: Callable[[], object], error: type[Exception]) -> dict[str, Any]:
+    try:
+        call()
+    except error as raised:
+        assert isinstance(raised, exceptions.GoogleAPICallError)
+        return details_of(raised)
+    raise AssertionError(f"expected {error.__name__}")
+
+
+def scenario(client: Any, emulator: Any) -> None:
+    one, two = _evaluation(client, "One"), _evaluation(client, "Two")
+    nightly = emulator.create_run(
+        APP,
+        Run(
+            display_name="Nightly",
+            initiated_by="ci@example.com",
+            app_version_display_name="v1",
+            evaluations=[one, two],
+            state=Run.EvaluationRunState.COMPLETED,
+            progress=Run.Progress(total_count=2, completed_count=2, passed_count=2),
+        ),
+        "nightly",
+    )
+    manual = emulator.create_run(
+        APP,
+        Run(
+            display_name="Manual",
+            initiated_by="me@example.com",
+            app_version_display_name="v2",
+            evaluations=[one],
+            state=Run.EvaluationRunState.RUNNING,
+        ),
+        "manual",
+    )
+    assert nightly.name == RUNS + "nightly" and manual.name == RUNS + "manual"
+    passed = {"execution_state": 2, "evaluation_status": Result.Outcome.PASS}
+    emulator.create_result(one, Result(evaluation_run=nightly.name, **passed), "r1")
+    emulator.create_result(two, Result(evaluation_run=nightly.name, **passed), "r2")
+    emulator.create_result(one, Result(evaluation_run=manual.name, execution_state=1), "r3")
+    step("seed", runs=[nightly.name, manual.name])
+
+    got = client.get_evaluation_run(name=nightly.name)
+    assert got == nightly and got.progress.passed_count == 2, got
+    absent = _refused(lambda: client.get_evaluation_run(name=RUNS + "absent"), exceptions.NotFound)
+    step("get", state=Run.EvaluationRunState(got.state).name, **absent)
+
+    pages = list(client.list_evaluation_runs(request={"parent": APP, "page_size": 1}).pages)
+    paged = [run.name for page in pages for run in page.evaluation_runs]
+    assert len(pages) == 2 and sorted(paged) == sorted([nightly.name, manual.name]), paged
+    ordered = client.list_evaluation_runs(request={"parent": APP, "order_by": "name"})
+    by_name = [r.name for r in ordered]
+    assert by_name == [manual.name, nightly.name], by_name
+    filtered = client.list_evaluation_runs(
+        request={"parent": APP, "filter": 'initiated_by = "ci@example.com" AND state = COMPLETED'}
+    )
+    assert [r.name for r in filtered] == [nightly.name]
+    bad_filter = _refused(
+        lambda: list(client.list_evaluation_runs(request={"parent": APP, "filter": "nope = 1"})),
+        exceptions.BadRequest,
+    )
+    step("list", pages=len(pages), **bad_filter)
+
+    def evaluations_with(run_filter: str) -> list[str]:
+        request = {"parent": APP, "evaluation_run_filter": run_filter, "order_by": "name"}
+        return [e.name for e in client.list_evaluations(request=request)]
+
+    by_initiator = evaluations_with('initiated_by = "me@example.com"')
+    by_version = evaluations_with('app_version_display_name = "v1"')
+    assert by_initiator == [one] and sorted(by_version) == sorted([one, two])
+    step("evaluation_run_filter", initiated_by=by_initiator, app_version=sorted(by_version))
+
+    export = client.export_evaluation_runs(parent=APP, names=[nightly.name, manual.name])
+    exported = export.result(timeout=60)
+    document = json.loads(exported.evaluation_runs_content)
+    to_file = client.export_evaluation_runs(
+        request={
+            "parent": APP,
+            "names": [manual.name],
+            "export_options": {"export_format": "YAML", "gcs_uri": "gs://runs/exports"},
+        }
+    ).result(timeout=60)
+    step(
+        "export",
+        runs=[r["name"] for r in document["evaluationRuns"]],
+        metadata=type(export.metadata).__name__,
+        uri=to_file.evaluation_runs_uri,
+    )
+
+    deletion = client.delete_evaluation_run(name=nightly.name)
+    outcome = deletion.result(timeout=60)
+    assert isinstance(outcome, empty_pb2.Empty), outcome
+    left = client.list_evaluation_results(
+        request={"parent": APP + "/evaluations/-", "order_by": "name"}
+    )
+    remaining = [r.name.rsplit("/", 1)[1] for r in left]
+    assert remaining == ["r3"], remaining
+    first, second = client.get_evaluation(name=one), client.get_evaluation(name=two)
+    assert list(first.evaluation_runs) == [manual.name], first.evaluation_runs
+    assert list(second.evaluation_runs) == [], second.evaluation_runs
+    gone = _refused(lambda: client.get_evaluation_run(name=nightly.name), exceptions.NotFound)
+    again = _refused(lambda: client.delete_evaluation_run(name=nightly.name), exceptions.NotFound)
+    step(
+        "delete",
+        metadata=type(deletion.metadata).__name__,
+        remaining=remaining,
+        evaluation_runs={"one": list(first.evaluation_runs), "two": list(second.evaluation_runs)},
+        gone=gone,
+        again=again,
+    )
+
+
+def main(transport: str, targets: str, descriptor_set: str = "") -> int:
+    clients: list[Any] = []
+    emulators: list[Any] = []
+    for target in targets.split(","):  # replicas of one database: called in turn
+        if transport == "grpc":
+            channel = grpc.insecure_channel(target)
+            clients.append(
+                ces_v1beta.EvaluationServiceClient(
+                    transport=grpc_transport.EvaluationServiceGrpcTransport(channel=channel)
+                )
+            )
+            emulators.append(Emulator(channel, descriptor_set))
+        else:
+            clients.append(
+                ces_v1beta.EvaluationServiceClient(
+                    transport="rest",
+                    client_options={"api_endpoint": target},
+                    credentials=AnonymousCredentials(),
+                )
+            )
+            emulators.append(RestEmulator(target))
+    scenario(RoundRobin(clients), RoundRobin(emulators))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))
