@@ -19,6 +19,9 @@ from tests.unit.test_filtering import (
     ALL,
     FIELDS,
     MATCH_CASES,
+    REFERENCE_CASES,
+    REFERENCE_FIELDS,
+    REFERENCE_ROWS,
     ROWS,
     assert_structural,
     model,
@@ -84,3 +87,20 @@ def test_postgresql_agrees_with_the_model(database: Connection, tree: Expr) -> N
     selected = _select(database, tree)
     assert selected == {row["id"] for row in ROWS if model(tree, row)}
     assert _select(database, Not(tree)) == ALL - selected
+
+
+@pytest.mark.parametrize(("text", "expected"), REFERENCE_CASES)
+def test_resource_names_match_by_name_or_id_on_postgresql(
+    database: Connection, text: str, expected: set[str]
+) -> None:
+    with database.transaction(force_rollback=True):
+        database.execute('CREATE TABLE names (name TEXT, ref TEXT COLLATE "C", refs JSONB)')
+        with database.cursor() as cursor:
+            cursor.executemany(
+                "INSERT INTO names VALUES (%s, %s, %s::jsonb)",
+                [(key, ref, json.dumps(refs)) for key, (ref, refs) in REFERENCE_ROWS.items()],
+            )
+        sql, params = compile_filter(parse(text), REFERENCE_FIELDS, POSTGRESQL)
+        statement = f"SELECT name FROM names WHERE {sql}"  # noqa: S608 - under test
+        rows = database.execute(statement.encode(), params).fetchall()
+        assert {str(row[0]) for row in rows} == expected

@@ -28,7 +28,7 @@ from ces_eval.storage.base import (
     SortKey,
     Storage,
 )
-from ces_eval.storage.tables import TABLES, Table, by_collection
+from ces_eval.storage.tables import RUNS, SCHEDULED_RUNS, TABLES, Table, by_collection
 from tests.contract.test_storage import storage_factory, ts
 
 APP = "projects/p1/locations/l/apps/a"
@@ -77,7 +77,7 @@ def sample(
         holder = message
         for step in outer:
             holder = getattr(holder, step)
-        _set(holder, holder.DESCRIPTOR.fields_by_name[last], variant)
+        _set(holder, holder.DESCRIPTOR.fields_by_name[last], variant, column.reference)
     return message
 
 
@@ -87,9 +87,18 @@ def _value(message: Message, path: str) -> Any:
     return message
 
 
-def _set(message: Message, field: Any, variant: int) -> None:
+def _set(message: Message, field: Any, variant: int, reference: bool) -> None:
+    """``field`` of ``message`` set from ``variant``; resource names (``…/refs/<id>``) in a
+    field of references, whose last segment is the plain string value."""
     name = field.name
-    if field.enum_type is not None:
+    if reference:
+        ids = [f"{name}-{variant}", "shared"] if field.is_repeated else [f"{name}-{variant}"]
+        names = [f"{APP}/refs/{i}" for i in ids]
+        if field.is_repeated:
+            getattr(message, name).extend(names)
+        else:
+            setattr(message, name, names[0])
+    elif field.enum_type is not None:
         values = [v.number for v in field.enum_type.values if v.number != 0]
         setattr(message, name, values[variant % len(values)])
     elif field.type == _F.TYPE_STRING and field.is_repeated:
@@ -227,11 +236,68 @@ def test_keyset_pages_visit_every_row_once_in_order(
     run(make_storage, body)
 
 
+# Scheduled runs: (next execution in seconds or None, the create time of its last completed
+# run in seconds, None without one, "gone" for a run no longer stored).
+SCHEDULES: dict[str, tuple[int | None, int | str | None]] = {
+    "s0": (5, 40),
+    "s1": (None, 10),
+    "s2": (3, None),
+    "s3": (3, "gone"),
+    "s4": (9, 40),
+    "s5": (None, None),
+    "s6": (1, 20),
+}
+
+
+def _sort_value(order: str, rid: str) -> int:
+    """The sort value the table's declaration describes: no next execution after every time,
+    no (stored) completed run before every time."""
+    upcoming, completed = SCHEDULES[rid]
+    if order == "next_scheduled_execution":
+        return 2**63 - 1 if upcoming is None else upcoming
+    return completed if isinstance(completed, int) else 0
+
+
+@pytest.mark.parametrize("descending", [False, True])
+@pytest.mark.parametrize("order", [o.field for o in SCHEDULED_RUNS.orders])
+def test_a_tables_own_orders_page_through_every_row_once(
+    make_storage: Callable[[], Storage], order: str, descending: bool
+) -> None:
+    async def body(storage: Storage) -> None:
+        for rid, (upcoming, completed) in SCHEDULES.items():
+            row = sample(SCHEDULED_RUNS, rid, rid, 1)
+            row.ClearField("next_scheduled_execution_time")
+            row.ClearField("last_completed_run")
+            if upcoming is not None:
+                row.next_scheduled_execution_time.CopyFrom(ts(upcoming * 1_000_000))
+            if completed is not None:
+                row.last_completed_run = f"{APP}/evaluationRuns/{rid}"
+            if isinstance(completed, int):
+                await storage.insert_row(RUNS, sample(RUNS, rid, rid, completed * 1_000_000))
+            await storage.insert_row(SCHEDULED_RUNS, row)
+        seen: list[str] = []
+        after: Cursor | None = None
+        while True:
+            query = ListQuery(APP, OrderBy(order, descending), limit=2, after=after)
+            page = await storage.list_rows(SCHEDULED_RUNS, query)
+            seen += [SCHEDULED_RUNS.parse(data).name.rsplit("/", 1)[1] for data, _ in page]
+            if len(page) < 2:
+                break
+            after = page[-1][1]
+        expected = sorted(
+            SCHEDULES, key=lambda rid: (_sort_value(order, rid), rid), reverse=descending
+        )
+        assert seen == expected
+
+    run(make_storage, body)
+
+
 def test_every_filter_field_filters(
     make_storage: Callable[[], Storage], table: Table[Message]
 ) -> None:
     """For each filter column, a filter on the value of variant 1 finds the variant-1 row only
-    (by the field's proto name and by its JSON name)."""
+    (by the field's proto name and by its JSON name); ``:`` on resource names by the whole
+    name and by the ID alone."""
 
     async def body(storage: Storage) -> None:
         first = sample(table, "r0", "Zero", 1, variant=0)
@@ -241,7 +307,12 @@ def test_every_filter_field_filters(
         for column in table.columns:
             path = column.path
             value = _value(second, path)
-            if column.kind is filtering.FieldKind.STRING_LIST:
+            texts = []
+            if column.reference:
+                resource_id = f"{path.rsplit('.', 1)[-1]}-1"
+                texts = [f'{path}:"{resource_id}"', f'{path}:"{APP}/refs/{resource_id}"']
+                text = f"{path}:{resource_id}"
+            elif column.kind is filtering.FieldKind.STRING_LIST:
                 text = f'{path}:"{path.rsplit(".", 1)[-1]}-1"'
             elif column.kind is filtering.FieldKind.ENUM:
                 names = {number: name for name, number in column.enum_values.items()}
@@ -254,20 +325,26 @@ def test_every_filter_field_filters(
                 text = f'{path} > "{ts(1_500_000).ToJsonString()}"'
             else:
                 text = f"{path} = {value}"
-            for spelled in (text, text.replace(path, column.json_path, 1)):
-                query = ListQuery(
-                    parent=APP,
-                    order=OrderBy(SortKey.NAME, descending=False),
-                    limit=10,
-                    filter=filtering.parse(spelled),
-                )
-                found = [
-                    getattr(table.parse(d), "name")  # noqa: B009
-                    for d, _ in await storage.list_rows(table, query)
-                ]
+            for spelled in (*texts, text, text.replace(path, column.json_path, 1)):
+                found = await _names(storage, table, spelled)
                 assert found == [getattr(second, "name")], spelled  # noqa: B009
+            if column.reference:
+                # An ID matches whole segments only: no substring, no shorter ID.
+                for partial in (f"{path}:{resource_id[:-1]}", f'{path}:"refs/{resource_id}"'):
+                    assert await _names(storage, table, partial) == [], partial
 
     run(make_storage, body)
+
+
+async def _names(storage: Storage, table: Table[Message], text: str) -> list[str]:
+    query = ListQuery(
+        parent=APP,
+        order=OrderBy(SortKey.NAME, descending=False),
+        limit=10,
+        filter=filtering.parse(text),
+    )
+    rows = await storage.list_rows(table, query)
+    return [getattr(table.parse(data), "name") for data, _ in rows]  # noqa: B009
 
 
 def test_reset_project_empties_every_table(make_storage: Callable[[], Storage]) -> None:

@@ -49,8 +49,8 @@ class Owned:
     evaluation: evaluation_pb2.Evaluation
     result: evaluation_pb2.EvaluationResult
     operation: operations_pb2.Operation
-    # The other resources alice created (expectations, ...), by name.
-    others: list[str]
+    # The other resources alice created (an expectation, a scheduled run, ...).
+    others: list[Message]
 
     def names(self) -> list[str]:
         return [
@@ -60,7 +60,7 @@ class Owned:
             self.evaluation.name,
             self.result.name,
             self.operation.name,
-            *self.others,
+            *(getattr(other, "name") for other in self.others),  # noqa: B009
         ]
 
 
@@ -180,9 +180,24 @@ def owned(server: RunningServer) -> Owned:
                 parent=APP_A, evaluation_expectation=expectation
             ),
             ALICE,
-        ).name,
-        dataset.name,
+        ),
+        dataset,
     ]
+    schedule = evaluation_pb2.ScheduledEvaluationRun(display_name="alice's nightly")
+    schedule.request.app = APP_A
+    schedule.request.evaluations.append(found.evaluation.name)
+    schedule.scheduling_config.frequency = schedule.SchedulingConfig.Frequency.DAILY
+    schedule.scheduling_config.start_time.FromSeconds(4107576600)
+    found.others.append(
+        _call(
+            server,
+            _method("CreateScheduledEvaluationRun"),
+            service_pb2.CreateScheduledEvaluationRunRequest(
+                parent=APP_A, scheduled_evaluation_run=schedule
+            ),
+            ALICE,
+        )
+    )
     return found
 
 
@@ -259,6 +274,12 @@ def _unchanged(server: RunningServer, owned: Owned) -> None:
         ALICE,
     )
     assert operation == owned.operation
+    for other in owned.others:
+        method = _method(f"Get{other.DESCRIPTOR.name}")
+        request = message_factory.GetMessageClass(method.input_type)(
+            name=getattr(other, "name")  # noqa: B009
+        )
+        assert _call(server, method, request, ALICE) == other
 
 
 def test_grpc_refuses_every_method_on_a_foreign_project(

@@ -14,7 +14,7 @@ from tests.support.server import RunningServer
 
 pytestmark = pytest.mark.external
 
-KINDS = ("expectation", "dataset")
+KINDS = ("expectation", "scheduled_run", "dataset")
 STEPS = {"create", "create_assigned_id", "create_taken_id", "get", "list", "update", "delete"}
 
 
@@ -44,6 +44,10 @@ def test_standard_methods_through_the_official_client(
     assert steps["get"]["domain"] == "ces.googleapis.com"
     assert steps["list"]["violations"] == ["filter"]
     assert steps["update"]["unknown"]["violations"] == ["update_mask"]
+    if kind == "scheduled_run":
+        # Weekly on Mondays and Thursdays from Monday 2100-03-01 09:30 UTC: the start itself.
+        assert steps["create"]["next"] == "2100-03-01T09:30:00+00:00", steps["create"]
+        assert steps["create"]["total_executions"] == 0
     if kind == "dataset":  # its references, through the client (resource_scenario.py)
         references = steps["references"]
         assert references["bad"]["violations"] == ["evaluation_dataset.evaluations[1]"]

@@ -130,12 +130,15 @@ def test_export_then_import_into_a_reset_project_restores_identical_resources(
 
 
 def _valid(evaluation: evaluation_pb2.Evaluation) -> evaluation_pb2.Evaluation:
-    """A populated sample trimmed to what create accepts (golden or scenario with limits)."""
+    """A populated sample trimmed to what create accepts (golden or scenario with limits, no
+    references to evaluation expectations, which do not exist here)."""
     evaluation.ClearField("name")
     evaluation.ClearField("evaluation_metrics_threshold_override")
     if evaluation.HasField("scenario"):
         evaluation.scenario.max_turns = 5
+        evaluation.scenario.ClearField("evaluation_expectations")
     if evaluation.HasField("golden"):
+        evaluation.golden.ClearField("evaluation_expectations")
         for turn in evaluation.golden.turns:
             for step in turn.steps:
                 if step.HasField("expectation"):

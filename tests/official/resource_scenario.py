@@ -28,9 +28,11 @@ from google.api_core import exceptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import ces_v1beta
 from google.cloud.ces_v1beta.services.evaluation_service.transports import grpc as grpc_transport
-from google.protobuf import field_mask_pb2
+from google.protobuf import field_mask_pb2, timestamp_pb2
 
 APP = "projects/resource-project/locations/us-central1/apps/resources"
+# Monday 2100-03-01 09:30 UTC: a schedule's first firing, whenever the scenario runs.
+START = 4107576600
 
 
 def _golden_evaluation(client: Any, display_name: str, evaluation_id: str = "") -> str:
@@ -65,6 +67,10 @@ class Kind:
     required: str
     unique_display_name: bool = True
     prepare: Callable[[Any], dict[str, str]] = field(default=lambda client: {})
+    # A filter (given what prepare made) that every resource a body makes matches.
+    matches_all: Callable[[dict[str, str]], str] | None = None
+    # What the create step reports of the created resource besides its name.
+    observe: Callable[[Any], dict[str, Any]] = field(default=lambda created: {})
     own: Callable[[Any, dict[str, str], str], None] = field(default=lambda *_: None)
 
     @property
@@ -139,7 +145,30 @@ KINDS: dict[str, Kind] = {
         update=("evaluations", [_SOURCES["e2"]]),
         required="display_name",
         prepare=_dataset_sources,
+        matches_all=lambda made: f"evaluations:{made['e1'].rsplit('/', 1)[1]}",
         own=_dataset_references,
+    ),
+    "scheduled_run": Kind(
+        message="ScheduledEvaluationRun",
+        body=lambda display, made: ces_v1beta.ScheduledEvaluationRun(
+            display_name=display,
+            active=True,
+            request=ces_v1beta.RunEvaluationRequest(app=APP, evaluations=[made["evaluation"]]),
+            scheduling_config=ces_v1beta.ScheduledEvaluationRun.SchedulingConfig(
+                frequency=ces_v1beta.ScheduledEvaluationRun.SchedulingConfig.Frequency.WEEKLY,
+                start_time=timestamp_pb2.Timestamp(seconds=START),
+                days_of_week=[1, 4],
+            ),
+        ),
+        update=("description", "Twice a week."),
+        required="scheduling_config",
+        unique_display_name=False,
+        prepare=lambda client: {"evaluation": _golden_evaluation(client, "Scheduled")},
+        matches_all=lambda made: f"request.evaluations:{made['evaluation'].rsplit('/', 1)[1]}",
+        observe=lambda created: {
+            "next": created.next_scheduled_execution_time.isoformat(),
+            "total_executions": created.total_executions,
+        },
     ),
 }
 
@@ -190,7 +219,7 @@ def scenario(client: Any, kind: Kind, transport: str) -> None:
     first = create(request={"parent": APP, f"{snake}_id": "first", snake: body("First")})
     assert first.name.endswith("/first"), first.name
     assert first.create_time and first.etag
-    step("create", resource=first.name)
+    step("create", resource=first.name, **kind.observe(first))
     assigned = create(parent=APP, **{snake: body("Second")})
     assert assigned.name.startswith(APP + "/") and not assigned.name.endswith("/first")
     step("create_assigned_id", resource=assigned.name)
@@ -226,6 +255,9 @@ def scenario(client: Any, kind: Kind, transport: str) -> None:
     assert [item.name for item in filtered] == [first.name]
     ordered = list(list_(request={"parent": APP, "order_by": "name desc"}))
     assert [item.name for item in ordered] == sorted(names, reverse=True)
+    if kind.matches_all is not None:
+        every = list(list_(request={"parent": APP, "filter": kind.matches_all(made)}))
+        assert sorted(item.name for item in every) == sorted(names), every
     bad_filter = _refused(
         lambda: list(list_(request={"parent": APP, "filter": "no_such_field = 1"})),
         exceptions.BadRequest,

@@ -614,6 +614,59 @@ def test_field_spec_rejects_unsafe_columns(
         FieldSpec(column, kind, values)
 
 
+# Fields of resource names (FieldSpec.reference): ":" takes a whole name or an ID.
+REFERENCE_FIELDS = {
+    "run": FieldSpec("ref", FieldKind.STRING, reference=True),
+    "evaluations": FieldSpec("refs", FieldKind.STRING_LIST, reference=True),
+}
+_E = "projects/p/locations/l/apps/a/evaluations"
+REFERENCE_ROWS = {
+    "one": (f"{_E}/e1", [f"{_E}/e1", f"{_E}/e2"]),
+    "ten": (f"{_E}/e10", [f"{_E}/e10"]),
+    "odd": ("projects/p/locations/l/apps/a/runs/e1[*]?", ["x/e1%_"]),
+    "none": ("", []),
+}
+
+
+REFERENCE_CASES = [
+    ("run:e1", {"one"}),
+    (f'run:"{_E}/e1"', {"one"}),
+    ("run:e", set()),
+    ('run:"evaluations/e1"', set()),
+    ("run = e1", set()),
+    (f'run = "{_E}/e1*"', {"one", "ten"}),
+    ("run:*", {"one", "ten", "odd"}),
+    ('run:"e1[*]?"', {"odd"}),
+    ("evaluations:e2", {"one"}),
+    ("evaluations = e1", {"one"}),
+    (f'evaluations:"{_E}/e10"', {"ten"}),
+    ("evaluations:e", set()),
+    ('evaluations:"e1%_"', {"odd"}),
+    ('evaluations:"e1%"', set()),
+    ("NOT evaluations:e1", {"ten", "odd", "none"}),
+    ("evaluations:*", {"one", "ten", "odd"}),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), REFERENCE_CASES)
+def test_resource_names_match_by_name_or_id(text: str, expected: set[str]) -> None:
+    connection = sqlite3.connect(":memory:")
+    connection.execute("CREATE TABLE names (name TEXT, ref TEXT, refs TEXT)")
+    connection.executemany(
+        "INSERT INTO names VALUES (?, ?, ?)",
+        [(key, ref, json.dumps(refs)) for key, (ref, refs) in REFERENCE_ROWS.items()],
+    )
+    sql, params = compile_filter(parse(text), REFERENCE_FIELDS, SQLITE)
+    rows = connection.execute(f"SELECT name FROM names WHERE {sql}", params).fetchall()  # noqa: S608 - under test
+    assert {name for (name,) in rows} == expected
+
+
+@pytest.mark.parametrize("kind", [FieldKind.ENUM, FieldKind.INTEGER, FieldKind.TIMESTAMP])
+def test_only_string_fields_hold_references(kind: FieldKind) -> None:
+    with pytest.raises(ValueError, match="reference"):
+        FieldSpec("ref", kind, reference=True)
+
+
 def _compile_or_error(
     tree: Expr | None, dialect: Dialect
 ) -> tuple[str, list[object]] | FilterError:

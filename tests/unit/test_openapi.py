@@ -40,6 +40,7 @@ EXPECTATION = APP + "/evaluationExpectations/{evaluationExpectation}"
 V1B = "google.cloud.ces.v1beta"
 LOCATION = "/projects/{project}/locations/{location}"
 OPERATION = LOCATION + "/operations/{operation}"
+SCHEDULED = APP + "/scheduledEvaluationRuns/{scheduledEvaluationRun}"
 
 # operationId → (HTTP method, OpenAPI path), written out by hand.
 EXPECTED = {
@@ -73,6 +74,17 @@ EXPECTED = {
     ),
     "EvaluationService_UpdateEvaluationExpectation": ("patch", f"/v1beta{EXPECTATION}"),
     "EvaluationService_DeleteEvaluationExpectation": ("delete", f"/v1beta{EXPECTATION}"),
+    "EvaluationService_CreateScheduledEvaluationRun": (
+        "post",
+        f"/v1beta{APP}/scheduledEvaluationRuns",
+    ),
+    "EvaluationService_GetScheduledEvaluationRun": ("get", f"/v1beta{SCHEDULED}"),
+    "EvaluationService_ListScheduledEvaluationRuns": (
+        "get",
+        f"/v1beta{APP}/scheduledEvaluationRuns",
+    ),
+    "EvaluationService_UpdateScheduledEvaluationRun": ("patch", f"/v1beta{SCHEDULED}"),
+    "EvaluationService_DeleteScheduledEvaluationRun": ("delete", f"/v1beta{SCHEDULED}"),
     "EmulatorService_CreateEvaluationResult": ("post", f"/emulator/v1{EVAL}/results"),
     "EmulatorService_ImportEvaluations": ("post", f"/emulator/v1{APP}:importEvaluations"),
     "EmulatorService_ResetProject": ("post", "/emulator/v1/projects/{project}:reset"),
@@ -116,8 +128,18 @@ QUERY = {
         "filter",
         "orderBy",
     ],
+    "EvaluationService_CreateScheduledEvaluationRun": ["scheduledEvaluationRunId"],
+    "EvaluationService_GetScheduledEvaluationRun": [],
+    "EvaluationService_ListScheduledEvaluationRuns": [
+        "pageSize",
+        "pageToken",
+        "filter",
+        "orderBy",
+    ],
     "EvaluationService_UpdateEvaluationExpectation": ["updateMask"],
     "EvaluationService_DeleteEvaluationExpectation": ["etag"],
+    "EvaluationService_UpdateScheduledEvaluationRun": ["updateMask"],
+    "EvaluationService_DeleteScheduledEvaluationRun": ["etag"],
     "EmulatorService_CreateEvaluationResult": ["evaluationResultId"],
     "EmulatorService_ImportEvaluations": [],
     "EmulatorService_ResetProject": [],

@@ -55,6 +55,16 @@ def test_bad_order_by(text: str) -> None:
         pages.order_by(text)
 
 
+def test_a_collections_own_orders_take_their_direction() -> None:
+    more = {"next_run": False, "last.create_time": True}
+    assert pages.order_by("next_run", more=more) == OrderBy("next_run", False)
+    assert pages.order_by("last.create_time asc", more=more) == OrderBy("last.create_time", False)
+    assert pages.order_by("name", more=more) == OrderBy(SortKey.NAME, False)
+    with pytest.raises(ServiceError) as raised:
+        pages.order_by("next_run")  # another collection's order
+    assert "use one of name, create_time, update_time." in raised.value.message
+
+
 @given(cursor=cursors, query=st.text(max_size=100))
 def test_tokens_round_trip(cursor: Cursor, query: str) -> None:
     assert TOKENS.decode(TOKENS.encode(query, cursor), query) == cursor

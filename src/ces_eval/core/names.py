@@ -27,6 +27,7 @@ __all__ = [
     "EVALUATION_RESULT",
     "WILDCARD",
     "ResourcePattern",
+    "by_type",
     "new_id",
     "of",
     "owned",
@@ -160,6 +161,17 @@ def _definitions() -> dict[str, ResourcePattern]:
         d.type: ResourcePattern(d.type, d.pattern[0])
         for d in options.Extensions[resource_pb2.resource_definition]
     }
+
+
+@cache
+def by_type(resource_type: str) -> ResourcePattern | None:
+    """The pattern of the resource type ``resource_type`` (``ces.googleapis.com/Evaluation``):
+    a resource message of the evaluation file or a definition of the service file."""
+    for message in evaluation_pb2.DESCRIPTOR.message_types_by_name.values():
+        resource = message.GetOptions().Extensions[resource_pb2.resource]
+        if resource.type == resource_type:
+            return ResourcePattern(resource.type, resource.pattern[0])
+    return _definitions().get(resource_type)
 
 
 EVALUATION = of(evaluation_pb2.Evaluation)

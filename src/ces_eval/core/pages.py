@@ -17,7 +17,7 @@ import base64
 import hashlib
 import hmac
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ces_eval.contract.limits import MAX_PAGE_BYTES, MAX_PAGE_SIZE
@@ -74,24 +74,34 @@ def fill(sizes: Iterable[int], limit: int, budget: int = MAX_PAGE_BYTES) -> int:
     return taken
 
 
-def order_by(text: str, field: str = "order_by") -> OrderBy:
-    """Parse an AIP-132 order_by naming one of name, create_time, update_time.
+_NO_ORDERS: Mapping[str, bool] = {}
 
-    A bare field takes the seeds' direction; ``asc``/``desc`` may override it.
+
+def order_by(text: str, field: str = "order_by", more: Mapping[str, bool] = _NO_ORDERS) -> OrderBy:
+    """Parse an AIP-132 order_by naming one of name, create_time, update_time, or of the
+    collection's own orders ``more`` (field → whether it sorts descending by default).
+
+    A bare field takes its documented direction; ``asc``/``desc`` may override it.
     """
     parts = text.replace(",", " , ").split()
     if not parts:
         return OrderBy(SortKey.UPDATE_TIME, descending=True)
-    allowed = ", ".join(k.value for k in SortKey)
-    key = next((k for k in SortKey if k.value == parts[0]), None)
+    # order_by field → (key, descending by default)
+    known: dict[str, tuple[SortKey | str, bool]] = {
+        **{key.value: (key, down) for key, down in _DEFAULT_DIRECTION.items()},
+        **{name: (name, down) for name, down in more.items()},
+    }
+    allowed = ", ".join(known)
+    found = known.get(parts[0])
     problem = ""
-    if key is None:
+    if found is None:
         problem = f"Cannot order by {parts[0]!r}; use one of {allowed}."
     elif len(parts) > 2 or (len(parts) == 2 and parts[1].lower() not in {"asc", "desc"}):
         problem = f"Order by one field ({allowed}), optionally followed by asc or desc."
-    if problem or key is None:
+    if problem or found is None:
         raise ServiceError.invalid_argument(problem, [FieldViolation(field, problem)])
-    descending = _DEFAULT_DIRECTION[key] if len(parts) == 1 else parts[1].lower() == "desc"
+    key, default = found
+    descending = default if len(parts) == 1 else parts[1].lower() == "desc"
     return OrderBy(key, descending)
 
 

@@ -24,6 +24,7 @@ from ces_eval.core import (
     exports,
     longrunning,
     results,
+    scheduled_runs,
 )
 from ces_eval.core.context import DEFAULT_EXPORT_ROOT, Context, Rpc
 from ces_eval.core.names import snake_case
@@ -57,6 +58,7 @@ _SERVICES: dict[str, dict[str, Rpc]] = {
         **exports.RPCS,
         **expectations.RPCS,
         **datasets.RPCS,
+        **scheduled_runs.RPCS,
     },
     "google.longrunning.Operations": longrunning.RPCS,
     "ces_eval.emulator.v1.EmulatorService": emulator.RPCS,
@@ -72,6 +74,7 @@ RESOURCES = (
     results.RESULTS,
     expectations.EXPECTATIONS,
     datasets.DATASETS,
+    scheduled_runs.SCHEDULED_RUNS,
 )
 # ``core.create_evaluation``: each implemented RPC by its snake_case name, which no two share.
 _BY_METHOD_NAME = {snake_case(path.rsplit("/", 1)[1]): path for path in RPCS}

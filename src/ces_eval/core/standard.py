@@ -17,8 +17,8 @@ results on a list of evaluations, a result's metric rerun) is written beside.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import cache, cached_property, partial
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
@@ -81,13 +81,16 @@ class Store(Generic[M]):
     it is kept by). ``list`` gives each row's message, or its serialized bytes when the storage
     has them (parsed straight into the response: no intermediate message to copy), with its
     cursor. ``delete`` receives the etag the deleted version had (for a resource
-    without an etag: nothing to compare); ``replace`` only exists for an updatable resource."""
+    without an etag: nothing to compare); ``replace`` only exists for an updatable resource.
+    ``orders``: the list orders of its own (``order_by`` field → descending by default) the
+    storage sorts by, besides name, create_time and update_time."""
 
     get: Callable[[Storage, str], Awaitable[M | None]]
     insert: Callable[[Storage, M], Awaitable[None]]
     list: Callable[[Storage, ListQuery], Awaitable[Sequence[tuple[M | bytes, Cursor]]]]
     delete: Callable[[Storage, str, str], Awaitable[None]]
     replace: Callable[[Storage, M, str], Awaitable[None]] | None = None
+    orders: Mapping[str, bool] = field(default_factory=dict)
 
     @classmethod
     def of(cls, table: Table[M]) -> Store[M]:
@@ -98,6 +101,7 @@ class Store(Generic[M]):
             list=lambda storage, query: storage.list_rows(table, query),
             delete=lambda storage, name, etag: storage.delete_row(table, name, etag),
             replace=lambda storage, message, etag: storage.replace_row(table, message, etag),
+            orders={order.field: order.descending for order in table.orders},
         )
 
 
@@ -122,7 +126,10 @@ class Resource(Generic[M]):
     sizes)`` adds to a list's page and says how many items of it still fit.
     ``verify(context, message)`` checks what a create or update is about to store against
     other stored resources (names it refers to that must exist) once its own fields are valid:
-    violations with paths under the resource's field."""
+    violations with paths under the resource's field. ``derive(message, previous, now)`` fills
+    the output-only fields the server computes from what a create (``previous`` None) or an
+    update (``previous``: the stored version it replaces) is about to store, once its field
+    rules hold."""
 
     message: type[M]
     parent: names.ResourcePattern
@@ -137,6 +144,7 @@ class Resource(Generic[M]):
     guard: Callable[[Context, M, Message], Awaitable[None]] | None = None
     enrich: Callable[[Context, Message, list[M | bytes], list[int]], Awaitable[int]] | None = None
     verify: Callable[[Context, M], Awaitable[list[FieldViolation]]] | None = None
+    derive: Callable[[M, M | None, timestamp_pb2.Timestamp], None] | None = None
 
     @cached_property
     def pattern(self) -> names.ResourcePattern:
@@ -320,7 +328,7 @@ async def list_page(
     if resource.parent_resource is not None and not across:
         await existing(context, resource.parent_resource, request.parent)
     size = pages.page_size(request.page_size)
-    order = pages.order_by(request.order_by)
+    order = pages.order_by(request.order_by, more=resource.store.orders)
     texts = [str(getattr(request, f)) for f in resource.filters]
     clauses = [
         e for e in (parse_filter(t, f) for t, f in zip(texts, resource.filters, strict=True)) if e
@@ -333,7 +341,7 @@ async def list_page(
             request.parent,
             *texts,
             *run_text,
-            f"{order.key.value}:{order.descending}",
+            f"{order.field}:{order.descending}",
         )
     )
     tokens = context.page_tokens
@@ -406,6 +414,8 @@ def _new(
     if resource.defaults is not None:
         resource.defaults(message, parent, created)
     violations = resource.rules(message, resource.field, parts)
+    if resource.derive is not None and not violations:
+        resource.derive(message, None, created)
     cast("_Named", message).name = name
     for stamp in ("create_time", "update_time"):
         if stamp in have:
@@ -465,7 +475,8 @@ def _updated(
     user: str,
     parts: dict[str, str],
 ) -> M:
-    """``current`` with the request's masked fields applied, validated, newly stamped."""
+    """``current`` with the request's masked fields applied, validated, its derived fields
+    recomputed (``derive``), newly stamped."""
     incoming = resource.message()
     incoming.CopyFrom(body)
     checks.clear_output_only(incoming)
@@ -475,9 +486,12 @@ def _updated(
     editable = resource.message()
     editable.CopyFrom(updated)
     violations = resource.rules(editable, resource.field, parts)
+    changed = now()
+    if resource.derive is not None and not violations:
+        resource.derive(updated, current, changed)
     have = resource.fields
     if "update_time" in have:
-        cast("_Stamped", updated).update_time.CopyFrom(now())
+        cast("_Stamped", updated).update_time.CopyFrom(changed)
     if "last_updated_by" in have:
         cast("_Stamped", updated).last_updated_by = user
     if "etag" in have:

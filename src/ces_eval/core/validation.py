@@ -13,8 +13,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from google.api import resource_pb2
+from google.protobuf import descriptor
+
 from ces_eval.contract import checks, limits
 from ces_eval.contract.limits import MAX_GOLDEN_TURNS, MAX_SCENARIO_TURNS
+from ces_eval.core import names
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_config_pb2, evaluation_pb2
 
@@ -27,6 +31,7 @@ __all__ = [
     "counts_first",
     "evaluation_violations",
     "raise_if_invalid",
+    "reference_violations",
     "resource_violations",
     "seeded_violations",
     "with_size",
@@ -80,6 +85,54 @@ def resource_violations(message: Message, path: str) -> list[FieldViolation]:
     if any(v.reason == "TOO_MANY" for v in others):
         return counts_first(others)
     return violations + others
+
+
+def reference_violations(message: Message, path: str, app: str) -> list[FieldViolation]:
+    """Violations of the resource names ``message`` holds (its string fields annotated with a
+    ``google.api.resource_reference`` type this service knows, in every sub-message it sets):
+    each must name a resource of that type within ``app``, the app itself for an App field.
+    Whether the resource exists is for the caller to check."""
+    found: list[FieldViolation] = []
+    for field, value in message.ListFields():
+        at = f"{path}.{field.name}"
+        if field.message_type is not None:
+            if field.message_type.GetOptions().map_entry:
+                continue
+            items = enumerate(value) if field.is_repeated else [(-1, value)]
+            for index, item in items:
+                inner = f"{at}[{index}]" if index >= 0 else at
+                found += reference_violations(item, inner, app)
+            continue
+        pattern = _referenced(field)
+        if pattern is None:
+            continue
+        values = enumerate(value) if field.is_repeated else [(-1, value)]
+        for index, name in values:
+            problem = _outside(pattern, str(name), app)
+            if problem:
+                found.append(FieldViolation(f"{at}[{index}]" if index >= 0 else at, problem))
+    return found
+
+
+def _referenced(field: descriptor.FieldDescriptor) -> names.ResourcePattern | None:
+    if field.type != descriptor.FieldDescriptor.TYPE_STRING:
+        return None
+    options = field.GetOptions()
+    if not options.HasExtension(resource_pb2.resource_reference):
+        return None
+    return names.by_type(options.Extensions[resource_pb2.resource_reference].type)
+
+
+def _outside(pattern: names.ResourcePattern, name: str, app: str) -> str:
+    """Why ``name`` is no name of ``pattern`` within ``app`` ("" when it is one)."""
+    if pattern == names.APP:
+        return "" if name == app else f"Must be {app}, the app of this resource."
+    shape = pattern.pattern.split("/", len(names.APP.variables) * 2)[-1]
+    within = name.startswith(f"{app}/")
+    # IDs below the app are held to the form only: whether one exists is the caller's check.
+    if not within or pattern.violation(name, "", owned=0) is not None:
+        return f"Must have the form {app}/{shape}, within this resource's app."
+    return ""
 
 
 def seeded_violations(message: Message, path: str) -> list[FieldViolation]:

@@ -77,18 +77,23 @@ class FieldSpec:
 
     ``column`` is written into SQL verbatim, so it must be a plain (optionally table-qualified)
     identifier; it comes from the service's field table, never from a request. ``enum_values`` maps
-    each enum value name to its number (ENUM only).
+    each enum value name to its number (ENUM only). ``reference``: the field holds resource names
+    (``google.api.resource_reference``), which ``:`` matches by the whole name or by the resource
+    ID alone (STRING and STRING_LIST only; see :mod:`._sql`).
     """
 
     column: str
     kind: FieldKind
     enum_values: Mapping[str, int] = field(default_factory=dict, hash=False)
+    reference: bool = False
 
     def __post_init__(self) -> None:
         if not _IDENTIFIER.fullmatch(self.column):
             raise ValueError(f"column {self.column!r} is not a plain SQL identifier")
         if self.enum_values and self.kind is not FieldKind.ENUM:
             raise ValueError(f"enum_values given for a {self.kind.value} field")
+        if self.reference and self.kind not in (FieldKind.STRING, FieldKind.STRING_LIST):
+            raise ValueError(f"reference given for a {self.kind.value} field")
 
 
 _INT64 = range(-(2**63), 2**63)

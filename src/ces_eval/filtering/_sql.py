@@ -9,6 +9,12 @@ field); AIP-160 says a comparison on an unset message field is false whatever th
 those conditions are guarded with ``IS NOT NULL``. Columns of the other kinds hold proto3 scalars,
 which always have a value, and are expected to be NOT NULL.
 
+Resource names: on a field of resource names (``FieldSpec.reference``) ``:`` takes a whole name
+or a resource's ID: a value without ``/`` matches the names whose last segment it is
+(``request.evaluations:e1`` holds ``…/evaluations/e1``; AIP-160 leaves ``:`` on a field to the
+service, and the official list filters are documented with IDs). A value with ``/`` is a whole
+name, matched exactly. On a list of names, ``=`` means the same (as on any string list).
+
 Engine limits: SQLite's parser holds at most 100 pending grammar symbols (``parser stack
 overflow``) and its expression trees may be at most 1000 deep. A filter within our text and
 nesting limits can exceed either, so the compiler tracks both for every fragment it emits, keeps
@@ -20,7 +26,7 @@ room for the service's own statement around the filter.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import chain
 from typing import TYPE_CHECKING, assert_never
 
@@ -92,6 +98,9 @@ class Dialect:
     """Condition: the STRING_LIST ``{column}`` has an element equal to ``{param}``."""
     list_nonempty: str
     """Condition: the STRING_LIST ``{column}`` has at least one element."""
+    list_matches: str
+    """Condition: the STRING_LIST ``{column}`` has an element matching ``{param}``, a pattern of
+    :attr:`pattern_operator`."""
     text_ordering_suffix: str
     """Appended to ``<``/``<=``/``>``/``>=`` on text so that both engines order by code point."""
     max_parser_stack: int | None = None
@@ -112,6 +121,7 @@ SQLITE = Dialect(
     pattern_suffix="",
     list_contains="EXISTS (SELECT 1 FROM json_each({column}) WHERE value = {param})",
     list_nonempty="json_array_length({column}) > 0",
+    list_matches="EXISTS (SELECT 1 FROM json_each({column}) WHERE value GLOB {param})",
     # BINARY collation compares UTF-8 bytes, which is code point order.
     text_ordering_suffix="",
     # Of the parser's 100 symbols, 36 are left for the statement around the condition (a
@@ -131,6 +141,10 @@ POSTGRESQL = Dialect(
     # "{column} ? %s" would be read by psycopg as a placeholder; containment says the same thing.
     list_contains="{column} @> jsonb_build_array({param}::text)",
     list_nonempty="jsonb_array_length({column}) > 0",
+    list_matches=(
+        "EXISTS (SELECT 1 FROM jsonb_array_elements_text({column}) AS element (value) "
+        "WHERE value LIKE {param} ESCAPE '\\')"
+    ),
     # The database's collation may be locale-aware; "C" orders UTF-8 by code point, like SQLite.
     text_ordering_suffix=' COLLATE "C"',
 )
@@ -169,6 +183,7 @@ _PATTERN = (5, 3)
 _TIMESTAMP = (5, 3)
 _PRESENCE = (5, 3)
 _LIST_CONTAINS = (14, 4)
+_LIST_MATCHES = (14, 4)
 
 
 def compile_filter(
@@ -247,6 +262,10 @@ class _Compiler:
         column, position = spec.column, restriction.position
         if comparator is Comparator.HAS and restriction.value == "*" and not restriction.quoted:
             return _leaf(self.presence(spec), (), _PRESENCE, position)
+        if spec.reference:
+            named = self.names(restriction, spec)
+            if named is not None:
+                return named
         if spec.kind is FieldKind.STRING:
             return self.string(restriction, column)
         placeholder = self.dialect.placeholder
@@ -273,6 +292,24 @@ class _Compiler:
             value = to_bool(restriction)
         text = f"{column} {_SQL_OPERATORS[comparator]} {placeholder}"
         return _leaf(text, (value,), _COMPARISON, position)
+
+    def names(self, restriction: Restriction, spec: FieldSpec) -> _Sql | None:
+        """``:`` on a field of resource names (see the module docstring); None when the
+        restriction means what it means on any string field."""
+        column, position, value = spec.column, restriction.position, restriction.value
+        by_id = "/" not in value
+        if spec.kind is FieldKind.STRING_LIST:
+            if not by_id:
+                return None
+            text = self.dialect.list_matches.format(column=column, param=self.dialect.placeholder)
+            pattern = self.literal(f"/{value}", prefix=True, suffix=False)
+            return _leaf(text, (pattern,), _LIST_MATCHES, position)
+        if restriction.comparator is not Comparator.HAS:
+            return None
+        if by_id:
+            return self.pattern(column, f"/{value}", (True, False, False), position)
+        exact = replace(restriction, comparator=Comparator.EQ, quoted=False)
+        return self.string(exact, column)
 
     def presence(self, spec: FieldSpec) -> str:
         """``field:*`` (AIP-160 has operator with ``*``): the field is set to a non-default."""
@@ -309,13 +346,18 @@ class _Compiler:
         suffix wildcard, negated)."""
         dialect = self.dialect
         prefix, suffix, negate = shape
-        escapes: dict[str, str | int | None] = dict(dialect.pattern_escapes)
-        pattern = literal.translate(str.maketrans(escapes))
-        pattern = f"{dialect.pattern_any if prefix else ''}{pattern}"
-        pattern += dialect.pattern_any if suffix else ""
+        pattern = self.literal(literal, prefix=prefix, suffix=suffix)
         operator = f"NOT {dialect.pattern_operator}" if negate else dialect.pattern_operator
         text = f"{column} {operator} {dialect.placeholder}{dialect.pattern_suffix}"
         return _leaf(text, (pattern,), _PATTERN, position)
+
+    def literal(self, literal: str, *, prefix: bool, suffix: bool) -> str:
+        """The dialect's pattern of ``literal``, with "any sequence" before and/or after."""
+        dialect = self.dialect
+        escapes: dict[str, str | int | None] = dict(dialect.pattern_escapes)
+        pattern = literal.translate(str.maketrans(escapes))
+        before = dialect.pattern_any if prefix else ""
+        return before + pattern + (dialect.pattern_any if suffix else "")
 
 
 def _leaf(

@@ -14,7 +14,7 @@ pages, whose filters and cursors vary, are composed per call.
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ces_eval import filtering
@@ -47,6 +47,7 @@ _SORT_COLUMNS = {
     SortKey.CREATE_TIME: "create_time",
     SortKey.UPDATE_TIME: "update_time",
 }
+_NO_ORDERS: Mapping[str, str] = {}
 _NEWEST_FIRST = "ORDER BY evaluation_results.create_time DESC, evaluation_results.name DESC"
 
 
@@ -288,18 +289,26 @@ class Sql:
             raise InvalidFilter(which, error) from error
 
     def page(
-        self, table: str, columns: str, where: list[str], params: list[object], query: ListQuery
+        self,
+        table: str,
+        columns: str,
+        where: list[str],
+        params: list[object],
+        query: ListQuery,
+        *,
+        orders: Mapping[str, str] = _NO_ORDERS,
     ) -> str:
-        """``SELECT <columns>, name, <sort column>`` of one keyset page; appends the page's
-        parameters (cursor, limit, byte budget) to ``params``.
+        """``SELECT <columns>, name, <sort value>`` of one keyset page; appends the page's
+        parameters (cursor, limit, byte budget) to ``params``. ``orders``: the SQL of the sort
+        value of each order the table declares besides the :class:`SortKey` ones.
 
         The page starts strictly after the cursor's (sort column, name); the name breaks ties in
         the same direction as the sort column, so one index scan in one direction serves the page
         with no sort step, however deep the page is. With ``query.max_bytes`` the page ends at the
         first row past the budget (:meth:`limit`).
         """
-        sort = _SORT_COLUMNS[query.order.key]
-        column = f"{table}.{sort}"
+        key = query.order.key
+        column = f"{table}.{_SORT_COLUMNS[key]}" if isinstance(key, SortKey) else orders[key]
         direction = "DESC" if query.order.descending else "ASC"
         compare = "<" if query.order.descending else ">"
         p = self.p
@@ -326,7 +335,7 @@ class Sql:
             max_bytes=query.max_bytes,
         )
         return (
-            f"SELECT {columns}, name, {sort} FROM {table} "
+            f"SELECT {columns}, {table}.name, {column} FROM {table} "
             f"WHERE {' AND '.join(where)} {order} {limit}"
         )
 
@@ -464,6 +473,7 @@ class TableSql:
         self.delete = f"DELETE FROM {name} WHERE name = {p}"
         self.display_name = f"SELECT name FROM {name} WHERE parent = {p} AND display_name = {p}"
         self.reset = f"DELETE FROM {name} WHERE name LIKE {p} ESCAPE '\\'"
+        self._orders = {order.field: order.sql.format(table=name) for order in table.orders}
 
     def list(self, query: ListQuery) -> tuple[str, list[object]]:
         """One page of a parent's rows: ``data, name, <sort value>``."""
@@ -474,7 +484,7 @@ class TableSql:
         condition, values = sql.compile(query.filter, self._table.filter_fields, "filter")
         where.append(f"({condition})")
         params += values
-        return sql.page(name, "data", where, params, query), params
+        return sql.page(name, "data", where, params, query, orders=self._orders), params
 
 
 SQLITE = Sql(

@@ -55,7 +55,9 @@ __all__ = [
 
 
 class SortKey(enum.Enum):
-    """Orderings the seeds allow (AIP-132): name, create_time, update_time."""
+    """Orderings the seeds allow (AIP-132) for every collection: name, create_time,
+    update_time. A generic table may declare more
+    (:attr:`~ces_eval.storage.tables.Table.orders`)."""
 
     NAME = "name"
     CREATE_TIME = "create_time"
@@ -64,8 +66,15 @@ class SortKey(enum.Enum):
 
 @dataclass(frozen=True)
 class OrderBy:
-    key: SortKey
+    """``key``: a :class:`SortKey`, or the ``order_by`` field of an order the listed table
+    declares (``next_scheduled_execution``)."""
+
+    key: SortKey | str
     descending: bool
+
+    @property
+    def field(self) -> str:
+        return self.key.value if isinstance(self.key, SortKey) else self.key
 
 
 @dataclass(frozen=True)

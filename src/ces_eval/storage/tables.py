@@ -40,6 +40,7 @@ __all__ = [
     "SCHEDULED_RUNS",
     "TABLES",
     "Column",
+    "Order",
     "Table",
     "by_collection",
     "parent_of",
@@ -57,12 +58,14 @@ _STAMPS = ("create_time", "update_time")
 class Column:
     """A filterable field of the resource (``path``: a field name, or a dotted path into
     singular message fields: ``request.evaluations``), how its column holds it and the
-    column's name (the path with ``_`` for ``.``)."""
+    column's name (the path with ``_`` for ``.``). ``reference``: it holds resource names
+    (``google.api.resource_reference``), which filters match by name or ID."""
 
     path: str
     kind: filtering.FieldKind
     enum_values: Mapping[str, int]
     json_path: str
+    reference: bool = False
 
     @property
     def name(self) -> str:
@@ -101,7 +104,9 @@ def _column(message: descriptor.Descriptor, path: str) -> Column:
     json_path = ".".join([*json_steps, field.json_name])
     repeated = field.is_repeated
     if field.type == _F.TYPE_STRING:
-        return Column(path, _K.STRING_LIST if repeated else _K.STRING, {}, json_path)
+        kind = _K.STRING_LIST if repeated else _K.STRING
+        reference = field.GetOptions().HasExtension(resource_pb2.resource_reference)
+        return Column(path, kind, {}, json_path, reference)
     if repeated:
         raise ValueError(f"{field.full_name}: only repeated strings can be filter columns")
     if field.enum_type is not None:
@@ -117,16 +122,28 @@ def _column(message: descriptor.Descriptor, path: str) -> Column:
 
 
 @dataclass(frozen=True)
+class Order:
+    """A list order of a table besides name, create_time and update_time (AIP-132): the
+    ``order_by`` field naming it, whether it sorts descending by default, and the SQL of its
+    sort value, an integer never NULL, over the table's columns (``{table}``: its name)."""
+
+    field: str
+    descending: bool
+    sql: str
+
+
+@dataclass(frozen=True)
 class Table(Generic[M]):
     """The table of ``message``: its SQL ``name``, the fields AIP-160 filters of a list may
     name (``filterable``, paths as :class:`Column` takes them; ``name``, ``display_name``,
-    ``create_time`` and ``update_time`` are always among them when the message has them) and
-    whether display names are unique within the parent."""
+    ``create_time`` and ``update_time`` are always among them when the message has them),
+    whether display names are unique within the parent and the list orders of its own."""
 
     name: str
     message: type[M]
     filterable: tuple[str, ...] = ()
     unique_display_name: bool = True
+    orders: tuple[Order, ...] = ()
 
     @cached_property
     def _descriptor(self) -> descriptor.Descriptor:
@@ -173,6 +190,7 @@ class Table(Generic[M]):
                 column=f"{self.name}.{column.name}",
                 kind=column.kind,
                 enum_values=column.enum_values,
+                reference=column.reference,
             )
             specs[column.path] = spec
             specs[column.json_path] = spec
@@ -209,22 +227,6 @@ DATASETS = Table(
     _E.EvaluationDataset,
     ("evaluations", "created_by", "last_updated_by"),
 )
-SCHEDULED_RUNS = Table(
-    "scheduled_evaluation_runs",
-    _E.ScheduledEvaluationRun,
-    (
-        "description",
-        "active",
-        "created_by",
-        "last_updated_by",
-        "total_executions",
-        "last_completed_run",
-        "next_scheduled_execution_time",
-        "request.evaluations",
-        "request.evaluation_dataset",
-    ),
-    unique_display_name=False,
-)
 RUNS = Table(
     "evaluation_runs",
     _E.EvaluationRun,
@@ -241,6 +243,42 @@ RUNS = Table(
         "run_count",
     ),
     unique_display_name=False,
+)
+# The newest microsecond a column holds: where ascending orders put rows without a value.
+_LAST = 2**63 - 1
+SCHEDULED_RUNS = Table(
+    "scheduled_evaluation_runs",
+    _E.ScheduledEvaluationRun,
+    (
+        "description",
+        "active",
+        "created_by",
+        "last_updated_by",
+        "total_executions",
+        "last_completed_run",
+        "next_scheduled_execution_time",
+        "request.evaluations",
+        "request.evaluation_dataset",
+    ),
+    unique_display_name=False,
+    orders=(
+        # Soonest first; schedules that will not fire last.
+        Order(
+            "next_scheduled_execution",
+            descending=False,
+            sql=f"COALESCE({{table}}.next_scheduled_execution_time, {_LAST})",
+        ),
+        # Newest first; schedules without a completed run (or whose run is gone) last.
+        Order(
+            "last_completed_run.create_time",
+            descending=True,
+            sql=(
+                # Only declared table names, never request text.
+                f"COALESCE((SELECT completed.create_time FROM {RUNS.name} AS completed "  # noqa: S608
+                "WHERE completed.name = {table}.last_completed_run), 0)"
+            ),
+        ),
+    ),
 )
 # Every generic table; the resource modules of the core declare their resources over these.
 TABLES: tuple[Table[Any], ...] = (EXPECTATIONS, DATASETS, SCHEDULED_RUNS, RUNS)

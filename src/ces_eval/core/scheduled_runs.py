@@ -1,0 +1,177 @@
+"""Scheduled evaluation runs: the resource's declaration and its standard methods (Create, Get,
+List, Update, Delete).
+
+A scheduled run is kept in a generic table (:data:`ces_eval.storage.tables.SCHEDULED_RUNS`)
+and served by the generic standard methods. What is its own:
+
+* ``request`` is held to what RunEvaluation would accept: ``app`` is the schedule's own app,
+  every resource name in it lies within that app, exactly one of ``evaluations`` and
+  ``evaluation_dataset`` is given, each listed evaluation (or the dataset) exists when the
+  schedule is written, ``run_count`` is at least 1 when set and no persona has a negative
+  ``task_count`` (personas are names of the app's ``evaluationPersonas``, checked for their
+  form only: this service keeps no personas).
+* ``scheduling_config`` follows :mod:`ces_eval.core.schedules` (frequency REQUIRED,
+  ``start_time`` REQUIRED, ``days_of_week`` 1-7, unrepeated, only for WEEKLY and BIWEEKLY).
+* ``next_scheduled_execution_time`` (output only) is computed on create and on every update
+  that changes ``scheduling_config`` or ``active``: the first firing after that moment
+  (:func:`schedules.next_execution`, UTC), and none while the schedule is inactive or has no
+  firing left. An update that changes neither keeps it. ``total_executions`` and
+  ``last_completed_run`` are output only and kept across updates: the runs a schedule fires
+  maintain them. docs/semantics.md ("Scheduled evaluation runs") says the same for users.
+
+Display names need not be unique within the app (the table says so).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from ces_eval.core import names, schedules, standard, validation
+from ces_eval.errors import FieldViolation
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
+from ces_eval.storage import tables
+
+if TYPE_CHECKING:
+    from google.protobuf import timestamp_pb2
+
+    from ces_eval.core.context import Context, Rpc
+
+__all__ = ["RPCS", "SCHEDULED_RUNS"]
+
+Scheduled = evaluation_pb2.ScheduledEvaluationRun
+_FIELD = "scheduled_evaluation_run"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _schedule(config: Scheduled.SchedulingConfig) -> schedules.Schedule:
+    """The config as :mod:`schedules` reads it. A missing or unrepresentable start is read as
+    the epoch: the field rules report it, and nothing is computed from it."""
+    start = _EPOCH
+    if config.HasField("start_time"):
+        with contextlib.suppress(ValueError, OverflowError):
+            start = config.start_time.ToDatetime(UTC)
+    return schedules.Schedule(int(config.frequency), start, tuple(config.days_of_week))
+
+
+def _rules(run: Scheduled, path: str, parts: dict[str, str]) -> list[FieldViolation]:
+    violations = validation.resource_violations(run, path)
+    if any(v.reason == "TOO_MANY" for v in violations):
+        return violations
+    if run.HasField("scheduling_config"):
+        # A frequency left UNSPECIFIED is already reported as REQUIRED.
+        reported = {v.field for v in violations}
+        found = schedules.violations(_schedule(run.scheduling_config), f"{path}.scheduling_config")
+        violations += [v for v in found if v.field not in reported]
+    if run.HasField("request"):
+        app = names.APP.format(**{key: parts[key] for key in names.APP.variables})
+        violations += _request_violations(run.request, f"{path}.request", app)
+    return violations
+
+
+def _request_violations(
+    request: evaluation_pb2.RunEvaluationRequest, path: str, app: str
+) -> list[FieldViolation]:
+    """What RunEvaluation would refuse in ``request`` without reading storage."""
+    found = validation.reference_violations(request, path, app)
+    if request.evaluations and request.evaluation_dataset:
+        found.append(
+            FieldViolation(
+                f"{path}.evaluation_dataset",
+                "Give either evaluations or evaluation_dataset, not both.",
+                "CONFLICT",
+            )
+        )
+    elif not request.evaluations and not request.evaluation_dataset:
+        found.append(
+            FieldViolation(
+                f"{path}.evaluations", "Give evaluations or an evaluation_dataset.", "REQUIRED"
+            )
+        )
+    first_at: dict[str, int] = {}
+    for index, name in enumerate(request.evaluations):
+        if name in first_at:
+            found.append(
+                FieldViolation(
+                    f"{path}.evaluations[{index}]",
+                    f"Already listed at evaluations[{first_at[name]}].",
+                    "DUPLICATE",
+                )
+            )
+        first_at.setdefault(name, index)
+    if request.HasField("run_count") and request.run_count < 1:
+        found.append(
+            FieldViolation(
+                f"{path}.run_count",
+                f"Must be at least 1 when set; got {request.run_count}.",
+                "OUT_OF_RANGE",
+            )
+        )
+    for index, persona in enumerate(request.persona_run_configs):
+        if persona.task_count < 0:
+            found.append(
+                FieldViolation(
+                    f"{path}.persona_run_configs[{index}].task_count",
+                    f"Must not be negative; got {persona.task_count}.",
+                    "OUT_OF_RANGE",
+                )
+            )
+    return found
+
+
+async def _verify(context: Context, run: Scheduled) -> list[FieldViolation]:
+    """The evaluations (or the dataset) the request runs exist now."""
+    request = run.request
+    path = f"{_FIELD}.request"
+    found: list[FieldViolation] = []
+    missing: dict[str, bool] = {}
+    for index, name in enumerate(request.evaluations):
+        if name not in missing:
+            missing[name] = await context.storage.get_evaluation(name) is None
+        if missing[name]:
+            found.append(
+                FieldViolation(
+                    f"{path}.evaluations[{index}]", f"{name} does not exist.", "NOT_FOUND"
+                )
+            )
+    dataset = request.evaluation_dataset
+    if dataset and await context.storage.get_row(tables.DATASETS, dataset) is None:
+        found.append(
+            FieldViolation(f"{path}.evaluation_dataset", f"{dataset} does not exist.", "NOT_FOUND")
+        )
+    return found
+
+
+def _next_execution(
+    run: Scheduled, previous: Scheduled | None, moment: timestamp_pb2.Timestamp
+) -> None:
+    """``next_scheduled_execution_time`` anew when the schedule is new or its config or
+    ``active`` changed: the first firing after ``moment``; none while inactive."""
+    if (
+        previous is not None
+        and previous.active == run.active
+        and previous.scheduling_config == run.scheduling_config
+    ):
+        return
+    run.ClearField("next_scheduled_execution_time")
+    if not run.active:
+        return
+    after = moment.ToDatetime(UTC)
+    following = schedules.next_execution(
+        _schedule(run.scheduling_config), after, run.total_executions
+    )
+    if following is not None:
+        run.next_scheduled_execution_time.FromDatetime(following)
+
+
+SCHEDULED_RUNS = standard.Resource(
+    message=Scheduled,
+    parent=names.APP,
+    store=standard.Store.of(tables.SCHEDULED_RUNS),
+    rules=_rules,
+    verify=_verify,
+    derive=_next_execution,
+)
+
+RPCS: dict[str, Rpc] = standard.methods(SCHEDULED_RUNS, "Create", "Get", "List", "Update", "Delete")
