@@ -137,17 +137,6 @@ KINDS: dict[str, Kind] = {
         update=("llm_criteria.prompt", "The agent apologises once."),
         required="llm_criteria.prompt",
     ),
-    "dataset": Kind(
-        message="EvaluationDataset",
-        body=lambda display, made: ces_v1beta.EvaluationDataset(
-            display_name=display, evaluations=[made["e1"]]
-        ),
-        update=("evaluations", [_SOURCES["e2"]]),
-        required="display_name",
-        prepare=_dataset_sources,
-        matches_all=lambda made: f"evaluations:{made['e1'].rsplit('/', 1)[1]}",
-        own=_dataset_references,
-    ),
     "scheduled_run": Kind(
         message="ScheduledEvaluationRun",
         body=lambda display, made: ces_v1beta.ScheduledEvaluationRun(
@@ -169,6 +158,17 @@ KINDS: dict[str, Kind] = {
             "next": created.next_scheduled_execution_time.isoformat(),
             "total_executions": created.total_executions,
         },
+    ),
+    "dataset": Kind(
+        message="EvaluationDataset",
+        body=lambda display, made: ces_v1beta.EvaluationDataset(
+            display_name=display, evaluations=[made["e1"]]
+        ),
+        update=("evaluations", [_SOURCES["e2"]]),
+        required="display_name",
+        prepare=_dataset_sources,
+        matches_all=lambda made: f"evaluations:{made['e1'].rsplit('/', 1)[1]}",
+        own=_dataset_references,
     ),
 }
 

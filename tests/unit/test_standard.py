@@ -154,8 +154,8 @@ def test_every_resource_is_declared_once_and_parents_come_first() -> None:
         evaluation_pb2.Evaluation,
         evaluation_pb2.EvaluationResult,
         evaluation_pb2.EvaluationExpectation,
-        evaluation_pb2.EvaluationDataset,
         evaluation_pb2.ScheduledEvaluationRun,
+        evaluation_pb2.EvaluationDataset,
     ]
     for index, resource in enumerate(RESOURCES):
         if resource.parent_resource is not None:

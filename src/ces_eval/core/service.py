@@ -57,8 +57,8 @@ _SERVICES: dict[str, dict[str, Rpc]] = {
         **results.RPCS,
         **exports.RPCS,
         **expectations.RPCS,
-        **datasets.RPCS,
         **scheduled_runs.RPCS,
+        **datasets.RPCS,
     },
     "google.longrunning.Operations": longrunning.RPCS,
     "ces_eval.emulator.v1.EmulatorService": emulator.RPCS,
@@ -73,8 +73,8 @@ RESOURCES = (
     evaluations.EVALUATIONS,
     results.RESULTS,
     expectations.EXPECTATIONS,
-    datasets.DATASETS,
     scheduled_runs.SCHEDULED_RUNS,
+    datasets.DATASETS,
 )
 # ``core.create_evaluation``: each implemented RPC by its snake_case name, which no two share.
 _BY_METHOD_NAME = {snake_case(path.rsplit("/", 1)[1]): path for path in RPCS}
