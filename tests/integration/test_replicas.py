@@ -150,6 +150,54 @@ def test_writes_page_tokens_and_etags_cross_replicas(
         assert _reason(stale.value) == "ETAG_MISMATCH"
 
 
+def test_dataset_references_cross_replicas(
+    replicas: tuple[RunningServer, RunningServer],
+) -> None:
+    """A dataset written through one replica is what the other serves: the evaluations it
+    lists name it, deleting one of them needs force there, and force takes it out."""
+    with (
+        grpc.insecure_channel(replicas[0].grpc_target) as a,
+        grpc.insecure_channel(replicas[1].grpc_target) as b,
+    ):
+        first, second = service_grpc.EvaluationServiceStub(a), service_grpc.EvaluationServiceStub(b)
+        evaluations = [
+            first.CreateEvaluation(
+                service_pb2.CreateEvaluationRequest(
+                    parent=APP, evaluation=golden_evaluation(f"Listed {i}")
+                ),
+                timeout=10,
+            ).name
+            for i in range(2)
+        ]
+        dataset = first.CreateEvaluationDataset(
+            service_pb2.CreateEvaluationDatasetRequest(
+                parent=APP,
+                evaluation_dataset=evaluation_pb2.EvaluationDataset(
+                    display_name="Shared", evaluations=evaluations
+                ),
+            ),
+            timeout=10,
+        )
+        read = second.GetEvaluation(
+            service_pb2.GetEvaluationRequest(name=evaluations[0]), timeout=10
+        )
+        assert list(read.evaluation_datasets) == [dataset.name]
+        with pytest.raises(grpc.RpcError) as in_use:
+            second.DeleteEvaluation(
+                service_pb2.DeleteEvaluationRequest(name=evaluations[0]), timeout=10
+            )
+        assert in_use.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert _reason(in_use.value) == "EVALUATION_IN_USE"
+        second.DeleteEvaluation(
+            service_pb2.DeleteEvaluationRequest(name=evaluations[0], force=True), timeout=10
+        )
+        after = first.GetEvaluationDataset(
+            service_pb2.GetEvaluationDatasetRequest(name=dataset.name), timeout=10
+        )
+        assert list(after.evaluations) == evaluations[1:]
+        assert after.etag != dataset.etag
+
+
 def test_concurrent_updates_one_winner_per_etag_and_no_lost_update(
     replicas: tuple[RunningServer, RunningServer],
 ) -> None:

@@ -167,6 +167,7 @@ KINDS: dict[str, Kind] = {
         update=("evaluations", [_SOURCES["e2"]]),
         required="display_name",
         prepare=_dataset_sources,
+        matches_all=lambda made: f"evaluations:{made['e1'].rsplit('/', 1)[1]}",
         own=_dataset_references,
     ),
 }
