@@ -1,8 +1,10 @@
 """Write ``openapi.json`` and ``mcp_tools.json`` of a generated folder (``tools/generate.py``).
 
 Both documents are what ces_eval builds from the descriptors: the OpenAPI document of the REST
-surface (``ces_eval.contract.openapi.build_openapi``) and the MCP tool list with its input and
-output JSON Schemas (``ces_eval.surfaces.mcp_tools.tool_specs``), as ``tools/list`` answers it.
+surface (``ces_eval.contract.openapi.build_openapi`` of the bindings it serves,
+``ces_eval.surfaces.rest.served_bindings``) and the MCP tool list with its input and output JSON
+Schemas (``ces_eval.surfaces.mcp_tools.tool_specs``), as ``tools/list`` answers it. Neither lists
+a method the core does not implement.
 Committed in
 ``generated/``, a change of the contract shows in review as a change of these files, and
 ``make check-generated`` fails when they are stale.
@@ -56,10 +58,11 @@ def write(folder: Path) -> None:
 
     from ces_eval.contract.openapi import build_openapi  # noqa: PLC0415
     from ces_eval.surfaces.mcp_tools import tool_specs  # noqa: PLC0415
+    from ces_eval.surfaces.rest import served_bindings  # noqa: PLC0415
 
     listing = types.ListToolsResult(tools=[spec.tool for spec in tool_specs().values()])
     tools = listing.model_dump(mode="json", by_alias=True, exclude_none=True)["tools"]
-    (folder / OPENAPI).write_text(encode(build_openapi()), encoding="utf-8")
+    (folder / OPENAPI).write_text(encode(build_openapi(served_bindings())), encoding="utf-8")
     (folder / MCP_TOOLS).write_text(encode(tools), encoding="utf-8")
 
 

@@ -75,8 +75,9 @@ def _rpc_attributes(client_class: Any, transport_class: Any) -> list[str]:  # no
     )
 
 
-def _recorded_paths() -> dict[str, str]:
-    """Client method name → the gRPC path it calls, as a real server received it."""
+def recorded_paths() -> dict[str, str]:
+    """Client method name → the gRPC path it calls, as a real server received it: every RPC
+    method of the client (``tests/official/dump_official.py`` takes the EvaluationService's)."""
     client_module, grpc_transport, _, exceptions = _client_modules()
     client_class = client_module.EvaluationServiceClient
     transport_class = grpc_transport.EvaluationServiceGrpcTransport
@@ -119,7 +120,7 @@ def official_routes() -> dict[str, Any]:
     """The document written to ``official_routes.json``: methods sorted by gRPC path."""
     _, _, rest_base, _ = _client_modules()
     methods: list[dict[str, Any]] = []
-    for attribute, path in _recorded_paths().items():
+    for attribute, path in recorded_paths().items():
         service, rpc = path.lstrip("/").split("/")
         methods.append(
             {

@@ -41,7 +41,7 @@ from ces_eval import connections
 from ces_eval import storage as storage_backends
 from ces_eval.access import TokenFileError, Tokens, authorized
 from ces_eval.admission import DEFAULT_LIMIT, Admission
-from ces_eval.contract import limits, openapi, schema
+from ces_eval.contract import limits, openapi
 from ces_eval.core import pages
 from ces_eval.core.operations import OperationRunner
 from ces_eval.core.service import DEFAULT_EXPORT_ROOT, Core, handlers
@@ -51,7 +51,7 @@ from ces_eval.surfaces.boundary import Boundary
 from ces_eval.surfaces.grpc_api import Dispatcher
 from ces_eval.surfaces.http_app import BrowserRules, build_app
 from ces_eval.surfaces.mcp_tools import McpEndpoint, build_endpoint
-from ces_eval.surfaces.rest import Transcoder
+from ces_eval.surfaces.rest import Transcoder, served_bindings
 from ces_eval.transcoding.router import Router
 
 if TYPE_CHECKING:
@@ -441,7 +441,7 @@ def _surfaces(
         return Boundary(surface, tokens=tokens, admission=admission, log=log)
 
     dispatcher = Dispatcher(implementations, boundary=boundary("grpc", log))
-    rest = Transcoder(Router(schema.http_bindings()), implementations, boundary("rest"))
+    rest = Transcoder(Router(served_bindings()), implementations, boundary("rest"))
     return dispatcher, rest, build_endpoint(implementations, boundary("mcp"))
 
 

@@ -4,78 +4,78 @@ Runs in the client's own environment (``.venv-client``), never beside ``ces_eval
 ``google.cloud.ces.v1beta.*`` in protobuf's default pool (GUIDE §2). The test process loads the
 dumped FileDescriptorSet into a separate DescriptorPool and compares it with ours.
 
-Facts come from the client's runtime objects, not from its text:
-- gRPC method paths: each client method is called once against a real in-process gRPC server
-  that records the path it receives;
+Facts come from the client's runtime objects, not from its text or a list kept here:
+- the RPCs and their gRPC paths: every RPC stub of the gRPC transport is called once through the
+  client against a real in-process gRPC server that records the path it receives
+  (``tools/official_routes.py``'s ``recorded_paths``); the EvaluationService's are dumped, the
+  Operations and Locations mixins are not;
 - request/response types: the client methods' type annotations (``google.longrunning.Operation``
   for long-running methods, ``google.protobuf.Empty`` for methods annotated ``None``);
 - HTTP rules: the REST transport's ``_get_http_options``;
-- long-running response and metadata types: fixed by the client's ``operation.from_gapic`` calls and
-  given here as ``LRO_TYPES`` (GUIDE §2), then checked to exist in the dumped descriptors.
+- long-running response and metadata types: fixed by the client's ``operation.from_gapic`` calls
+  (``services/evaluation_service/client.py``). ``LRO_TYPES`` states them (GUIDE §2); the dump
+  fails unless they are exactly what those calls name, one entry per method returning an
+  operation, and each is found in the dumped descriptors.
 """
 
 from __future__ import annotations
 
+import ast
 import base64
-import contextlib
+import inspect
 import json
-import re
 import sys
 import typing
-from concurrent import futures
+from pathlib import Path
 from typing import Any
 
-import grpc
-from google.api_core import exceptions, operation
+from google.api_core import operation
 from google.cloud import ces_v1beta
-from google.cloud.ces_v1beta.services.evaluation_service.transports import grpc as grpc_transport
+from google.cloud.ces_v1beta.services.evaluation_service import client as client_module
 from google.cloud.ces_v1beta.services.evaluation_service.transports import rest_base
 from google.longrunning import operations_pb2
-from google.protobuf import descriptor_pb2, empty_pb2
+from google.protobuf import descriptor_pb2, descriptor_pool, empty_pb2
 
-RPCS = [
-    "CreateEvaluation",
-    "GetEvaluation",
-    "ListEvaluations",
-    "UpdateEvaluation",
-    "DeleteEvaluation",
-    "ExportEvaluations",
-    "GetEvaluationResult",
-    "ListEvaluationResults",
-    "DeleteEvaluationResult",
-    "ExportEvaluationResults",
-    "RunEvaluationResultMetrics",
-]
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+from official_routes import recorded_paths
+
+SERVICE = "google.cloud.ces.v1beta.EvaluationService"
+V1BETA = "google.cloud.ces.v1beta"
+# RPC → (response, metadata) full names of its long-running operation, as the client's
+# operation.from_gapic calls unpack them (GUIDE §2: ExportEvaluations' metadata is the
+# OperationMetadata of the official agent_service file).
 LRO_TYPES = {
-    "ExportEvaluations": ("ExportEvaluationsResponse", "OperationMetadata"),
+    "RunEvaluation": (
+        f"{V1BETA}.RunEvaluationResponse",
+        f"{V1BETA}.RunEvaluationOperationMetadata",
+    ),
+    "GenerateEvaluation": (f"{V1BETA}.Evaluation", f"{V1BETA}.GenerateEvaluationOperationMetadata"),
+    "ImportEvaluations": (
+        f"{V1BETA}.ImportEvaluationsResponse",
+        f"{V1BETA}.ImportEvaluationsOperationMetadata",
+    ),
+    "DeleteEvaluationRun": (
+        "google.protobuf.Empty",
+        f"{V1BETA}.DeleteEvaluationRunOperationMetadata",
+    ),
+    "ExportEvaluations": (f"{V1BETA}.ExportEvaluationsResponse", f"{V1BETA}.OperationMetadata"),
+    "ExportEvaluationRuns": (
+        f"{V1BETA}.ExportEvaluationRunsResponse",
+        f"{V1BETA}.ExportEvaluationRunsOperationMetadata",
+    ),
     "ExportEvaluationResults": (
-        "ExportEvaluationResultsResponse",
-        "ExportEvaluationResultsOperationMetadata",
+        f"{V1BETA}.ExportEvaluationResultsResponse",
+        f"{V1BETA}.ExportEvaluationResultsOperationMetadata",
     ),
     "RunEvaluationResultMetrics": (
-        "RunEvaluationResultMetricsResponse",
-        "RunEvaluationResultMetricsOperationMetadata",
+        f"{V1BETA}.RunEvaluationResultMetricsResponse",
+        f"{V1BETA}.RunEvaluationResultMetricsOperationMetadata",
     ),
 }
 
 
-class _PathRecorder(grpc.GenericRpcHandler):
-    """A real gRPC server's handler that notes each method path it is asked for."""
-
-    def __init__(self) -> None:
-        self.paths: list[str] = []
-
-    def service(self, handler_call_details: Any) -> None:
-        # No handler: the server answers UNIMPLEMENTED.
-        self.paths.append(handler_call_details.method)
-
-
 def _message_descriptor(cls: Any) -> Any:
     return cls.pb().DESCRIPTOR if hasattr(cls, "pb") else cls.DESCRIPTOR
-
-
-def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
 def _files(roots: list[Any]) -> descriptor_pb2.FileDescriptorSet:
@@ -96,8 +96,8 @@ def _files(roots: list[Any]) -> descriptor_pb2.FileDescriptorSet:
     return out
 
 
-def _types(rpc: str) -> tuple[Any, Any]:
-    hints = typing.get_type_hints(getattr(ces_v1beta.EvaluationServiceClient, _snake(rpc)))
+def _types(client_method: str) -> tuple[Any, Any]:
+    hints = typing.get_type_hints(getattr(ces_v1beta.EvaluationServiceClient, client_method))
     request = next(a for a in typing.get_args(hints["request"]) if hasattr(a, "pb"))
     returned = hints["return"]
     if returned is type(None):
@@ -111,49 +111,87 @@ def _types(rpc: str) -> tuple[Any, Any]:
     return _message_descriptor(request), _message_descriptor(response)
 
 
-def _paths() -> dict[str, str]:
-    recorder = _PathRecorder()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), handlers=[recorder])
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-        client = ces_v1beta.EvaluationServiceClient(
-            transport=grpc_transport.EvaluationServiceGrpcTransport(channel=channel)
-        )
-        paths: dict[str, str] = {}
-        for rpc in RPCS:
-            method = getattr(client, _snake(rpc))
-            request_type = typing.get_type_hints(method)["request"]
-            request = next(a for a in typing.get_args(request_type) if hasattr(a, "pb"))()
-            with contextlib.suppress(exceptions.MethodNotImplemented):
-                method(request=request, retry=None, timeout=10)
-            paths[rpc] = recorder.paths[-1]
-        channel.close()
-        return paths
-    finally:
-        server.stop(None)
+def _evaluate(node: ast.expr) -> Any:
+    """A dotted name of the client module (``evaluation_service.RunEvaluationResponse``), as
+    the module's own namespace resolves it."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        raise ValueError(f"not a dotted name: {ast.dump(node)}")
+    value = getattr(client_module, node.id)
+    for part in reversed(parts):
+        value = getattr(value, part)
+    return value
+
+
+def _client_lro_types(client_methods: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """RPC → (response, metadata) full names, read from each client method's
+    ``operation.from_gapic(response, operations_client, <response type>, metadata_type=...)``."""
+    rpc_of = {attribute: rpc for rpc, attribute in client_methods.items()}
+    tree = ast.parse(inspect.getsource(ces_v1beta.EvaluationServiceClient))
+    (cls,) = (n for n in tree.body if isinstance(n, ast.ClassDef))
+    found: dict[str, tuple[str, str]] = {}
+    for function in cls.body:
+        if not isinstance(function, ast.FunctionDef) or function.name not in rpc_of:
+            continue
+        for call in ast.walk(function):
+            if not (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and call.func.attr == "from_gapic"
+            ):
+                continue
+            metadata = next(k.value for k in call.keywords if k.arg == "metadata_type")
+            names = tuple(
+                _message_descriptor(_evaluate(node)).full_name for node in (call.args[2], metadata)
+            )
+            found[rpc_of[function.name]] = (names[0], names[1])
+    return found
 
 
 def main() -> int:
-    paths = _paths()
+    paths = {
+        path.rsplit("/", 1)[1]: (attribute, path)
+        for attribute, path in recorded_paths().items()
+        if path.startswith(f"/{SERVICE}/")
+    }
+    client_methods = {rpc: attribute for rpc, (attribute, _) in paths.items()}
     rpcs: dict[str, Any] = {}
     roots: list[Any] = []
-    for rpc in RPCS:
-        request, response = _types(rpc)
+    for rpc, (attribute, path) in sorted(paths.items()):
+        request, response = _types(attribute)
         http = getattr(rest_base._BaseEvaluationServiceRestTransport, f"_Base{rpc}")
         rpcs[rpc] = {
-            "path": paths[rpc],
+            "path": path,
+            "client_method": attribute,
             "request": request.full_name,
             "response": response.full_name,
             "http": http._get_http_options(),
             "lro": list(LRO_TYPES.get(rpc, ())),
         }
         roots += [request, response]
+    long_running = {
+        rpc for rpc, facts in rpcs.items() if facts["response"] == "google.longrunning.Operation"
+    }
+    if set(LRO_TYPES) != long_running:
+        raise SystemExit(f"LRO_TYPES names {sorted(LRO_TYPES)}, the client {sorted(long_running)}")
+    client_lro = _client_lro_types(client_methods)
+    if client_lro != LRO_TYPES:
+        raise SystemExit(
+            f"LRO_TYPES differs from the client's operation.from_gapic calls: {client_lro}"
+        )
+    default = descriptor_pool.Default()
+    for names in LRO_TYPES.values():
+        roots += [default.FindMessageTypeByName(name) for name in names]
+    files = _files(roots)
+    dumped = descriptor_pool.DescriptorPool()
+    for file in files.file:
+        dumped.Add(file)
     for names in LRO_TYPES.values():
         for name in names:
-            roots.append(getattr(ces_v1beta, name).pb().DESCRIPTOR)
-    files = _files(roots)
+            dumped.FindMessageTypeByName(name)  # KeyError: not in the dumped descriptors
     base = rest_base._BaseEvaluationServiceRestTransport
     operations_http = {
         name: getattr(base, f"_Base{name}")._get_http_options()

@@ -21,6 +21,7 @@ from google.protobuf import descriptor, descriptor_pb2, descriptor_pool
 
 ROOT = Path(__file__).resolve().parents[2]
 DESCRIPTOR_SET = ROOT / "generated" / "descriptor_set.binpb"
+OFFICIAL_ROUTES = ROOT / "generated" / "official_routes.json"
 CLIENT_PYTHON = Path(os.environ.get("CES_CLIENT_PYTHON", ROOT / ".venv-client" / "bin" / "python"))
 SERVICE = "google.cloud.ces.v1beta.EvaluationService"
 
@@ -114,7 +115,10 @@ def method_options(
 
 
 def official_rpc_names() -> list[str]:
-    """The RPCs the issue asks for, as listed by the official-client dump script."""
-    source = (ROOT / "tests" / "official" / "dump_official.py").read_text(encoding="utf-8")
-    block = source.split("RPCS = [", 1)[1].split("]", 1)[0]
-    return [line.strip().strip(",").strip('"') for line in block.splitlines() if line.strip()]
+    """The official client's EvaluationService RPCs, for parametrizing tests at collection time
+    without running the client: ``generated/official_routes.json``, which
+    ``tools/official_routes.py`` records from the client's gRPC transport (``make
+    check-generated`` keeps it fresh). ``test_official_wire`` also holds it equal to the RPCs
+    :func:`official` dumps from the client itself."""
+    document = json.loads(OFFICIAL_ROUTES.read_text(encoding="utf-8"))
+    return sorted(m["name"] for m in document["methods"] if m["service"] == SERVICE)

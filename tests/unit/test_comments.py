@@ -56,7 +56,8 @@ CASES = [
     pytest.param(
         f"{V1B}.EvaluationService",
         "Stores evaluations of a conversational agent app (golden conversations and simulated"
-        " scenarios)\nand the results their runs produced.",
+        " scenarios)\nand the results their runs produced.\nRuns them (listed, as datasets or on"
+        " a schedule) and keeps the expectations they are judged\nagainst.",
         id="service",
     ),
     pytest.param(

@@ -2,8 +2,11 @@
 
 Every official route this server does not serve yet answers 501 UNIMPLEMENTED naming the method,
 through the real Transcoder over a real core on a temporary SQLite file; our own routes are
-unaffected; 404 stays for paths nobody binds. The unserved set is recomputed here from the raw
-JSON and our descriptors' bindings, independently of ``schema.unserved_bindings``.
+unaffected; 404 stays for paths nobody binds. A method is served when the core implements it:
+one our descriptors declare but the core does not implement (RunEvaluation, the
+EvaluationDataset methods, ...) is unserved like one they do not declare (the Locations mixin).
+The unserved set is recomputed here from the raw JSON, our descriptors and the core's registry,
+independently of ``schema.unserved_bindings`` and ``rest.served_bindings``.
 """
 
 from __future__ import annotations
@@ -26,11 +29,11 @@ from ces_eval.access import Tokens, authorized
 from ces_eval.contract import openapi, schema
 from ces_eval.contract.limits import MAX_REQUEST_BYTES
 from ces_eval.core import pages
-from ces_eval.core.service import Core, handlers
+from ces_eval.core.service import RPCS, Core, handlers
 from ces_eval.storage.sqlite import SqliteStorage
 from ces_eval.surfaces.boundary import Boundary
 from ces_eval.surfaces.http_app import BodyLimit
-from ces_eval.surfaces.rest import Transcoder
+from ces_eval.surfaces.rest import Transcoder, served_bindings
 from ces_eval.transcoding.router import Router, UnservedRoute
 from tests.support.contract import CLIENT_PYTHON
 from tests.support.tokens import ALICE, write_token_file
@@ -55,18 +58,25 @@ def sample_path(template: str) -> str:
 
 
 def official_unserved() -> list[tuple[str, str, str, str]]:
-    """(gRPC path, verb, template, body) of every official binding whose method our
-    descriptors do not bind, read from the committed JSON itself."""
+    """(gRPC path, verb, template, body) of every official binding whose method is not served:
+    our descriptors do not bind it, or they do but the core's registry has no implementation
+    for it. Read from the committed JSON itself."""
     document = json.loads(JSON_FILE.read_text(encoding="utf-8"))
     ours = {
         f"/{b.method.containing_service.full_name}/{b.method.name}" for b in schema.http_bindings()
     }
+    served = ours & set(RPCS)
     return sorted(
         (m["path"], h["verb"], h["template"], h["body"])
         for m in document["methods"]
-        if m["path"] not in ours
+        if m["path"] not in served
         for h in m["http"]
     )
+
+
+def declared_unserved() -> set[str]:
+    """gRPC paths of the methods our descriptors declare and the core does not implement."""
+    return {path for path in schema.methods() if path not in RPCS}
 
 
 def error_info(body: dict[str, Any]) -> dict[str, Any]:
@@ -100,7 +110,7 @@ async def rest_client(
         core = Core(storage, pages.PageTokens(await storage.secret()))
         app = BodyLimit(
             Transcoder(
-                Router(schema.http_bindings()),
+                Router(served_bindings()),
                 handlers(core) if tokens is None else authorized(handlers(core)),
                 Boundary("rest", tokens=tokens),
             )
@@ -159,9 +169,11 @@ def test_the_file_is_package_data_beside_the_descriptor_set() -> None:
 def test_unserved_set_is_official_minus_ours() -> None:
     expected = official_unserved()
     assert expected, "every official method is served: drop the 501 routes"
-    unserved = sorted((b.path, b.verb, b.template, b.body) for b in schema.unserved_bindings())
+    unserved = sorted(
+        (b.path, b.verb, b.template, b.body) for b in schema.unserved_bindings(served_bindings())
+    )
     assert unserved == expected
-    router = Router(schema.http_bindings())
+    router = Router(served_bindings())
     compiled = sorted(
         (u.binding.path, u.binding.verb, u.binding.template, u.binding.body)
         for u in router.unserved
@@ -169,8 +181,22 @@ def test_unserved_set_is_official_minus_ours() -> None:
     assert compiled == expected
     served = {route.path for route in router.routes}
     assert not served & {path for path, *_ in expected}
-    # RunEvaluation and the Locations mixin are official, not ours (yet).
+    # RunEvaluation (declared, not implemented) and the Locations mixin (not declared) are
+    # official, not served (yet).
     assert {path for path, *_ in expected} >= {f"/{RUN_EVALUATION}", f"/{GET_LOCATION}"}
+    assert f"/{RUN_EVALUATION}" in declared_unserved()
+    # Every declared method without an implementation is official, and so has 501 routes.
+    assert declared_unserved() <= {path for path, *_ in expected}
+
+
+def test_served_bindings_are_ours_of_implemented_methods() -> None:
+    served = served_bindings()
+    assert served
+    assert {schema.method_path(b.method) for b in served} <= set(RPCS)
+    assert [b for b in schema.http_bindings() if schema.method_path(b.method) in RPCS] == list(
+        served
+    )
+    assert not {schema.method_path(b.method) for b in served} & declared_unserved()
 
 
 def test_a_method_leaves_the_unserved_set_once_our_bindings_bind_it() -> None:
@@ -184,7 +210,7 @@ def test_a_method_leaves_the_unserved_set_once_our_bindings_bind_it() -> None:
 
 
 def test_every_unserved_template_resolves_to_its_route() -> None:
-    router = Router(schema.http_bindings())
+    router = Router(served_bindings())
     for path, verb, template, _ in official_unserved():
         resolved = router.resolve(verb, sample_path(template))
         assert isinstance(resolved, UnservedRoute), (template, resolved)
@@ -192,7 +218,8 @@ def test_every_unserved_template_resolves_to_its_route() -> None:
 
 
 def test_openapi_lists_no_unserved_route() -> None:
-    document = openapi.build_openapi()
+    document = openapi.committed_openapi()
+    assert document == openapi.build_openapi(served_bindings())
     operations = {
         operation["operationId"]
         for item in document["paths"].values()
@@ -204,9 +231,11 @@ def test_openapi_lists_no_unserved_route() -> None:
         "_".join(path.lstrip("/").rsplit(".", 1)[1].split("/")) for path, *_ in official_unserved()
     }
     assert "EvaluationService_RunEvaluation" in unserved
+    assert "EvaluationService_GetEvaluationDataset" in unserved
     assert "EvaluationService_CreateEvaluation" in operations
     assert not operations & unserved
     assert not [p for p in document["paths"] if p.endswith((":runEvaluation", "/locations"))]
+    assert not [p for p in document["paths"] if "evaluationDatasets" in p]
 
 
 # -- generation -------------------------------------------------------------------------------
@@ -291,6 +320,39 @@ def test_unserved_routes_answer_before_the_body_is_read(tmp_path: Path) -> None:
         assert_unimplemented(await client.post(url + "?bogus=1", json={}), RUN_EVALUATION)
 
     run(tmp_path, scenario)
+
+
+def test_declared_unserved_routes_answer_501_before_the_body_even_if_routed(
+    tmp_path: Path,
+) -> None:
+    """A router over every binding our descriptors declare (not only the served ones, as
+    ``serve`` builds it) routes RunEvaluation to its method; the Transcoder still answers 501
+    before authorizing or parsing anything, since the core has no handler for it."""
+
+    async def main() -> None:
+        storage = SqliteStorage(tmp_path / "ces-eval.db")
+        await storage.open()
+        try:
+            core = Core(storage, pages.PageTokens(await storage.secret()))
+            app = Transcoder(Router(schema.http_bindings()), handlers(core))
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+                url = f"{APP}:runEvaluation"
+                for response in (
+                    await client.post(url, content=b"{not json"),
+                    await client.post(url + "?bogus=1", json={"unknownField": 1}),
+                    await client.get(f"{APP}/evaluationDatasets/d?pageSize=x"),
+                ):
+                    method = (
+                        RUN_EVALUATION
+                        if "runEvaluation" in str(response.url)
+                        else f"{EVALUATION_SERVICE}/GetEvaluationDataset"
+                    )
+                    assert_unimplemented(response, method)
+        finally:
+            await storage.close()
+
+    asyncio.run(main())
 
 
 def test_wrong_verb_on_an_unserved_path_is_405_with_its_verbs(tmp_path: Path) -> None:

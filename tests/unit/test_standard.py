@@ -140,11 +140,18 @@ def test_every_resource_is_declared_once_and_parents_come_first() -> None:
 
 
 def test_the_registry_holds_only_rpcs_the_descriptors_declare() -> None:
-    declared = {m.name for s in schema.services() for m in s.methods}
-    assert set(RPCS) <= declared
-    for service in schema.services():
-        for method in service.methods:
-            assert implements(method) == (method.name in RPCS)
+    declared = schema.methods()
+    assert set(RPCS) <= set(declared)
+    for path, method in declared.items():
+        assert implements(method) == (path in RPCS)
+
+
+def test_rpcs_of_one_name_in_two_services_stay_apart() -> None:
+    """EmulatorService implements ImportEvaluations; EvaluationService's, of the same name but
+    another request type, is not served."""
+    declared = schema.methods()
+    assert implements(declared["/ces_eval.emulator.v1.EmulatorService/ImportEvaluations"])
+    assert not implements(declared["/google.cloud.ces.v1beta.EvaluationService/ImportEvaluations"])
 
 
 def test_core_modules_import_no_cycle() -> None:

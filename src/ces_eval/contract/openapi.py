@@ -4,10 +4,11 @@
 contract change shows in review, and ``make check-generated`` fails when it is stale); the server
 serves that file (:func:`committed_openapi`) instead of building the document at every start.
 
-Every operation is one ``google.api.http`` binding (google/api/http.proto) of a method in
-:func:`ces_eval.contract.schema.http_bindings`; every schema comes from
-:mod:`ces_eval.contract.jsonschema`, with ``$ref`` into ``components.schemas``. Nothing is
-listed by hand (GUIDE §7.5).
+Every operation is one ``google.api.http`` binding (google/api/http.proto) of the bindings given
+(default: every one of :func:`ces_eval.contract.schema.http_bindings`; ``make generate`` gives
+those the REST surface serves, :func:`ces_eval.surfaces.rest.served_bindings`, so the document
+lists no method answering 501); every schema comes from :mod:`ces_eval.contract.jsonschema`, with
+``$ref`` into ``components.schemas``. Nothing is listed by hand (GUIDE §7.5).
 
 Transcoding as documented here (http.proto):
 
@@ -48,6 +49,8 @@ from ces_eval.contract.templates import parse_template
 from ces_eval.errors import Code
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from google.protobuf import descriptor
 
 __all__ = [
@@ -344,12 +347,15 @@ def _alt_parameter() -> JsonSchema:
     }
 
 
-def build_openapi(*, server_url: str | None = None) -> JsonSchema:
-    """The OpenAPI 3.1 document of every HTTP binding, as a fresh JSON-ready dict."""
+def build_openapi(
+    bindings: Iterable[HttpBinding] | None = None, *, server_url: str | None = None
+) -> JsonSchema:
+    """The OpenAPI 3.1 document of ``bindings`` (default: every HTTP binding of our
+    descriptors), as a fresh JSON-ready dict."""
     builder = SchemaBuilder(ref_prefix=SCHEMAS, enums_as="names_or_numbers")
     paths: dict[str, JsonSchema] = {}
     seen_ids: dict[str, int] = {}
-    for binding in http_bindings():
+    for binding in http_bindings() if bindings is None else bindings:
         verb = binding.verb.lower()
         if verb not in _VERBS:
             raise ValueError(

@@ -202,8 +202,10 @@ def official_routes() -> OfficialRoutes:
 
 def unserved_bindings(bindings: Iterable[HttpBinding] | None = None) -> tuple[OfficialBinding, ...]:
     """The official bindings of every method that none of ``bindings`` (default: all of ours,
-    :func:`http_bindings`) binds: a method is served on REST as soon as our descriptors bind its
-    gRPC path, whatever its official templates."""
+    :func:`http_bindings`) binds: a method is served on REST as soon as ``bindings`` bind its
+    gRPC path, whatever its official templates. The REST surface passes the bindings of the
+    methods the core implements (:func:`ces_eval.surfaces.rest.served_bindings`), so a method
+    our descriptors declare but the core does not implement keeps its official 501 routes."""
     served = {method_path(b.method) for b in (http_bindings() if bindings is None else bindings)}
     return tuple(
         binding

@@ -3,9 +3,11 @@
 Each RPC is a function ``(Context, request, Caller) -> response`` of the module of its resource
 or service (:mod:`~ces_eval.core.evaluations`, :mod:`~ces_eval.core.results`,
 :mod:`~ces_eval.core.exports`, :mod:`~ces_eval.core.longrunning`,
-:mod:`~ces_eval.core.emulator`), which lists it in its ``RPCS``. Nothing here knows about
-transports: the surfaces find the implementations through the service descriptors
-(:func:`handlers`), so an RPC no module lists is UNIMPLEMENTED everywhere.
+:mod:`~ces_eval.core.emulator`), which lists it in its ``RPCS`` by RPC name; here each module's
+RPCs are filed under their service, so that two services' RPCs of one name (EvaluationService's
+and EmulatorService's ImportEvaluations) stay apart. Nothing here knows about transports: the
+surfaces find the implementations through the service descriptors (:func:`handlers`), so an RPC
+no module lists is UNIMPLEMENTED everywhere.
 """
 
 from __future__ import annotations
@@ -39,17 +41,27 @@ __all__ = [
     "snake_case",
 ]
 
-# RPC name (as in the service descriptors) → implementation.
+# Service (full name, as in the descriptors) → the modules' RPCs it holds.
+_SERVICES: dict[str, dict[str, Rpc]] = {
+    "google.cloud.ces.v1beta.EvaluationService": {
+        **evaluations.RPCS,
+        **results.RPCS,
+        **exports.RPCS,
+    },
+    "google.longrunning.Operations": longrunning.RPCS,
+    "ces_eval.emulator.v1.EmulatorService": emulator.RPCS,
+}
+# gRPC path (``/package.Service/Method``, :func:`ces_eval.contract.schema.method_path`) →
+# implementation.
 RPCS: dict[str, Rpc] = {
-    **evaluations.RPCS,
-    **results.RPCS,
-    **exports.RPCS,
-    **longrunning.RPCS,
-    **emulator.RPCS,
+    f"/{service}/{name}": rpc for service, rpcs in _SERVICES.items() for name, rpc in rpcs.items()
 }
 # Every declared resource, parents before children.
 RESOURCES = (evaluations.EVALUATIONS, results.RESULTS)
-_BY_METHOD_NAME = {snake_case(rpc): rpc for rpc in RPCS}
+# ``core.create_evaluation``: each implemented RPC by its snake_case name, which no two share.
+_BY_METHOD_NAME = {snake_case(path.rsplit("/", 1)[1]): path for path in RPCS}
+if len(_BY_METHOD_NAME) != len(RPCS):  # pragma: no cover - a new RPC's name clashes
+    raise RuntimeError("two implemented RPCs share a name: Core.__getattr__ cannot tell them apart")
 
 
 class Core:
@@ -68,9 +80,11 @@ class Core:
             storage, tokens, runner or OperationRunner(storage), export_root, export_per_project
         )
 
-    def handler(self, rpc: str) -> Handler:
-        """The implementation of RPC ``rpc`` (``CreateEvaluation``) over this core's context."""
-        implementation = RPCS[rpc]
+    def handler(self, path: str) -> Handler:
+        """The implementation of the RPC at gRPC path ``path``
+        (``/google.cloud.ces.v1beta.EvaluationService/CreateEvaluation``) over this core's
+        context."""
+        implementation = RPCS[path]
         context = self.context
 
         async def call(request: Message, caller: Caller) -> Message:
@@ -80,15 +94,15 @@ class Core:
 
     def __getattr__(self, name: str) -> Handler:
         """An RPC by its snake_case name (``core.create_evaluation``), as tests call it."""
-        rpc = _BY_METHOD_NAME.get(name)
-        if rpc is None:
+        path = _BY_METHOD_NAME.get(name)
+        if path is None:
             raise AttributeError(name)
-        return self.handler(rpc)
+        return self.handler(path)
 
 
 def implements(method: descriptor.MethodDescriptor) -> bool:
     """Whether the core serves ``method`` (surfaces answer UNIMPLEMENTED otherwise)."""
-    return method.name in RPCS
+    return schema.method_path(method) in RPCS
 
 
 def _guarded(implementation: Handler) -> Handler:
@@ -112,7 +126,7 @@ def handlers(core: Core) -> dict[str, Handler]:
     descriptors declare that the core implements (with ``--auth-tokens`` the server wraps them
     in :func:`ces_eval.access.authorized`)."""
     return {
-        path: _guarded(core.handler(method.name))
+        path: _guarded(core.handler(path))
         for path, method in schema.methods().items()
         if implements(method)
     }

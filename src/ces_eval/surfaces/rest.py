@@ -11,6 +11,10 @@ system parameter), the ``X-Server-Timeout`` deadline, the last-resort catch and 
 line's code are the boundary's (:mod:`ces_eval.surfaces.boundary`); the body arrives read and
 bounded (:class:`~ces_eval.surfaces.http_app.BodyLimit`, :func:`~ces_eval.surfaces.asgi.body_of`).
 The templates, router, query and body parsing and rendering are :mod:`ces_eval.transcoding`.
+
+The routes served are our bindings of the methods the core implements (:func:`served_bindings`);
+every other official binding, including those of methods our descriptors declare but the core
+does not implement yet, answers 501 UNIMPLEMENTED before anything is parsed.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from urllib.parse import parse_qsl
 
 from ces_eval.access import VariableFields, authorize
 from ces_eval.admission import WATCHED_METHODS, server_timeout, until_disconnected
+from ces_eval.contract import schema
 from ces_eval.contract.limits import LOOP_BYTES
+from ces_eval.core.service import implements
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.logs import CALL_KEY
 from ces_eval.offload import off_loop
@@ -41,7 +47,7 @@ if TYPE_CHECKING:
     from ces_eval.logs import Call
     from ces_eval.transcoding.router import Route, Router
 
-__all__ = ["Transcoder"]
+__all__ = ["Transcoder", "served_bindings"]
 
 _ALT = ("$alt", "alt")
 
@@ -66,6 +72,14 @@ def _int_enums(params: list[tuple[str, str]]) -> bool:
             elif option:
                 raise _invalid(name, f"Unsupported {name} option {option!r}.")
     return int_enums
+
+
+def served_bindings() -> tuple[schema.HttpBinding, ...]:
+    """Our HTTP bindings of the methods the core implements: the routes of this surface (its
+    :class:`~ces_eval.transcoding.router.Router`) and the operations of the OpenAPI document.
+    The official bindings of every other method become the router's 501 routes
+    (:func:`ces_eval.contract.schema.unserved_bindings`)."""
+    return tuple(binding for binding in schema.http_bindings() if implements(binding.method))
 
 
 class Transcoder:
@@ -119,14 +133,15 @@ class Transcoder:
                 # as for every other request a restricted token makes outside its projects.
                 # An unserved official route has no method to authorize against (see below).
                 other = self._router.resolve(resolved[0], raw_path.split("?", 1)[0])
-                if isinstance(other, tuple):
+                if isinstance(other, tuple) and other[0].path in self._handlers:
                     authorize(caller.principal, other[0].binding.method, VariableFields(other[1]))
             raise errors.method_not_allowed(verb, raw_path, resolved)  # 405 with Allow
         if not isinstance(resolved, tuple):
             # An official method this server does not serve yet (router.UnservedRoute): 501
-            # naming it, as gRPC answers, before the body is parsed. Our descriptors do not
-            # declare it, so the per-project authorization (which reads the method's resource
-            # fields) cannot apply; the caller did authenticate, and nothing is read or written.
+            # naming it, as gRPC answers, before the body is parsed. The per-project
+            # authorization (which reads the method's resource fields) does not apply, as gRPC
+            # authorizes only implemented methods; the caller did authenticate, and nothing is
+            # read or written.
             if line is not None:
                 line.method = resolved.path.lstrip("/")
             raise ServiceError.unimplemented(resolved.path.lstrip("/"))
@@ -134,6 +149,12 @@ class Transcoder:
         if line is not None:
             line.method = route.path.lstrip("/")
             line.resource = next(iter(variables.values()), "")
+        handler = self._handlers.get(route.path)
+        if handler is None:
+            # A route of a method the core does not implement (a router over more than
+            # served_bindings()): 501 before authorization and parsing, as for an unserved
+            # official route above and as gRPC answers.
+            raise ServiceError.unimplemented(route.path.lstrip("/"))
         if caller.principal is not None:
             authorize(caller.principal, route.binding.method, VariableFields(variables))
         int_enums = _int_enums(params)
@@ -142,9 +163,6 @@ class Transcoder:
         # event loop keeps serving every other caller meanwhile (docs/security.md, "Limits").
         large = heavy(data)
         request = await off_loop(large, self._request, route, variables, params, data)
-        handler = self._handlers.get(route.path)
-        if handler is None:
-            raise ServiceError.unimplemented(route.path.lstrip("/"))
         call = handler(request, caller)
         if route.path in WATCHED_METHODS:  # long calls end when their client goes
             call = until_disconnected(call, receive)

@@ -5,8 +5,10 @@ template and the reason). Resolution answers a method and the path variables, or
 this server does not serve yet (501), or the methods the path allows (405), or nothing (404).
 
 The official routes come from Google's client (``schema.official_routes``): every binding of a
-method whose gRPC path none of our bindings binds. They answer UNIMPLEMENTED naming the method, as
-gRPC does, rather than 404, which would read like a missing resource. Our own routes come first.
+method whose gRPC path none of the router's bindings binds (the server's router has the bindings
+of the methods the core implements, so a method declared but not implemented is among them).
+They answer UNIMPLEMENTED naming the method, as gRPC does, rather than 404, which would read like a
+missing resource. Our own routes come first.
 """
 
 from __future__ import annotations
@@ -42,8 +44,9 @@ class Route:
 
 @dataclass(frozen=True)
 class UnservedRoute:
-    """An official binding of a method this server does not serve yet. It has no method
-    descriptor (our descriptors do not declare it), so nothing is parsed: it answers 501."""
+    """An official binding of a method this server does not serve yet. It carries no method
+    descriptor (our descriptors may not even declare the method), so nothing is parsed: it
+    answers 501."""
 
     binding: schema.OfficialBinding
     template: PathTemplate

@@ -27,14 +27,16 @@ from google.api import annotations_pb2 as google_dot_api_dot_annotations__pb2
 from google.api import client_pb2 as google_dot_api_dot_client__pb2
 from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
 from google.api import resource_pb2 as google_dot_api_dot_resource__pb2
+from . import conversation_pb2 as google_dot_cloud_dot_ces_dot_v1beta_dot_conversation__pb2
 from . import evaluation_pb2 as google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2
 from google.longrunning import operations_pb2 as google_dot_longrunning_dot_operations__pb2
+from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import empty_pb2 as google_dot_protobuf_dot_empty__pb2
 from google.protobuf import field_mask_pb2 as google_dot_protobuf_dot_field__mask__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n0google/cloud/ces/v1beta/evaluation_service.proto\x12\x17google.cloud.ces.v1beta\x1a\x1cgoogle/api/annotations.proto\x1a\x17google/api/client.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a(google/cloud/ces/v1beta/evaluation.proto\x1a#google/longrunning/operations.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xad\x01\n\x17\x43reateEvaluationRequest\x12\x36\n\x06parent\x18\x01 \x01(\tB&\xe2\x41\x01\x02\xfa\x41\x1f\x12\x1d\x63\x65s.googleapis.com/Evaluation\x12\x1b\n\revaluation_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12=\n\nevaluation\x18\x03 \x01(\x0b\x32#.google.cloud.ces.v1beta.EvaluationB\x04\xe2\x41\x01\x02\"L\n\x14GetEvaluationRequest\x12\x34\n\x04name\x18\x01 \x01(\tB&\xe2\x41\x01\x02\xfa\x41\x1f\n\x1d\x63\x65s.googleapis.com/Evaluation\"\x99\x02\n\x16ListEvaluationsRequest\x12\x36\n\x06parent\x18\x01 \x01(\tB&\xe2\x41\x01\x02\xfa\x41\x1f\x12\x1d\x63\x65s.googleapis.com/Evaluation\x12\x17\n\tpage_size\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x18\n\npage_token\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x16\n\x06\x66ilter\x18\x04 \x01(\tB\x06\x18\x01\xe2\x41\x01\x01\x12\x1f\n\x11\x65valuation_filter\x18\x07 \x01(\tB\x04\xe2\x41\x01\x01\x12#\n\x15\x65valuation_run_filter\x18\x08 \x01(\tB\x04\xe2\x41\x01\x01\x12\x16\n\x08order_by\x18\x05 \x01(\tB\x04\xe2\x41\x01\x01\x12\x1e\n\x10last_ten_results\x18\x06 \x01(\x08\x42\x04\xe2\x41\x01\x01\"l\n\x17ListEvaluationsResponse\x12\x38\n\x0b\x65valuations\x18\x01 \x03(\x0b\x32#.google.cloud.ces.v1beta.Evaluation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x8f\x01\n\x17UpdateEvaluationRequest\x12=\n\nevaluation\x18\x01 \x01(\x0b\x32#.google.cloud.ces.v1beta.EvaluationB\x04\xe2\x41\x01\x02\x12\x35\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMaskB\x04\xe2\x41\x01\x01\"x\n\x17\x44\x65leteEvaluationRequest\x12\x34\n\x04name\x18\x01 \x01(\tB&\xe2\x41\x01\x02\xfa\x41\x1f\n\x1d\x63\x65s.googleapis.com/Evaluation\x12\x13\n\x05\x66orce\x18\x02 \x01(\x08\x42\x04\xe2\x41\x01\x01\x12\x12\n\x04\x65tag\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\"\x95\x02\n\x18\x45xportEvaluationsRequest\x12/\n\x06parent\x18\x01 \x01(\tB\x1f\xe2\x41\x01\x02\xfa\x41\x18\n\x16\x63\x65s.googleapis.com/App\x12\x35\n\x05names\x18\x02 \x03(\tB&\xe2\x41\x01\x02\xfa\x41\x1f\n\x1d\x63\x65s.googleapis.com/Evaluation\x12\x44\n\x0e\x65xport_options\x18\x03 \x01(\x0b\x32&.google.cloud.ces.v1beta.ExportOptionsB\x04\xe2\x41\x01\x01\x12(\n\x1ainclude_evaluation_results\x18\x04 \x01(\x08\x42\x04\xe2\x41\x01\x01\x12!\n\x13include_evaluations\x18\x05 \x01(\x08\x42\x04\xe2\x41\x01\x01\"\x8b\x02\n\x19\x45xportEvaluationsResponse\x12\x1d\n\x13\x65valuations_content\x18\x01 \x01(\x0cH\x00\x12\x19\n\x0f\x65valuations_uri\x18\x02 \x01(\tH\x00\x12k\n\x12\x66\x61iled_evaluations\x18\x03 \x03(\x0b\x32I.google.cloud.ces.v1beta.ExportEvaluationsResponse.FailedEvaluationsEntryB\x04\xe2\x41\x01\x03\x1a\x38\n\x16\x46\x61iledEvaluationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\r\n\x0b\x65valuations\"X\n\x1aGetEvaluationResultRequest\x12:\n\x04name\x18\x01 \x01(\tB,\xe2\x41\x01\x02\xfa\x41%\n#ces.googleapis.com/EvaluationResult\"\xbd\x01\n\x1cListEvaluationResultsRequest\x12<\n\x06parent\x18\x01 \x01(\tB,\xe2\x41\x01\x02\xfa\x41%\x12#ces.googleapis.com/EvaluationResult\x12\x17\n\tpage_size\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x18\n\npage_token\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x14\n\x06\x66ilter\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\x12\x16\n\x08order_by\x18\x05 \x01(\tB\x04\xe2\x41\x01\x01\"\x7f\n\x1dListEvaluationResultsResponse\x12\x45\n\x12\x65valuation_results\x18\x01 \x03(\x0b\x32).google.cloud.ces.v1beta.EvaluationResult\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"[\n\x1d\x44\x65leteEvaluationResultRequest\x12:\n\x04name\x18\x01 \x01(\tB,\xe2\x41\x01\x02\xfa\x41%\n#ces.googleapis.com/EvaluationResult\"\xdb\x01\n\x1e\x45xportEvaluationResultsRequest\x12\x36\n\x06parent\x18\x01 \x01(\tB&\xe2\x41\x01\x02\xfa\x41\x1f\n\x1d\x63\x65s.googleapis.com/Evaluation\x12;\n\x05names\x18\x02 \x03(\tB,\xe2\x41\x01\x02\xfa\x41%\n#ces.googleapis.com/EvaluationResult\x12\x44\n\x0e\x65xport_options\x18\x03 \x01(\x0b\x32&.google.cloud.ces.v1beta.ExportOptionsB\x04\xe2\x41\x01\x01\"\x7f\n\x1f\x45xportEvaluationResultsResponse\x12$\n\x1a\x65valuation_results_content\x18\x01 \x01(\x0cH\x00\x12 \n\x16\x65valuation_results_uri\x18\x02 \x01(\tH\x00\x42\x14\n\x12\x65valuation_results\"*\n(ExportEvaluationResultsOperationMetadata\"o\n!RunEvaluationResultMetricsRequest\x12J\n\x14\x65valuation_result_id\x18\x01 \x01(\tB,\xe2\x41\x01\x02\xfa\x41%\n#ces.googleapis.com/EvaluationResult\"m\n\"RunEvaluationResultMetricsResponse\x12G\n\x06status\x18\x01 \x01(\x0e\x32\x31.google.cloud.ces.v1beta.EvaluationResult.OutcomeB\x04\xe2\x41\x01\x03\"-\n+RunEvaluationResultMetricsOperationMetadata\"\xbb\x01\n\rExportOptions\x12P\n\rexport_format\x18\x01 \x01(\x0e\x32\x33.google.cloud.ces.v1beta.ExportOptions.ExportFormatB\x04\xe2\x41\x01\x01\x12\x15\n\x07gcs_uri\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\"A\n\x0c\x45xportFormat\x12\x1d\n\x19\x45XPORT_FORMAT_UNSPECIFIED\x10\x00\x12\x08\n\x04JSON\x10\x01\x12\x08\n\x04YAML\x10\x02\"\xc2\x01\n\x11OperationMetadata\x12\x35\n\x0b\x63reate_time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x32\n\x08\x65nd_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x1c\n\x0estatus_message\x18\x03 \x01(\tB\x04\xe2\x41\x01\x03\x12$\n\x16requested_cancellation\x18\x04 \x01(\x08\x42\x04\xe2\x41\x01\x03\x32\xb7\x14\n\x11\x45valuationService\x12\xf0\x01\n\x10\x43reateEvaluation\x12\x30.google.cloud.ces.v1beta.CreateEvaluationRequest\x1a#.google.cloud.ces.v1beta.Evaluation\"\x84\x01\xda\x41\x1fparent,evaluation,evaluation_id\xda\x41\x11parent,evaluation\x82\xd3\xe4\x93\x02H\":/v1beta/{parent=projects/*/locations/*/apps/*}/evaluations:\nevaluation\x12\xae\x01\n\rGetEvaluation\x12-.google.cloud.ces.v1beta.GetEvaluationRequest\x1a#.google.cloud.ces.v1beta.Evaluation\"I\xda\x41\x04name\x82\xd3\xe4\x93\x02<\x12:/v1beta/{name=projects/*/locations/*/apps/*/evaluations/*}\x12\xc1\x01\n\x0fListEvaluations\x12/.google.cloud.ces.v1beta.ListEvaluationsRequest\x1a\x30.google.cloud.ces.v1beta.ListEvaluationsResponse\"K\xda\x41\x06parent\x82\xd3\xe4\x93\x02<\x12:/v1beta/{parent=projects/*/locations/*/apps/*}/evaluations\x12\xdd\x01\n\x10UpdateEvaluation\x12\x30.google.cloud.ces.v1beta.UpdateEvaluationRequest\x1a#.google.cloud.ces.v1beta.Evaluation\"r\xda\x41\x16\x65valuation,update_mask\x82\xd3\xe4\x93\x02S2E/v1beta/{evaluation.name=projects/*/locations/*/apps/*/evaluations/*}:\nevaluation\x12\xa7\x01\n\x10\x44\x65leteEvaluation\x12\x30.google.cloud.ces.v1beta.DeleteEvaluationRequest\x1a\x16.google.protobuf.Empty\"I\xda\x41\x04name\x82\xd3\xe4\x93\x02<*:/v1beta/{name=projects/*/locations/*/apps/*/evaluations/*}\x12\xee\x01\n\x11\x45xportEvaluations\x12\x31.google.cloud.ces.v1beta.ExportEvaluationsRequest\x1a\x1d.google.longrunning.Operation\"\x86\x01\xca\x41.\n\x19\x45xportEvaluationsResponse\x12\x11OperationMetadata\xda\x41\x06parent\x82\xd3\xe4\x93\x02\x46\"A/v1beta/{parent=projects/*/locations/*/apps/*}/evaluations:export:\x01*\x12\xca\x01\n\x13GetEvaluationResult\x12\x33.google.cloud.ces.v1beta.GetEvaluationResultRequest\x1a).google.cloud.ces.v1beta.EvaluationResult\"S\xda\x41\x04name\x82\xd3\xe4\x93\x02\x46\x12\x44/v1beta/{name=projects/*/locations/*/apps/*/evaluations/*/results/*}\x12\xdd\x01\n\x15ListEvaluationResults\x12\x35.google.cloud.ces.v1beta.ListEvaluationResultsRequest\x1a\x36.google.cloud.ces.v1beta.ListEvaluationResultsResponse\"U\xda\x41\x06parent\x82\xd3\xe4\x93\x02\x46\x12\x44/v1beta/{parent=projects/*/locations/*/apps/*/evaluations/*}/results\x12\xbd\x01\n\x16\x44\x65leteEvaluationResult\x12\x36.google.cloud.ces.v1beta.DeleteEvaluationResultRequest\x1a\x16.google.protobuf.Empty\"S\xda\x41\x04name\x82\xd3\xe4\x93\x02\x46*D/v1beta/{name=projects/*/locations/*/apps/*/evaluations/*/results/*}\x12\xa7\x02\n\x17\x45xportEvaluationResults\x12\x37.google.cloud.ces.v1beta.ExportEvaluationResultsRequest\x1a\x1d.google.longrunning.Operation\"\xb3\x01\xca\x41K\n\x1f\x45xportEvaluationResultsResponse\x12(ExportEvaluationResultsOperationMetadata\xda\x41\x0cparent,names\x82\xd3\xe4\x93\x02P\"K/v1beta/{parent=projects/*/locations/*/apps/*/evaluations/*}/results:export:\x01*\x12\xdf\x02\n\x1aRunEvaluationResultMetrics\x12:.google.cloud.ces.v1beta.RunEvaluationResultMetricsRequest\x1a\x1d.google.longrunning.Operation\"\xe5\x01\xca\x41Q\n\"RunEvaluationResultMetricsResponse\x12+RunEvaluationResultMetricsOperationMetadata\xda\x41\x14\x65valuation_result_id\x82\xd3\xe4\x93\x02t\"o/v1beta/{evaluation_result_id=projects/*/locations/*/apps/*/evaluations/*/results/*}:runEvaluationResultMetrics:\x01*\x1a\x46\xca\x41\x12\x63\x65s.googleapis.com\xd2\x41.https://www.googleapis.com/auth/cloud-platformB\xc2\x06\xea\x41L\n\x16\x63\x65s.googleapis.com/App\x12\x32projects/{project}/locations/{location}/apps/{app}\xea\x41\x66\n\x1d\x63\x65s.googleapis.com/AppVersion\x12\x45projects/{project}/locations/{location}/apps/{app}/versions/{version}\xea\x41\x82\x01\n$ces.googleapis.com/EvaluationPersona\x12Zprojects/{project}/locations/{location}/apps/{app}/evaluationPersonas/{evaluation_persona}\xea\x41]\n\x18\x63\x65s.googleapis.com/Agent\x12\x41projects/{project}/locations/{location}/apps/{app}/agents/{agent}\xea\x41Z\n\x17\x63\x65s.googleapis.com/Tool\x12?projects/{project}/locations/{location}/apps/{app}/tools/{tool}\xea\x41\x63\n\x1a\x63\x65s.googleapis.com/Toolset\x12\x45projects/{project}/locations/{location}/apps/{app}/toolsets/{toolset}\xea\x41i\n\x1c\x63\x65s.googleapis.com/Guardrail\x12Iprojects/{project}/locations/{location}/apps/{app}/guardrails/{guardrail}\xea\x41r\n\x1f\x63\x65s.googleapis.com/Conversation\x12Oprojects/{project}/locations/{location}/apps/{app}/conversations/{conversation}b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n0google/cloud/ces/v1beta/evaluation_service.proto\x12\x17google.cloud.ces.v1beta\x1a\x1cgoogle/api/annotations.proto\x1a\x17google/api/client.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a*google/cloud/ces/v1beta/conversation.proto\x1a(google/cloud/ces/v1beta/evaluation.proto\x1a#google/longrunning/operations.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a google/protobuf/field_mask.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xad\x01\n\x17\x43reateEvaluationRequest\x12\x36\n\x06parent\x18\x01 \x01(\tB&\xe2\x41\x01\x02\xfa\x41\x1f\x12\x1d\x63\x65s.googleapis.com/Evaluation\x12\x1b\n\revaluation_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12=\n\nevaluation\x18\x03 \x01(\x0b\x32#.google.cloud.ces.v1beta.EvaluationB\x04\xe2\x41\x01\x02\"L\n\x14GetEvaluationRequest\x12\x34\n\x04name\x18\x01 \x01(\tB&\xe2\x41\x01\x02\xfa\x41\x1f\n\x1d\x63\x65s.googleapis.com/Evaluation\"\x99\x02\n\x16ListEvaluationsRequest\x12\x36\n\x06parent\x18\x01 \x01(\tB&\xe2\x41\x01\x02\xfa\x41\x1f\x12\x1d\x63\x65s.googleapis.com/Evaluation\x12\x17\n\tpage_size\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x18\n\npage_token\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x16\n\x06\x66ilter\x18\x04 \x01(\tB\x06\x18\x01\xe2\x41\x01\x01\x12\x1f\n\x11\x65valuation_filter\x18\x07 \x01(\tB\x04\xe2\x41\x01\x01\x12#\n\x15\x65valuation_run_filter\x18\x08 \x01(\tB\x04\xe2\x41\x01\x01\x12\x16\n\x08order_by\x18\x05 \x01(\tB\x04\xe2\x41\x01\x01\x12\x1e\n\x10last_ten_results\x18\x06 \x01(\x08\x42\x04\xe2\x41\x01\x01\"l\n\x17ListEvaluationsResponse\x12\x38\n\x0b\x65valuations\x18\x01 \x03(\x0b\x32#.google.cloud.ces.v1beta.Evaluation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x8f\x01\n\x17UpdateEvaluationRequest\x12=\n\nevaluation\x18\x01 \x01(\x0b\x32#.google.cloud.ces.v1beta.EvaluationB\x04\xe2\x41\x01\x02\x12\x35\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMaskB\x04\xe2\x41\x01\x01\"x\n\x17\x44\x65leteEvaluationRequest\x12\x34\n\x04name\x18\x01 \x01(\tB&\xe2\x41\x01\x02\xfa\x41\x1f\n\x1d\x63\x65s.googleapis.com/Evaluation\x12\x13\n\x05\x66orce\x18\x02 \x01(\x08\x42\x04\xe2\x41\x01\x01\x12\x12\n\x04\x65tag\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\"\x95\x02\n\x18\x45xportEvaluationsRequest\x12/\n\x06parent\x18\x01 \x01(\tB\x1f\xe2\x41\x01\x02\xfa\x41\x18\n\x16\x63\x65s.googleapis.com/App\x12\x35\n\x05names\x18\x02 \x03(\tB&\xe2\x41\x01\x02\xfa\x41\x1f\n\x1d\x63\x65s.googleapis.com/Evaluation\x12\x44\n\x0e\x65xport_options\x18\x03 \x01(\x0b\x32&.google.cloud.ces.v1beta.ExportOptionsB\x04\xe2\x41\x01\x01\x12(\n\x1ainclude_evaluation_results\x18\x04 \x01(\x08\x42\x04\xe2\x41\x01\x01\x12!\n\x13include_evaluations\x18\x05 \x01(\x08\x42\x04\xe2\x41\x01\x01\"\x8b\x02\n\x19\x45xportEvaluationsResponse\x12\x1d\n\x13\x65valuations_content\x18\x01 \x01(\x0cH\x00\x12\x19\n\x0f\x65valuations_uri\x18\x02 \x01(\tH\x00\x12k\n\x12\x66\x61iled_evaluations\x18\x03 \x03(\x0b\x32I.google.cloud.ces.v1beta.ExportEvaluationsResponse.FailedEvaluationsEntryB\x04\xe2\x41\x01\x03\x1a\x38\n\x16\x46\x61iledEvaluationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\r\n\x0b\x65valuations\"X\n\x1aGetEvaluationResultRequest\x12:\n\x04name\x18\x01 \x01(\tB,\xe2\x41\x01\x02\xfa\x41%\n#ces.googleapis.com/EvaluationResult\"\xbd\x01\n\x1cListEvaluationResultsRequest\x12<\n\x06parent\x18\x01 \x01(\tB,\xe2\x41\x01\x02\xfa\x41%\x12#ces.googleapis.com/EvaluationResult\x12\x17\n\tpage_size\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x18\n\npage_token\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x14\n\x06\x66ilter\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\x12\x16\n\x08order_by\x18\x05 \x01(\tB\x04\xe2\x41\x01\x01\"\x7f\n\x1dListEvaluationResultsResponse\x12\x45\n\x12\x65valuation_results\x18\x01 \x03(\x0b\x32).google.cloud.ces.v1beta.EvaluationResult\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"[\n\x1d\x44\x65leteEvaluationResultRequest\x12:\n\x04name\x18\x01 \x01(\tB,\xe2\x41\x01\x02\xfa\x41%\n#ces.googleapis.com/EvaluationResult\"\xdb\x01\n\x1e\x45xportEvaluationResultsRequest\x12\x36\n\x06parent\x18\x01 \x01(\tB&\xe2\x41\x01\x02\xfa\x41\x1f\n\x1d\x63\x65s.googleapis.com/Evaluation\x12;\n\x05names\x18\x02 \x03(\tB,\xe2\x41\x01\x02\xfa\x41%\n#ces.googleapis.com/EvaluationResult\x12\x44\n\x0e\x65xport_options\x18\x03 \x01(\x0b\x32&.google.cloud.ces.v1beta.ExportOptionsB\x04\xe2\x41\x01\x01\"\x7f\n\x1f\x45xportEvaluationResultsResponse\x12$\n\x1a\x65valuation_results_content\x18\x01 \x01(\x0cH\x00\x12 \n\x16\x65valuation_results_uri\x18\x02 \x01(\tH\x00\x42\x14\n\x12\x65valuation_results\"*\n(ExportEvaluationResultsOperationMetadata\"o\n!RunEvaluationResultMetricsRequest\x12J\n\x14\x65valuation_result_id\x18\x01 \x01(\tB,\xe2\x41\x01\x02\xfa\x41%\n#ces.googleapis.com/EvaluationResult\"m\n\"RunEvaluationResultMetricsResponse\x12G\n\x06status\x18\x01 \x01(\x0e\x32\x31.google.cloud.ces.v1beta.EvaluationResult.OutcomeB\x04\xe2\x41\x01\x03\"-\n+RunEvaluationResultMetricsOperationMetadata\"\xbb\x01\n\rExportOptions\x12P\n\rexport_format\x18\x01 \x01(\x0e\x32\x33.google.cloud.ces.v1beta.ExportOptions.ExportFormatB\x04\xe2\x41\x01\x01\x12\x15\n\x07gcs_uri\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\"A\n\x0c\x45xportFormat\x12\x1d\n\x19\x45XPORT_FORMAT_UNSPECIFIED\x10\x00\x12\x08\n\x04JSON\x10\x01\x12\x08\n\x04YAML\x10\x02\"\xc2\x01\n\x11OperationMetadata\x12\x35\n\x0b\x63reate_time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x32\n\x08\x65nd_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x1c\n\x0estatus_message\x18\x03 \x01(\tB\x04\xe2\x41\x01\x03\x12$\n\x16requested_cancellation\x18\x04 \x01(\x08\x42\x04\xe2\x41\x01\x03\"V\n\x15RunEvaluationResponse\x12=\n\x0e\x65valuation_run\x18\x01 \x01(\tB%\xfa\x41\"\n ces.googleapis.com/EvaluationRun\"\xbf\x02\n\x1eRunEvaluationOperationMetadata\x12;\n\x0b\x65valuations\x18\x01 \x03(\tB&\xe2\x41\x01\x03\xfa\x41\x1f\n\x1d\x63\x65s.googleapis.com/Evaluation\x12\x41\n\x0e\x65valuation_run\x18\x02 \x01(\tB)\xe2\x41\x01\x03\xfa\x41\"\n ces.googleapis.com/EvaluationRun\x12\x35\n\x0b\x63reate_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x32\n\x08\x65nd_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x12\n\x04verb\x18\x05 \x01(\tB\x04\xe2\x41\x01\x03\x12\x1e\n\x10\x63\x61ncel_requested\x18\x06 \x01(\x08\x42\x04\xe2\x41\x01\x03\"\x97\x01\n\x1cUploadEvaluationAudioRequest\x12\x34\n\x04name\x18\x01 \x01(\tB&\xe2\x41\x01\x02\xfa\x41\x1f\n\x1d\x63\x65s.googleapis.com/Evaluation\x12\x1b\n\raudio_content\x18\x02 \x01(\x0c\x42\x04\xe2\x41\x01\x02\x12$\n\x16previous_audio_gcs_uri\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\"w\n\x1dUploadEvaluationAudioResponse\x12\x15\n\raudio_gcs_uri\x18\x01 \x01(\t\x12\x12\n\ntranscript\x18\x02 \x01(\t\x12+\n\x08\x64uration\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"\xce\x02\n\x19GenerateEvaluationRequest\x12>\n\x0c\x63onversation\x18\x01 \x01(\tB(\xe2\x41\x01\x02\xfa\x41!\n\x1f\x63\x65s.googleapis.com/Conversation\x12\x42\n\x06source\x18\x02 \x01(\x0e\x32,.google.cloud.ces.v1beta.Conversation.SourceB\x04\xe2\x41\x01\x01\x12`\n\x0f\x65valuation_type\x18\x03 \x01(\x0e\x32\x41.google.cloud.ces.v1beta.GenerateEvaluationRequest.EvaluationTypeB\x04\xe2\x41\x01\x01\"K\n\x0e\x45valuationType\x12\x1f\n\x1b\x45VALUATION_TYPE_UNSPECIFIED\x10\x00\x12\n\n\x06GOLDEN\x10\x01\x12\x0c\n\x08SCENARIO\x10\x02\"%\n#GenerateEvaluationOperationMetadata\"\xa3\x05\n\x18ImportEvaluationsRequest\x12_\n\x11\x63onversation_list\x18\x02 \x01(\x0b\x32\x42.google.cloud.ces.v1beta.ImportEvaluationsRequest.ConversationListH\x00\x12\x11\n\x07gcs_uri\x18\x03 \x01(\tH\x00\x12\x15\n\x0b\x63sv_content\x18\x04 \x01(\x0cH\x00\x12/\n\x06parent\x18\x01 \x01(\tB\x1f\xe2\x41\x01\x02\xfa\x41\x18\n\x16\x63\x65s.googleapis.com/App\x12]\n\x0eimport_options\x18\x05 \x01(\x0b\x32?.google.cloud.ces.v1beta.ImportEvaluationsRequest.ImportOptionsB\x04\xe2\x41\x01\x01\x1aS\n\x10\x43onversationList\x12?\n\rconversations\x18\x01 \x03(\tB(\xe2\x41\x01\x01\xfa\x41!\n\x1f\x63\x65s.googleapis.com/Conversation\x1a\x8c\x02\n\rImportOptions\x12\x86\x01\n\x1c\x63onflict_resolution_strategy\x18\x01 \x01(\x0e\x32Z.google.cloud.ces.v1beta.ImportEvaluationsRequest.ImportOptions.ConflictResolutionStrategyB\x04\xe2\x41\x01\x01\"r\n\x1a\x43onflictResolutionStrategy\x12,\n(CONFLICT_RESOLUTION_STRATEGY_UNSPECIFIED\x10\x00\x12\r\n\tOVERWRITE\x10\x01\x12\x08\n\x04SKIP\x10\x02\x12\r\n\tDUPLICATE\x10\x03\x42\x08\n\x06source\"\xf6\x02\n\x19ImportEvaluationsResponse\x12\x38\n\x0b\x65valuations\x18\x01 \x03(\x0b\x32#.google.cloud.ces.v1beta.Evaluation\x12\x45\n\x12\x65valuation_results\x18\x04 \x03(\x0b\x32).google.cloud.ces.v1beta.EvaluationResult\x12?\n\x0f\x65valuation_runs\x18\x05 \x03(\x0b\x32&.google.cloud.ces.v1beta.EvaluationRun\x12\x1c\n\x0e\x65rror_messages\x18\x02 \x03(\tB\x04\xe2\x41\x01\x01\x12\x1c\n\x14import_failure_count\x18\x03 \x01(\x05\x12.\n&evaluation_result_import_failure_count\x18\x06 \x01(\x05\x12+\n#evaluation_run_import_failure_count\x18\x07 \x01(\x05\"\xad\x01\n\"ImportEvaluationsOperationMetadata\x12\x35\n\x0b\x63reate_time\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x32\n\x08\x65nd_time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x1c\n\x0estatus_message\x18\x03 \x01(\tB\x04\xe2\x41\x01\x03\"u\n\x17TestPersonaVoiceRequest\x12,\n\x03\x61pp\x18\x01 \x01(\tB\x1f\xe2\x41\x01\x02\xfa\x41\x18\n\x16\x63\x65s.googleapis.com/App\x12\x18\n\npersona_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x02\x12\x12\n\x04text\x18\x03 \x01(\tB\x04\xe2\x41\x01\x02\")\n\x18TestPersonaVoiceResponse\x12\r\n\x05\x61udio\x18\x01 \x01(\x0c\"R\n\x17GetEvaluationRunRequest\x12\x37\n\x04name\x18\x01 \x01(\tB)\xe2\x41\x01\x02\xfa\x41\"\n ces.googleapis.com/EvaluationRun\"\xb7\x01\n\x19ListEvaluationRunsRequest\x12\x39\n\x06parent\x18\x01 \x01(\tB)\xe2\x41\x01\x02\xfa\x41\"\x12 ces.googleapis.com/EvaluationRun\x12\x17\n\tpage_size\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x18\n\npage_token\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x14\n\x06\x66ilter\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\x12\x16\n\x08order_by\x18\x05 \x01(\tB\x04\xe2\x41\x01\x01\"v\n\x1aListEvaluationRunsResponse\x12?\n\x0f\x65valuation_runs\x18\x01 \x03(\x0b\x32&.google.cloud.ces.v1beta.EvaluationRun\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"U\n\x1a\x44\x65leteEvaluationRunRequest\x12\x37\n\x04name\x18\x01 \x01(\tB)\xe2\x41\x01\x02\xfa\x41\"\n ces.googleapis.com/EvaluationRun\"&\n$DeleteEvaluationRunOperationMetadata\"\xce\x01\n\x1b\x45xportEvaluationRunsRequest\x12/\n\x06parent\x18\x01 \x01(\tB\x1f\xe2\x41\x01\x02\xfa\x41\x18\n\x16\x63\x65s.googleapis.com/App\x12\x38\n\x05names\x18\x02 \x03(\tB)\xe2\x41\x01\x02\xfa\x41\"\n ces.googleapis.com/EvaluationRun\x12\x44\n\x0e\x65xport_options\x18\x03 \x01(\x0b\x32&.google.cloud.ces.v1beta.ExportOptionsB\x04\xe2\x41\x01\x01\"s\n\x1c\x45xportEvaluationRunsResponse\x12!\n\x17\x65valuation_runs_content\x18\x01 \x01(\x0cH\x00\x12\x1d\n\x13\x65valuation_runs_uri\x18\x02 \x01(\tH\x00\x42\x11\n\x0f\x65valuation_runs\"\'\n%ExportEvaluationRunsOperationMetadata\"\xd2\x01\n\x1e\x43reateEvaluationDatasetRequest\x12=\n\x06parent\x18\x01 \x01(\tB-\xe2\x41\x01\x02\xfa\x41&\x12$ces.googleapis.com/EvaluationDataset\x12#\n\x15\x65valuation_dataset_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12L\n\x12\x65valuation_dataset\x18\x03 \x01(\x0b\x32*.google.cloud.ces.v1beta.EvaluationDatasetB\x04\xe2\x41\x01\x02\"Z\n\x1bGetEvaluationDatasetRequest\x12;\n\x04name\x18\x01 \x01(\tB-\xe2\x41\x01\x02\xfa\x41&\n$ces.googleapis.com/EvaluationDataset\"\xbf\x01\n\x1dListEvaluationDatasetsRequest\x12=\n\x06parent\x18\x01 \x01(\tB-\xe2\x41\x01\x02\xfa\x41&\x12$ces.googleapis.com/EvaluationDataset\x12\x17\n\tpage_size\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x18\n\npage_token\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x14\n\x06\x66ilter\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\x12\x16\n\x08order_by\x18\x05 \x01(\tB\x04\xe2\x41\x01\x01\"\x82\x01\n\x1eListEvaluationDatasetsResponse\x12G\n\x13\x65valuation_datasets\x18\x01 \x03(\x0b\x32*.google.cloud.ces.v1beta.EvaluationDataset\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xa5\x01\n\x1eUpdateEvaluationDatasetRequest\x12L\n\x12\x65valuation_dataset\x18\x01 \x01(\x0b\x32*.google.cloud.ces.v1beta.EvaluationDatasetB\x04\xe2\x41\x01\x02\x12\x35\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMaskB\x04\xe2\x41\x01\x01\"q\n\x1e\x44\x65leteEvaluationDatasetRequest\x12;\n\x04name\x18\x01 \x01(\tB-\xe2\x41\x01\x02\xfa\x41&\n$ces.googleapis.com/EvaluationDataset\x12\x12\n\x04\x65tag\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\"\xe6\x01\n\"CreateEvaluationExpectationRequest\x12\x41\n\x06parent\x18\x01 \x01(\tB1\xe2\x41\x01\x02\xfa\x41*\x12(ces.googleapis.com/EvaluationExpectation\x12\'\n\x19\x65valuation_expectation_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12T\n\x16\x65valuation_expectation\x18\x03 \x01(\x0b\x32..google.cloud.ces.v1beta.EvaluationExpectationB\x04\xe2\x41\x01\x02\"b\n\x1fGetEvaluationExpectationRequest\x12?\n\x04name\x18\x01 \x01(\tB1\xe2\x41\x01\x02\xfa\x41*\n(ces.googleapis.com/EvaluationExpectation\"\xc7\x01\n!ListEvaluationExpectationsRequest\x12\x41\n\x06parent\x18\x01 \x01(\tB1\xe2\x41\x01\x02\xfa\x41*\x12(ces.googleapis.com/EvaluationExpectation\x12\x17\n\tpage_size\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x18\n\npage_token\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x14\n\x06\x66ilter\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\x12\x16\n\x08order_by\x18\x05 \x01(\tB\x04\xe2\x41\x01\x01\"\x8e\x01\n\"ListEvaluationExpectationsResponse\x12O\n\x17\x65valuation_expectations\x18\x01 \x03(\x0b\x32..google.cloud.ces.v1beta.EvaluationExpectation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xb1\x01\n\"UpdateEvaluationExpectationRequest\x12T\n\x16\x65valuation_expectation\x18\x01 \x01(\x0b\x32..google.cloud.ces.v1beta.EvaluationExpectationB\x04\xe2\x41\x01\x02\x12\x35\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMaskB\x04\xe2\x41\x01\x01\"y\n\"DeleteEvaluationExpectationRequest\x12?\n\x04name\x18\x01 \x01(\tB1\xe2\x41\x01\x02\xfa\x41*\n(ces.googleapis.com/EvaluationExpectation\x12\x12\n\x04\x65tag\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\"\xed\x01\n#CreateScheduledEvaluationRunRequest\x12\x42\n\x06parent\x18\x01 \x01(\tB2\xe2\x41\x01\x02\xfa\x41+\x12)ces.googleapis.com/ScheduledEvaluationRun\x12)\n\x1bscheduled_evaluation_run_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12W\n\x18scheduled_evaluation_run\x18\x03 \x01(\x0b\x32/.google.cloud.ces.v1beta.ScheduledEvaluationRunB\x04\xe2\x41\x01\x02\"d\n GetScheduledEvaluationRunRequest\x12@\n\x04name\x18\x01 \x01(\tB2\xe2\x41\x01\x02\xfa\x41+\n)ces.googleapis.com/ScheduledEvaluationRun\"\xc9\x01\n\"ListScheduledEvaluationRunsRequest\x12\x42\n\x06parent\x18\x01 \x01(\tB2\xe2\x41\x01\x02\xfa\x41+\x12)ces.googleapis.com/ScheduledEvaluationRun\x12\x17\n\tpage_size\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x18\n\npage_token\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x14\n\x06\x66ilter\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\x12\x16\n\x08order_by\x18\x05 \x01(\tB\x04\xe2\x41\x01\x01\"\x92\x01\n#ListScheduledEvaluationRunsResponse\x12R\n\x19scheduled_evaluation_runs\x18\x01 \x03(\x0b\x32/.google.cloud.ces.v1beta.ScheduledEvaluationRun\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\xb5\x01\n#UpdateScheduledEvaluationRunRequest\x12W\n\x18scheduled_evaluation_run\x18\x01 \x01(\x0b\x32/.google.cloud.ces.v1beta.ScheduledEvaluationRunB\x04\xe2\x41\x01\x02\x12\x35\n\x0bupdate_mask\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.FieldMaskB\x04\xe2\x41\x01\x01\"{\n#DeleteScheduledEvaluationRunRequest\x12@\n\x04name\x18\x01 \x01(\tB2\xe2\x41\x01\x02\xfa\x41+\n)ces.googleapis.com/ScheduledEvaluationRun\x12\x12\n\x04\x65tag\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x32\x95\x43\n\x11\x45valuationService\x12\xf0\x01\n\x10\x43reateEvaluation\x12\x30.google.cloud.ces.v1beta.CreateEvaluationRequest\x1a#.google.cloud.ces.v1beta.Evaluation\"\x84\x01\xda\x41\x1fparent,evaluation,evaluation_id\xda\x41\x11parent,evaluation\x82\xd3\xe4\x93\x02H\":/v1beta/{parent=projects/*/locations/*/apps/*}/evaluations:\nevaluation\x12\xae\x01\n\rGetEvaluation\x12-.google.cloud.ces.v1beta.GetEvaluationRequest\x1a#.google.cloud.ces.v1beta.Evaluation\"I\xda\x41\x04name\x82\xd3\xe4\x93\x02<\x12:/v1beta/{name=projects/*/locations/*/apps/*/evaluations/*}\x12\xc1\x01\n\x0fListEvaluations\x12/.google.cloud.ces.v1beta.ListEvaluationsRequest\x1a\x30.google.cloud.ces.v1beta.ListEvaluationsResponse\"K\xda\x41\x06parent\x82\xd3\xe4\x93\x02<\x12:/v1beta/{parent=projects/*/locations/*/apps/*}/evaluations\x12\xdd\x01\n\x10UpdateEvaluation\x12\x30.google.cloud.ces.v1beta.UpdateEvaluationRequest\x1a#.google.cloud.ces.v1beta.Evaluation\"r\xda\x41\x16\x65valuation,update_mask\x82\xd3\xe4\x93\x02S2E/v1beta/{evaluation.name=projects/*/locations/*/apps/*/evaluations/*}:\nevaluation\x12\xa7\x01\n\x10\x44\x65leteEvaluation\x12\x30.google.cloud.ces.v1beta.DeleteEvaluationRequest\x1a\x16.google.protobuf.Empty\"I\xda\x41\x04name\x82\xd3\xe4\x93\x02<*:/v1beta/{name=projects/*/locations/*/apps/*/evaluations/*}\x12\xee\x01\n\x11\x45xportEvaluations\x12\x31.google.cloud.ces.v1beta.ExportEvaluationsRequest\x1a\x1d.google.longrunning.Operation\"\x86\x01\xca\x41.\n\x19\x45xportEvaluationsResponse\x12\x11OperationMetadata\xda\x41\x06parent\x82\xd3\xe4\x93\x02\x46\"A/v1beta/{parent=projects/*/locations/*/apps/*}/evaluations:export:\x01*\x12\xca\x01\n\x13GetEvaluationResult\x12\x33.google.cloud.ces.v1beta.GetEvaluationResultRequest\x1a).google.cloud.ces.v1beta.EvaluationResult\"S\xda\x41\x04name\x82\xd3\xe4\x93\x02\x46\x12\x44/v1beta/{name=projects/*/locations/*/apps/*/evaluations/*/results/*}\x12\xdd\x01\n\x15ListEvaluationResults\x12\x35.google.cloud.ces.v1beta.ListEvaluationResultsRequest\x1a\x36.google.cloud.ces.v1beta.ListEvaluationResultsResponse\"U\xda\x41\x06parent\x82\xd3\xe4\x93\x02\x46\x12\x44/v1beta/{parent=projects/*/locations/*/apps/*/evaluations/*}/results\x12\xbd\x01\n\x16\x44\x65leteEvaluationResult\x12\x36.google.cloud.ces.v1beta.DeleteEvaluationResultRequest\x1a\x16.google.protobuf.Empty\"S\xda\x41\x04name\x82\xd3\xe4\x93\x02\x46*D/v1beta/{name=projects/*/locations/*/apps/*/evaluations/*/results/*}\x12\xa7\x02\n\x17\x45xportEvaluationResults\x12\x37.google.cloud.ces.v1beta.ExportEvaluationResultsRequest\x1a\x1d.google.longrunning.Operation\"\xb3\x01\xca\x41K\n\x1f\x45xportEvaluationResultsResponse\x12(ExportEvaluationResultsOperationMetadata\xda\x41\x0cparent,names\x82\xd3\xe4\x93\x02P\"K/v1beta/{parent=projects/*/locations/*/apps/*/evaluations/*}/results:export:\x01*\x12\xdf\x02\n\x1aRunEvaluationResultMetrics\x12:.google.cloud.ces.v1beta.RunEvaluationResultMetricsRequest\x1a\x1d.google.longrunning.Operation\"\xe5\x01\xca\x41Q\n\"RunEvaluationResultMetricsResponse\x12+RunEvaluationResultMetricsOperationMetadata\xda\x41\x14\x65valuation_result_id\x82\xd3\xe4\x93\x02t\"o/v1beta/{evaluation_result_id=projects/*/locations/*/apps/*/evaluations/*/results/*}:runEvaluationResultMetrics:\x01*\x12\xe4\x01\n\rRunEvaluation\x12-.google.cloud.ces.v1beta.RunEvaluationRequest\x1a\x1d.google.longrunning.Operation\"\x84\x01\xca\x41\x37\n\x15RunEvaluationResponse\x12\x1eRunEvaluationOperationMetadata\xda\x41\x03\x61pp\x82\xd3\xe4\x93\x02>\"9/v1beta/{app=projects/*/locations/*/apps/*}:runEvaluation:\x01*\x12\xf8\x01\n\x15UploadEvaluationAudio\x12\x35.google.cloud.ces.v1beta.UploadEvaluationAudioRequest\x1a\x36.google.cloud.ces.v1beta.UploadEvaluationAudioResponse\"p\xda\x41\x12name,audio_content\x82\xd3\xe4\x93\x02U\"P/v1beta/{name=projects/*/locations/*/apps/*/evaluations/*}:uploadEvaluationAudio:\x01*\x12\x8f\x02\n\x12GenerateEvaluation\x12\x32.google.cloud.ces.v1beta.GenerateEvaluationRequest\x1a\x1d.google.longrunning.Operation\"\xa5\x01\xca\x41\x31\n\nEvaluation\x12#GenerateEvaluationOperationMetadata\xda\x41\x0c\x63onversation\x82\xd3\xe4\x93\x02\\\"W/v1beta/{conversation=projects/*/locations/*/apps/*/conversations/*}:generateEvaluation:\x01*\x12\xfe\x01\n\x11ImportEvaluations\x12\x31.google.cloud.ces.v1beta.ImportEvaluationsRequest\x1a\x1d.google.longrunning.Operation\"\x96\x01\xca\x41?\n\x19ImportEvaluationsResponse\x12\"ImportEvaluationsOperationMetadata\xda\x41\x06parent\x82\xd3\xe4\x93\x02\x45\"@/v1beta/{parent=projects/*/locations/*/apps/*}:importEvaluations:\x01*\x12\xc6\x01\n\x10TestPersonaVoice\x12\x30.google.cloud.ces.v1beta.TestPersonaVoiceRequest\x1a\x31.google.cloud.ces.v1beta.TestPersonaVoiceResponse\"M\xda\x41\x03\x61pp\x82\xd3\xe4\x93\x02\x41\"</v1beta/{app=projects/*/locations/*/apps/*}:testPersonaVoice:\x01*\x12\xba\x01\n\x10GetEvaluationRun\x12\x30.google.cloud.ces.v1beta.GetEvaluationRunRequest\x1a&.google.cloud.ces.v1beta.EvaluationRun\"L\xda\x41\x04name\x82\xd3\xe4\x93\x02?\x12=/v1beta/{name=projects/*/locations/*/apps/*/evaluationRuns/*}\x12\xcd\x01\n\x12ListEvaluationRuns\x12\x32.google.cloud.ces.v1beta.ListEvaluationRunsRequest\x1a\x33.google.cloud.ces.v1beta.ListEvaluationRunsResponse\"N\xda\x41\x06parent\x82\xd3\xe4\x93\x02?\x12=/v1beta/{parent=projects/*/locations/*/apps/*}/evaluationRuns\x12\xf8\x01\n\x13\x44\x65leteEvaluationRun\x12\x33.google.cloud.ces.v1beta.DeleteEvaluationRunRequest\x1a\x1d.google.longrunning.Operation\"\x8c\x01\xca\x41=\n\x15google.protobuf.Empty\x12$DeleteEvaluationRunOperationMetadata\xda\x41\x04name\x82\xd3\xe4\x93\x02?*=/v1beta/{name=projects/*/locations/*/apps/*/evaluationRuns/*}\x12\x94\x02\n\x14\x45xportEvaluationRuns\x12\x34.google.cloud.ces.v1beta.ExportEvaluationRunsRequest\x1a\x1d.google.longrunning.Operation\"\xa6\x01\xca\x41\x45\n\x1c\x45xportEvaluationRunsResponse\x12%ExportEvaluationRunsOperationMetadata\xda\x41\x0cparent,names\x82\xd3\xe4\x93\x02I\"D/v1beta/{parent=projects/*/locations/*/apps/*}/evaluationRuns:export:\x01*\x12\xac\x02\n\x17\x43reateEvaluationDataset\x12\x37.google.cloud.ces.v1beta.CreateEvaluationDatasetRequest\x1a*.google.cloud.ces.v1beta.EvaluationDataset\"\xab\x01\xda\x41/parent,evaluation_dataset,evaluation_dataset_id\xda\x41\x19parent,evaluation_dataset\x82\xd3\xe4\x93\x02W\"A/v1beta/{parent=projects/*/locations/*/apps/*}/evaluationDatasets:\x12\x65valuation_dataset\x12\xca\x01\n\x14GetEvaluationDataset\x12\x34.google.cloud.ces.v1beta.GetEvaluationDatasetRequest\x1a*.google.cloud.ces.v1beta.EvaluationDataset\"P\xda\x41\x04name\x82\xd3\xe4\x93\x02\x43\x12\x41/v1beta/{name=projects/*/locations/*/apps/*/evaluationDatasets/*}\x12\xdd\x01\n\x16ListEvaluationDatasets\x12\x36.google.cloud.ces.v1beta.ListEvaluationDatasetsRequest\x1a\x37.google.cloud.ces.v1beta.ListEvaluationDatasetsResponse\"R\xda\x41\x06parent\x82\xd3\xe4\x93\x02\x43\x12\x41/v1beta/{parent=projects/*/locations/*/apps/*}/evaluationDatasets\x12\x92\x02\n\x17UpdateEvaluationDataset\x12\x37.google.cloud.ces.v1beta.UpdateEvaluationDatasetRequest\x1a*.google.cloud.ces.v1beta.EvaluationDataset\"\x91\x01\xda\x41\x1e\x65valuation_dataset,update_mask\x82\xd3\xe4\x93\x02j2T/v1beta/{evaluation_dataset.name=projects/*/locations/*/apps/*/evaluationDatasets/*}:\x12\x65valuation_dataset\x12\xbc\x01\n\x17\x44\x65leteEvaluationDataset\x12\x37.google.cloud.ces.v1beta.DeleteEvaluationDatasetRequest\x1a\x16.google.protobuf.Empty\"P\xda\x41\x04name\x82\xd3\xe4\x93\x02\x43*A/v1beta/{name=projects/*/locations/*/apps/*/evaluationDatasets/*}\x12\xcc\x02\n\x1b\x43reateEvaluationExpectation\x12;.google.cloud.ces.v1beta.CreateEvaluationExpectationRequest\x1a..google.cloud.ces.v1beta.EvaluationExpectation\"\xbf\x01\xda\x41\x37parent,evaluation_expectation,evaluation_expectation_id\xda\x41\x1dparent,evaluation_expectation\x82\xd3\xe4\x93\x02_\"E/v1beta/{parent=projects/*/locations/*/apps/*}/evaluationExpectations:\x16\x65valuation_expectation\x12\xda\x01\n\x18GetEvaluationExpectation\x12\x38.google.cloud.ces.v1beta.GetEvaluationExpectationRequest\x1a..google.cloud.ces.v1beta.EvaluationExpectation\"T\xda\x41\x04name\x82\xd3\xe4\x93\x02G\x12\x45/v1beta/{name=projects/*/locations/*/apps/*/evaluationExpectations/*}\x12\xed\x01\n\x1aListEvaluationExpectations\x12:.google.cloud.ces.v1beta.ListEvaluationExpectationsRequest\x1a;.google.cloud.ces.v1beta.ListEvaluationExpectationsResponse\"V\xda\x41\x06parent\x82\xd3\xe4\x93\x02G\x12\x45/v1beta/{parent=projects/*/locations/*/apps/*}/evaluationExpectations\x12\xae\x02\n\x1bUpdateEvaluationExpectation\x12;.google.cloud.ces.v1beta.UpdateEvaluationExpectationRequest\x1a..google.cloud.ces.v1beta.EvaluationExpectation\"\xa1\x01\xda\x41\"evaluation_expectation,update_mask\x82\xd3\xe4\x93\x02v2\\/v1beta/{evaluation_expectation.name=projects/*/locations/*/apps/*/evaluationExpectations/*}:\x16\x65valuation_expectation\x12\xc8\x01\n\x1b\x44\x65leteEvaluationExpectation\x12;.google.cloud.ces.v1beta.DeleteEvaluationExpectationRequest\x1a\x16.google.protobuf.Empty\"T\xda\x41\x04name\x82\xd3\xe4\x93\x02G*E/v1beta/{name=projects/*/locations/*/apps/*/evaluationExpectations/*}\x12\xd8\x02\n\x1c\x43reateScheduledEvaluationRun\x12<.google.cloud.ces.v1beta.CreateScheduledEvaluationRunRequest\x1a/.google.cloud.ces.v1beta.ScheduledEvaluationRun\"\xc8\x01\xda\x41;parent,scheduled_evaluation_run,scheduled_evaluation_run_id\xda\x41\x1fparent,scheduled_evaluation_run\x82\xd3\xe4\x93\x02\x62\"F/v1beta/{parent=projects/*/locations/*/apps/*}/scheduledEvaluationRuns:\x18scheduled_evaluation_run\x12\xde\x01\n\x19GetScheduledEvaluationRun\x12\x39.google.cloud.ces.v1beta.GetScheduledEvaluationRunRequest\x1a/.google.cloud.ces.v1beta.ScheduledEvaluationRun\"U\xda\x41\x04name\x82\xd3\xe4\x93\x02H\x12\x46/v1beta/{name=projects/*/locations/*/apps/*/scheduledEvaluationRuns/*}\x12\xf1\x01\n\x1bListScheduledEvaluationRuns\x12;.google.cloud.ces.v1beta.ListScheduledEvaluationRunsRequest\x1a<.google.cloud.ces.v1beta.ListScheduledEvaluationRunsResponse\"W\xda\x41\x06parent\x82\xd3\xe4\x93\x02H\x12\x46/v1beta/{parent=projects/*/locations/*/apps/*}/scheduledEvaluationRuns\x12\xb8\x02\n\x1cUpdateScheduledEvaluationRun\x12<.google.cloud.ces.v1beta.UpdateScheduledEvaluationRunRequest\x1a/.google.cloud.ces.v1beta.ScheduledEvaluationRun\"\xa8\x01\xda\x41$scheduled_evaluation_run,update_mask\x82\xd3\xe4\x93\x02{2_/v1beta/{scheduled_evaluation_run.name=projects/*/locations/*/apps/*/scheduledEvaluationRuns/*}:\x18scheduled_evaluation_run\x12\xcb\x01\n\x1c\x44\x65leteScheduledEvaluationRun\x12<.google.cloud.ces.v1beta.DeleteScheduledEvaluationRunRequest\x1a\x16.google.protobuf.Empty\"U\xda\x41\x04name\x82\xd3\xe4\x93\x02H*F/v1beta/{name=projects/*/locations/*/apps/*/scheduledEvaluationRuns/*}\x1a\x46\xca\x41\x12\x63\x65s.googleapis.com\xd2\x41.https://www.googleapis.com/auth/cloud-platformB\xc2\x06\xea\x41L\n\x16\x63\x65s.googleapis.com/App\x12\x32projects/{project}/locations/{location}/apps/{app}\xea\x41\x66\n\x1d\x63\x65s.googleapis.com/AppVersion\x12\x45projects/{project}/locations/{location}/apps/{app}/versions/{version}\xea\x41\x82\x01\n$ces.googleapis.com/EvaluationPersona\x12Zprojects/{project}/locations/{location}/apps/{app}/evaluationPersonas/{evaluation_persona}\xea\x41]\n\x18\x63\x65s.googleapis.com/Agent\x12\x41projects/{project}/locations/{location}/apps/{app}/agents/{agent}\xea\x41Z\n\x17\x63\x65s.googleapis.com/Tool\x12?projects/{project}/locations/{location}/apps/{app}/tools/{tool}\xea\x41\x63\n\x1a\x63\x65s.googleapis.com/Toolset\x12\x45projects/{project}/locations/{location}/apps/{app}/toolsets/{toolset}\xea\x41i\n\x1c\x63\x65s.googleapis.com/Guardrail\x12Iprojects/{project}/locations/{location}/apps/{app}/guardrails/{guardrail}\xea\x41r\n\x1f\x63\x65s.googleapis.com/Conversation\x12Oprojects/{project}/locations/{location}/apps/{app}/conversations/{conversation}b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -126,6 +128,152 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_OPERATIONMETADATA'].fields_by_name['status_message']._serialized_options = b'\342A\001\003'
   _globals['_OPERATIONMETADATA'].fields_by_name['requested_cancellation']._loaded_options = None
   _globals['_OPERATIONMETADATA'].fields_by_name['requested_cancellation']._serialized_options = b'\342A\001\003'
+  _globals['_RUNEVALUATIONRESPONSE'].fields_by_name['evaluation_run']._loaded_options = None
+  _globals['_RUNEVALUATIONRESPONSE'].fields_by_name['evaluation_run']._serialized_options = b'\372A\"\n ces.googleapis.com/EvaluationRun'
+  _globals['_RUNEVALUATIONOPERATIONMETADATA'].fields_by_name['evaluations']._loaded_options = None
+  _globals['_RUNEVALUATIONOPERATIONMETADATA'].fields_by_name['evaluations']._serialized_options = b'\342A\001\003\372A\037\n\035ces.googleapis.com/Evaluation'
+  _globals['_RUNEVALUATIONOPERATIONMETADATA'].fields_by_name['evaluation_run']._loaded_options = None
+  _globals['_RUNEVALUATIONOPERATIONMETADATA'].fields_by_name['evaluation_run']._serialized_options = b'\342A\001\003\372A\"\n ces.googleapis.com/EvaluationRun'
+  _globals['_RUNEVALUATIONOPERATIONMETADATA'].fields_by_name['create_time']._loaded_options = None
+  _globals['_RUNEVALUATIONOPERATIONMETADATA'].fields_by_name['create_time']._serialized_options = b'\342A\001\003'
+  _globals['_RUNEVALUATIONOPERATIONMETADATA'].fields_by_name['end_time']._loaded_options = None
+  _globals['_RUNEVALUATIONOPERATIONMETADATA'].fields_by_name['end_time']._serialized_options = b'\342A\001\003'
+  _globals['_RUNEVALUATIONOPERATIONMETADATA'].fields_by_name['verb']._loaded_options = None
+  _globals['_RUNEVALUATIONOPERATIONMETADATA'].fields_by_name['verb']._serialized_options = b'\342A\001\003'
+  _globals['_RUNEVALUATIONOPERATIONMETADATA'].fields_by_name['cancel_requested']._loaded_options = None
+  _globals['_RUNEVALUATIONOPERATIONMETADATA'].fields_by_name['cancel_requested']._serialized_options = b'\342A\001\003'
+  _globals['_UPLOADEVALUATIONAUDIOREQUEST'].fields_by_name['name']._loaded_options = None
+  _globals['_UPLOADEVALUATIONAUDIOREQUEST'].fields_by_name['name']._serialized_options = b'\342A\001\002\372A\037\n\035ces.googleapis.com/Evaluation'
+  _globals['_UPLOADEVALUATIONAUDIOREQUEST'].fields_by_name['audio_content']._loaded_options = None
+  _globals['_UPLOADEVALUATIONAUDIOREQUEST'].fields_by_name['audio_content']._serialized_options = b'\342A\001\002'
+  _globals['_UPLOADEVALUATIONAUDIOREQUEST'].fields_by_name['previous_audio_gcs_uri']._loaded_options = None
+  _globals['_UPLOADEVALUATIONAUDIOREQUEST'].fields_by_name['previous_audio_gcs_uri']._serialized_options = b'\342A\001\001'
+  _globals['_GENERATEEVALUATIONREQUEST'].fields_by_name['conversation']._loaded_options = None
+  _globals['_GENERATEEVALUATIONREQUEST'].fields_by_name['conversation']._serialized_options = b'\342A\001\002\372A!\n\037ces.googleapis.com/Conversation'
+  _globals['_GENERATEEVALUATIONREQUEST'].fields_by_name['source']._loaded_options = None
+  _globals['_GENERATEEVALUATIONREQUEST'].fields_by_name['source']._serialized_options = b'\342A\001\001'
+  _globals['_GENERATEEVALUATIONREQUEST'].fields_by_name['evaluation_type']._loaded_options = None
+  _globals['_GENERATEEVALUATIONREQUEST'].fields_by_name['evaluation_type']._serialized_options = b'\342A\001\001'
+  _globals['_IMPORTEVALUATIONSREQUEST_CONVERSATIONLIST'].fields_by_name['conversations']._loaded_options = None
+  _globals['_IMPORTEVALUATIONSREQUEST_CONVERSATIONLIST'].fields_by_name['conversations']._serialized_options = b'\342A\001\001\372A!\n\037ces.googleapis.com/Conversation'
+  _globals['_IMPORTEVALUATIONSREQUEST_IMPORTOPTIONS'].fields_by_name['conflict_resolution_strategy']._loaded_options = None
+  _globals['_IMPORTEVALUATIONSREQUEST_IMPORTOPTIONS'].fields_by_name['conflict_resolution_strategy']._serialized_options = b'\342A\001\001'
+  _globals['_IMPORTEVALUATIONSREQUEST'].fields_by_name['parent']._loaded_options = None
+  _globals['_IMPORTEVALUATIONSREQUEST'].fields_by_name['parent']._serialized_options = b'\342A\001\002\372A\030\n\026ces.googleapis.com/App'
+  _globals['_IMPORTEVALUATIONSREQUEST'].fields_by_name['import_options']._loaded_options = None
+  _globals['_IMPORTEVALUATIONSREQUEST'].fields_by_name['import_options']._serialized_options = b'\342A\001\001'
+  _globals['_IMPORTEVALUATIONSRESPONSE'].fields_by_name['error_messages']._loaded_options = None
+  _globals['_IMPORTEVALUATIONSRESPONSE'].fields_by_name['error_messages']._serialized_options = b'\342A\001\001'
+  _globals['_IMPORTEVALUATIONSOPERATIONMETADATA'].fields_by_name['create_time']._loaded_options = None
+  _globals['_IMPORTEVALUATIONSOPERATIONMETADATA'].fields_by_name['create_time']._serialized_options = b'\342A\001\003'
+  _globals['_IMPORTEVALUATIONSOPERATIONMETADATA'].fields_by_name['end_time']._loaded_options = None
+  _globals['_IMPORTEVALUATIONSOPERATIONMETADATA'].fields_by_name['end_time']._serialized_options = b'\342A\001\003'
+  _globals['_IMPORTEVALUATIONSOPERATIONMETADATA'].fields_by_name['status_message']._loaded_options = None
+  _globals['_IMPORTEVALUATIONSOPERATIONMETADATA'].fields_by_name['status_message']._serialized_options = b'\342A\001\003'
+  _globals['_TESTPERSONAVOICEREQUEST'].fields_by_name['app']._loaded_options = None
+  _globals['_TESTPERSONAVOICEREQUEST'].fields_by_name['app']._serialized_options = b'\342A\001\002\372A\030\n\026ces.googleapis.com/App'
+  _globals['_TESTPERSONAVOICEREQUEST'].fields_by_name['persona_id']._loaded_options = None
+  _globals['_TESTPERSONAVOICEREQUEST'].fields_by_name['persona_id']._serialized_options = b'\342A\001\002'
+  _globals['_TESTPERSONAVOICEREQUEST'].fields_by_name['text']._loaded_options = None
+  _globals['_TESTPERSONAVOICEREQUEST'].fields_by_name['text']._serialized_options = b'\342A\001\002'
+  _globals['_GETEVALUATIONRUNREQUEST'].fields_by_name['name']._loaded_options = None
+  _globals['_GETEVALUATIONRUNREQUEST'].fields_by_name['name']._serialized_options = b'\342A\001\002\372A\"\n ces.googleapis.com/EvaluationRun'
+  _globals['_LISTEVALUATIONRUNSREQUEST'].fields_by_name['parent']._loaded_options = None
+  _globals['_LISTEVALUATIONRUNSREQUEST'].fields_by_name['parent']._serialized_options = b'\342A\001\002\372A\"\022 ces.googleapis.com/EvaluationRun'
+  _globals['_LISTEVALUATIONRUNSREQUEST'].fields_by_name['page_size']._loaded_options = None
+  _globals['_LISTEVALUATIONRUNSREQUEST'].fields_by_name['page_size']._serialized_options = b'\342A\001\001'
+  _globals['_LISTEVALUATIONRUNSREQUEST'].fields_by_name['page_token']._loaded_options = None
+  _globals['_LISTEVALUATIONRUNSREQUEST'].fields_by_name['page_token']._serialized_options = b'\342A\001\001'
+  _globals['_LISTEVALUATIONRUNSREQUEST'].fields_by_name['filter']._loaded_options = None
+  _globals['_LISTEVALUATIONRUNSREQUEST'].fields_by_name['filter']._serialized_options = b'\342A\001\001'
+  _globals['_LISTEVALUATIONRUNSREQUEST'].fields_by_name['order_by']._loaded_options = None
+  _globals['_LISTEVALUATIONRUNSREQUEST'].fields_by_name['order_by']._serialized_options = b'\342A\001\001'
+  _globals['_DELETEEVALUATIONRUNREQUEST'].fields_by_name['name']._loaded_options = None
+  _globals['_DELETEEVALUATIONRUNREQUEST'].fields_by_name['name']._serialized_options = b'\342A\001\002\372A\"\n ces.googleapis.com/EvaluationRun'
+  _globals['_EXPORTEVALUATIONRUNSREQUEST'].fields_by_name['parent']._loaded_options = None
+  _globals['_EXPORTEVALUATIONRUNSREQUEST'].fields_by_name['parent']._serialized_options = b'\342A\001\002\372A\030\n\026ces.googleapis.com/App'
+  _globals['_EXPORTEVALUATIONRUNSREQUEST'].fields_by_name['names']._loaded_options = None
+  _globals['_EXPORTEVALUATIONRUNSREQUEST'].fields_by_name['names']._serialized_options = b'\342A\001\002\372A\"\n ces.googleapis.com/EvaluationRun'
+  _globals['_EXPORTEVALUATIONRUNSREQUEST'].fields_by_name['export_options']._loaded_options = None
+  _globals['_EXPORTEVALUATIONRUNSREQUEST'].fields_by_name['export_options']._serialized_options = b'\342A\001\001'
+  _globals['_CREATEEVALUATIONDATASETREQUEST'].fields_by_name['parent']._loaded_options = None
+  _globals['_CREATEEVALUATIONDATASETREQUEST'].fields_by_name['parent']._serialized_options = b'\342A\001\002\372A&\022$ces.googleapis.com/EvaluationDataset'
+  _globals['_CREATEEVALUATIONDATASETREQUEST'].fields_by_name['evaluation_dataset_id']._loaded_options = None
+  _globals['_CREATEEVALUATIONDATASETREQUEST'].fields_by_name['evaluation_dataset_id']._serialized_options = b'\342A\001\001'
+  _globals['_CREATEEVALUATIONDATASETREQUEST'].fields_by_name['evaluation_dataset']._loaded_options = None
+  _globals['_CREATEEVALUATIONDATASETREQUEST'].fields_by_name['evaluation_dataset']._serialized_options = b'\342A\001\002'
+  _globals['_GETEVALUATIONDATASETREQUEST'].fields_by_name['name']._loaded_options = None
+  _globals['_GETEVALUATIONDATASETREQUEST'].fields_by_name['name']._serialized_options = b'\342A\001\002\372A&\n$ces.googleapis.com/EvaluationDataset'
+  _globals['_LISTEVALUATIONDATASETSREQUEST'].fields_by_name['parent']._loaded_options = None
+  _globals['_LISTEVALUATIONDATASETSREQUEST'].fields_by_name['parent']._serialized_options = b'\342A\001\002\372A&\022$ces.googleapis.com/EvaluationDataset'
+  _globals['_LISTEVALUATIONDATASETSREQUEST'].fields_by_name['page_size']._loaded_options = None
+  _globals['_LISTEVALUATIONDATASETSREQUEST'].fields_by_name['page_size']._serialized_options = b'\342A\001\001'
+  _globals['_LISTEVALUATIONDATASETSREQUEST'].fields_by_name['page_token']._loaded_options = None
+  _globals['_LISTEVALUATIONDATASETSREQUEST'].fields_by_name['page_token']._serialized_options = b'\342A\001\001'
+  _globals['_LISTEVALUATIONDATASETSREQUEST'].fields_by_name['filter']._loaded_options = None
+  _globals['_LISTEVALUATIONDATASETSREQUEST'].fields_by_name['filter']._serialized_options = b'\342A\001\001'
+  _globals['_LISTEVALUATIONDATASETSREQUEST'].fields_by_name['order_by']._loaded_options = None
+  _globals['_LISTEVALUATIONDATASETSREQUEST'].fields_by_name['order_by']._serialized_options = b'\342A\001\001'
+  _globals['_UPDATEEVALUATIONDATASETREQUEST'].fields_by_name['evaluation_dataset']._loaded_options = None
+  _globals['_UPDATEEVALUATIONDATASETREQUEST'].fields_by_name['evaluation_dataset']._serialized_options = b'\342A\001\002'
+  _globals['_UPDATEEVALUATIONDATASETREQUEST'].fields_by_name['update_mask']._loaded_options = None
+  _globals['_UPDATEEVALUATIONDATASETREQUEST'].fields_by_name['update_mask']._serialized_options = b'\342A\001\001'
+  _globals['_DELETEEVALUATIONDATASETREQUEST'].fields_by_name['name']._loaded_options = None
+  _globals['_DELETEEVALUATIONDATASETREQUEST'].fields_by_name['name']._serialized_options = b'\342A\001\002\372A&\n$ces.googleapis.com/EvaluationDataset'
+  _globals['_DELETEEVALUATIONDATASETREQUEST'].fields_by_name['etag']._loaded_options = None
+  _globals['_DELETEEVALUATIONDATASETREQUEST'].fields_by_name['etag']._serialized_options = b'\342A\001\001'
+  _globals['_CREATEEVALUATIONEXPECTATIONREQUEST'].fields_by_name['parent']._loaded_options = None
+  _globals['_CREATEEVALUATIONEXPECTATIONREQUEST'].fields_by_name['parent']._serialized_options = b'\342A\001\002\372A*\022(ces.googleapis.com/EvaluationExpectation'
+  _globals['_CREATEEVALUATIONEXPECTATIONREQUEST'].fields_by_name['evaluation_expectation_id']._loaded_options = None
+  _globals['_CREATEEVALUATIONEXPECTATIONREQUEST'].fields_by_name['evaluation_expectation_id']._serialized_options = b'\342A\001\001'
+  _globals['_CREATEEVALUATIONEXPECTATIONREQUEST'].fields_by_name['evaluation_expectation']._loaded_options = None
+  _globals['_CREATEEVALUATIONEXPECTATIONREQUEST'].fields_by_name['evaluation_expectation']._serialized_options = b'\342A\001\002'
+  _globals['_GETEVALUATIONEXPECTATIONREQUEST'].fields_by_name['name']._loaded_options = None
+  _globals['_GETEVALUATIONEXPECTATIONREQUEST'].fields_by_name['name']._serialized_options = b'\342A\001\002\372A*\n(ces.googleapis.com/EvaluationExpectation'
+  _globals['_LISTEVALUATIONEXPECTATIONSREQUEST'].fields_by_name['parent']._loaded_options = None
+  _globals['_LISTEVALUATIONEXPECTATIONSREQUEST'].fields_by_name['parent']._serialized_options = b'\342A\001\002\372A*\022(ces.googleapis.com/EvaluationExpectation'
+  _globals['_LISTEVALUATIONEXPECTATIONSREQUEST'].fields_by_name['page_size']._loaded_options = None
+  _globals['_LISTEVALUATIONEXPECTATIONSREQUEST'].fields_by_name['page_size']._serialized_options = b'\342A\001\001'
+  _globals['_LISTEVALUATIONEXPECTATIONSREQUEST'].fields_by_name['page_token']._loaded_options = None
+  _globals['_LISTEVALUATIONEXPECTATIONSREQUEST'].fields_by_name['page_token']._serialized_options = b'\342A\001\001'
+  _globals['_LISTEVALUATIONEXPECTATIONSREQUEST'].fields_by_name['filter']._loaded_options = None
+  _globals['_LISTEVALUATIONEXPECTATIONSREQUEST'].fields_by_name['filter']._serialized_options = b'\342A\001\001'
+  _globals['_LISTEVALUATIONEXPECTATIONSREQUEST'].fields_by_name['order_by']._loaded_options = None
+  _globals['_LISTEVALUATIONEXPECTATIONSREQUEST'].fields_by_name['order_by']._serialized_options = b'\342A\001\001'
+  _globals['_UPDATEEVALUATIONEXPECTATIONREQUEST'].fields_by_name['evaluation_expectation']._loaded_options = None
+  _globals['_UPDATEEVALUATIONEXPECTATIONREQUEST'].fields_by_name['evaluation_expectation']._serialized_options = b'\342A\001\002'
+  _globals['_UPDATEEVALUATIONEXPECTATIONREQUEST'].fields_by_name['update_mask']._loaded_options = None
+  _globals['_UPDATEEVALUATIONEXPECTATIONREQUEST'].fields_by_name['update_mask']._serialized_options = b'\342A\001\001'
+  _globals['_DELETEEVALUATIONEXPECTATIONREQUEST'].fields_by_name['name']._loaded_options = None
+  _globals['_DELETEEVALUATIONEXPECTATIONREQUEST'].fields_by_name['name']._serialized_options = b'\342A\001\002\372A*\n(ces.googleapis.com/EvaluationExpectation'
+  _globals['_DELETEEVALUATIONEXPECTATIONREQUEST'].fields_by_name['etag']._loaded_options = None
+  _globals['_DELETEEVALUATIONEXPECTATIONREQUEST'].fields_by_name['etag']._serialized_options = b'\342A\001\001'
+  _globals['_CREATESCHEDULEDEVALUATIONRUNREQUEST'].fields_by_name['parent']._loaded_options = None
+  _globals['_CREATESCHEDULEDEVALUATIONRUNREQUEST'].fields_by_name['parent']._serialized_options = b'\342A\001\002\372A+\022)ces.googleapis.com/ScheduledEvaluationRun'
+  _globals['_CREATESCHEDULEDEVALUATIONRUNREQUEST'].fields_by_name['scheduled_evaluation_run_id']._loaded_options = None
+  _globals['_CREATESCHEDULEDEVALUATIONRUNREQUEST'].fields_by_name['scheduled_evaluation_run_id']._serialized_options = b'\342A\001\001'
+  _globals['_CREATESCHEDULEDEVALUATIONRUNREQUEST'].fields_by_name['scheduled_evaluation_run']._loaded_options = None
+  _globals['_CREATESCHEDULEDEVALUATIONRUNREQUEST'].fields_by_name['scheduled_evaluation_run']._serialized_options = b'\342A\001\002'
+  _globals['_GETSCHEDULEDEVALUATIONRUNREQUEST'].fields_by_name['name']._loaded_options = None
+  _globals['_GETSCHEDULEDEVALUATIONRUNREQUEST'].fields_by_name['name']._serialized_options = b'\342A\001\002\372A+\n)ces.googleapis.com/ScheduledEvaluationRun'
+  _globals['_LISTSCHEDULEDEVALUATIONRUNSREQUEST'].fields_by_name['parent']._loaded_options = None
+  _globals['_LISTSCHEDULEDEVALUATIONRUNSREQUEST'].fields_by_name['parent']._serialized_options = b'\342A\001\002\372A+\022)ces.googleapis.com/ScheduledEvaluationRun'
+  _globals['_LISTSCHEDULEDEVALUATIONRUNSREQUEST'].fields_by_name['page_size']._loaded_options = None
+  _globals['_LISTSCHEDULEDEVALUATIONRUNSREQUEST'].fields_by_name['page_size']._serialized_options = b'\342A\001\001'
+  _globals['_LISTSCHEDULEDEVALUATIONRUNSREQUEST'].fields_by_name['page_token']._loaded_options = None
+  _globals['_LISTSCHEDULEDEVALUATIONRUNSREQUEST'].fields_by_name['page_token']._serialized_options = b'\342A\001\001'
+  _globals['_LISTSCHEDULEDEVALUATIONRUNSREQUEST'].fields_by_name['filter']._loaded_options = None
+  _globals['_LISTSCHEDULEDEVALUATIONRUNSREQUEST'].fields_by_name['filter']._serialized_options = b'\342A\001\001'
+  _globals['_LISTSCHEDULEDEVALUATIONRUNSREQUEST'].fields_by_name['order_by']._loaded_options = None
+  _globals['_LISTSCHEDULEDEVALUATIONRUNSREQUEST'].fields_by_name['order_by']._serialized_options = b'\342A\001\001'
+  _globals['_UPDATESCHEDULEDEVALUATIONRUNREQUEST'].fields_by_name['scheduled_evaluation_run']._loaded_options = None
+  _globals['_UPDATESCHEDULEDEVALUATIONRUNREQUEST'].fields_by_name['scheduled_evaluation_run']._serialized_options = b'\342A\001\002'
+  _globals['_UPDATESCHEDULEDEVALUATIONRUNREQUEST'].fields_by_name['update_mask']._loaded_options = None
+  _globals['_UPDATESCHEDULEDEVALUATIONRUNREQUEST'].fields_by_name['update_mask']._serialized_options = b'\342A\001\001'
+  _globals['_DELETESCHEDULEDEVALUATIONRUNREQUEST'].fields_by_name['name']._loaded_options = None
+  _globals['_DELETESCHEDULEDEVALUATIONRUNREQUEST'].fields_by_name['name']._serialized_options = b'\342A\001\002\372A+\n)ces.googleapis.com/ScheduledEvaluationRun'
+  _globals['_DELETESCHEDULEDEVALUATIONRUNREQUEST'].fields_by_name['etag']._loaded_options = None
+  _globals['_DELETESCHEDULEDEVALUATIONRUNREQUEST'].fields_by_name['etag']._serialized_options = b'\342A\001\001'
   _globals['_EVALUATIONSERVICE']._loaded_options = None
   _globals['_EVALUATIONSERVICE']._serialized_options = b'\312A\022ces.googleapis.com\322A.https://www.googleapis.com/auth/cloud-platform'
   _globals['_EVALUATIONSERVICE'].methods_by_name['CreateEvaluation']._loaded_options = None
@@ -150,50 +298,180 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EVALUATIONSERVICE'].methods_by_name['ExportEvaluationResults']._serialized_options = b'\312AK\n\037ExportEvaluationResultsResponse\022(ExportEvaluationResultsOperationMetadata\332A\014parent,names\202\323\344\223\002P\"K/v1beta/{parent=projects/*/locations/*/apps/*/evaluations/*}/results:export:\001*'
   _globals['_EVALUATIONSERVICE'].methods_by_name['RunEvaluationResultMetrics']._loaded_options = None
   _globals['_EVALUATIONSERVICE'].methods_by_name['RunEvaluationResultMetrics']._serialized_options = b'\312AQ\n\"RunEvaluationResultMetricsResponse\022+RunEvaluationResultMetricsOperationMetadata\332A\024evaluation_result_id\202\323\344\223\002t\"o/v1beta/{evaluation_result_id=projects/*/locations/*/apps/*/evaluations/*/results/*}:runEvaluationResultMetrics:\001*'
-  _globals['_CREATEEVALUATIONREQUEST']._serialized_start=368
-  _globals['_CREATEEVALUATIONREQUEST']._serialized_end=541
-  _globals['_GETEVALUATIONREQUEST']._serialized_start=543
-  _globals['_GETEVALUATIONREQUEST']._serialized_end=619
-  _globals['_LISTEVALUATIONSREQUEST']._serialized_start=622
-  _globals['_LISTEVALUATIONSREQUEST']._serialized_end=903
-  _globals['_LISTEVALUATIONSRESPONSE']._serialized_start=905
-  _globals['_LISTEVALUATIONSRESPONSE']._serialized_end=1013
-  _globals['_UPDATEEVALUATIONREQUEST']._serialized_start=1016
-  _globals['_UPDATEEVALUATIONREQUEST']._serialized_end=1159
-  _globals['_DELETEEVALUATIONREQUEST']._serialized_start=1161
-  _globals['_DELETEEVALUATIONREQUEST']._serialized_end=1281
-  _globals['_EXPORTEVALUATIONSREQUEST']._serialized_start=1284
-  _globals['_EXPORTEVALUATIONSREQUEST']._serialized_end=1561
-  _globals['_EXPORTEVALUATIONSRESPONSE']._serialized_start=1564
-  _globals['_EXPORTEVALUATIONSRESPONSE']._serialized_end=1831
-  _globals['_EXPORTEVALUATIONSRESPONSE_FAILEDEVALUATIONSENTRY']._serialized_start=1760
-  _globals['_EXPORTEVALUATIONSRESPONSE_FAILEDEVALUATIONSENTRY']._serialized_end=1816
-  _globals['_GETEVALUATIONRESULTREQUEST']._serialized_start=1833
-  _globals['_GETEVALUATIONRESULTREQUEST']._serialized_end=1921
-  _globals['_LISTEVALUATIONRESULTSREQUEST']._serialized_start=1924
-  _globals['_LISTEVALUATIONRESULTSREQUEST']._serialized_end=2113
-  _globals['_LISTEVALUATIONRESULTSRESPONSE']._serialized_start=2115
-  _globals['_LISTEVALUATIONRESULTSRESPONSE']._serialized_end=2242
-  _globals['_DELETEEVALUATIONRESULTREQUEST']._serialized_start=2244
-  _globals['_DELETEEVALUATIONRESULTREQUEST']._serialized_end=2335
-  _globals['_EXPORTEVALUATIONRESULTSREQUEST']._serialized_start=2338
-  _globals['_EXPORTEVALUATIONRESULTSREQUEST']._serialized_end=2557
-  _globals['_EXPORTEVALUATIONRESULTSRESPONSE']._serialized_start=2559
-  _globals['_EXPORTEVALUATIONRESULTSRESPONSE']._serialized_end=2686
-  _globals['_EXPORTEVALUATIONRESULTSOPERATIONMETADATA']._serialized_start=2688
-  _globals['_EXPORTEVALUATIONRESULTSOPERATIONMETADATA']._serialized_end=2730
-  _globals['_RUNEVALUATIONRESULTMETRICSREQUEST']._serialized_start=2732
-  _globals['_RUNEVALUATIONRESULTMETRICSREQUEST']._serialized_end=2843
-  _globals['_RUNEVALUATIONRESULTMETRICSRESPONSE']._serialized_start=2845
-  _globals['_RUNEVALUATIONRESULTMETRICSRESPONSE']._serialized_end=2954
-  _globals['_RUNEVALUATIONRESULTMETRICSOPERATIONMETADATA']._serialized_start=2956
-  _globals['_RUNEVALUATIONRESULTMETRICSOPERATIONMETADATA']._serialized_end=3001
-  _globals['_EXPORTOPTIONS']._serialized_start=3004
-  _globals['_EXPORTOPTIONS']._serialized_end=3191
-  _globals['_EXPORTOPTIONS_EXPORTFORMAT']._serialized_start=3126
-  _globals['_EXPORTOPTIONS_EXPORTFORMAT']._serialized_end=3191
-  _globals['_OPERATIONMETADATA']._serialized_start=3194
-  _globals['_OPERATIONMETADATA']._serialized_end=3388
-  _globals['_EVALUATIONSERVICE']._serialized_start=3391
-  _globals['_EVALUATIONSERVICE']._serialized_end=6006
+  _globals['_EVALUATIONSERVICE'].methods_by_name['RunEvaluation']._loaded_options = None
+  _globals['_EVALUATIONSERVICE'].methods_by_name['RunEvaluation']._serialized_options = b'\312A7\n\025RunEvaluationResponse\022\036RunEvaluationOperationMetadata\332A\003app\202\323\344\223\002>\"9/v1beta/{app=projects/*/locations/*/apps/*}:runEvaluation:\001*'
+  _globals['_EVALUATIONSERVICE'].methods_by_name['UploadEvaluationAudio']._loaded_options = None
+  _globals['_EVALUATIONSERVICE'].methods_by_name['UploadEvaluationAudio']._serialized_options = b'\332A\022name,audio_content\202\323\344\223\002U\"P/v1beta/{name=projects/*/locations/*/apps/*/evaluations/*}:uploadEvaluationAudio:\001*'
+  _globals['_EVALUATIONSERVICE'].methods_by_name['GenerateEvaluation']._loaded_options = None
+  _globals['_EVALUATIONSERVICE'].methods_by_name['GenerateEvaluation']._serialized_options = b'\312A1\n\nEvaluation\022#GenerateEvaluationOperationMetadata\332A\014conversation\202\323\344\223\002\\\"W/v1beta/{conversation=projects/*/locations/*/apps/*/conversations/*}:generateEvaluation:\001*'
+  _globals['_EVALUATIONSERVICE'].methods_by_name['ImportEvaluations']._loaded_options = None
+  _globals['_EVALUATIONSERVICE'].methods_by_name['ImportEvaluations']._serialized_options = b'\312A?\n\031ImportEvaluationsResponse\022\"ImportEvaluationsOperationMetadata\332A\006parent\202\323\344\223\002E\"@/v1beta/{parent=projects/*/locations/*/apps/*}:importEvaluations:\001*'
+  _globals['_EVALUATIONSERVICE'].methods_by_name['TestPersonaVoice']._loaded_options = None
+  _globals['_EVALUATIONSERVICE'].methods_by_name['TestPersonaVoice']._serialized_options = b'\332A\003app\202\323\344\223\002A\"</v1beta/{app=projects/*/locations/*/apps/*}:testPersonaVoice:\001*'
+  _globals['_EVALUATIONSERVICE'].methods_by_name['GetEvaluationRun']._loaded_options = None
+  _globals['_EVALUATIONSERVICE'].methods_by_name['GetEvaluationRun']._serialized_options = b'\332A\004name\202\323\344\223\002?\022=/v1beta/{name=projects/*/locations/*/apps/*/evaluationRuns/*}'
+  _globals['_EVALUATIONSERVICE'].methods_by_name['ListEvaluationRuns']._loaded_options = None
+  _globals['_EVALUATIONSERVICE'].methods_by_name['ListEvaluationRuns']._serialized_options = b'\332A\006parent\202\323\344\223\002?\022=/v1beta/{parent=projects/*/locations/*/apps/*}/evaluationRuns'
+  _globals['_EVALUATIONSERVICE'].methods_by_name['DeleteEvaluationRun']._loaded_options = None
+  _globals['_EVALUATIONSERVICE'].methods_by_name['DeleteEvaluationRun']._serialized_options = b'\312A=\n\025google.protobuf.Empty\022$DeleteEvaluationRunOperationMetadata\332A\004name\202\323\344\223\002?*=/v1beta/{name=projects/*/locations/*/apps/*/evaluationRuns/*}'
+  _globals['_EVALUATIONSERVICE'].methods_by_name['ExportEvaluationRuns']._loaded_options = None
+  _globals['_EVALUATIONSERVICE'].methods_by_name['ExportEvaluationRuns']._serialized_options = b'\312AE\n\034ExportEvaluationRunsResponse\022%ExportEvaluationRunsOperationMetadata\332A\014parent,names\202\323\344\223\002I\"D/v1beta/{parent=projects/*/locations/*/apps/*}/evaluationRuns:export:\001*'
+  _globals['_EVALUATIONSERVICE'].methods_by_name['CreateEvaluationDataset']._loaded_options = None
+  _globals['_EVALUATIONSERVICE'].methods_by_name['CreateEvaluationDataset']._serialized_options = b'\332A/parent,evaluation_dataset,evaluation_dataset_id\332A\031parent,evaluation_dataset\202\323\344\223\002W\"A/v1beta/{parent=projects/*/locations/*/apps/*}/evaluationDatasets:\022evaluation_dataset'
+  _globals['_EVALUATIONSERVICE'].methods_by_name['GetEvaluationDataset']._loaded_options = None
+  _globals['_EVALUATIONSERVICE'].methods_by_name['GetEvaluationDataset']._serialized_options = b'\332A\004name\202\323\344\223\002C\022A/v1beta/{name=projects/*/locations/*/apps/*/evaluationDatasets/*}'
+  _globals['_EVALUATIONSERVICE'].methods_by_name['ListEvaluationDatasets']._loaded_options = None
+  _globals['_EVALUATIONSERVICE'].methods_by_name['ListEvaluationDatasets']._serialized_options = b'\332A\006parent\202\323\344\223\002C\022A/v1beta/{parent=projects/*/locations/*/apps/*}/evaluationDatasets'
+  _globals['_EVALUATIONSERVICE'].methods_by_name['UpdateEvaluationDataset']._loaded_options = None
+  _globals['_EVALUATIONSERVICE'].methods_by_name['UpdateEvaluationDataset']._serialized_options = b'\332A\036evaluation_dataset,update_mask\202\323\344\223\002j2T/v1beta/{evaluation_dataset.name=projects/*/locations/*/apps/*/evaluationDatasets/*}:\022evaluation_dataset'
+  _globals['_EVALUATIONSERVICE'].methods_by_name['DeleteEvaluationDataset']._loaded_options = None
+  _globals['_EVALUATIONSERVICE'].methods_by_name['DeleteEvaluationDataset']._serialized_options = b'\332A\004name\202\323\344\223\002C*A/v1beta/{name=projects/*/locations/*/apps/*/evaluationDatasets/*}'
+  _globals['_EVALUATIONSERVICE'].methods_by_name['CreateEvaluationExpectation']._loaded_options = None
+  _globals['_EVALUATIONSERVICE'].methods_by_name['CreateEvaluationExpectation']._serialized_options = b'\332A7parent,evaluation_expectation,evaluation_expectation_id\332A\035parent,evaluation_expectation\202\323\344\223\002_\"E/v1beta/{parent=projects/*/locations/*/apps/*}/evaluationExpectations:\026evaluation_expectation'
+  _globals['_EVALUATIONSERVICE'].methods_by_name['GetEvaluationExpectation']._loaded_options = None
+  _globals['_EVALUATIONSERVICE'].methods_by_name['GetEvaluationExpectation']._serialized_options = b'\332A\004name\202\323\344\223\002G\022E/v1beta/{name=projects/*/locations/*/apps/*/evaluationExpectations/*}'
+  _globals['_EVALUATIONSERVICE'].methods_by_name['ListEvaluationExpectations']._loaded_options = None
+  _globals['_EVALUATIONSERVICE'].methods_by_name['ListEvaluationExpectations']._serialized_options = b'\332A\006parent\202\323\344\223\002G\022E/v1beta/{parent=projects/*/locations/*/apps/*}/evaluationExpectations'
+  _globals['_EVALUATIONSERVICE'].methods_by_name['UpdateEvaluationExpectation']._loaded_options = None
+  _globals['_EVALUATIONSERVICE'].methods_by_name['UpdateEvaluationExpectation']._serialized_options = b'\332A\"evaluation_expectation,update_mask\202\323\344\223\002v2\\/v1beta/{evaluation_expectation.name=projects/*/locations/*/apps/*/evaluationExpectations/*}:\026evaluation_expectation'
+  _globals['_EVALUATIONSERVICE'].methods_by_name['DeleteEvaluationExpectation']._loaded_options = None
+  _globals['_EVALUATIONSERVICE'].methods_by_name['DeleteEvaluationExpectation']._serialized_options = b'\332A\004name\202\323\344\223\002G*E/v1beta/{name=projects/*/locations/*/apps/*/evaluationExpectations/*}'
+  _globals['_EVALUATIONSERVICE'].methods_by_name['CreateScheduledEvaluationRun']._loaded_options = None
+  _globals['_EVALUATIONSERVICE'].methods_by_name['CreateScheduledEvaluationRun']._serialized_options = b'\332A;parent,scheduled_evaluation_run,scheduled_evaluation_run_id\332A\037parent,scheduled_evaluation_run\202\323\344\223\002b\"F/v1beta/{parent=projects/*/locations/*/apps/*}/scheduledEvaluationRuns:\030scheduled_evaluation_run'
+  _globals['_EVALUATIONSERVICE'].methods_by_name['GetScheduledEvaluationRun']._loaded_options = None
+  _globals['_EVALUATIONSERVICE'].methods_by_name['GetScheduledEvaluationRun']._serialized_options = b'\332A\004name\202\323\344\223\002H\022F/v1beta/{name=projects/*/locations/*/apps/*/scheduledEvaluationRuns/*}'
+  _globals['_EVALUATIONSERVICE'].methods_by_name['ListScheduledEvaluationRuns']._loaded_options = None
+  _globals['_EVALUATIONSERVICE'].methods_by_name['ListScheduledEvaluationRuns']._serialized_options = b'\332A\006parent\202\323\344\223\002H\022F/v1beta/{parent=projects/*/locations/*/apps/*}/scheduledEvaluationRuns'
+  _globals['_EVALUATIONSERVICE'].methods_by_name['UpdateScheduledEvaluationRun']._loaded_options = None
+  _globals['_EVALUATIONSERVICE'].methods_by_name['UpdateScheduledEvaluationRun']._serialized_options = b'\332A$scheduled_evaluation_run,update_mask\202\323\344\223\002{2_/v1beta/{scheduled_evaluation_run.name=projects/*/locations/*/apps/*/scheduledEvaluationRuns/*}:\030scheduled_evaluation_run'
+  _globals['_EVALUATIONSERVICE'].methods_by_name['DeleteScheduledEvaluationRun']._loaded_options = None
+  _globals['_EVALUATIONSERVICE'].methods_by_name['DeleteScheduledEvaluationRun']._serialized_options = b'\332A\004name\202\323\344\223\002H*F/v1beta/{name=projects/*/locations/*/apps/*/scheduledEvaluationRuns/*}'
+  _globals['_CREATEEVALUATIONREQUEST']._serialized_start=444
+  _globals['_CREATEEVALUATIONREQUEST']._serialized_end=617
+  _globals['_GETEVALUATIONREQUEST']._serialized_start=619
+  _globals['_GETEVALUATIONREQUEST']._serialized_end=695
+  _globals['_LISTEVALUATIONSREQUEST']._serialized_start=698
+  _globals['_LISTEVALUATIONSREQUEST']._serialized_end=979
+  _globals['_LISTEVALUATIONSRESPONSE']._serialized_start=981
+  _globals['_LISTEVALUATIONSRESPONSE']._serialized_end=1089
+  _globals['_UPDATEEVALUATIONREQUEST']._serialized_start=1092
+  _globals['_UPDATEEVALUATIONREQUEST']._serialized_end=1235
+  _globals['_DELETEEVALUATIONREQUEST']._serialized_start=1237
+  _globals['_DELETEEVALUATIONREQUEST']._serialized_end=1357
+  _globals['_EXPORTEVALUATIONSREQUEST']._serialized_start=1360
+  _globals['_EXPORTEVALUATIONSREQUEST']._serialized_end=1637
+  _globals['_EXPORTEVALUATIONSRESPONSE']._serialized_start=1640
+  _globals['_EXPORTEVALUATIONSRESPONSE']._serialized_end=1907
+  _globals['_EXPORTEVALUATIONSRESPONSE_FAILEDEVALUATIONSENTRY']._serialized_start=1836
+  _globals['_EXPORTEVALUATIONSRESPONSE_FAILEDEVALUATIONSENTRY']._serialized_end=1892
+  _globals['_GETEVALUATIONRESULTREQUEST']._serialized_start=1909
+  _globals['_GETEVALUATIONRESULTREQUEST']._serialized_end=1997
+  _globals['_LISTEVALUATIONRESULTSREQUEST']._serialized_start=2000
+  _globals['_LISTEVALUATIONRESULTSREQUEST']._serialized_end=2189
+  _globals['_LISTEVALUATIONRESULTSRESPONSE']._serialized_start=2191
+  _globals['_LISTEVALUATIONRESULTSRESPONSE']._serialized_end=2318
+  _globals['_DELETEEVALUATIONRESULTREQUEST']._serialized_start=2320
+  _globals['_DELETEEVALUATIONRESULTREQUEST']._serialized_end=2411
+  _globals['_EXPORTEVALUATIONRESULTSREQUEST']._serialized_start=2414
+  _globals['_EXPORTEVALUATIONRESULTSREQUEST']._serialized_end=2633
+  _globals['_EXPORTEVALUATIONRESULTSRESPONSE']._serialized_start=2635
+  _globals['_EXPORTEVALUATIONRESULTSRESPONSE']._serialized_end=2762
+  _globals['_EXPORTEVALUATIONRESULTSOPERATIONMETADATA']._serialized_start=2764
+  _globals['_EXPORTEVALUATIONRESULTSOPERATIONMETADATA']._serialized_end=2806
+  _globals['_RUNEVALUATIONRESULTMETRICSREQUEST']._serialized_start=2808
+  _globals['_RUNEVALUATIONRESULTMETRICSREQUEST']._serialized_end=2919
+  _globals['_RUNEVALUATIONRESULTMETRICSRESPONSE']._serialized_start=2921
+  _globals['_RUNEVALUATIONRESULTMETRICSRESPONSE']._serialized_end=3030
+  _globals['_RUNEVALUATIONRESULTMETRICSOPERATIONMETADATA']._serialized_start=3032
+  _globals['_RUNEVALUATIONRESULTMETRICSOPERATIONMETADATA']._serialized_end=3077
+  _globals['_EXPORTOPTIONS']._serialized_start=3080
+  _globals['_EXPORTOPTIONS']._serialized_end=3267
+  _globals['_EXPORTOPTIONS_EXPORTFORMAT']._serialized_start=3202
+  _globals['_EXPORTOPTIONS_EXPORTFORMAT']._serialized_end=3267
+  _globals['_OPERATIONMETADATA']._serialized_start=3270
+  _globals['_OPERATIONMETADATA']._serialized_end=3464
+  _globals['_RUNEVALUATIONRESPONSE']._serialized_start=3466
+  _globals['_RUNEVALUATIONRESPONSE']._serialized_end=3552
+  _globals['_RUNEVALUATIONOPERATIONMETADATA']._serialized_start=3555
+  _globals['_RUNEVALUATIONOPERATIONMETADATA']._serialized_end=3874
+  _globals['_UPLOADEVALUATIONAUDIOREQUEST']._serialized_start=3877
+  _globals['_UPLOADEVALUATIONAUDIOREQUEST']._serialized_end=4028
+  _globals['_UPLOADEVALUATIONAUDIORESPONSE']._serialized_start=4030
+  _globals['_UPLOADEVALUATIONAUDIORESPONSE']._serialized_end=4149
+  _globals['_GENERATEEVALUATIONREQUEST']._serialized_start=4152
+  _globals['_GENERATEEVALUATIONREQUEST']._serialized_end=4486
+  _globals['_GENERATEEVALUATIONREQUEST_EVALUATIONTYPE']._serialized_start=4411
+  _globals['_GENERATEEVALUATIONREQUEST_EVALUATIONTYPE']._serialized_end=4486
+  _globals['_GENERATEEVALUATIONOPERATIONMETADATA']._serialized_start=4488
+  _globals['_GENERATEEVALUATIONOPERATIONMETADATA']._serialized_end=4525
+  _globals['_IMPORTEVALUATIONSREQUEST']._serialized_start=4528
+  _globals['_IMPORTEVALUATIONSREQUEST']._serialized_end=5203
+  _globals['_IMPORTEVALUATIONSREQUEST_CONVERSATIONLIST']._serialized_start=4839
+  _globals['_IMPORTEVALUATIONSREQUEST_CONVERSATIONLIST']._serialized_end=4922
+  _globals['_IMPORTEVALUATIONSREQUEST_IMPORTOPTIONS']._serialized_start=4925
+  _globals['_IMPORTEVALUATIONSREQUEST_IMPORTOPTIONS']._serialized_end=5193
+  _globals['_IMPORTEVALUATIONSREQUEST_IMPORTOPTIONS_CONFLICTRESOLUTIONSTRATEGY']._serialized_start=5079
+  _globals['_IMPORTEVALUATIONSREQUEST_IMPORTOPTIONS_CONFLICTRESOLUTIONSTRATEGY']._serialized_end=5193
+  _globals['_IMPORTEVALUATIONSRESPONSE']._serialized_start=5206
+  _globals['_IMPORTEVALUATIONSRESPONSE']._serialized_end=5580
+  _globals['_IMPORTEVALUATIONSOPERATIONMETADATA']._serialized_start=5583
+  _globals['_IMPORTEVALUATIONSOPERATIONMETADATA']._serialized_end=5756
+  _globals['_TESTPERSONAVOICEREQUEST']._serialized_start=5758
+  _globals['_TESTPERSONAVOICEREQUEST']._serialized_end=5875
+  _globals['_TESTPERSONAVOICERESPONSE']._serialized_start=5877
+  _globals['_TESTPERSONAVOICERESPONSE']._serialized_end=5918
+  _globals['_GETEVALUATIONRUNREQUEST']._serialized_start=5920
+  _globals['_GETEVALUATIONRUNREQUEST']._serialized_end=6002
+  _globals['_LISTEVALUATIONRUNSREQUEST']._serialized_start=6005
+  _globals['_LISTEVALUATIONRUNSREQUEST']._serialized_end=6188
+  _globals['_LISTEVALUATIONRUNSRESPONSE']._serialized_start=6190
+  _globals['_LISTEVALUATIONRUNSRESPONSE']._serialized_end=6308
+  _globals['_DELETEEVALUATIONRUNREQUEST']._serialized_start=6310
+  _globals['_DELETEEVALUATIONRUNREQUEST']._serialized_end=6395
+  _globals['_DELETEEVALUATIONRUNOPERATIONMETADATA']._serialized_start=6397
+  _globals['_DELETEEVALUATIONRUNOPERATIONMETADATA']._serialized_end=6435
+  _globals['_EXPORTEVALUATIONRUNSREQUEST']._serialized_start=6438
+  _globals['_EXPORTEVALUATIONRUNSREQUEST']._serialized_end=6644
+  _globals['_EXPORTEVALUATIONRUNSRESPONSE']._serialized_start=6646
+  _globals['_EXPORTEVALUATIONRUNSRESPONSE']._serialized_end=6761
+  _globals['_EXPORTEVALUATIONRUNSOPERATIONMETADATA']._serialized_start=6763
+  _globals['_EXPORTEVALUATIONRUNSOPERATIONMETADATA']._serialized_end=6802
+  _globals['_CREATEEVALUATIONDATASETREQUEST']._serialized_start=6805
+  _globals['_CREATEEVALUATIONDATASETREQUEST']._serialized_end=7015
+  _globals['_GETEVALUATIONDATASETREQUEST']._serialized_start=7017
+  _globals['_GETEVALUATIONDATASETREQUEST']._serialized_end=7107
+  _globals['_LISTEVALUATIONDATASETSREQUEST']._serialized_start=7110
+  _globals['_LISTEVALUATIONDATASETSREQUEST']._serialized_end=7301
+  _globals['_LISTEVALUATIONDATASETSRESPONSE']._serialized_start=7304
+  _globals['_LISTEVALUATIONDATASETSRESPONSE']._serialized_end=7434
+  _globals['_UPDATEEVALUATIONDATASETREQUEST']._serialized_start=7437
+  _globals['_UPDATEEVALUATIONDATASETREQUEST']._serialized_end=7602
+  _globals['_DELETEEVALUATIONDATASETREQUEST']._serialized_start=7604
+  _globals['_DELETEEVALUATIONDATASETREQUEST']._serialized_end=7717
+  _globals['_CREATEEVALUATIONEXPECTATIONREQUEST']._serialized_start=7720
+  _globals['_CREATEEVALUATIONEXPECTATIONREQUEST']._serialized_end=7950
+  _globals['_GETEVALUATIONEXPECTATIONREQUEST']._serialized_start=7952
+  _globals['_GETEVALUATIONEXPECTATIONREQUEST']._serialized_end=8050
+  _globals['_LISTEVALUATIONEXPECTATIONSREQUEST']._serialized_start=8053
+  _globals['_LISTEVALUATIONEXPECTATIONSREQUEST']._serialized_end=8252
+  _globals['_LISTEVALUATIONEXPECTATIONSRESPONSE']._serialized_start=8255
+  _globals['_LISTEVALUATIONEXPECTATIONSRESPONSE']._serialized_end=8397
+  _globals['_UPDATEEVALUATIONEXPECTATIONREQUEST']._serialized_start=8400
+  _globals['_UPDATEEVALUATIONEXPECTATIONREQUEST']._serialized_end=8577
+  _globals['_DELETEEVALUATIONEXPECTATIONREQUEST']._serialized_start=8579
+  _globals['_DELETEEVALUATIONEXPECTATIONREQUEST']._serialized_end=8700
+  _globals['_CREATESCHEDULEDEVALUATIONRUNREQUEST']._serialized_start=8703
+  _globals['_CREATESCHEDULEDEVALUATIONRUNREQUEST']._serialized_end=8940
+  _globals['_GETSCHEDULEDEVALUATIONRUNREQUEST']._serialized_start=8942
+  _globals['_GETSCHEDULEDEVALUATIONRUNREQUEST']._serialized_end=9042
+  _globals['_LISTSCHEDULEDEVALUATIONRUNSREQUEST']._serialized_start=9045
+  _globals['_LISTSCHEDULEDEVALUATIONRUNSREQUEST']._serialized_end=9246
+  _globals['_LISTSCHEDULEDEVALUATIONRUNSRESPONSE']._serialized_start=9249
+  _globals['_LISTSCHEDULEDEVALUATIONRUNSRESPONSE']._serialized_end=9395
+  _globals['_UPDATESCHEDULEDEVALUATIONRUNREQUEST']._serialized_start=9398
+  _globals['_UPDATESCHEDULEDEVALUATIONRUNREQUEST']._serialized_end=9579
+  _globals['_DELETESCHEDULEDEVALUATIONRUNREQUEST']._serialized_start=9581
+  _globals['_DELETESCHEDULEDEVALUATIONRUNREQUEST']._serialized_end=9704
+  _globals['_EVALUATIONSERVICE']._serialized_start=9707
+  _globals['_EVALUATIONSERVICE']._serialized_end=18304
 # @@protoc_insertion_point(module_scope)

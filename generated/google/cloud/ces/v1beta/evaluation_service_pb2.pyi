@@ -5,8 +5,10 @@ isort:skip_file
 """
 
 from collections import abc as _abc
+from . import conversation_pb2 as _conversation_pb2
 from . import evaluation_pb2 as _evaluation_pb2
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import field_mask_pb2 as _field_mask_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
@@ -697,3 +699,1277 @@ class OperationMetadata(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___OperationMetadata: _TypeAlias = OperationMetadata  # noqa: Y015
+
+@_typing.final
+class RunEvaluationResponse(_message.Message):
+    """Response of EvaluationService.RunEvaluation, carried by its long-running operation."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVALUATION_RUN_FIELD_NUMBER: _builtins.int
+    evaluation_run: _builtins.str
+    """The evaluation run that was created.
+    Format: projects/{project}/locations/{location}/apps/{app}/evaluationRuns/{evaluation_run}
+    """
+    def __init__(
+        self,
+        *,
+        evaluation_run: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["evaluation_run", b"evaluation_run"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunEvaluationResponse: _TypeAlias = RunEvaluationResponse  # noqa: Y015
+
+@_typing.final
+class RunEvaluationOperationMetadata(_message.Message):
+    """Metadata of the RunEvaluation long-running operation."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVALUATIONS_FIELD_NUMBER: _builtins.int
+    EVALUATION_RUN_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    END_TIME_FIELD_NUMBER: _builtins.int
+    VERB_FIELD_NUMBER: _builtins.int
+    CANCEL_REQUESTED_FIELD_NUMBER: _builtins.int
+    evaluation_run: _builtins.str
+    """The evaluation run that was created.
+    Format: projects/{project}/locations/{location}/apps/{app}/evaluationRuns/{evaluation_run}
+    """
+    verb: _builtins.str
+    """Name of the verb the operation runs."""
+    cancel_requested: _builtins.bool
+    """Whether cancellation was requested. A cancelled operation ends with an error of code 1
+    (CANCELLED) in google.longrunning.Operation.error.
+    """
+    @_builtins.property
+    def evaluations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The evaluations that ran.
+        Format: projects/{project}/locations/{location}/apps/{app}/evaluations/{evaluation}
+        """
+
+    @_builtins.property
+    def create_time(self) -> _timestamp_pb2.Timestamp:
+        """When the operation was created."""
+
+    @_builtins.property
+    def end_time(self) -> _timestamp_pb2.Timestamp:
+        """When the operation finished."""
+
+    def __init__(
+        self,
+        *,
+        evaluations: _abc.Iterable[_builtins.str] | None = ...,
+        evaluation_run: _builtins.str = ...,
+        create_time: _timestamp_pb2.Timestamp | None = ...,
+        end_time: _timestamp_pb2.Timestamp | None = ...,
+        verb: _builtins.str = ...,
+        cancel_requested: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "end_time", b"end_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_requested", b"cancel_requested", "create_time", b"create_time", "end_time", b"end_time", "evaluation_run", b"evaluation_run", "evaluations", b"evaluations", "verb", b"verb"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunEvaluationOperationMetadata: _TypeAlias = RunEvaluationOperationMetadata  # noqa: Y015
+
+@_typing.final
+class UploadEvaluationAudioRequest(_message.Message):
+    """Request of EvaluationService.UploadEvaluationAudio."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    AUDIO_CONTENT_FIELD_NUMBER: _builtins.int
+    PREVIOUS_AUDIO_GCS_URI_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The evaluation the audio belongs to.
+    Format: projects/{project}/locations/{location}/apps/{app}/evaluations/{evaluation}
+    """
+    audio_content: _builtins.bytes
+    """The audio: mono LINEAR16 at 16 kHz (InputAudioConfig's defaults)."""
+    previous_audio_gcs_uri: _builtins.str
+    """Cloud Storage URI (`gs://bucket/object`) of audio uploaded before, which is deleted."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        audio_content: _builtins.bytes = ...,
+        previous_audio_gcs_uri: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["audio_content", b"audio_content", "name", b"name", "previous_audio_gcs_uri", b"previous_audio_gcs_uri"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UploadEvaluationAudioRequest: _TypeAlias = UploadEvaluationAudioRequest  # noqa: Y015
+
+@_typing.final
+class UploadEvaluationAudioResponse(_message.Message):
+    """Response of EvaluationService.UploadEvaluationAudio."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AUDIO_GCS_URI_FIELD_NUMBER: _builtins.int
+    TRANSCRIPT_FIELD_NUMBER: _builtins.int
+    DURATION_FIELD_NUMBER: _builtins.int
+    audio_gcs_uri: _builtins.str
+    """Cloud Storage URI (`gs://bucket/object`) the audio was stored at."""
+    transcript: _builtins.str
+    """Speech-to-text transcript of the audio."""
+    @_builtins.property
+    def duration(self) -> _duration_pb2.Duration:
+        """Length of the audio."""
+
+    def __init__(
+        self,
+        *,
+        audio_gcs_uri: _builtins.str = ...,
+        transcript: _builtins.str = ...,
+        duration: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["duration", b"duration"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["audio_gcs_uri", b"audio_gcs_uri", "duration", b"duration", "transcript", b"transcript"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UploadEvaluationAudioResponse: _TypeAlias = UploadEvaluationAudioResponse  # noqa: Y015
+
+@_typing.final
+class GenerateEvaluationRequest(_message.Message):
+    """Request of EvaluationService.GenerateEvaluation."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _EvaluationType:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _EvaluationTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[GenerateEvaluationRequest._EvaluationType.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        EVALUATION_TYPE_UNSPECIFIED: GenerateEvaluationRequest._EvaluationType.ValueType  # 0
+        """Not specified; GOLDEN applies."""
+        GOLDEN: GenerateEvaluationRequest._EvaluationType.ValueType  # 1
+        """A golden evaluation."""
+        SCENARIO: GenerateEvaluationRequest._EvaluationType.ValueType  # 2
+        """A scenario evaluation."""
+
+    class EvaluationType(_EvaluationType, metaclass=_EvaluationTypeEnumTypeWrapper):
+        """Kind of evaluation to make."""
+
+    EVALUATION_TYPE_UNSPECIFIED: GenerateEvaluationRequest.EvaluationType.ValueType  # 0
+    """Not specified; GOLDEN applies."""
+    GOLDEN: GenerateEvaluationRequest.EvaluationType.ValueType  # 1
+    """A golden evaluation."""
+    SCENARIO: GenerateEvaluationRequest.EvaluationType.ValueType  # 2
+    """A scenario evaluation."""
+
+    CONVERSATION_FIELD_NUMBER: _builtins.int
+    SOURCE_FIELD_NUMBER: _builtins.int
+    EVALUATION_TYPE_FIELD_NUMBER: _builtins.int
+    conversation: _builtins.str
+    """The conversation the evaluation is made from.
+    Format: projects/{project}/locations/{location}/apps/{app}/conversations/{conversation}
+    """
+    source: _conversation_pb2.Conversation.Source.ValueType
+    """Where the conversation came from. When unset, every source is searched."""
+    evaluation_type: Global___GenerateEvaluationRequest.EvaluationType.ValueType
+    """Kind of evaluation to make. Defaults to GOLDEN."""
+    def __init__(
+        self,
+        *,
+        conversation: _builtins.str = ...,
+        source: _conversation_pb2.Conversation.Source.ValueType = ...,
+        evaluation_type: Global___GenerateEvaluationRequest.EvaluationType.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conversation", b"conversation", "evaluation_type", b"evaluation_type", "source", b"source"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GenerateEvaluationRequest: _TypeAlias = GenerateEvaluationRequest  # noqa: Y015
+
+@_typing.final
+class GenerateEvaluationOperationMetadata(_message.Message):
+    """Metadata of the GenerateEvaluation long-running operation."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GenerateEvaluationOperationMetadata: _TypeAlias = GenerateEvaluationOperationMetadata  # noqa: Y015
+
+@_typing.final
+class ImportEvaluationsRequest(_message.Message):
+    """Request of EvaluationService.ImportEvaluations."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class ConversationList(_message.Message):
+        """Resource names of conversations."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        CONVERSATIONS_FIELD_NUMBER: _builtins.int
+        @_builtins.property
+        def conversations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+            """The conversations.
+            Format: projects/{project}/locations/{location}/apps/{app}/conversations/{conversation}
+            """
+
+        def __init__(
+            self,
+            *,
+            conversations: _abc.Iterable[_builtins.str] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["conversations", b"conversations"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class ImportOptions(_message.Message):
+        """How an import treats what already exists."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        class _ConflictResolutionStrategy:
+            ValueType = _typing.NewType("ValueType", _builtins.int)
+            V: _TypeAlias = ValueType  # noqa: Y015
+
+        class _ConflictResolutionStrategyEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[ImportEvaluationsRequest.ImportOptions._ConflictResolutionStrategy.ValueType], _builtins.type):
+            DESCRIPTOR: _descriptor.EnumDescriptor
+            CONFLICT_RESOLUTION_STRATEGY_UNSPECIFIED: ImportEvaluationsRequest.ImportOptions._ConflictResolutionStrategy.ValueType  # 0
+            """Not specified."""
+            OVERWRITE: ImportEvaluationsRequest.ImportOptions._ConflictResolutionStrategy.ValueType  # 1
+            """Replace the existing evaluation with the imported one."""
+            SKIP: ImportEvaluationsRequest.ImportOptions._ConflictResolutionStrategy.ValueType  # 2
+            """Keep the existing evaluation and drop the imported one."""
+            DUPLICATE: ImportEvaluationsRequest.ImportOptions._ConflictResolutionStrategy.ValueType  # 3
+            """Keep the existing evaluation and add the imported one as a new evaluation."""
+
+        class ConflictResolutionStrategy(_ConflictResolutionStrategy, metaclass=_ConflictResolutionStrategyEnumTypeWrapper):
+            """What happens when an imported evaluation has the ID of one the app already has."""
+
+        CONFLICT_RESOLUTION_STRATEGY_UNSPECIFIED: ImportEvaluationsRequest.ImportOptions.ConflictResolutionStrategy.ValueType  # 0
+        """Not specified."""
+        OVERWRITE: ImportEvaluationsRequest.ImportOptions.ConflictResolutionStrategy.ValueType  # 1
+        """Replace the existing evaluation with the imported one."""
+        SKIP: ImportEvaluationsRequest.ImportOptions.ConflictResolutionStrategy.ValueType  # 2
+        """Keep the existing evaluation and drop the imported one."""
+        DUPLICATE: ImportEvaluationsRequest.ImportOptions.ConflictResolutionStrategy.ValueType  # 3
+        """Keep the existing evaluation and add the imported one as a new evaluation."""
+
+        CONFLICT_RESOLUTION_STRATEGY_FIELD_NUMBER: _builtins.int
+        conflict_resolution_strategy: Global___ImportEvaluationsRequest.ImportOptions.ConflictResolutionStrategy.ValueType
+        """What happens on an ID conflict."""
+        def __init__(
+            self,
+            *,
+            conflict_resolution_strategy: Global___ImportEvaluationsRequest.ImportOptions.ConflictResolutionStrategy.ValueType = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["conflict_resolution_strategy", b"conflict_resolution_strategy"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    CONVERSATION_LIST_FIELD_NUMBER: _builtins.int
+    GCS_URI_FIELD_NUMBER: _builtins.int
+    CSV_CONTENT_FIELD_NUMBER: _builtins.int
+    PARENT_FIELD_NUMBER: _builtins.int
+    IMPORT_OPTIONS_FIELD_NUMBER: _builtins.int
+    gcs_uri: _builtins.str
+    """Cloud Storage URI (`gs://bucket/object`) of the file to import."""
+    csv_content: _builtins.bytes
+    """A CSV file describing the evaluations, as raw bytes."""
+    parent: _builtins.str
+    """The app that receives the evaluations.
+    Format: projects/{project}/locations/{location}/apps/{app}
+    """
+    @_builtins.property
+    def conversation_list(self) -> Global___ImportEvaluationsRequest.ConversationList:
+        """Conversations to make evaluations from."""
+
+    @_builtins.property
+    def import_options(self) -> Global___ImportEvaluationsRequest.ImportOptions:
+        """How the import treats what already exists."""
+
+    def __init__(
+        self,
+        *,
+        conversation_list: Global___ImportEvaluationsRequest.ConversationList | None = ...,
+        gcs_uri: _builtins.str = ...,
+        csv_content: _builtins.bytes = ...,
+        parent: _builtins.str = ...,
+        import_options: Global___ImportEvaluationsRequest.ImportOptions | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["conversation_list", b"conversation_list", "csv_content", b"csv_content", "gcs_uri", b"gcs_uri", "import_options", b"import_options", "source", b"source"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conversation_list", b"conversation_list", "csv_content", b"csv_content", "gcs_uri", b"gcs_uri", "import_options", b"import_options", "parent", b"parent", "source", b"source"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_source: _TypeAlias = _typing.Literal["conversation_list", "gcs_uri", "csv_content"]  # noqa: Y015
+    _WhichOneofArgType_source: _TypeAlias = _typing.Literal["source", b"source"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_source) -> _WhichOneofReturnType_source | None: ...
+
+Global___ImportEvaluationsRequest: _TypeAlias = ImportEvaluationsRequest  # noqa: Y015
+
+@_typing.final
+class ImportEvaluationsResponse(_message.Message):
+    """Response of EvaluationService.ImportEvaluations, carried by its long-running operation."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVALUATIONS_FIELD_NUMBER: _builtins.int
+    EVALUATION_RESULTS_FIELD_NUMBER: _builtins.int
+    EVALUATION_RUNS_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGES_FIELD_NUMBER: _builtins.int
+    IMPORT_FAILURE_COUNT_FIELD_NUMBER: _builtins.int
+    EVALUATION_RESULT_IMPORT_FAILURE_COUNT_FIELD_NUMBER: _builtins.int
+    EVALUATION_RUN_IMPORT_FAILURE_COUNT_FIELD_NUMBER: _builtins.int
+    import_failure_count: _builtins.int
+    """How many evaluations failed to import, wholly or in part."""
+    evaluation_result_import_failure_count: _builtins.int
+    """How many evaluation results failed to import, wholly or in part."""
+    evaluation_run_import_failure_count: _builtins.int
+    """How many evaluation runs failed to import, wholly or in part."""
+    @_builtins.property
+    def evaluations(self) -> _containers.RepeatedCompositeFieldContainer[_evaluation_pb2.Evaluation]:
+        """The evaluations added to the app."""
+
+    @_builtins.property
+    def evaluation_results(self) -> _containers.RepeatedCompositeFieldContainer[_evaluation_pb2.EvaluationResult]:
+        """The evaluation results added to the app."""
+
+    @_builtins.property
+    def evaluation_runs(self) -> _containers.RepeatedCompositeFieldContainer[_evaluation_pb2.EvaluationRun]:
+        """The evaluation runs added to the app."""
+
+    @_builtins.property
+    def error_messages(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Why evaluations failed to import."""
+
+    def __init__(
+        self,
+        *,
+        evaluations: _abc.Iterable[_evaluation_pb2.Evaluation] | None = ...,
+        evaluation_results: _abc.Iterable[_evaluation_pb2.EvaluationResult] | None = ...,
+        evaluation_runs: _abc.Iterable[_evaluation_pb2.EvaluationRun] | None = ...,
+        error_messages: _abc.Iterable[_builtins.str] | None = ...,
+        import_failure_count: _builtins.int = ...,
+        evaluation_result_import_failure_count: _builtins.int = ...,
+        evaluation_run_import_failure_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error_messages", b"error_messages", "evaluation_result_import_failure_count", b"evaluation_result_import_failure_count", "evaluation_results", b"evaluation_results", "evaluation_run_import_failure_count", b"evaluation_run_import_failure_count", "evaluation_runs", b"evaluation_runs", "evaluations", b"evaluations", "import_failure_count", b"import_failure_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImportEvaluationsResponse: _TypeAlias = ImportEvaluationsResponse  # noqa: Y015
+
+@_typing.final
+class ImportEvaluationsOperationMetadata(_message.Message):
+    """Metadata of the ImportEvaluations long-running operation."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    END_TIME_FIELD_NUMBER: _builtins.int
+    STATUS_MESSAGE_FIELD_NUMBER: _builtins.int
+    status_message: _builtins.str
+    """Human-readable status of the operation, if any."""
+    @_builtins.property
+    def create_time(self) -> _timestamp_pb2.Timestamp:
+        """When the operation was created."""
+
+    @_builtins.property
+    def end_time(self) -> _timestamp_pb2.Timestamp:
+        """When the operation finished."""
+
+    def __init__(
+        self,
+        *,
+        create_time: _timestamp_pb2.Timestamp | None = ...,
+        end_time: _timestamp_pb2.Timestamp | None = ...,
+        status_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "end_time", b"end_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "end_time", b"end_time", "status_message", b"status_message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImportEvaluationsOperationMetadata: _TypeAlias = ImportEvaluationsOperationMetadata  # noqa: Y015
+
+@_typing.final
+class TestPersonaVoiceRequest(_message.Message):
+    """Request of EvaluationService.TestPersonaVoice."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    APP_FIELD_NUMBER: _builtins.int
+    PERSONA_ID_FIELD_NUMBER: _builtins.int
+    TEXT_FIELD_NUMBER: _builtins.int
+    app: _builtins.str
+    """The app whose persona speaks.
+    Format: projects/{project}/locations/{location}/apps/{app}
+    """
+    persona_id: _builtins.str
+    """ID of the persona, or "default"."""
+    text: _builtins.str
+    """What the persona says."""
+    def __init__(
+        self,
+        *,
+        app: _builtins.str = ...,
+        persona_id: _builtins.str = ...,
+        text: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["app", b"app", "persona_id", b"persona_id", "text", b"text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TestPersonaVoiceRequest: _TypeAlias = TestPersonaVoiceRequest  # noqa: Y015
+
+@_typing.final
+class TestPersonaVoiceResponse(_message.Message):
+    """Response of EvaluationService.TestPersonaVoice."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AUDIO_FIELD_NUMBER: _builtins.int
+    audio: _builtins.bytes
+    """The synthesized speech."""
+    def __init__(
+        self,
+        *,
+        audio: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["audio", b"audio"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TestPersonaVoiceResponse: _TypeAlias = TestPersonaVoiceResponse  # noqa: Y015
+
+@_typing.final
+class GetEvaluationRunRequest(_message.Message):
+    """Request of EvaluationService.GetEvaluationRun."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Resource name of the evaluation run.
+    Format: projects/{project}/locations/{location}/apps/{app}/evaluationRuns/{evaluation_run}
+    """
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetEvaluationRunRequest: _TypeAlias = GetEvaluationRunRequest  # noqa: Y015
+
+@_typing.final
+class ListEvaluationRunsRequest(_message.Message):
+    """Request of EvaluationService.ListEvaluationRuns."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARENT_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    FILTER_FIELD_NUMBER: _builtins.int
+    ORDER_BY_FIELD_NUMBER: _builtins.int
+    parent: _builtins.str
+    """The app whose evaluation runs are listed.
+    Format: projects/{project}/locations/{location}/apps/{app}
+    """
+    page_size: _builtins.int
+    """Largest number of runs to return in one page. The server may return fewer; when unset it
+    picks a default.
+    """
+    page_token: _builtins.str
+    """The `next_page_token` of a previous ListEvaluationRuns call, to fetch the page after it."""
+    filter: _builtins.str
+    """An AIP-160 filter over the runs."""
+    order_by: _builtins.str
+    """Field to order by: "name" (ascending), "create_time" or "update_time" (both descending).
+    Defaults to "update_time". See AIP-132.
+    """
+    def __init__(
+        self,
+        *,
+        parent: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+        filter: _builtins.str = ...,
+        order_by: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "order_by", b"order_by", "page_size", b"page_size", "page_token", b"page_token", "parent", b"parent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListEvaluationRunsRequest: _TypeAlias = ListEvaluationRunsRequest  # noqa: Y015
+
+@_typing.final
+class ListEvaluationRunsResponse(_message.Message):
+    """Response of EvaluationService.ListEvaluationRuns."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVALUATION_RUNS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Token for the next page, to be sent as `page_token`. Empty when this is the last page."""
+    @_builtins.property
+    def evaluation_runs(self) -> _containers.RepeatedCompositeFieldContainer[_evaluation_pb2.EvaluationRun]:
+        """The runs of this page."""
+
+    def __init__(
+        self,
+        *,
+        evaluation_runs: _abc.Iterable[_evaluation_pb2.EvaluationRun] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["evaluation_runs", b"evaluation_runs", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListEvaluationRunsResponse: _TypeAlias = ListEvaluationRunsResponse  # noqa: Y015
+
+@_typing.final
+class DeleteEvaluationRunRequest(_message.Message):
+    """Request of EvaluationService.DeleteEvaluationRun."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Resource name of the evaluation run.
+    Format: projects/{project}/locations/{location}/apps/{app}/evaluationRuns/{evaluation_run}
+    """
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteEvaluationRunRequest: _TypeAlias = DeleteEvaluationRunRequest  # noqa: Y015
+
+@_typing.final
+class DeleteEvaluationRunOperationMetadata(_message.Message):
+    """Metadata of the DeleteEvaluationRun long-running operation."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteEvaluationRunOperationMetadata: _TypeAlias = DeleteEvaluationRunOperationMetadata  # noqa: Y015
+
+@_typing.final
+class ExportEvaluationRunsRequest(_message.Message):
+    """Request of EvaluationService.ExportEvaluationRuns."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARENT_FIELD_NUMBER: _builtins.int
+    NAMES_FIELD_NUMBER: _builtins.int
+    EXPORT_OPTIONS_FIELD_NUMBER: _builtins.int
+    parent: _builtins.str
+    """The app whose evaluation runs are exported.
+    Format: projects/{project}/locations/{location}/apps/{app}
+    """
+    @_builtins.property
+    def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Resource names of the runs to export."""
+
+    @_builtins.property
+    def export_options(self) -> Global___ExportOptions:
+        """Format of the export and where to write it."""
+
+    def __init__(
+        self,
+        *,
+        parent: _builtins.str = ...,
+        names: _abc.Iterable[_builtins.str] | None = ...,
+        export_options: Global___ExportOptions | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["export_options", b"export_options"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["export_options", b"export_options", "names", b"names", "parent", b"parent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExportEvaluationRunsRequest: _TypeAlias = ExportEvaluationRunsRequest  # noqa: Y015
+
+@_typing.final
+class ExportEvaluationRunsResponse(_message.Message):
+    """Response of EvaluationService.ExportEvaluationRuns, carried by its long-running operation."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVALUATION_RUNS_CONTENT_FIELD_NUMBER: _builtins.int
+    EVALUATION_RUNS_URI_FIELD_NUMBER: _builtins.int
+    evaluation_runs_content: _builtins.bytes
+    """The exported document, returned inline when no Cloud Storage URI was given."""
+    evaluation_runs_uri: _builtins.str
+    """The Cloud Storage folder the export was written to, when one was given."""
+    def __init__(
+        self,
+        *,
+        evaluation_runs_content: _builtins.bytes = ...,
+        evaluation_runs_uri: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["evaluation_runs", b"evaluation_runs", "evaluation_runs_content", b"evaluation_runs_content", "evaluation_runs_uri", b"evaluation_runs_uri"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["evaluation_runs", b"evaluation_runs", "evaluation_runs_content", b"evaluation_runs_content", "evaluation_runs_uri", b"evaluation_runs_uri"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_evaluation_runs: _TypeAlias = _typing.Literal["evaluation_runs_content", "evaluation_runs_uri"]  # noqa: Y015
+    _WhichOneofArgType_evaluation_runs: _TypeAlias = _typing.Literal["evaluation_runs", b"evaluation_runs"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_evaluation_runs) -> _WhichOneofReturnType_evaluation_runs | None: ...
+
+Global___ExportEvaluationRunsResponse: _TypeAlias = ExportEvaluationRunsResponse  # noqa: Y015
+
+@_typing.final
+class ExportEvaluationRunsOperationMetadata(_message.Message):
+    """Metadata of the ExportEvaluationRuns long-running operation."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExportEvaluationRunsOperationMetadata: _TypeAlias = ExportEvaluationRunsOperationMetadata  # noqa: Y015
+
+@_typing.final
+class CreateEvaluationDatasetRequest(_message.Message):
+    """Request of EvaluationService.CreateEvaluationDataset."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARENT_FIELD_NUMBER: _builtins.int
+    EVALUATION_DATASET_ID_FIELD_NUMBER: _builtins.int
+    EVALUATION_DATASET_FIELD_NUMBER: _builtins.int
+    parent: _builtins.str
+    """The app that will own the evaluation dataset.
+    Format: projects/{project}/locations/{location}/apps/{app}
+    """
+    evaluation_dataset_id: _builtins.str
+    """The ID that becomes the last segment of the evaluation dataset's resource name. When empty, the
+    server picks a unique ID.
+    """
+    @_builtins.property
+    def evaluation_dataset(self) -> _evaluation_pb2.EvaluationDataset:
+        """The evaluation dataset to create."""
+
+    def __init__(
+        self,
+        *,
+        parent: _builtins.str = ...,
+        evaluation_dataset_id: _builtins.str = ...,
+        evaluation_dataset: _evaluation_pb2.EvaluationDataset | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["evaluation_dataset", b"evaluation_dataset"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["evaluation_dataset", b"evaluation_dataset", "evaluation_dataset_id", b"evaluation_dataset_id", "parent", b"parent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateEvaluationDatasetRequest: _TypeAlias = CreateEvaluationDatasetRequest  # noqa: Y015
+
+@_typing.final
+class GetEvaluationDatasetRequest(_message.Message):
+    """Request of EvaluationService.GetEvaluationDataset."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Resource name of the evaluation dataset.
+    Format:
+    projects/{project}/locations/{location}/apps/{app}/evaluationDatasets/{evaluation_dataset}
+    """
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetEvaluationDatasetRequest: _TypeAlias = GetEvaluationDatasetRequest  # noqa: Y015
+
+@_typing.final
+class ListEvaluationDatasetsRequest(_message.Message):
+    """Request of EvaluationService.ListEvaluationDatasets."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARENT_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    FILTER_FIELD_NUMBER: _builtins.int
+    ORDER_BY_FIELD_NUMBER: _builtins.int
+    parent: _builtins.str
+    """The app whose evaluation datasets are listed.
+    Format: projects/{project}/locations/{location}/apps/{app}
+    """
+    page_size: _builtins.int
+    """Largest number of evaluation datasets to return in one page. The server may return fewer; when
+    unset it picks a default.
+    """
+    page_token: _builtins.str
+    """The `next_page_token` of a previous ListEvaluationDatasets call, to fetch the page after it."""
+    filter: _builtins.str
+    """An AIP-160 filter over the evaluation datasets."""
+    order_by: _builtins.str
+    """Field to order by: "name" (ascending), "create_time" or "update_time" (both descending).
+    Defaults to "update_time". See AIP-132.
+    """
+    def __init__(
+        self,
+        *,
+        parent: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+        filter: _builtins.str = ...,
+        order_by: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "order_by", b"order_by", "page_size", b"page_size", "page_token", b"page_token", "parent", b"parent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListEvaluationDatasetsRequest: _TypeAlias = ListEvaluationDatasetsRequest  # noqa: Y015
+
+@_typing.final
+class ListEvaluationDatasetsResponse(_message.Message):
+    """Response of EvaluationService.ListEvaluationDatasets."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVALUATION_DATASETS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Token for the next page, to be sent as `page_token`. Empty when this is the last page."""
+    @_builtins.property
+    def evaluation_datasets(self) -> _containers.RepeatedCompositeFieldContainer[_evaluation_pb2.EvaluationDataset]:
+        """The evaluation datasets of this page."""
+
+    def __init__(
+        self,
+        *,
+        evaluation_datasets: _abc.Iterable[_evaluation_pb2.EvaluationDataset] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["evaluation_datasets", b"evaluation_datasets", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListEvaluationDatasetsResponse: _TypeAlias = ListEvaluationDatasetsResponse  # noqa: Y015
+
+@_typing.final
+class UpdateEvaluationDatasetRequest(_message.Message):
+    """Request of EvaluationService.UpdateEvaluationDataset."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVALUATION_DATASET_FIELD_NUMBER: _builtins.int
+    UPDATE_MASK_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def evaluation_dataset(self) -> _evaluation_pb2.EvaluationDataset:
+        """The evaluation dataset with its new values; `name` says which one to change."""
+
+    @_builtins.property
+    def update_mask(self) -> _field_mask_pb2.FieldMask:
+        """Fields of `evaluation_dataset` to overwrite. When absent, every updatable field is overwritten."""
+
+    def __init__(
+        self,
+        *,
+        evaluation_dataset: _evaluation_pb2.EvaluationDataset | None = ...,
+        update_mask: _field_mask_pb2.FieldMask | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["evaluation_dataset", b"evaluation_dataset", "update_mask", b"update_mask"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["evaluation_dataset", b"evaluation_dataset", "update_mask", b"update_mask"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateEvaluationDatasetRequest: _TypeAlias = UpdateEvaluationDatasetRequest  # noqa: Y015
+
+@_typing.final
+class DeleteEvaluationDatasetRequest(_message.Message):
+    """Request of EvaluationService.DeleteEvaluationDataset."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    ETAG_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Resource name of the evaluation dataset.
+    Format:
+    projects/{project}/locations/{location}/apps/{app}/evaluationDatasets/{evaluation_dataset}
+    """
+    etag: _builtins.str
+    """The etag last read. When set and no longer current, the request fails; when empty, the
+    dataset is deleted whatever changed in between.
+    """
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        etag: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["etag", b"etag", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteEvaluationDatasetRequest: _TypeAlias = DeleteEvaluationDatasetRequest  # noqa: Y015
+
+@_typing.final
+class CreateEvaluationExpectationRequest(_message.Message):
+    """Request of EvaluationService.CreateEvaluationExpectation."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARENT_FIELD_NUMBER: _builtins.int
+    EVALUATION_EXPECTATION_ID_FIELD_NUMBER: _builtins.int
+    EVALUATION_EXPECTATION_FIELD_NUMBER: _builtins.int
+    parent: _builtins.str
+    """The app that will own the evaluation expectation.
+    Format: projects/{project}/locations/{location}/apps/{app}
+    """
+    evaluation_expectation_id: _builtins.str
+    """The ID that becomes the last segment of the evaluation expectation's resource name. When empty, the
+    server picks a unique ID.
+    """
+    @_builtins.property
+    def evaluation_expectation(self) -> _evaluation_pb2.EvaluationExpectation:
+        """The evaluation expectation to create."""
+
+    def __init__(
+        self,
+        *,
+        parent: _builtins.str = ...,
+        evaluation_expectation_id: _builtins.str = ...,
+        evaluation_expectation: _evaluation_pb2.EvaluationExpectation | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["evaluation_expectation", b"evaluation_expectation"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["evaluation_expectation", b"evaluation_expectation", "evaluation_expectation_id", b"evaluation_expectation_id", "parent", b"parent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateEvaluationExpectationRequest: _TypeAlias = CreateEvaluationExpectationRequest  # noqa: Y015
+
+@_typing.final
+class GetEvaluationExpectationRequest(_message.Message):
+    """Request of EvaluationService.GetEvaluationExpectation."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Resource name of the evaluation expectation.
+    Format:
+    projects/{project}/locations/{location}/apps/{app}/evaluationExpectations/{evaluation_expectation}
+    """
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetEvaluationExpectationRequest: _TypeAlias = GetEvaluationExpectationRequest  # noqa: Y015
+
+@_typing.final
+class ListEvaluationExpectationsRequest(_message.Message):
+    """Request of EvaluationService.ListEvaluationExpectations."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARENT_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    FILTER_FIELD_NUMBER: _builtins.int
+    ORDER_BY_FIELD_NUMBER: _builtins.int
+    parent: _builtins.str
+    """The app whose evaluation expectations are listed.
+    Format: projects/{project}/locations/{location}/apps/{app}
+    """
+    page_size: _builtins.int
+    """Largest number of evaluation expectations to return in one page. The server may return fewer; when
+    unset it picks a default.
+    """
+    page_token: _builtins.str
+    """The `next_page_token` of a previous ListEvaluationExpectations call, to fetch the page after it."""
+    filter: _builtins.str
+    """An AIP-160 filter over the evaluation expectations."""
+    order_by: _builtins.str
+    """Field to order by: "name" (ascending), "create_time" or "update_time" (both descending).
+    Defaults to "update_time". See AIP-132.
+    """
+    def __init__(
+        self,
+        *,
+        parent: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+        filter: _builtins.str = ...,
+        order_by: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "order_by", b"order_by", "page_size", b"page_size", "page_token", b"page_token", "parent", b"parent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListEvaluationExpectationsRequest: _TypeAlias = ListEvaluationExpectationsRequest  # noqa: Y015
+
+@_typing.final
+class ListEvaluationExpectationsResponse(_message.Message):
+    """Response of EvaluationService.ListEvaluationExpectations."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVALUATION_EXPECTATIONS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Token for the next page, to be sent as `page_token`. Empty when this is the last page."""
+    @_builtins.property
+    def evaluation_expectations(self) -> _containers.RepeatedCompositeFieldContainer[_evaluation_pb2.EvaluationExpectation]:
+        """The evaluation expectations of this page."""
+
+    def __init__(
+        self,
+        *,
+        evaluation_expectations: _abc.Iterable[_evaluation_pb2.EvaluationExpectation] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["evaluation_expectations", b"evaluation_expectations", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListEvaluationExpectationsResponse: _TypeAlias = ListEvaluationExpectationsResponse  # noqa: Y015
+
+@_typing.final
+class UpdateEvaluationExpectationRequest(_message.Message):
+    """Request of EvaluationService.UpdateEvaluationExpectation."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVALUATION_EXPECTATION_FIELD_NUMBER: _builtins.int
+    UPDATE_MASK_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def evaluation_expectation(self) -> _evaluation_pb2.EvaluationExpectation:
+        """The evaluation expectation with its new values; `name` says which one to change."""
+
+    @_builtins.property
+    def update_mask(self) -> _field_mask_pb2.FieldMask:
+        """Fields of `evaluation_expectation` to overwrite. When absent, every updatable field is overwritten."""
+
+    def __init__(
+        self,
+        *,
+        evaluation_expectation: _evaluation_pb2.EvaluationExpectation | None = ...,
+        update_mask: _field_mask_pb2.FieldMask | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["evaluation_expectation", b"evaluation_expectation", "update_mask", b"update_mask"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["evaluation_expectation", b"evaluation_expectation", "update_mask", b"update_mask"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateEvaluationExpectationRequest: _TypeAlias = UpdateEvaluationExpectationRequest  # noqa: Y015
+
+@_typing.final
+class DeleteEvaluationExpectationRequest(_message.Message):
+    """Request of EvaluationService.DeleteEvaluationExpectation."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    ETAG_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Resource name of the evaluation expectation.
+    Format:
+    projects/{project}/locations/{location}/apps/{app}/evaluationExpectations/{evaluation_expectation}
+    """
+    etag: _builtins.str
+    """The etag last read. When set and no longer current, the request fails; when empty, the
+    expectation is deleted whatever changed in between.
+    """
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        etag: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["etag", b"etag", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteEvaluationExpectationRequest: _TypeAlias = DeleteEvaluationExpectationRequest  # noqa: Y015
+
+@_typing.final
+class CreateScheduledEvaluationRunRequest(_message.Message):
+    """Request of EvaluationService.CreateScheduledEvaluationRun."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARENT_FIELD_NUMBER: _builtins.int
+    SCHEDULED_EVALUATION_RUN_ID_FIELD_NUMBER: _builtins.int
+    SCHEDULED_EVALUATION_RUN_FIELD_NUMBER: _builtins.int
+    parent: _builtins.str
+    """The app that will own the scheduled evaluation run.
+    Format: projects/{project}/locations/{location}/apps/{app}
+    """
+    scheduled_evaluation_run_id: _builtins.str
+    """The ID that becomes the last segment of the scheduled evaluation run's resource name. When empty, the
+    server picks a unique ID.
+    """
+    @_builtins.property
+    def scheduled_evaluation_run(self) -> _evaluation_pb2.ScheduledEvaluationRun:
+        """The scheduled evaluation run to create."""
+
+    def __init__(
+        self,
+        *,
+        parent: _builtins.str = ...,
+        scheduled_evaluation_run_id: _builtins.str = ...,
+        scheduled_evaluation_run: _evaluation_pb2.ScheduledEvaluationRun | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["scheduled_evaluation_run", b"scheduled_evaluation_run"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["parent", b"parent", "scheduled_evaluation_run", b"scheduled_evaluation_run", "scheduled_evaluation_run_id", b"scheduled_evaluation_run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateScheduledEvaluationRunRequest: _TypeAlias = CreateScheduledEvaluationRunRequest  # noqa: Y015
+
+@_typing.final
+class GetScheduledEvaluationRunRequest(_message.Message):
+    """Request of EvaluationService.GetScheduledEvaluationRun."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Resource name of the scheduled evaluation run.
+    Format:
+    projects/{project}/locations/{location}/apps/{app}/scheduledEvaluationRuns/{scheduled_evaluation_run}
+    """
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetScheduledEvaluationRunRequest: _TypeAlias = GetScheduledEvaluationRunRequest  # noqa: Y015
+
+@_typing.final
+class ListScheduledEvaluationRunsRequest(_message.Message):
+    """Request of EvaluationService.ListScheduledEvaluationRuns."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARENT_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    FILTER_FIELD_NUMBER: _builtins.int
+    ORDER_BY_FIELD_NUMBER: _builtins.int
+    parent: _builtins.str
+    """The app whose scheduled evaluation runs are listed.
+    Format: projects/{project}/locations/{location}/apps/{app}
+    """
+    page_size: _builtins.int
+    """Largest number of scheduled evaluation runs to return in one page. The server may return fewer; when
+    unset it picks a default.
+    """
+    page_token: _builtins.str
+    """The `next_page_token` of a previous ListScheduledEvaluationRuns call, to fetch the page after it."""
+    filter: _builtins.str
+    """An AIP-160 filter over the scheduled evaluation runs. The fields it can test are
+    request.evaluations (by evaluation ID) and request.evaluation_dataset (by dataset ID).
+    """
+    order_by: _builtins.str
+    """Field to order by: "name" (ascending), "create_time" (descending), "update_time"
+    (descending), "next_scheduled_execution" (ascending) or "last_completed_run.create_time"
+    (descending). Defaults to "update_time". See AIP-132.
+    """
+    def __init__(
+        self,
+        *,
+        parent: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+        filter: _builtins.str = ...,
+        order_by: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "order_by", b"order_by", "page_size", b"page_size", "page_token", b"page_token", "parent", b"parent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListScheduledEvaluationRunsRequest: _TypeAlias = ListScheduledEvaluationRunsRequest  # noqa: Y015
+
+@_typing.final
+class ListScheduledEvaluationRunsResponse(_message.Message):
+    """Response of EvaluationService.ListScheduledEvaluationRuns."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCHEDULED_EVALUATION_RUNS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Token for the next page, to be sent as `page_token`. Empty when this is the last page."""
+    @_builtins.property
+    def scheduled_evaluation_runs(self) -> _containers.RepeatedCompositeFieldContainer[_evaluation_pb2.ScheduledEvaluationRun]:
+        """The scheduled evaluation runs of this page."""
+
+    def __init__(
+        self,
+        *,
+        scheduled_evaluation_runs: _abc.Iterable[_evaluation_pb2.ScheduledEvaluationRun] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "scheduled_evaluation_runs", b"scheduled_evaluation_runs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListScheduledEvaluationRunsResponse: _TypeAlias = ListScheduledEvaluationRunsResponse  # noqa: Y015
+
+@_typing.final
+class UpdateScheduledEvaluationRunRequest(_message.Message):
+    """Request of EvaluationService.UpdateScheduledEvaluationRun."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCHEDULED_EVALUATION_RUN_FIELD_NUMBER: _builtins.int
+    UPDATE_MASK_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def scheduled_evaluation_run(self) -> _evaluation_pb2.ScheduledEvaluationRun:
+        """The scheduled evaluation run with its new values; `name` says which one to change."""
+
+    @_builtins.property
+    def update_mask(self) -> _field_mask_pb2.FieldMask:
+        """Fields of `scheduled_evaluation_run` to overwrite. When absent, every updatable field is overwritten."""
+
+    def __init__(
+        self,
+        *,
+        scheduled_evaluation_run: _evaluation_pb2.ScheduledEvaluationRun | None = ...,
+        update_mask: _field_mask_pb2.FieldMask | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["scheduled_evaluation_run", b"scheduled_evaluation_run", "update_mask", b"update_mask"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["scheduled_evaluation_run", b"scheduled_evaluation_run", "update_mask", b"update_mask"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateScheduledEvaluationRunRequest: _TypeAlias = UpdateScheduledEvaluationRunRequest  # noqa: Y015
+
+@_typing.final
+class DeleteScheduledEvaluationRunRequest(_message.Message):
+    """Request of EvaluationService.DeleteScheduledEvaluationRun."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    ETAG_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Resource name of the scheduled evaluation run.
+    Format:
+    projects/{project}/locations/{location}/apps/{app}/scheduledEvaluationRuns/{scheduled_evaluation_run}
+    """
+    etag: _builtins.str
+    """The etag last read. When set, it must be the current one."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        etag: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["etag", b"etag", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteScheduledEvaluationRunRequest: _TypeAlias = DeleteScheduledEvaluationRunRequest  # noqa: Y015

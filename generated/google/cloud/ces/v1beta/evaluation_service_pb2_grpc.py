@@ -32,6 +32,8 @@ if _version_not_supported:
 class EvaluationServiceStub:
     """Stores evaluations of a conversational agent app (golden conversations and simulated scenarios)
     and the results their runs produced.
+    Runs them (listed, as datasets or on a schedule) and keeps the expectations they are judged
+    against.
     """
 
     def __init__(self, channel):
@@ -95,11 +97,133 @@ class EvaluationServiceStub:
                 request_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.RunEvaluationResultMetricsRequest.SerializeToString,
                 response_deserializer=google_dot_longrunning_dot_operations__pb2.Operation.FromString,
                 _registered_method=True)
+        self.RunEvaluation = channel.unary_unary(
+                '/google.cloud.ces.v1beta.EvaluationService/RunEvaluation',
+                request_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.RunEvaluationRequest.SerializeToString,
+                response_deserializer=google_dot_longrunning_dot_operations__pb2.Operation.FromString,
+                _registered_method=True)
+        self.UploadEvaluationAudio = channel.unary_unary(
+                '/google.cloud.ces.v1beta.EvaluationService/UploadEvaluationAudio',
+                request_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.UploadEvaluationAudioRequest.SerializeToString,
+                response_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.UploadEvaluationAudioResponse.FromString,
+                _registered_method=True)
+        self.GenerateEvaluation = channel.unary_unary(
+                '/google.cloud.ces.v1beta.EvaluationService/GenerateEvaluation',
+                request_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.GenerateEvaluationRequest.SerializeToString,
+                response_deserializer=google_dot_longrunning_dot_operations__pb2.Operation.FromString,
+                _registered_method=True)
+        self.ImportEvaluations = channel.unary_unary(
+                '/google.cloud.ces.v1beta.EvaluationService/ImportEvaluations',
+                request_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ImportEvaluationsRequest.SerializeToString,
+                response_deserializer=google_dot_longrunning_dot_operations__pb2.Operation.FromString,
+                _registered_method=True)
+        self.TestPersonaVoice = channel.unary_unary(
+                '/google.cloud.ces.v1beta.EvaluationService/TestPersonaVoice',
+                request_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.TestPersonaVoiceRequest.SerializeToString,
+                response_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.TestPersonaVoiceResponse.FromString,
+                _registered_method=True)
+        self.GetEvaluationRun = channel.unary_unary(
+                '/google.cloud.ces.v1beta.EvaluationService/GetEvaluationRun',
+                request_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.GetEvaluationRunRequest.SerializeToString,
+                response_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationRun.FromString,
+                _registered_method=True)
+        self.ListEvaluationRuns = channel.unary_unary(
+                '/google.cloud.ces.v1beta.EvaluationService/ListEvaluationRuns',
+                request_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ListEvaluationRunsRequest.SerializeToString,
+                response_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ListEvaluationRunsResponse.FromString,
+                _registered_method=True)
+        self.DeleteEvaluationRun = channel.unary_unary(
+                '/google.cloud.ces.v1beta.EvaluationService/DeleteEvaluationRun',
+                request_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.DeleteEvaluationRunRequest.SerializeToString,
+                response_deserializer=google_dot_longrunning_dot_operations__pb2.Operation.FromString,
+                _registered_method=True)
+        self.ExportEvaluationRuns = channel.unary_unary(
+                '/google.cloud.ces.v1beta.EvaluationService/ExportEvaluationRuns',
+                request_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ExportEvaluationRunsRequest.SerializeToString,
+                response_deserializer=google_dot_longrunning_dot_operations__pb2.Operation.FromString,
+                _registered_method=True)
+        self.CreateEvaluationDataset = channel.unary_unary(
+                '/google.cloud.ces.v1beta.EvaluationService/CreateEvaluationDataset',
+                request_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.CreateEvaluationDatasetRequest.SerializeToString,
+                response_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationDataset.FromString,
+                _registered_method=True)
+        self.GetEvaluationDataset = channel.unary_unary(
+                '/google.cloud.ces.v1beta.EvaluationService/GetEvaluationDataset',
+                request_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.GetEvaluationDatasetRequest.SerializeToString,
+                response_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationDataset.FromString,
+                _registered_method=True)
+        self.ListEvaluationDatasets = channel.unary_unary(
+                '/google.cloud.ces.v1beta.EvaluationService/ListEvaluationDatasets',
+                request_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ListEvaluationDatasetsRequest.SerializeToString,
+                response_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ListEvaluationDatasetsResponse.FromString,
+                _registered_method=True)
+        self.UpdateEvaluationDataset = channel.unary_unary(
+                '/google.cloud.ces.v1beta.EvaluationService/UpdateEvaluationDataset',
+                request_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.UpdateEvaluationDatasetRequest.SerializeToString,
+                response_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationDataset.FromString,
+                _registered_method=True)
+        self.DeleteEvaluationDataset = channel.unary_unary(
+                '/google.cloud.ces.v1beta.EvaluationService/DeleteEvaluationDataset',
+                request_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.DeleteEvaluationDatasetRequest.SerializeToString,
+                response_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                _registered_method=True)
+        self.CreateEvaluationExpectation = channel.unary_unary(
+                '/google.cloud.ces.v1beta.EvaluationService/CreateEvaluationExpectation',
+                request_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.CreateEvaluationExpectationRequest.SerializeToString,
+                response_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationExpectation.FromString,
+                _registered_method=True)
+        self.GetEvaluationExpectation = channel.unary_unary(
+                '/google.cloud.ces.v1beta.EvaluationService/GetEvaluationExpectation',
+                request_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.GetEvaluationExpectationRequest.SerializeToString,
+                response_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationExpectation.FromString,
+                _registered_method=True)
+        self.ListEvaluationExpectations = channel.unary_unary(
+                '/google.cloud.ces.v1beta.EvaluationService/ListEvaluationExpectations',
+                request_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ListEvaluationExpectationsRequest.SerializeToString,
+                response_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ListEvaluationExpectationsResponse.FromString,
+                _registered_method=True)
+        self.UpdateEvaluationExpectation = channel.unary_unary(
+                '/google.cloud.ces.v1beta.EvaluationService/UpdateEvaluationExpectation',
+                request_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.UpdateEvaluationExpectationRequest.SerializeToString,
+                response_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationExpectation.FromString,
+                _registered_method=True)
+        self.DeleteEvaluationExpectation = channel.unary_unary(
+                '/google.cloud.ces.v1beta.EvaluationService/DeleteEvaluationExpectation',
+                request_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.DeleteEvaluationExpectationRequest.SerializeToString,
+                response_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                _registered_method=True)
+        self.CreateScheduledEvaluationRun = channel.unary_unary(
+                '/google.cloud.ces.v1beta.EvaluationService/CreateScheduledEvaluationRun',
+                request_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.CreateScheduledEvaluationRunRequest.SerializeToString,
+                response_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.ScheduledEvaluationRun.FromString,
+                _registered_method=True)
+        self.GetScheduledEvaluationRun = channel.unary_unary(
+                '/google.cloud.ces.v1beta.EvaluationService/GetScheduledEvaluationRun',
+                request_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.GetScheduledEvaluationRunRequest.SerializeToString,
+                response_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.ScheduledEvaluationRun.FromString,
+                _registered_method=True)
+        self.ListScheduledEvaluationRuns = channel.unary_unary(
+                '/google.cloud.ces.v1beta.EvaluationService/ListScheduledEvaluationRuns',
+                request_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ListScheduledEvaluationRunsRequest.SerializeToString,
+                response_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ListScheduledEvaluationRunsResponse.FromString,
+                _registered_method=True)
+        self.UpdateScheduledEvaluationRun = channel.unary_unary(
+                '/google.cloud.ces.v1beta.EvaluationService/UpdateScheduledEvaluationRun',
+                request_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.UpdateScheduledEvaluationRunRequest.SerializeToString,
+                response_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.ScheduledEvaluationRun.FromString,
+                _registered_method=True)
+        self.DeleteScheduledEvaluationRun = channel.unary_unary(
+                '/google.cloud.ces.v1beta.EvaluationService/DeleteScheduledEvaluationRun',
+                request_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.DeleteScheduledEvaluationRunRequest.SerializeToString,
+                response_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                _registered_method=True)
 
 
 class EvaluationServiceServicer:
     """Stores evaluations of a conversational agent app (golden conversations and simulated scenarios)
     and the results their runs produced.
+    Runs them (listed, as datasets or on a schedule) and keeps the expectations they are judged
+    against.
     """
 
     def CreateEvaluation(self, request, context):
@@ -180,6 +304,175 @@ class EvaluationServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RunEvaluation(self, request, context):
+        """Runs evaluations of an app (listed, or a dataset's) and records them as a new evaluation
+        run.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UploadEvaluationAudio(self, request, context):
+        """Stores audio for an evaluation and returns where it went, with its transcript.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GenerateEvaluation(self, request, context):
+        """Makes an evaluation from a recorded conversation.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ImportEvaluations(self, request, context):
+        """Imports evaluations into an app from conversations, a Cloud Storage object or CSV content.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TestPersonaVoice(self, request, context):
+        """Speaks a text with a persona's voice, to hear how it sounds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetEvaluationRun(self, request, context):
+        """Returns one evaluation run.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListEvaluationRuns(self, request, context):
+        """Lists the evaluation runs of an app.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteEvaluationRun(self, request, context):
+        """Deletes an evaluation run.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExportEvaluationRuns(self, request, context):
+        """Exports evaluation runs of an app as JSON or YAML.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateEvaluationDataset(self, request, context):
+        """Creates an evaluation dataset in an app.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetEvaluationDataset(self, request, context):
+        """Returns one evaluation dataset.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListEvaluationDatasets(self, request, context):
+        """Lists the evaluation datasets of an app.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateEvaluationDataset(self, request, context):
+        """Changes the updatable fields of an evaluation dataset.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteEvaluationDataset(self, request, context):
+        """Deletes an evaluation dataset.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateEvaluationExpectation(self, request, context):
+        """Creates an evaluation expectation in an app.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetEvaluationExpectation(self, request, context):
+        """Returns one evaluation expectation.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListEvaluationExpectations(self, request, context):
+        """Lists the evaluation expectations of an app.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateEvaluationExpectation(self, request, context):
+        """Changes the updatable fields of an evaluation expectation.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteEvaluationExpectation(self, request, context):
+        """Deletes an evaluation expectation.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateScheduledEvaluationRun(self, request, context):
+        """Creates a scheduled evaluation run in an app.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetScheduledEvaluationRun(self, request, context):
+        """Returns one scheduled evaluation run.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListScheduledEvaluationRuns(self, request, context):
+        """Lists the scheduled evaluation runs of an app.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateScheduledEvaluationRun(self, request, context):
+        """Changes the updatable fields of a scheduled evaluation run.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteScheduledEvaluationRun(self, request, context):
+        """Deletes a scheduled evaluation run.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EvaluationServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -238,6 +531,126 @@ def add_EvaluationServiceServicer_to_server(servicer, server):
                     request_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.RunEvaluationResultMetricsRequest.FromString,
                     response_serializer=google_dot_longrunning_dot_operations__pb2.Operation.SerializeToString,
             ),
+            'RunEvaluation': grpc.unary_unary_rpc_method_handler(
+                    servicer.RunEvaluation,
+                    request_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.RunEvaluationRequest.FromString,
+                    response_serializer=google_dot_longrunning_dot_operations__pb2.Operation.SerializeToString,
+            ),
+            'UploadEvaluationAudio': grpc.unary_unary_rpc_method_handler(
+                    servicer.UploadEvaluationAudio,
+                    request_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.UploadEvaluationAudioRequest.FromString,
+                    response_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.UploadEvaluationAudioResponse.SerializeToString,
+            ),
+            'GenerateEvaluation': grpc.unary_unary_rpc_method_handler(
+                    servicer.GenerateEvaluation,
+                    request_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.GenerateEvaluationRequest.FromString,
+                    response_serializer=google_dot_longrunning_dot_operations__pb2.Operation.SerializeToString,
+            ),
+            'ImportEvaluations': grpc.unary_unary_rpc_method_handler(
+                    servicer.ImportEvaluations,
+                    request_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ImportEvaluationsRequest.FromString,
+                    response_serializer=google_dot_longrunning_dot_operations__pb2.Operation.SerializeToString,
+            ),
+            'TestPersonaVoice': grpc.unary_unary_rpc_method_handler(
+                    servicer.TestPersonaVoice,
+                    request_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.TestPersonaVoiceRequest.FromString,
+                    response_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.TestPersonaVoiceResponse.SerializeToString,
+            ),
+            'GetEvaluationRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetEvaluationRun,
+                    request_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.GetEvaluationRunRequest.FromString,
+                    response_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationRun.SerializeToString,
+            ),
+            'ListEvaluationRuns': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListEvaluationRuns,
+                    request_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ListEvaluationRunsRequest.FromString,
+                    response_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ListEvaluationRunsResponse.SerializeToString,
+            ),
+            'DeleteEvaluationRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteEvaluationRun,
+                    request_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.DeleteEvaluationRunRequest.FromString,
+                    response_serializer=google_dot_longrunning_dot_operations__pb2.Operation.SerializeToString,
+            ),
+            'ExportEvaluationRuns': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExportEvaluationRuns,
+                    request_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ExportEvaluationRunsRequest.FromString,
+                    response_serializer=google_dot_longrunning_dot_operations__pb2.Operation.SerializeToString,
+            ),
+            'CreateEvaluationDataset': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateEvaluationDataset,
+                    request_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.CreateEvaluationDatasetRequest.FromString,
+                    response_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationDataset.SerializeToString,
+            ),
+            'GetEvaluationDataset': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetEvaluationDataset,
+                    request_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.GetEvaluationDatasetRequest.FromString,
+                    response_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationDataset.SerializeToString,
+            ),
+            'ListEvaluationDatasets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListEvaluationDatasets,
+                    request_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ListEvaluationDatasetsRequest.FromString,
+                    response_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ListEvaluationDatasetsResponse.SerializeToString,
+            ),
+            'UpdateEvaluationDataset': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateEvaluationDataset,
+                    request_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.UpdateEvaluationDatasetRequest.FromString,
+                    response_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationDataset.SerializeToString,
+            ),
+            'DeleteEvaluationDataset': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteEvaluationDataset,
+                    request_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.DeleteEvaluationDatasetRequest.FromString,
+                    response_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+            ),
+            'CreateEvaluationExpectation': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateEvaluationExpectation,
+                    request_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.CreateEvaluationExpectationRequest.FromString,
+                    response_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationExpectation.SerializeToString,
+            ),
+            'GetEvaluationExpectation': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetEvaluationExpectation,
+                    request_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.GetEvaluationExpectationRequest.FromString,
+                    response_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationExpectation.SerializeToString,
+            ),
+            'ListEvaluationExpectations': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListEvaluationExpectations,
+                    request_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ListEvaluationExpectationsRequest.FromString,
+                    response_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ListEvaluationExpectationsResponse.SerializeToString,
+            ),
+            'UpdateEvaluationExpectation': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateEvaluationExpectation,
+                    request_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.UpdateEvaluationExpectationRequest.FromString,
+                    response_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationExpectation.SerializeToString,
+            ),
+            'DeleteEvaluationExpectation': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteEvaluationExpectation,
+                    request_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.DeleteEvaluationExpectationRequest.FromString,
+                    response_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+            ),
+            'CreateScheduledEvaluationRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateScheduledEvaluationRun,
+                    request_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.CreateScheduledEvaluationRunRequest.FromString,
+                    response_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.ScheduledEvaluationRun.SerializeToString,
+            ),
+            'GetScheduledEvaluationRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetScheduledEvaluationRun,
+                    request_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.GetScheduledEvaluationRunRequest.FromString,
+                    response_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.ScheduledEvaluationRun.SerializeToString,
+            ),
+            'ListScheduledEvaluationRuns': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListScheduledEvaluationRuns,
+                    request_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ListScheduledEvaluationRunsRequest.FromString,
+                    response_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ListScheduledEvaluationRunsResponse.SerializeToString,
+            ),
+            'UpdateScheduledEvaluationRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateScheduledEvaluationRun,
+                    request_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.UpdateScheduledEvaluationRunRequest.FromString,
+                    response_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.ScheduledEvaluationRun.SerializeToString,
+            ),
+            'DeleteScheduledEvaluationRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteScheduledEvaluationRun,
+                    request_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.DeleteScheduledEvaluationRunRequest.FromString,
+                    response_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'google.cloud.ces.v1beta.EvaluationService', rpc_method_handlers)
@@ -249,6 +662,8 @@ def add_EvaluationServiceServicer_to_server(servicer, server):
 class EvaluationService:
     """Stores evaluations of a conversational agent app (golden conversations and simulated scenarios)
     and the results their runs produced.
+    Runs them (listed, as datasets or on a schedule) and keeps the expectations they are judged
+    against.
     """
 
     @staticmethod
@@ -538,6 +953,654 @@ class EvaluationService:
             '/google.cloud.ces.v1beta.EvaluationService/RunEvaluationResultMetrics',
             google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.RunEvaluationResultMetricsRequest.SerializeToString,
             google_dot_longrunning_dot_operations__pb2.Operation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RunEvaluation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/google.cloud.ces.v1beta.EvaluationService/RunEvaluation',
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.RunEvaluationRequest.SerializeToString,
+            google_dot_longrunning_dot_operations__pb2.Operation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UploadEvaluationAudio(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/google.cloud.ces.v1beta.EvaluationService/UploadEvaluationAudio',
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.UploadEvaluationAudioRequest.SerializeToString,
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.UploadEvaluationAudioResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GenerateEvaluation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/google.cloud.ces.v1beta.EvaluationService/GenerateEvaluation',
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.GenerateEvaluationRequest.SerializeToString,
+            google_dot_longrunning_dot_operations__pb2.Operation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ImportEvaluations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/google.cloud.ces.v1beta.EvaluationService/ImportEvaluations',
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ImportEvaluationsRequest.SerializeToString,
+            google_dot_longrunning_dot_operations__pb2.Operation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TestPersonaVoice(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/google.cloud.ces.v1beta.EvaluationService/TestPersonaVoice',
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.TestPersonaVoiceRequest.SerializeToString,
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.TestPersonaVoiceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetEvaluationRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/google.cloud.ces.v1beta.EvaluationService/GetEvaluationRun',
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.GetEvaluationRunRequest.SerializeToString,
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationRun.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListEvaluationRuns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/google.cloud.ces.v1beta.EvaluationService/ListEvaluationRuns',
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ListEvaluationRunsRequest.SerializeToString,
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ListEvaluationRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteEvaluationRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/google.cloud.ces.v1beta.EvaluationService/DeleteEvaluationRun',
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.DeleteEvaluationRunRequest.SerializeToString,
+            google_dot_longrunning_dot_operations__pb2.Operation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportEvaluationRuns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/google.cloud.ces.v1beta.EvaluationService/ExportEvaluationRuns',
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ExportEvaluationRunsRequest.SerializeToString,
+            google_dot_longrunning_dot_operations__pb2.Operation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateEvaluationDataset(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/google.cloud.ces.v1beta.EvaluationService/CreateEvaluationDataset',
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.CreateEvaluationDatasetRequest.SerializeToString,
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationDataset.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetEvaluationDataset(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/google.cloud.ces.v1beta.EvaluationService/GetEvaluationDataset',
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.GetEvaluationDatasetRequest.SerializeToString,
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationDataset.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListEvaluationDatasets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/google.cloud.ces.v1beta.EvaluationService/ListEvaluationDatasets',
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ListEvaluationDatasetsRequest.SerializeToString,
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ListEvaluationDatasetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateEvaluationDataset(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/google.cloud.ces.v1beta.EvaluationService/UpdateEvaluationDataset',
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.UpdateEvaluationDatasetRequest.SerializeToString,
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationDataset.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteEvaluationDataset(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/google.cloud.ces.v1beta.EvaluationService/DeleteEvaluationDataset',
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.DeleteEvaluationDatasetRequest.SerializeToString,
+            google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateEvaluationExpectation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/google.cloud.ces.v1beta.EvaluationService/CreateEvaluationExpectation',
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.CreateEvaluationExpectationRequest.SerializeToString,
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationExpectation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetEvaluationExpectation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/google.cloud.ces.v1beta.EvaluationService/GetEvaluationExpectation',
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.GetEvaluationExpectationRequest.SerializeToString,
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationExpectation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListEvaluationExpectations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/google.cloud.ces.v1beta.EvaluationService/ListEvaluationExpectations',
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ListEvaluationExpectationsRequest.SerializeToString,
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ListEvaluationExpectationsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateEvaluationExpectation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/google.cloud.ces.v1beta.EvaluationService/UpdateEvaluationExpectation',
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.UpdateEvaluationExpectationRequest.SerializeToString,
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationExpectation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteEvaluationExpectation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/google.cloud.ces.v1beta.EvaluationService/DeleteEvaluationExpectation',
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.DeleteEvaluationExpectationRequest.SerializeToString,
+            google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateScheduledEvaluationRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/google.cloud.ces.v1beta.EvaluationService/CreateScheduledEvaluationRun',
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.CreateScheduledEvaluationRunRequest.SerializeToString,
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.ScheduledEvaluationRun.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetScheduledEvaluationRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/google.cloud.ces.v1beta.EvaluationService/GetScheduledEvaluationRun',
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.GetScheduledEvaluationRunRequest.SerializeToString,
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.ScheduledEvaluationRun.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListScheduledEvaluationRuns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/google.cloud.ces.v1beta.EvaluationService/ListScheduledEvaluationRuns',
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ListScheduledEvaluationRunsRequest.SerializeToString,
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.ListScheduledEvaluationRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateScheduledEvaluationRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/google.cloud.ces.v1beta.EvaluationService/UpdateScheduledEvaluationRun',
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.UpdateScheduledEvaluationRunRequest.SerializeToString,
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.ScheduledEvaluationRun.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteScheduledEvaluationRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/google.cloud.ces.v1beta.EvaluationService/DeleteScheduledEvaluationRun',
+            google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__service__pb2.DeleteScheduledEvaluationRunRequest.SerializeToString,
+            google_dot_protobuf_dot_empty__pb2.Empty.FromString,
             options,
             channel_credentials,
             insecure,

@@ -33,6 +33,8 @@ GRPC_VERSION: str
 class EvaluationServiceStub:
     """Stores evaluations of a conversational agent app (golden conversations and simulated scenarios)
     and the results their runs produced.
+    Runs them (listed, as datasets or on a schedule) and keeps the expectations they are judged
+    against.
     """
 
     @_typing.overload
@@ -63,11 +65,63 @@ class EvaluationServiceStub:
     """Exports results of an evaluation as JSON or YAML."""
     RunEvaluationResultMetrics: _grpc.UnaryUnaryMultiCallable[_evaluation_service_pb2.RunEvaluationResultMetricsRequest, _operations_pb2.Operation]
     """Recomputes the metrics and outcomes of a stored evaluation result."""
+    RunEvaluation: _grpc.UnaryUnaryMultiCallable[_evaluation_pb2.RunEvaluationRequest, _operations_pb2.Operation]
+    """Runs evaluations of an app (listed, or a dataset's) and records them as a new evaluation
+    run.
+    """
+    UploadEvaluationAudio: _grpc.UnaryUnaryMultiCallable[_evaluation_service_pb2.UploadEvaluationAudioRequest, _evaluation_service_pb2.UploadEvaluationAudioResponse]
+    """Stores audio for an evaluation and returns where it went, with its transcript."""
+    GenerateEvaluation: _grpc.UnaryUnaryMultiCallable[_evaluation_service_pb2.GenerateEvaluationRequest, _operations_pb2.Operation]
+    """Makes an evaluation from a recorded conversation."""
+    ImportEvaluations: _grpc.UnaryUnaryMultiCallable[_evaluation_service_pb2.ImportEvaluationsRequest, _operations_pb2.Operation]
+    """Imports evaluations into an app from conversations, a Cloud Storage object or CSV content."""
+    TestPersonaVoice: _grpc.UnaryUnaryMultiCallable[_evaluation_service_pb2.TestPersonaVoiceRequest, _evaluation_service_pb2.TestPersonaVoiceResponse]
+    """Speaks a text with a persona's voice, to hear how it sounds."""
+    GetEvaluationRun: _grpc.UnaryUnaryMultiCallable[_evaluation_service_pb2.GetEvaluationRunRequest, _evaluation_pb2.EvaluationRun]
+    """Returns one evaluation run."""
+    ListEvaluationRuns: _grpc.UnaryUnaryMultiCallable[_evaluation_service_pb2.ListEvaluationRunsRequest, _evaluation_service_pb2.ListEvaluationRunsResponse]
+    """Lists the evaluation runs of an app."""
+    DeleteEvaluationRun: _grpc.UnaryUnaryMultiCallable[_evaluation_service_pb2.DeleteEvaluationRunRequest, _operations_pb2.Operation]
+    """Deletes an evaluation run."""
+    ExportEvaluationRuns: _grpc.UnaryUnaryMultiCallable[_evaluation_service_pb2.ExportEvaluationRunsRequest, _operations_pb2.Operation]
+    """Exports evaluation runs of an app as JSON or YAML."""
+    CreateEvaluationDataset: _grpc.UnaryUnaryMultiCallable[_evaluation_service_pb2.CreateEvaluationDatasetRequest, _evaluation_pb2.EvaluationDataset]
+    """Creates an evaluation dataset in an app."""
+    GetEvaluationDataset: _grpc.UnaryUnaryMultiCallable[_evaluation_service_pb2.GetEvaluationDatasetRequest, _evaluation_pb2.EvaluationDataset]
+    """Returns one evaluation dataset."""
+    ListEvaluationDatasets: _grpc.UnaryUnaryMultiCallable[_evaluation_service_pb2.ListEvaluationDatasetsRequest, _evaluation_service_pb2.ListEvaluationDatasetsResponse]
+    """Lists the evaluation datasets of an app."""
+    UpdateEvaluationDataset: _grpc.UnaryUnaryMultiCallable[_evaluation_service_pb2.UpdateEvaluationDatasetRequest, _evaluation_pb2.EvaluationDataset]
+    """Changes the updatable fields of an evaluation dataset."""
+    DeleteEvaluationDataset: _grpc.UnaryUnaryMultiCallable[_evaluation_service_pb2.DeleteEvaluationDatasetRequest, _empty_pb2.Empty]
+    """Deletes an evaluation dataset."""
+    CreateEvaluationExpectation: _grpc.UnaryUnaryMultiCallable[_evaluation_service_pb2.CreateEvaluationExpectationRequest, _evaluation_pb2.EvaluationExpectation]
+    """Creates an evaluation expectation in an app."""
+    GetEvaluationExpectation: _grpc.UnaryUnaryMultiCallable[_evaluation_service_pb2.GetEvaluationExpectationRequest, _evaluation_pb2.EvaluationExpectation]
+    """Returns one evaluation expectation."""
+    ListEvaluationExpectations: _grpc.UnaryUnaryMultiCallable[_evaluation_service_pb2.ListEvaluationExpectationsRequest, _evaluation_service_pb2.ListEvaluationExpectationsResponse]
+    """Lists the evaluation expectations of an app."""
+    UpdateEvaluationExpectation: _grpc.UnaryUnaryMultiCallable[_evaluation_service_pb2.UpdateEvaluationExpectationRequest, _evaluation_pb2.EvaluationExpectation]
+    """Changes the updatable fields of an evaluation expectation."""
+    DeleteEvaluationExpectation: _grpc.UnaryUnaryMultiCallable[_evaluation_service_pb2.DeleteEvaluationExpectationRequest, _empty_pb2.Empty]
+    """Deletes an evaluation expectation."""
+    CreateScheduledEvaluationRun: _grpc.UnaryUnaryMultiCallable[_evaluation_service_pb2.CreateScheduledEvaluationRunRequest, _evaluation_pb2.ScheduledEvaluationRun]
+    """Creates a scheduled evaluation run in an app."""
+    GetScheduledEvaluationRun: _grpc.UnaryUnaryMultiCallable[_evaluation_service_pb2.GetScheduledEvaluationRunRequest, _evaluation_pb2.ScheduledEvaluationRun]
+    """Returns one scheduled evaluation run."""
+    ListScheduledEvaluationRuns: _grpc.UnaryUnaryMultiCallable[_evaluation_service_pb2.ListScheduledEvaluationRunsRequest, _evaluation_service_pb2.ListScheduledEvaluationRunsResponse]
+    """Lists the scheduled evaluation runs of an app."""
+    UpdateScheduledEvaluationRun: _grpc.UnaryUnaryMultiCallable[_evaluation_service_pb2.UpdateScheduledEvaluationRunRequest, _evaluation_pb2.ScheduledEvaluationRun]
+    """Changes the updatable fields of a scheduled evaluation run."""
+    DeleteScheduledEvaluationRun: _grpc.UnaryUnaryMultiCallable[_evaluation_service_pb2.DeleteScheduledEvaluationRunRequest, _empty_pb2.Empty]
+    """Deletes a scheduled evaluation run."""
 
 @_typing.type_check_only
 class EvaluationServiceAsyncStub(EvaluationServiceStub):
     """Stores evaluations of a conversational agent app (golden conversations and simulated scenarios)
     and the results their runs produced.
+    Runs them (listed, as datasets or on a schedule) and keeps the expectations they are judged
+    against.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -95,10 +149,62 @@ class EvaluationServiceAsyncStub(EvaluationServiceStub):
     """Exports results of an evaluation as JSON or YAML."""
     RunEvaluationResultMetrics: _aio.UnaryUnaryMultiCallable[_evaluation_service_pb2.RunEvaluationResultMetricsRequest, _operations_pb2.Operation]  # type: ignore[assignment]
     """Recomputes the metrics and outcomes of a stored evaluation result."""
+    RunEvaluation: _aio.UnaryUnaryMultiCallable[_evaluation_pb2.RunEvaluationRequest, _operations_pb2.Operation]  # type: ignore[assignment]
+    """Runs evaluations of an app (listed, or a dataset's) and records them as a new evaluation
+    run.
+    """
+    UploadEvaluationAudio: _aio.UnaryUnaryMultiCallable[_evaluation_service_pb2.UploadEvaluationAudioRequest, _evaluation_service_pb2.UploadEvaluationAudioResponse]  # type: ignore[assignment]
+    """Stores audio for an evaluation and returns where it went, with its transcript."""
+    GenerateEvaluation: _aio.UnaryUnaryMultiCallable[_evaluation_service_pb2.GenerateEvaluationRequest, _operations_pb2.Operation]  # type: ignore[assignment]
+    """Makes an evaluation from a recorded conversation."""
+    ImportEvaluations: _aio.UnaryUnaryMultiCallable[_evaluation_service_pb2.ImportEvaluationsRequest, _operations_pb2.Operation]  # type: ignore[assignment]
+    """Imports evaluations into an app from conversations, a Cloud Storage object or CSV content."""
+    TestPersonaVoice: _aio.UnaryUnaryMultiCallable[_evaluation_service_pb2.TestPersonaVoiceRequest, _evaluation_service_pb2.TestPersonaVoiceResponse]  # type: ignore[assignment]
+    """Speaks a text with a persona's voice, to hear how it sounds."""
+    GetEvaluationRun: _aio.UnaryUnaryMultiCallable[_evaluation_service_pb2.GetEvaluationRunRequest, _evaluation_pb2.EvaluationRun]  # type: ignore[assignment]
+    """Returns one evaluation run."""
+    ListEvaluationRuns: _aio.UnaryUnaryMultiCallable[_evaluation_service_pb2.ListEvaluationRunsRequest, _evaluation_service_pb2.ListEvaluationRunsResponse]  # type: ignore[assignment]
+    """Lists the evaluation runs of an app."""
+    DeleteEvaluationRun: _aio.UnaryUnaryMultiCallable[_evaluation_service_pb2.DeleteEvaluationRunRequest, _operations_pb2.Operation]  # type: ignore[assignment]
+    """Deletes an evaluation run."""
+    ExportEvaluationRuns: _aio.UnaryUnaryMultiCallable[_evaluation_service_pb2.ExportEvaluationRunsRequest, _operations_pb2.Operation]  # type: ignore[assignment]
+    """Exports evaluation runs of an app as JSON or YAML."""
+    CreateEvaluationDataset: _aio.UnaryUnaryMultiCallable[_evaluation_service_pb2.CreateEvaluationDatasetRequest, _evaluation_pb2.EvaluationDataset]  # type: ignore[assignment]
+    """Creates an evaluation dataset in an app."""
+    GetEvaluationDataset: _aio.UnaryUnaryMultiCallable[_evaluation_service_pb2.GetEvaluationDatasetRequest, _evaluation_pb2.EvaluationDataset]  # type: ignore[assignment]
+    """Returns one evaluation dataset."""
+    ListEvaluationDatasets: _aio.UnaryUnaryMultiCallable[_evaluation_service_pb2.ListEvaluationDatasetsRequest, _evaluation_service_pb2.ListEvaluationDatasetsResponse]  # type: ignore[assignment]
+    """Lists the evaluation datasets of an app."""
+    UpdateEvaluationDataset: _aio.UnaryUnaryMultiCallable[_evaluation_service_pb2.UpdateEvaluationDatasetRequest, _evaluation_pb2.EvaluationDataset]  # type: ignore[assignment]
+    """Changes the updatable fields of an evaluation dataset."""
+    DeleteEvaluationDataset: _aio.UnaryUnaryMultiCallable[_evaluation_service_pb2.DeleteEvaluationDatasetRequest, _empty_pb2.Empty]  # type: ignore[assignment]
+    """Deletes an evaluation dataset."""
+    CreateEvaluationExpectation: _aio.UnaryUnaryMultiCallable[_evaluation_service_pb2.CreateEvaluationExpectationRequest, _evaluation_pb2.EvaluationExpectation]  # type: ignore[assignment]
+    """Creates an evaluation expectation in an app."""
+    GetEvaluationExpectation: _aio.UnaryUnaryMultiCallable[_evaluation_service_pb2.GetEvaluationExpectationRequest, _evaluation_pb2.EvaluationExpectation]  # type: ignore[assignment]
+    """Returns one evaluation expectation."""
+    ListEvaluationExpectations: _aio.UnaryUnaryMultiCallable[_evaluation_service_pb2.ListEvaluationExpectationsRequest, _evaluation_service_pb2.ListEvaluationExpectationsResponse]  # type: ignore[assignment]
+    """Lists the evaluation expectations of an app."""
+    UpdateEvaluationExpectation: _aio.UnaryUnaryMultiCallable[_evaluation_service_pb2.UpdateEvaluationExpectationRequest, _evaluation_pb2.EvaluationExpectation]  # type: ignore[assignment]
+    """Changes the updatable fields of an evaluation expectation."""
+    DeleteEvaluationExpectation: _aio.UnaryUnaryMultiCallable[_evaluation_service_pb2.DeleteEvaluationExpectationRequest, _empty_pb2.Empty]  # type: ignore[assignment]
+    """Deletes an evaluation expectation."""
+    CreateScheduledEvaluationRun: _aio.UnaryUnaryMultiCallable[_evaluation_service_pb2.CreateScheduledEvaluationRunRequest, _evaluation_pb2.ScheduledEvaluationRun]  # type: ignore[assignment]
+    """Creates a scheduled evaluation run in an app."""
+    GetScheduledEvaluationRun: _aio.UnaryUnaryMultiCallable[_evaluation_service_pb2.GetScheduledEvaluationRunRequest, _evaluation_pb2.ScheduledEvaluationRun]  # type: ignore[assignment]
+    """Returns one scheduled evaluation run."""
+    ListScheduledEvaluationRuns: _aio.UnaryUnaryMultiCallable[_evaluation_service_pb2.ListScheduledEvaluationRunsRequest, _evaluation_service_pb2.ListScheduledEvaluationRunsResponse]  # type: ignore[assignment]
+    """Lists the scheduled evaluation runs of an app."""
+    UpdateScheduledEvaluationRun: _aio.UnaryUnaryMultiCallable[_evaluation_service_pb2.UpdateScheduledEvaluationRunRequest, _evaluation_pb2.ScheduledEvaluationRun]  # type: ignore[assignment]
+    """Changes the updatable fields of a scheduled evaluation run."""
+    DeleteScheduledEvaluationRun: _aio.UnaryUnaryMultiCallable[_evaluation_service_pb2.DeleteScheduledEvaluationRunRequest, _empty_pb2.Empty]  # type: ignore[assignment]
+    """Deletes a scheduled evaluation run."""
 
 class EvaluationServiceServicer(metaclass=_abc_1.ABCMeta):
     """Stores evaluations of a conversational agent app (golden conversations and simulated scenarios)
     and the results their runs produced.
+    Runs them (listed, as datasets or on a schedule) and keeps the expectations they are judged
+    against.
     """
 
     @_abc_1.abstractmethod
@@ -190,5 +296,199 @@ class EvaluationServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_operations_pb2.Operation, _abc.Awaitable[_operations_pb2.Operation]]:
         """Recomputes the metrics and outcomes of a stored evaluation result."""
+
+    @_abc_1.abstractmethod
+    def RunEvaluation(
+        self,
+        request: _evaluation_pb2.RunEvaluationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_operations_pb2.Operation, _abc.Awaitable[_operations_pb2.Operation]]:
+        """Runs evaluations of an app (listed, or a dataset's) and records them as a new evaluation
+        run.
+        """
+
+    @_abc_1.abstractmethod
+    def UploadEvaluationAudio(
+        self,
+        request: _evaluation_service_pb2.UploadEvaluationAudioRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_evaluation_service_pb2.UploadEvaluationAudioResponse, _abc.Awaitable[_evaluation_service_pb2.UploadEvaluationAudioResponse]]:
+        """Stores audio for an evaluation and returns where it went, with its transcript."""
+
+    @_abc_1.abstractmethod
+    def GenerateEvaluation(
+        self,
+        request: _evaluation_service_pb2.GenerateEvaluationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_operations_pb2.Operation, _abc.Awaitable[_operations_pb2.Operation]]:
+        """Makes an evaluation from a recorded conversation."""
+
+    @_abc_1.abstractmethod
+    def ImportEvaluations(
+        self,
+        request: _evaluation_service_pb2.ImportEvaluationsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_operations_pb2.Operation, _abc.Awaitable[_operations_pb2.Operation]]:
+        """Imports evaluations into an app from conversations, a Cloud Storage object or CSV content."""
+
+    @_abc_1.abstractmethod
+    def TestPersonaVoice(
+        self,
+        request: _evaluation_service_pb2.TestPersonaVoiceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_evaluation_service_pb2.TestPersonaVoiceResponse, _abc.Awaitable[_evaluation_service_pb2.TestPersonaVoiceResponse]]:
+        """Speaks a text with a persona's voice, to hear how it sounds."""
+
+    @_abc_1.abstractmethod
+    def GetEvaluationRun(
+        self,
+        request: _evaluation_service_pb2.GetEvaluationRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_evaluation_pb2.EvaluationRun, _abc.Awaitable[_evaluation_pb2.EvaluationRun]]:
+        """Returns one evaluation run."""
+
+    @_abc_1.abstractmethod
+    def ListEvaluationRuns(
+        self,
+        request: _evaluation_service_pb2.ListEvaluationRunsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_evaluation_service_pb2.ListEvaluationRunsResponse, _abc.Awaitable[_evaluation_service_pb2.ListEvaluationRunsResponse]]:
+        """Lists the evaluation runs of an app."""
+
+    @_abc_1.abstractmethod
+    def DeleteEvaluationRun(
+        self,
+        request: _evaluation_service_pb2.DeleteEvaluationRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_operations_pb2.Operation, _abc.Awaitable[_operations_pb2.Operation]]:
+        """Deletes an evaluation run."""
+
+    @_abc_1.abstractmethod
+    def ExportEvaluationRuns(
+        self,
+        request: _evaluation_service_pb2.ExportEvaluationRunsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_operations_pb2.Operation, _abc.Awaitable[_operations_pb2.Operation]]:
+        """Exports evaluation runs of an app as JSON or YAML."""
+
+    @_abc_1.abstractmethod
+    def CreateEvaluationDataset(
+        self,
+        request: _evaluation_service_pb2.CreateEvaluationDatasetRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_evaluation_pb2.EvaluationDataset, _abc.Awaitable[_evaluation_pb2.EvaluationDataset]]:
+        """Creates an evaluation dataset in an app."""
+
+    @_abc_1.abstractmethod
+    def GetEvaluationDataset(
+        self,
+        request: _evaluation_service_pb2.GetEvaluationDatasetRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_evaluation_pb2.EvaluationDataset, _abc.Awaitable[_evaluation_pb2.EvaluationDataset]]:
+        """Returns one evaluation dataset."""
+
+    @_abc_1.abstractmethod
+    def ListEvaluationDatasets(
+        self,
+        request: _evaluation_service_pb2.ListEvaluationDatasetsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_evaluation_service_pb2.ListEvaluationDatasetsResponse, _abc.Awaitable[_evaluation_service_pb2.ListEvaluationDatasetsResponse]]:
+        """Lists the evaluation datasets of an app."""
+
+    @_abc_1.abstractmethod
+    def UpdateEvaluationDataset(
+        self,
+        request: _evaluation_service_pb2.UpdateEvaluationDatasetRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_evaluation_pb2.EvaluationDataset, _abc.Awaitable[_evaluation_pb2.EvaluationDataset]]:
+        """Changes the updatable fields of an evaluation dataset."""
+
+    @_abc_1.abstractmethod
+    def DeleteEvaluationDataset(
+        self,
+        request: _evaluation_service_pb2.DeleteEvaluationDatasetRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_empty_pb2.Empty, _abc.Awaitable[_empty_pb2.Empty]]:
+        """Deletes an evaluation dataset."""
+
+    @_abc_1.abstractmethod
+    def CreateEvaluationExpectation(
+        self,
+        request: _evaluation_service_pb2.CreateEvaluationExpectationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_evaluation_pb2.EvaluationExpectation, _abc.Awaitable[_evaluation_pb2.EvaluationExpectation]]:
+        """Creates an evaluation expectation in an app."""
+
+    @_abc_1.abstractmethod
+    def GetEvaluationExpectation(
+        self,
+        request: _evaluation_service_pb2.GetEvaluationExpectationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_evaluation_pb2.EvaluationExpectation, _abc.Awaitable[_evaluation_pb2.EvaluationExpectation]]:
+        """Returns one evaluation expectation."""
+
+    @_abc_1.abstractmethod
+    def ListEvaluationExpectations(
+        self,
+        request: _evaluation_service_pb2.ListEvaluationExpectationsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_evaluation_service_pb2.ListEvaluationExpectationsResponse, _abc.Awaitable[_evaluation_service_pb2.ListEvaluationExpectationsResponse]]:
+        """Lists the evaluation expectations of an app."""
+
+    @_abc_1.abstractmethod
+    def UpdateEvaluationExpectation(
+        self,
+        request: _evaluation_service_pb2.UpdateEvaluationExpectationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_evaluation_pb2.EvaluationExpectation, _abc.Awaitable[_evaluation_pb2.EvaluationExpectation]]:
+        """Changes the updatable fields of an evaluation expectation."""
+
+    @_abc_1.abstractmethod
+    def DeleteEvaluationExpectation(
+        self,
+        request: _evaluation_service_pb2.DeleteEvaluationExpectationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_empty_pb2.Empty, _abc.Awaitable[_empty_pb2.Empty]]:
+        """Deletes an evaluation expectation."""
+
+    @_abc_1.abstractmethod
+    def CreateScheduledEvaluationRun(
+        self,
+        request: _evaluation_service_pb2.CreateScheduledEvaluationRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_evaluation_pb2.ScheduledEvaluationRun, _abc.Awaitable[_evaluation_pb2.ScheduledEvaluationRun]]:
+        """Creates a scheduled evaluation run in an app."""
+
+    @_abc_1.abstractmethod
+    def GetScheduledEvaluationRun(
+        self,
+        request: _evaluation_service_pb2.GetScheduledEvaluationRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_evaluation_pb2.ScheduledEvaluationRun, _abc.Awaitable[_evaluation_pb2.ScheduledEvaluationRun]]:
+        """Returns one scheduled evaluation run."""
+
+    @_abc_1.abstractmethod
+    def ListScheduledEvaluationRuns(
+        self,
+        request: _evaluation_service_pb2.ListScheduledEvaluationRunsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_evaluation_service_pb2.ListScheduledEvaluationRunsResponse, _abc.Awaitable[_evaluation_service_pb2.ListScheduledEvaluationRunsResponse]]:
+        """Lists the scheduled evaluation runs of an app."""
+
+    @_abc_1.abstractmethod
+    def UpdateScheduledEvaluationRun(
+        self,
+        request: _evaluation_service_pb2.UpdateScheduledEvaluationRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_evaluation_pb2.ScheduledEvaluationRun, _abc.Awaitable[_evaluation_pb2.ScheduledEvaluationRun]]:
+        """Changes the updatable fields of a scheduled evaluation run."""
+
+    @_abc_1.abstractmethod
+    def DeleteScheduledEvaluationRun(
+        self,
+        request: _evaluation_service_pb2.DeleteScheduledEvaluationRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_empty_pb2.Empty, _abc.Awaitable[_empty_pb2.Empty]]:
+        """Deletes a scheduled evaluation run."""
 
 def add_EvaluationServiceServicer_to_server(servicer: EvaluationServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
