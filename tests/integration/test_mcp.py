@@ -28,6 +28,7 @@ EXPECTED_TOOLS = {
     "update_evaluation",
     "delete_evaluation",
     "export_evaluations",
+    "import_evaluations",
     "get_evaluation_result",
     "list_evaluation_results",
     "delete_evaluation_result",
@@ -44,6 +45,7 @@ EXPECTED_TOOLS = {
 EXPECTED_HINTS = {
     "list_evaluation_results": (True, False, True, False),
     "create_evaluation": (False, False, False, False),
+    "import_evaluations": (False, True, False, False),
     "get_evaluation": (True, False, True, False),
     "list_evaluations": (True, False, True, False),
     "update_evaluation": (False, True, False, False),
@@ -150,14 +152,16 @@ def test_tools_list_names_annotations_and_schemas(server: RunningServer) -> None
 
 def test_no_tool_for_a_method_the_core_does_not_implement() -> None:
     """Tools are picked by the core's registry, not by what the descriptors declare: the
-    EvaluationService methods declared but not served yet (RunEvaluation, ImportEvaluations,
-    which EmulatorService also names, the EvaluationDataset methods, ...) have none."""
+    EvaluationService methods declared but not served yet (RunEvaluation, GenerateEvaluation,
+    ...) have none; EmulatorService's methods (its ImportEvaluations too) are not tools."""
     declared = schema.methods()
     unserved = {path for path in declared if path not in RPCS}
-    assert "/google.cloud.ces.v1beta.EvaluationService/ImportEvaluations" in unserved
+    assert "/google.cloud.ces.v1beta.EvaluationService/RunEvaluation" in unserved
     assert all(spec.rpc in RPCS for spec in tool_specs().values())
     assert not {spec.rpc for spec in tool_specs().values()} & unserved
-    assert not set(tool_specs()) & {"run_evaluation", "import_evaluations", "get_evaluation_run"}
+    assert not set(tool_specs()) & {"run_evaluation", "generate_evaluation", "reset_project"}
+    emulator = "/ces_eval.emulator.v1.EmulatorService/ImportEvaluations"
+    assert tool_specs()["import_evaluations"].rpc != emulator
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])

@@ -23,7 +23,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "APP",
+    "CONVERSATION",
     "EVALUATION",
+    "EVALUATION_PERSONA",
     "EVALUATION_RESULT",
     "WILDCARD",
     "ResourcePattern",
@@ -165,6 +167,8 @@ def _definitions() -> dict[str, ResourcePattern]:
 EVALUATION = of(evaluation_pb2.Evaluation)
 EVALUATION_RESULT = of(evaluation_pb2.EvaluationResult)
 APP = _definitions()["ces.googleapis.com/App"]
+CONVERSATION = _definitions()["ces.googleapis.com/Conversation"]
+EVALUATION_PERSONA = _definitions()["ces.googleapis.com/EvaluationPersona"]
 
 
 def owned(pattern: ResourcePattern) -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ces_eval.contract import schema
-from ces_eval.core import emulator, evaluations, exports, longrunning, results
+from ces_eval.core import emulator, evaluations, exports, imports, longrunning, results
 from ces_eval.core.context import DEFAULT_EXPORT_ROOT, Context, Rpc
 from ces_eval.core.names import snake_case
 from ces_eval.core.operations import OperationRunner
@@ -47,6 +47,7 @@ _SERVICES: dict[str, dict[str, Rpc]] = {
         **evaluations.RPCS,
         **results.RPCS,
         **exports.RPCS,
+        **imports.RPCS,
     },
     "google.longrunning.Operations": longrunning.RPCS,
     "ces_eval.emulator.v1.EmulatorService": emulator.RPCS,
@@ -58,10 +59,12 @@ RPCS: dict[str, Rpc] = {
 }
 # Every declared resource, parents before children.
 RESOURCES = (evaluations.EVALUATIONS, results.RESULTS)
-# ``core.create_evaluation``: each implemented RPC by its snake_case name, which no two share.
-_BY_METHOD_NAME = {snake_case(path.rsplit("/", 1)[1]): path for path in RPCS}
-if len(_BY_METHOD_NAME) != len(RPCS):  # pragma: no cover - a new RPC's name clashes
-    raise RuntimeError("two implemented RPCs share a name: Core.__getattr__ cannot tell them apart")
+# ``core.create_evaluation``: each implemented RPC by its snake_case name. Where two services
+# share a name (ImportEvaluations), the first service of _SERVICES keeps it (the official one);
+# the other is reached by its path (``core.handler(path)``).
+_BY_METHOD_NAME: dict[str, str] = {}
+for _path in RPCS:
+    _BY_METHOD_NAME.setdefault(snake_case(_path.rsplit("/", 1)[1]), _path)
 
 
 class Core:

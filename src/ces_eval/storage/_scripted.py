@@ -127,9 +127,17 @@ class ScriptedStorage(abc.ABC):
         results: Sequence[_Result],
         *,
         max_evaluation_bytes: int | None = None,
+        replacing: Sequence[str] = (),
     ) -> None:
         await self._write(
-            partial(_scripts.import_bundle, self._sql, evaluations, results, max_evaluation_bytes)
+            partial(
+                _scripts.import_bundle,
+                self._sql,
+                evaluations,
+                results,
+                max_evaluation_bytes,
+                replacing,
+            )
         )
 
     async def list_results(self, query: ListQuery) -> list[tuple[bytes, Cursor]]:

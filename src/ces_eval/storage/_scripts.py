@@ -365,14 +365,18 @@ def import_bundle(
     evaluations: Sequence[_Evaluation],
     results: Sequence[_Result],
     max_bytes: int | None,
+    replacing: Sequence[str] = (),
 ) -> Script[None]:
-    """Insert the evaluations, lock every evaluation that receives results (in name order, so
-    that concurrent imports never wait on each other in a cycle), insert the results, then
-    derive each of those evaluations once, in the order the results first name them.
+    """Delete the evaluations ``replacing`` names (Missing when one is gone; their results go
+    with them), insert the evaluations, lock every evaluation that receives results (in name
+    order, so that concurrent imports never wait on each other in a cycle), insert the results,
+    then derive each of those evaluations once, in the order the results first name them.
 
     A row that clashes with an earlier row of the bundle is a Conflict naming that row, found
     here before the database refuses it: once the transaction rolls back, the database can no
     longer say who held the name (:meth:`ScriptedStorage._conflict`)."""
+    for name in sorted(replacing):
+        yield from delete_evaluation(sql, name, None)
     bundle = _Bundle()
     for evaluation in evaluations:
         bundle.claim(evaluation.name, "/evaluations/", evaluation.display_name)

@@ -14,13 +14,18 @@ view; ``google.protobuf.Empty`` is ``{"type": "object"}``), both JSON Schema 202
 ``type: object`` root and ``$defs`` for the messages they reference.
 
 Annotations (all four always present; openWorldHint is false everywhere: the tools act on this
-closed local server only). The reference pages fix two rows; the rest follow the HTTP binding:
+closed local server only). The reference pages fix two rows, three POSTs say what they do (an
+import may overwrite, an upload deletes the audio it replaces, a voice test changes nothing);
+the rest follow the HTTP binding:
 
 =============================  =========  ===========  ==========  ==========
 tool / HTTP binding            readOnly   destructive  idempotent  openWorld
 =============================  =========  ===========  ==========  ==========
 list_evaluation_results        true       false        true        false
 create_evaluation              false      false        false       false
+import_evaluations             false      true         false       false
+upload_evaluation_audio        false      true         false       false
+test_persona_voice             true       false        true        false
 GET (get_*, list_*)            true       false        true        false
 no HTTP binding (wait_*)       true       false        true        false
 DELETE (delete_*)              false      true         true        false
@@ -101,10 +106,14 @@ class Hints:
     open_world: bool = False
 
 
-# The two rows the reference pages state; every other tool follows its HTTP binding.
+# The two rows the reference pages state and the POSTs whose effect their verb does not say;
+# every other tool follows its HTTP binding.
 _STATED = {
     "list_evaluation_results": Hints(read_only=True, destructive=False, idempotent=True),
     "create_evaluation": Hints(read_only=False, destructive=False, idempotent=False),
+    "import_evaluations": Hints(read_only=False, destructive=True, idempotent=False),
+    "upload_evaluation_audio": Hints(read_only=False, destructive=True, idempotent=False),
+    "test_persona_voice": Hints(read_only=True, destructive=False, idempotent=True),
 }
 
 
