@@ -83,8 +83,13 @@ def _methods() -> list[descriptor.MethodDescriptor]:
     return [m for s in schema.services() for m in s.methods if implements(m)]
 
 
-def _method(name: str) -> descriptor.MethodDescriptor:
-    return next(m for m in _methods() if m.name == name)
+def _method(name: str, service: str = "") -> descriptor.MethodDescriptor:
+    """The implemented method ``name`` (of ``service`` where two services have one)."""
+    return next(
+        m
+        for m in _methods()
+        if m.name == name and (not service or m.containing_service.name == service)
+    )
 
 
 def _status(error: grpc.RpcError) -> status_pb2.Status:
@@ -371,15 +376,23 @@ def test_exports_live_in_a_bucket_namespace_per_project(
     with pytest.raises(grpc.RpcError) as caught:
         _call(
             server,
-            _method("ImportEvaluations"),
+            _method("ImportEvaluations", "EmulatorService"),
             emulator_pb2.ImportEvaluationsRequest(parent=APP_B, gcs_uri=uri),
             BOB,
         )
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND  # no such object for bob
     assert "not found" in (caught.value.details() or "")
+    with pytest.raises(grpc.RpcError) as official:  # nor through EvaluationService's import
+        _call(
+            server,
+            _method("ImportEvaluations", "EvaluationService"),
+            service_pb2.ImportEvaluationsRequest(parent=APP_B, gcs_uri=uri),
+            BOB,
+        )
+    assert official.value.code() == grpc.StatusCode.NOT_FOUND
     imported = _call(  # the owner project, by the admin token: the file is found
         server,
-        _method("ImportEvaluations"),
+        _method("ImportEvaluations", "EmulatorService"),
         emulator_pb2.ImportEvaluationsRequest(parent=f"{LOCATION_A}/apps/copy", gcs_uri=uri),
         ADMIN,
     )

@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ces_eval.contract import schema
-from ces_eval.core import emulator, evaluations, exports, imports, longrunning, results
+from ces_eval.core import (
+    emulator,
+    evaluations,
+    exports,
+    imports,
+    longrunning,
+    media,
+    results,
+)
 from ces_eval.core.context import DEFAULT_EXPORT_ROOT, Context, Rpc
 from ces_eval.core.names import snake_case
 from ces_eval.core.operations import OperationRunner
@@ -48,6 +56,7 @@ _SERVICES: dict[str, dict[str, Rpc]] = {
         **results.RPCS,
         **exports.RPCS,
         **imports.RPCS,
+        **media.RPCS,
     },
     "google.longrunning.Operations": longrunning.RPCS,
     "ces_eval.emulator.v1.EmulatorService": emulator.RPCS,
