@@ -20,7 +20,7 @@ import pytest
 from google.longrunning import operations_pb2
 from google.rpc import code_pb2, status_pb2
 
-from ces_eval.storage import _dialect
+from ces_eval.storage import _dialect, tables
 from ces_eval.storage.base import Conflict, EtagMismatch, Missing, Storage
 from ces_eval.storage.postgresql import PostgresStorage
 from ces_eval.storage.sqlite import SqliteStorage
@@ -238,5 +238,32 @@ def test_an_import_replaces_evaluations_in_its_transaction(
         with pytest.raises(Missing) as gone:
             await storage.import_bundle([], [], replacing=[f"{APP}/evaluations/nope"])
         assert gone.value.name == f"{APP}/evaluations/nope"
+
+    _run(make_storage(), body)
+
+
+def test_locations_are_those_a_projects_names_use(make_storage: Callable[[], Storage]) -> None:
+    """Evaluations, operations and the generic tables' rows count; other projects do not, nor
+    does a project whose name merely starts alike (LIKE's wildcards are escaped)."""
+
+    async def body(storage: Storage) -> None:
+        assert await storage.locations("p1") == []
+        await storage.insert_evaluation(evaluation(APP, "e1", "One", 1))
+        await storage.insert_evaluation(
+            evaluation("projects/p1/locations/europe-west1/apps/a", "e1", "One", 1)
+        )
+        await storage.insert_evaluation(
+            evaluation("projects/p1x/locations/asia/apps/a", "e", "E", 1)
+        )
+        await storage.insert_evaluation(evaluation("projects/p_/locations/x_y/apps/a", "e", "E", 1))
+        operation = operations_pb2.Operation(name="projects/p1/locations/us-east1/operations/o1")
+        await storage.insert_operation(operation, "ExportEvaluations", "me", 30.0)
+        expectation = tables.EXPECTATIONS.message(
+            name="projects/p1/locations/zz/apps/a/evaluationExpectations/x", display_name="x"
+        )
+        await storage.insert_row(tables.EXPECTATIONS, expectation)
+        assert await storage.locations("p1") == ["europe-west1", "l", "us-east1", "zz"]
+        assert await storage.locations("p_") == ["x_y"]
+        assert await storage.locations("p") == []
 
     _run(make_storage(), body)

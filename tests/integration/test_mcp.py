@@ -41,6 +41,8 @@ EXPECTED_TOOLS = {
     "delete_operation",
     "cancel_operation",
     "wait_operation",
+    "get_location",
+    "list_locations",
 }
 
 # (readOnly, destructive, idempotent, openWorld)
@@ -58,6 +60,7 @@ EXPECTED_HINTS = {
     "run_evaluation_result_metrics": (False, False, False, False),
     "cancel_operation": (False, False, True, False),
     "get_operation": (True, False, True, False),
+    "list_locations": (True, False, True, False),
 }
 
 

@@ -4,6 +4,8 @@ docs/import-csv.md): what each row makes, and every kind of bad row with its lin
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ces_eval.core.exchange import ExchangeError, csv_dialect
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
@@ -223,3 +225,27 @@ def test_a_byte_order_mark_crlf_and_header_case_are_accepted() -> None:
     data = "\ufeffDisplay_Name,Turn_Index,Action_Type,Text\r\nOne,1,user_input,hi\r\n"
     [item] = csv_dialect.read(data.encode(), APP).evaluations
     assert item.evaluation is not None and not item.problems
+
+
+_CELLS = st.text(st.sampled_from('ab1,"\n\r;{}[]: \x00é'), max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(st.lists(_CELLS, min_size=0, max_size=14), max_size=8),
+    raw=st.binary(max_size=64),
+)
+def test_any_input_is_read_or_refused_as_a_whole(rows: list[list[str]], raw: bytes) -> None:
+    """Whatever the bytes, the reader answers evaluations and problems, or one ExchangeError:
+    never another exception; every problem names a line of the file."""
+    text = HEADER + "\n" + "\n".join(",".join(row) for row in rows)
+    for data in (text.encode(), raw, HEADER.encode() + b"\n" + raw):
+        try:
+            found = csv_dialect.read(data, APP)
+        except ExchangeError as error:
+            assert error.message.startswith("line ")
+            continue
+        lines = data.count(b"\n") + data.count(b"\r") + 2
+        for problem in found.strays + [p for e in found.evaluations for p in e.problems]:
+            line = int(problem.split(":", 1)[0].removeprefix("line "))
+            assert 1 <= line <= lines, problem

@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ces_eval.core import pages
 from ces_eval.core.exchange import linear16
@@ -274,3 +276,22 @@ def test_a_bad_voice_test_is_refused(
             "ces.googleapis.com/EvaluationPersona",
             f"{APP}/evaluationPersonas/grumpy",
         )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.binary(max_size=80),
+        st.binary(max_size=60).map(lambda tail: b"RIFF\x10\x00\x00\x00WAVE" + tail),
+        st.tuples(st.integers(0, 0xFFFF), st.integers(0, 8), st.integers(0, 200_000)).map(
+            lambda f: _wav(bytes(6), encoding=f[0], channels=f[1], rate=f[2])
+        ),
+    )
+)
+def test_any_bytes_are_audio_or_refused(data: bytes) -> None:
+    """Any content is LINEAR16 (an even number of bytes, a rate in range) or an AudioError."""
+    try:
+        audio = linear16.read(data)
+    except linear16.AudioError:
+        return
+    assert len(audio.pcm) % 2 == 0 and 8_000 <= audio.sample_rate <= 192_000

@@ -65,6 +65,8 @@ EXPECTED = {
     "Operations_GetOperation": ("get", f"/v1beta{OPERATION}"),
     "Operations_DeleteOperation": ("delete", f"/v1beta{OPERATION}"),
     "Operations_CancelOperation": ("post", f"/v1beta{OPERATION}:cancel"),
+    "Locations_GetLocation": ("get", f"/v1beta{LOCATION}"),
+    "Locations_ListLocations": ("get", "/v1beta/projects/{project}/locations"),
 }
 
 # operationId → query parameters besides $alt.
@@ -98,6 +100,8 @@ QUERY = {
     "Operations_GetOperation": [],
     "Operations_DeleteOperation": [],
     "Operations_CancelOperation": [],
+    "Locations_GetLocation": [],
+    "Locations_ListLocations": ["filter", "pageSize", "pageToken"],
 }
 
 RESPONSES = {
@@ -118,6 +122,8 @@ RESPONSES = {
     "EmulatorService_ResetProject": "ces_eval.emulator.v1.ResetProjectResponse",
     "Operations_ListOperations": "google.longrunning.ListOperationsResponse",
     "Operations_GetOperation": "google.longrunning.Operation",
+    "Locations_GetLocation": "google.cloud.location.Location",
+    "Locations_ListLocations": "google.cloud.location.ListLocationsResponse",
 }
 EMPTY_RESPONSES = {
     "EvaluationService_DeleteEvaluation",
@@ -436,7 +442,7 @@ def test_operation_texts_and_tags() -> None:
     assert _operation("EmulatorService_ResetProject")["tags"] == ["EmulatorService"]
     tags = {tag["name"]: tag for tag in _doc()["tags"]}
     assert tags["EvaluationService"]["description"] == comments()[f"{V1B}.EvaluationService"]
-    assert set(tags) == {"EvaluationService", "Operations", "EmulatorService"}
+    assert set(tags) == {"EvaluationService", "Operations", "Locations", "EmulatorService"}
 
 
 def test_fresh_document_each_call() -> None:

@@ -278,8 +278,9 @@ def _document_groups(
             outcome.fail(f"{item.at}: the document holds this evaluation twice")
         else:
             groups[item.message.name] = _Group(item.message, [], item.at)
+    # Evaluations the document holds but that are unfit: their results fail with them.
     failed_parents = {
-        names.EVALUATION.format(**app, evaluation=e.message.name.rsplit("/", 1)[1])
+        e.message.name
         for e in evaluations
         if e.message is not None and e.message.name not in groups
     }

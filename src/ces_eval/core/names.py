@@ -29,6 +29,7 @@ __all__ = [
     "EVALUATION_RESULT",
     "WILDCARD",
     "ResourcePattern",
+    "foreign_id",
     "new_id",
     "of",
     "owned",
@@ -191,6 +192,12 @@ def validate_id(value: str, field: str) -> None:
         raise ServiceError.invalid_argument(
             f"{field}: {description}", [FieldViolation(field, description)]
         )
+
+
+def foreign_id(value: str) -> bool:
+    """Whether ``value`` may be the ID of a parent this service does not own (a project,
+    location or app): what :meth:`ResourcePattern.parse` accepts there."""
+    return _FOREIGN_SEGMENT.fullmatch(value) is not None
 
 
 def new_id() -> str:

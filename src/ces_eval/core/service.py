@@ -21,6 +21,7 @@ from ces_eval.core import (
     evaluations,
     exports,
     imports,
+    locations,
     longrunning,
     media,
     results,
@@ -59,6 +60,7 @@ _SERVICES: dict[str, dict[str, Rpc]] = {
         **media.RPCS,
     },
     "google.longrunning.Operations": longrunning.RPCS,
+    "google.cloud.location.Locations": locations.RPCS,
     "ces_eval.emulator.v1.EmulatorService": emulator.RPCS,
 }
 # gRPC path (``/package.Service/Method``, :func:`ces_eval.contract.schema.method_path`) →
@@ -87,9 +89,15 @@ class Core:
         export_root: Path = DEFAULT_EXPORT_ROOT,
         *,
         export_per_project: bool = False,
+        locations: tuple[str, ...] = (),
     ) -> None:
         self.context = Context(
-            storage, tokens, runner or OperationRunner(storage), export_root, export_per_project
+            storage,
+            tokens,
+            runner or OperationRunner(storage),
+            export_root,
+            export_per_project,
+            locations,
         )
 
     def handler(self, path: str) -> Handler:

@@ -149,6 +149,9 @@ class ScriptedStorage(abc.ABC):
     async def reset_project(self, project: str) -> ResetCounts:
         return await self._write(partial(_scripts.reset_project, self._sql, project))
 
+    async def locations(self, project: str) -> list[str]:
+        return await self._query(partial(_scripts.locations, self._sql, project))
+
     # -- generic tables ------------------------------------------------------------------------
 
     async def insert_row(self, table: Table[M], message: M) -> None:

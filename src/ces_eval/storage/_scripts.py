@@ -406,10 +406,24 @@ def list_results(sql: Sql, query: ListQuery) -> Script[list[tuple[bytes, Cursor]
     return [(bytes(data), Cursor(value, name)) for data, name, value in rows]
 
 
+def _under(prefix: str) -> str:
+    """The LIKE pattern (escape ``\\``) of the names starting with ``prefix``."""
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def locations(sql: Sql, project: str) -> Script[list[str]]:
+    """The location IDs the names of a project's evaluations, operations and generic tables'
+    resources use, sorted (results live under their evaluations)."""
+    prefix = f"projects/{project}/locations/"
+    kept = ["evaluations", "operations", *(table.name for table in tables.TABLES)]
+    params = [len(prefix) + 1, _under(prefix)] * len(kept)
+    rows = (yield Statement(sql.locations_used(kept), params)).rows
+    return sorted(str(location) for (location,) in rows if location)
+
+
 def reset_project(sql: Sql, project: str) -> Script[ResetCounts]:
     """Delete everything under ``projects/{project}/`` (results go with their evaluations)."""
-    prefix = f"projects/{project}/"
-    pattern = (prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",)
+    pattern = (_under(f"projects/{project}/"),)
     results = _first((yield Statement(sql.reset_count_results, pattern)))
     evaluations = (yield Statement(sql.reset_evaluations, pattern)).changed
     operations = (yield Statement(sql.reset_operations, pattern)).changed

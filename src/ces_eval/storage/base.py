@@ -211,6 +211,9 @@ class Storage(Protocol):
     async def reset_project(self, project: str) -> ResetCounts:
         """Delete everything stored under ``projects/{project}/``."""
 
+    async def locations(self, project: str) -> list[str]:
+        """The location IDs that names stored under ``projects/{project}/`` use, sorted."""
+
     # -- generic tables (ces_eval.storage.tables) ---------------------------------------------
 
     async def insert_row(self, table: Table[M], message: M) -> None:

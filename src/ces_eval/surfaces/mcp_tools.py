@@ -5,13 +5,14 @@ Streamable HTTP session manager in stateless mode with JSON responses (the initi
 of 2025-06-18/2025-11-25 and the per-request 2026-07-28 protocol alike), in process over the
 same service core as gRPC and REST.
 
-Tools are generated from the descriptors of ``google.cloud.ces.v1beta.EvaluationService`` and
-``google.longrunning.Operations``: one per method the core implements, named by the RPC in
-snake_case (``CreateEvaluation`` → ``create_evaluation``). The title is the first sentence of the
-method's proto comment, the description the whole comment. ``inputSchema`` is the request
-message's proto3-JSON Schema (parser view), ``outputSchema`` the response message's (printer
-view; ``google.protobuf.Empty`` is ``{"type": "object"}``), both JSON Schema 2020-12 with a
-``type: object`` root and ``$defs`` for the messages they reference.
+Tools are generated from the descriptors of ``google.cloud.ces.v1beta.EvaluationService``,
+``google.longrunning.Operations`` and ``google.cloud.location.Locations``: one per method the
+core implements, named by the RPC in snake_case (``CreateEvaluation`` → ``create_evaluation``).
+The title is the first sentence of the method's proto comment, the description the whole
+comment. ``inputSchema`` is the request message's proto3-JSON Schema (parser view),
+``outputSchema`` the response message's (printer view; ``google.protobuf.Empty`` is
+``{"type": "object"}``), both JSON Schema 2020-12 with a ``type: object`` root and ``$defs`` for
+the messages they reference.
 
 Annotations (all four always present; openWorldHint is false everywhere: the tools act on this
 closed local server only). The reference pages fix two rows, three POSTs say what they do (an
@@ -92,7 +93,11 @@ if TYPE_CHECKING:
 
 __all__ = ["McpEndpoint", "ToolSpec", "build_endpoint", "build_server", "guarded", "tool_specs"]
 
-TOOL_SERVICES = ("google.cloud.ces.v1beta.EvaluationService", "google.longrunning.Operations")
+TOOL_SERVICES = (
+    "google.cloud.ces.v1beta.EvaluationService",
+    "google.longrunning.Operations",
+    "google.cloud.location.Locations",
+)
 _EMPTY = "google.protobuf.Empty"
 _CALLER_KEY = "ces_eval.caller"
 _TEXT = (", ", ": ")  # the text block's JSON: json.dumps's default separators
