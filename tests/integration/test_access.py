@@ -19,6 +19,7 @@ from urllib.parse import quote
 import grpc
 import httpx
 import pytest
+from google.cloud.location import locations_pb2
 from google.longrunning import operations_pb2
 from google.protobuf import descriptor, json_format, message_factory
 from google.protobuf.message import Message
@@ -545,3 +546,39 @@ def test_a_wrong_verb_on_a_foreign_resource_is_403_and_on_ones_own_405(
         own = http.request("PUT", path, headers={"authorization": f"Bearer {ALICE}"})
         assert own.status_code == 405, own.text
         assert own.headers["allow"] == "GET, PATCH, DELETE"
+
+
+def test_audio_and_locations_stay_in_their_project(server: RunningServer, owned: Owned) -> None:
+    """An upload lands in its project's folder; bob can neither upload to alice's evaluation
+    nor see her project's locations; each project lists only the locations it uses."""
+    uploaded = _call(
+        server,
+        _method("UploadEvaluationAudio"),
+        service_pb2.UploadEvaluationAudioRequest(name=owned.evaluation.name, audio_content=b"\0\0"),
+        ALICE,
+    )
+    assert (server.export_dir / "proj-a" / uploaded.audio_gcs_uri.removeprefix("gs://")).is_file()
+    for method, request in (
+        (
+            "UploadEvaluationAudio",
+            service_pb2.UploadEvaluationAudioRequest(
+                name=owned.evaluation.name, audio_content=b"\0\0"
+            ),
+        ),
+        ("ListLocations", locations_pb2.ListLocationsRequest(name=PROJECT_A)),
+        ("GetLocation", locations_pb2.GetLocationRequest(name=LOCATION_A)),
+    ):
+        with pytest.raises(grpc.RpcError) as caught:
+            _call(server, _method(method), request, BOB)
+        assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED, method
+    mine = _call(
+        server, _method("ListLocations"), locations_pb2.ListLocationsRequest(name=PROJECT_A), ALICE
+    )
+    assert [x.name for x in mine.locations] == [LOCATION_A]
+    theirs = _call(
+        server,
+        _method("ListLocations"),
+        locations_pb2.ListLocationsRequest(name="projects/proj-b"),
+        BOB,
+    )
+    assert all(x.name.startswith("projects/proj-b/locations/") for x in theirs.locations)

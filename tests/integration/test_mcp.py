@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -379,3 +380,38 @@ def test_only_post_is_served_and_get_does_not_hang(server: RunningServer, verb: 
     assert response.status_code == 405
     assert response.headers["allow"] == "POST"
     assert response.json()["error"]["code"] == -32000
+
+
+def test_import_audio_and_location_tools(server: RunningServer) -> None:
+    """The tools of ImportEvaluations (an operation, awaited with wait_operation),
+    UploadEvaluationAudio, TestPersonaVoice and the Locations mixin, bytes as base64."""
+
+    async def scenario(client: Client) -> None:
+        call = Checked(client, (await client.list_tools()).tools)
+        csv = "display_name,turn_index,action_type,text\nSpoken,1,user_input,Hello\nBad,1,x,y\n"
+        operation = await call.ok(
+            "import_evaluations",
+            {"parent": APP, "csvContent": base64.b64encode(csv.encode()).decode()},
+        )
+        done = await call.ok("wait_operation", {"name": operation["name"], "timeout": "30s"})
+        response = done["response"]
+        assert response["@type"].endswith("ImportEvaluationsResponse")
+        assert [e["displayName"] for e in response["evaluations"]] == ["Spoken"]
+        assert response["importFailureCount"] == 1
+        assert response["errorMessages"][0].startswith("line 3: unknown action_type 'x'")
+        name = response["evaluations"][0]["name"]
+        audio = base64.b64encode(bytes(16_000)).decode()  # half a second at 16 kHz
+        uploaded = await call.ok("upload_evaluation_audio", {"name": name, "audioContent": audio})
+        assert (uploaded["duration"], uploaded["transcript"]) == ("0.500s", "Hello")
+        odd = await call.error("upload_evaluation_audio", {"name": name, "audioContent": "AA=="})
+        assert violations(odd) == ["audio_content"]
+        voice = await call.ok(
+            "test_persona_voice", {"app": APP, "personaId": "default", "text": "Hi"}
+        )
+        assert base64.b64decode(voice["audio"])[:4] == b"RIFF"
+        listed = await call.ok("list_locations", {"name": "projects/p"})
+        assert [x["locationId"] for x in listed["locations"]] == ["l"]
+        got = await call.ok("get_location", {"name": "projects/p/locations/l"})
+        assert got["name"] == "projects/p/locations/l"
+
+    run_with_client(server, scenario)
