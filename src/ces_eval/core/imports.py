@@ -255,11 +255,10 @@ def _csv_groups(data: bytes, parent: str, app: dict[str, str], outcome: _Outcome
                 item.problems.append(
                     f"line {item.line_of(violation.field)}: {where}: {violation.description}"
                 )
-        if item.problems:
+        if item.problems or evaluation is None:  # the reader made one unless a row was bad
             outcome.errors.extend(item.problems)
             outcome.failed += 1
             continue
-        assert evaluation is not None  # no problem: the reader made it
         groups.append(_Group(evaluation, [], f"line {item.line}"))
     return groups
 
@@ -300,10 +299,11 @@ def _document_groups(
     return list(groups.values())
 
 
-def _runs_hook(bundle: exchange.Bundle, outcome: _Outcome) -> None:
-    """EvaluationRuns of the document. An export document holds none yet: when ExportEvaluationRuns
-    writes runs into it (exchange.Bundle gains them), they are imported here, after the
-    evaluations and results they refer to, renamed into the app like results, listed in
+async def _import_runs(context: Context, bundle: exchange.Bundle, outcome: _Outcome) -> None:
+    """The hook for the EvaluationRuns of a document, called once its evaluations and results
+    are stored. An export document holds none yet: when ExportEvaluationRuns writes runs into
+    it (exchange.Bundle gains them), they are imported here, renamed into the app like results
+    (the results they list renamed with them), each in a transaction of its own, listed in
     ``evaluation_runs`` and counted in ``evaluation_run_import_failure_count``."""
 
 
@@ -462,6 +462,7 @@ async def import_evaluations(
     source = request.WhichOneof("source")
     outcome = _Outcome()
     groups: list[_Group] = []
+    bundle: exchange.Bundle | None = None
     # The source is read and checked before the operation starts: a request that cannot be
     # read at all fails at once; the operation reports what fails per evaluation.
     if source is None:
@@ -479,7 +480,6 @@ async def import_evaluations(
         else:
             bundle = await asyncio.to_thread(load_document, data, "gcs_uri")
             groups = await asyncio.to_thread(_document_groups, bundle, "gcs_uri", app, outcome)
-            _runs_hook(bundle, outcome)
     metadata = service_pb2.ImportEvaluationsOperationMetadata()
 
     async def work() -> service_pb2.ImportEvaluationsResponse:
@@ -487,6 +487,8 @@ async def import_evaluations(
             for message in ([group.evaluation] if group.evaluation else []) + group.results:
                 _stamped(message, caller.user)
             await _store(context, group, strategy, outcome, app)
+        if bundle is not None:
+            await _import_runs(context, bundle, outcome)
         metadata.status_message = (
             f"Imported {len(outcome.evaluations)} evaluations and {len(outcome.results)} "
             f"results; {outcome.skipped} skipped, {outcome.failed} evaluations and "
