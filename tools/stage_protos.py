@@ -1,7 +1,8 @@
 """Stage third-party .proto files into an ignored build folder for buf and the Node.js test.
 
 We never commit googleapis or protobuf sources (GUIDE §2). They come from the installed
-``googleapis-common-protos`` (google/api, google/rpc, google/longrunning, google/type) and
+``googleapis-common-protos`` (google/api, google/rpc, google/longrunning, google/type,
+google/cloud/location) and
 ``grpcio-tools`` (google/protobuf well-known types) distributions.
 
 googleapis-common-protos ships ``google/longrunning/operations.proto`` as ``operations_proto.proto``
@@ -32,7 +33,7 @@ def stage(destination: Path) -> int:
         shutil.rmtree(destination)
     count = 0
     sources = [
-        (_google_root(), ("api", "rpc", "longrunning", "type")),
+        (_google_root(), ("api", "rpc", "longrunning", "type", "cloud/location")),
         (Path(next(iter(grpc_tools.__path__))) / "_proto" / "google", ("protobuf",)),
     ]
     for root, packages in sources:

@@ -55,13 +55,15 @@ RETRY_AFTER_SECONDS = 1
 SERVER_TIMEOUT_HEADER = b"x-server-timeout"
 # Seconds with an optional fraction; digits are bounded so the value stays an exact float.
 _SECONDS = re.compile(r"[0-9]{1,9}(?:\.[0-9]{1,9})?")
-# Calls worth watching the connection for: ImportEvaluations parses a whole bundle; WaitOperation
+# Calls worth watching the connection for: both ImportEvaluations parse a whole document before
+# they answer (EvaluationService's before its operation starts); WaitOperation
 # waits by design (up to 10 minutes) should it ever get an HTTP binding (operations.proto gives it
 # none).
 WATCHED_METHODS = frozenset(
     {
         "/google.longrunning.Operations/WaitOperation",
         "/ces_eval.emulator.v1.EmulatorService/ImportEvaluations",
+        "/google.cloud.ces.v1beta.EvaluationService/ImportEvaluations",
     }
 )
 _SURFACE_NAMES = {"grpc": "gRPC", "rest": "REST", "mcp": "MCP"}

@@ -22,6 +22,7 @@ from typing import NoReturn
 
 from ces_eval import __version__, logs
 from ces_eval.contract import schema
+from ces_eval.core.names import foreign_id
 from ces_eval.server import ExitStatus, ServerConfig, StartupError, preflight, serve
 from ces_eval.surfaces.http_app import host_name, origin_key
 
@@ -65,6 +66,7 @@ def _serve(args: argparse.Namespace) -> int:
         http_port=args.http_port,
         database=args.database,
         export_dir=Path(args.export_dir),
+        locations=tuple(args.locations),
         operation_lease=args.operation_lease,
         auth_tokens=Path(args.auth_tokens) if args.auth_tokens else None,
         allow_unauthenticated=args.allow_unauthenticated,
@@ -185,6 +187,18 @@ def _host_names(text: str) -> tuple[str, ...]:
                 f"{name!r} is not a host name: expected a DNS name or an IP address, no port"
             )
     return names
+
+
+def _locations(text: str) -> tuple[str, ...]:
+    """``--locations``: one location ID or several, comma-separated."""
+    found = tuple(item.strip() for item in text.split(",") if item.strip())
+    for location in found:
+        if not foreign_id(location):
+            raise argparse.ArgumentTypeError(
+                f"{location!r} is not a location ID: a letter or digit, then up to 127 "
+                "letters, digits, '.', '_', '~' or '-'"
+            )
+    return found
 
 
 def _origins(text: str) -> tuple[str, ...]:
@@ -318,6 +332,15 @@ def _serve_parser(commands: argparse._SubParsersAction[_Parser]) -> argparse.Arg
         default=str(defaults.export_dir),
         metavar="DIR",
         help="folder standing in for Cloud Storage: gs://bucket/path is <export-dir>/bucket/path",
+    )
+    add(
+        "--locations",
+        action=_Repeated,
+        type=_locations,
+        default=defaults.locations,
+        metavar="ID",
+        help="locations every project has (ListLocations, GetLocation), besides those its "
+        "resources' names use; repeatable, or comma-separated",
     )
     add(
         "--operation-lease",

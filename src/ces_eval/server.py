@@ -81,6 +81,7 @@ class ServerConfig:
     http_port: int = 8080
     database: str = "sqlite:///./data/ces-eval.db"
     export_dir: Path = DEFAULT_EXPORT_ROOT
+    locations: tuple[str, ...] = ()  # --locations: every project has these (core/locations.py)
     operation_lease: float = 30.0
     auth_tokens: Path | None = None  # the --auth-tokens file (docs/security.md)
     allow_unauthenticated: bool = False
@@ -496,6 +497,7 @@ async def _serve(
             runner,
             config.export_dir,
             export_per_project=tokens is not None,
+            locations=config.locations,
         ),
         tokens,
         log,

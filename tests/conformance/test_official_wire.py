@@ -207,3 +207,16 @@ def test_operations_bindings_match_the_official_client(rpc: str) -> None:
     rule = schema.http_rule(method)
     assert rule is not None
     assert [_http_rule(rule)] == contract.official().operations_http[rpc]
+
+
+@pytest.mark.parametrize("rpc", ["GetLocation", "ListLocations"])
+def test_locations_bindings_match_the_official_client(rpc: str) -> None:
+    """The Locations mixin, rebound like Operations: the paths of the official REST transport,
+    at the gRPC path its gRPC transport calls (official_routes.json)."""
+    method = next(m for s in schema.services() for m in s.methods if m.name == rpc)
+    assert method.containing_service.full_name == schema.LOCATIONS
+    rule = schema.http_rule(method)
+    assert rule is not None
+    assert [_http_rule(rule)] == contract.official().locations_http[rpc]
+    official = {m.path for m in schema.official_routes().methods}
+    assert schema.method_path(method) in official

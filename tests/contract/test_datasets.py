@@ -157,6 +157,29 @@ def test_deleting_an_evaluation_takes_it_out_of_its_datasets(
     run(_with(make_storage(), body))
 
 
+def test_an_evaluation_an_import_replaces_stays_in_its_datasets(
+    make_storage: Callable[[], Storage],
+) -> None:
+    async def body(storage: Storage) -> None:
+        await _evaluations(storage, "e1")
+        await storage.insert_dataset(dataset("d1", "D1", "e1"), "x1")
+        name = f"{APP}/evaluations/e1"
+        await storage.insert_result(result(name, "r1", 5), parent_etag="p1")
+        successor = evaluation(APP, "e1", "Imported", 9, etag="i1")
+        await storage.import_bundle([successor], [], replacing=[name])
+        stored = await storage.get_evaluation(name)
+        assert stored is not None and stored.display_name == "Imported"
+        assert list(stored.evaluation_datasets) == [f"{APP}/evaluationDatasets/d1"]
+        assert await storage.get_result(f"{name}/results/r1") is None
+        d1 = await storage.get_dataset(f"{APP}/evaluationDatasets/d1")
+        assert d1 is not None and list(d1.evaluations) == [name]
+        expr = filtering.parse(f'evaluation_datasets:"{APP}/evaluationDatasets/d1"')
+        query = ListQuery(APP, OrderBy(SortKey.NAME, descending=False), 10, filter=expr)
+        assert [e.name for e, _ in await storage.list_evaluations(query)] == [name]
+
+    run(_with(make_storage(), body))
+
+
 def test_a_dataset_is_served_with_its_evaluations_summed_metrics(
     make_storage: Callable[[], Storage],
 ) -> None:

@@ -21,7 +21,7 @@ import pytest
 from google.longrunning import operations_pb2
 from google.rpc import code_pb2, status_pb2
 
-from ces_eval.storage import _dialect
+from ces_eval.storage import _dialect, tables
 from ces_eval.storage.base import Conflict, EtagMismatch, Missing, Storage
 from ces_eval.storage.postgresql import PostgresStorage
 from ces_eval.storage.sqlite import SqliteStorage
@@ -215,3 +215,59 @@ def test_every_fixed_postgresql_statement_is_valid_sql(postgres_url: str) -> Non
             except psycopg.Error as error:
                 pytest.fail(f"{name}: {error}")
             connection.execute(f"DEALLOCATE s{index}".encode())
+
+
+def test_an_import_replaces_evaluations_in_its_transaction(
+    make_storage: Callable[[], Storage],
+) -> None:
+    """``replacing``: the stored evaluation and its results go, the imported one (same name,
+    new content) comes, all or nothing; a gone evaluation to replace is Missing."""
+
+    async def body(storage: Storage) -> None:
+        old = evaluation(APP, "e1", "Old", 1)
+        await storage.insert_evaluation(old)
+        await storage.insert_result(result(old.name, "r1", 2), "x")
+        await storage.insert_evaluation(evaluation(APP, "e2", "Taken", 1))
+        new = evaluation(APP, "e1", "New", 3, etag="n1")
+        # Nothing happens when the imported evaluation clashes with another one.
+        clash = evaluation(APP, "e1", "Taken", 3)
+        with pytest.raises(Conflict):
+            await storage.import_bundle([clash], [], replacing=[old.name])
+        assert await storage.get_result(f"{old.name}/results/r1") is not None
+        await storage.import_bundle([new], [result(old.name, "r9", 4)], replacing=[old.name])
+        stored = await storage.get_evaluation(old.name)
+        assert stored is not None and stored.display_name == "New" and stored.etag == "n1"
+        assert await storage.get_result(f"{old.name}/results/r1") is None
+        assert await storage.get_result(f"{old.name}/results/r9") is not None
+        with pytest.raises(Missing) as gone:
+            await storage.import_bundle([], [], replacing=[f"{APP}/evaluations/nope"])
+        assert gone.value.name == f"{APP}/evaluations/nope"
+
+    _run(make_storage(), body)
+
+
+def test_locations_are_those_a_projects_names_use(make_storage: Callable[[], Storage]) -> None:
+    """Evaluations, operations and the generic tables' rows count; other projects do not, nor
+    does a project whose name merely starts alike (LIKE's wildcards are escaped)."""
+
+    async def body(storage: Storage) -> None:
+        assert await storage.locations("p1") == []
+        await storage.insert_evaluation(evaluation(APP, "e1", "One", 1))
+        await storage.insert_evaluation(
+            evaluation("projects/p1/locations/europe-west1/apps/a", "e1", "One", 1)
+        )
+        await storage.insert_evaluation(
+            evaluation("projects/p1x/locations/asia/apps/a", "e", "E", 1)
+        )
+        await storage.insert_evaluation(evaluation("projects/p_/locations/x_y/apps/a", "e", "E", 1))
+        operation = operations_pb2.Operation(name="projects/p1/locations/us-east1/operations/o1")
+        await storage.insert_operation(operation, "ExportEvaluations", "me", 30.0)
+        expectation = tables.EXPECTATIONS.message(
+            name="projects/p1/locations/zz/apps/a/evaluationExpectations/x", display_name="x"
+        )
+        await storage.insert_row(tables.EXPECTATIONS, expectation)
+        assert await storage.locations("p1") == ["europe-west1", "l", "us-east1", "zz"]
+        assert await storage.locations("p_") == ["x_y"]
+        assert await storage.locations("p") == []
+
+    _run(make_storage(), body)

@@ -49,6 +49,11 @@ def test_describe_lists_the_official_and_emulator_bindings() -> None:
             for rpc, rules in contract.official().operations_http.items()
             for http in rules
         }
+        | {
+            f"{http['method'].upper()} {http['uri']} google.cloud.location.Locations.{rpc}"
+            for rpc, rules in contract.official().locations_http.items()
+            for http in rules
+        }
         | EMULATOR_BINDINGS
     )
     assert lines == expected

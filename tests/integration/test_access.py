@@ -19,6 +19,7 @@ from urllib.parse import quote
 import grpc
 import httpx
 import pytest
+from google.cloud.location import locations_pb2
 from google.longrunning import operations_pb2
 from google.protobuf import descriptor, json_format, message_factory
 from google.protobuf.message import Message
@@ -86,8 +87,13 @@ def _methods() -> list[descriptor.MethodDescriptor]:
     return [m for s in schema.services() for m in s.methods if implements(m)]
 
 
-def _method(name: str) -> descriptor.MethodDescriptor:
-    return next(m for m in _methods() if m.name == name)
+def _method(name: str, service: str = "") -> descriptor.MethodDescriptor:
+    """The implemented method ``name`` (of ``service`` where two services have one)."""
+    return next(
+        m
+        for m in _methods()
+        if m.name == name and (not service or m.containing_service.name == service)
+    )
 
 
 def _status(error: grpc.RpcError) -> status_pb2.Status:
@@ -428,15 +434,23 @@ def test_exports_live_in_a_bucket_namespace_per_project(
     with pytest.raises(grpc.RpcError) as caught:
         _call(
             server,
-            _method("ImportEvaluations"),
+            _method("ImportEvaluations", "EmulatorService"),
             emulator_pb2.ImportEvaluationsRequest(parent=APP_B, gcs_uri=uri),
             BOB,
         )
     assert caught.value.code() == grpc.StatusCode.NOT_FOUND  # no such object for bob
     assert "not found" in (caught.value.details() or "")
+    with pytest.raises(grpc.RpcError) as official:  # nor through EvaluationService's import
+        _call(
+            server,
+            _method("ImportEvaluations", "EvaluationService"),
+            service_pb2.ImportEvaluationsRequest(parent=APP_B, gcs_uri=uri),
+            BOB,
+        )
+    assert official.value.code() == grpc.StatusCode.NOT_FOUND
     imported = _call(  # the owner project, by the admin token: the file is found
         server,
-        _method("ImportEvaluations"),
+        _method("ImportEvaluations", "EmulatorService"),
         emulator_pb2.ImportEvaluationsRequest(parent=f"{LOCATION_A}/apps/copy", gcs_uri=uri),
         ADMIN,
     )
@@ -589,3 +603,39 @@ def test_a_wrong_verb_on_a_foreign_resource_is_403_and_on_ones_own_405(
         own = http.request("PUT", path, headers={"authorization": f"Bearer {ALICE}"})
         assert own.status_code == 405, own.text
         assert own.headers["allow"] == "GET, PATCH, DELETE"
+
+
+def test_audio_and_locations_stay_in_their_project(server: RunningServer, owned: Owned) -> None:
+    """An upload lands in its project's folder; bob can neither upload to alice's evaluation
+    nor see her project's locations; each project lists only the locations it uses."""
+    uploaded = _call(
+        server,
+        _method("UploadEvaluationAudio"),
+        service_pb2.UploadEvaluationAudioRequest(name=owned.evaluation.name, audio_content=b"\0\0"),
+        ALICE,
+    )
+    assert (server.export_dir / "proj-a" / uploaded.audio_gcs_uri.removeprefix("gs://")).is_file()
+    for method, request in (
+        (
+            "UploadEvaluationAudio",
+            service_pb2.UploadEvaluationAudioRequest(
+                name=owned.evaluation.name, audio_content=b"\0\0"
+            ),
+        ),
+        ("ListLocations", locations_pb2.ListLocationsRequest(name=PROJECT_A)),
+        ("GetLocation", locations_pb2.GetLocationRequest(name=LOCATION_A)),
+    ):
+        with pytest.raises(grpc.RpcError) as caught:
+            _call(server, _method(method), request, BOB)
+        assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED, method
+    mine = _call(
+        server, _method("ListLocations"), locations_pb2.ListLocationsRequest(name=PROJECT_A), ALICE
+    )
+    assert [x.name for x in mine.locations] == [LOCATION_A]
+    theirs = _call(
+        server,
+        _method("ListLocations"),
+        locations_pb2.ListLocationsRequest(name="projects/proj-b"),
+        BOB,
+    )
+    assert all(x.name.startswith("projects/proj-b/locations/") for x in theirs.locations)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -33,6 +34,9 @@ EXPECTED_TOOLS = {
     "list_evaluation_datasets",
     "update_evaluation_dataset",
     "delete_evaluation_dataset",
+    "import_evaluations",
+    "upload_evaluation_audio",
+    "test_persona_voice",
     "get_evaluation_result",
     "list_evaluation_results",
     "delete_evaluation_result",
@@ -57,12 +61,17 @@ EXPECTED_TOOLS = {
     "delete_operation",
     "cancel_operation",
     "wait_operation",
+    "get_location",
+    "list_locations",
 }
 
 # (readOnly, destructive, idempotent, openWorld)
 EXPECTED_HINTS = {
     "list_evaluation_results": (True, False, True, False),
     "create_evaluation": (False, False, False, False),
+    "import_evaluations": (False, True, False, False),
+    "upload_evaluation_audio": (False, True, False, False),
+    "test_persona_voice": (True, False, True, False),
     "get_evaluation": (True, False, True, False),
     "list_evaluations": (True, False, True, False),
     "update_evaluation": (False, True, False, False),
@@ -77,6 +86,7 @@ EXPECTED_HINTS = {
     "export_evaluation_runs": (False, False, False, False),
     "cancel_operation": (False, False, True, False),
     "get_operation": (True, False, True, False),
+    "list_locations": (True, False, True, False),
 }
 
 
@@ -175,14 +185,16 @@ def test_tools_list_names_annotations_and_schemas(server: RunningServer) -> None
 
 def test_no_tool_for_a_method_the_core_does_not_implement() -> None:
     """Tools are picked by the core's registry, not by what the descriptors declare: the
-    EvaluationService methods declared but not served yet (RunEvaluation, ImportEvaluations,
-    which EmulatorService also names, the EvaluationDataset methods, ...) have none."""
+    EvaluationService methods declared but not served yet (RunEvaluation, GenerateEvaluation,
+    ...) have none; EmulatorService's methods (its ImportEvaluations too) are not tools."""
     declared = schema.methods()
     unserved = {path for path in declared if path not in RPCS}
-    assert "/google.cloud.ces.v1beta.EvaluationService/ImportEvaluations" in unserved
+    assert "/google.cloud.ces.v1beta.EvaluationService/RunEvaluation" in unserved
     assert all(spec.rpc in RPCS for spec in tool_specs().values())
     assert not {spec.rpc for spec in tool_specs().values()} & unserved
-    assert not set(tool_specs()) & {"run_evaluation", "import_evaluations", "generate_evaluation"}
+    assert not set(tool_specs()) & {"run_evaluation", "generate_evaluation", "reset_project"}
+    emulator = "/ces_eval.emulator.v1.EmulatorService/ImportEvaluations"
+    assert tool_specs()["import_evaluations"].rpc != emulator
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
@@ -393,3 +405,38 @@ def test_only_post_is_served_and_get_does_not_hang(server: RunningServer, verb: 
     assert response.status_code == 405
     assert response.headers["allow"] == "POST"
     assert response.json()["error"]["code"] == -32000
+
+
+def test_import_audio_and_location_tools(server: RunningServer) -> None:
+    """The tools of ImportEvaluations (an operation, awaited with wait_operation),
+    UploadEvaluationAudio, TestPersonaVoice and the Locations mixin, bytes as base64."""
+
+    async def scenario(client: Client) -> None:
+        call = Checked(client, (await client.list_tools()).tools)
+        csv = "display_name,turn_index,action_type,text\nSpoken,1,user_input,Hello\nBad,1,x,y\n"
+        operation = await call.ok(
+            "import_evaluations",
+            {"parent": APP, "csvContent": base64.b64encode(csv.encode()).decode()},
+        )
+        done = await call.ok("wait_operation", {"name": operation["name"], "timeout": "30s"})
+        response = done["response"]
+        assert response["@type"].endswith("ImportEvaluationsResponse")
+        assert [e["displayName"] for e in response["evaluations"]] == ["Spoken"]
+        assert response["importFailureCount"] == 1
+        assert response["errorMessages"][0].startswith("line 3: unknown action_type 'x'")
+        name = response["evaluations"][0]["name"]
+        audio = base64.b64encode(bytes(16_000)).decode()  # half a second at 16 kHz
+        uploaded = await call.ok("upload_evaluation_audio", {"name": name, "audioContent": audio})
+        assert (uploaded["duration"], uploaded["transcript"]) == ("0.500s", "Hello")
+        odd = await call.error("upload_evaluation_audio", {"name": name, "audioContent": "AA=="})
+        assert violations(odd) == ["audio_content"]
+        voice = await call.ok(
+            "test_persona_voice", {"app": APP, "personaId": "default", "text": "Hi"}
+        )
+        assert base64.b64decode(voice["audio"])[:4] == b"RIFF"
+        listed = await call.ok("list_locations", {"name": "projects/p"})
+        assert [x["locationId"] for x in listed["locations"]] == ["l"]
+        got = await call.ok("get_location", {"name": "projects/p/locations/l"})
+        assert got["name"] == "projects/p/locations/l"
+
+    run_with_client(server, scenario)

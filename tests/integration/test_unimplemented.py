@@ -51,7 +51,8 @@ def expected_message(path: str) -> str:
 
 def test_the_unserved_set_is_not_empty() -> None:
     names = {m["name"] for m in UNSERVED}
-    assert {"RunEvaluation", "GetLocation", "ListLocations"} <= names
+    assert {"RunEvaluation", "GenerateEvaluation"} <= names
+    assert not {"GetLocation", "ListLocations", "ImportEvaluations"} & names  # served
     assert {path for path, *_ in BINDINGS} == {m["path"] for m in UNSERVED if m["http"]}
 
 

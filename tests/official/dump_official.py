@@ -197,10 +197,15 @@ def main() -> int:
         name: getattr(base, f"_Base{name}")._get_http_options()
         for name in ("GetOperation", "ListOperations", "DeleteOperation", "CancelOperation")
     }
+    locations_http = {
+        name: getattr(base, f"_Base{name}")._get_http_options()
+        for name in ("GetLocation", "ListLocations")
+    }
     json.dump(
         {
             "rpcs": rpcs,
             "operations_http": operations_http,
+            "locations_http": locations_http,
             "roots": sorted({r.full_name for r in roots}),
             "file_descriptor_set": base64.b64encode(files.SerializeToString()).decode(),
         },

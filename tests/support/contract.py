@@ -30,6 +30,7 @@ SERVICE = "google.cloud.ces.v1beta.EvaluationService"
 class Official:
     rpcs: dict[str, dict[str, Any]]
     operations_http: dict[str, list[dict[str, str]]]
+    locations_http: dict[str, list[dict[str, str]]]
     roots: list[str]
     files: descriptor_pb2.FileDescriptorSet
     pool: descriptor_pool.DescriptorPool
@@ -68,6 +69,7 @@ def official() -> Official:
     return Official(
         rpcs=data["rpcs"],
         operations_http=data["operations_http"],
+        locations_http=data["locations_http"],
         roots=data["roots"],
         files=files,
         pool=load_pool(files),

@@ -58,6 +58,7 @@ def test_help_names_every_variable_and_default(capsys: pytest.CaptureFixture[str
         ("database", "sqlite:///:memory:", "sqlite:///:memory:"),
         ("database", "postgresql://u@db:5432/x", "postgresql://u@db:5432/x"),
         ("export_dir", "exports-here", "exports-here"),
+        ("locations", "us-central1, europe-west1", ("us-central1", "europe-west1")),
         ("operation_lease", "2.5", 2.5),
         ("workers", "3", 3),
         ("auth_tokens", "tokens.yaml", "tokens.yaml"),
@@ -90,6 +91,11 @@ def test_a_flag_beats_its_variable() -> None:
     assert parse(["serve", "--http-port", "0"], {"CES_EVAL_HTTP_PORT": "bad"}).http_port == 0
 
 
+def test_locations_repeat_and_split() -> None:
+    args = parse(["serve", "--locations", "a,b", "--locations", "c"], {})
+    assert tuple(args.locations) == ("a", "b", "c")
+
+
 def test_without_either_the_defaults_hold() -> None:
     args = parse(["serve"], {})
     defaults = ServerConfig()
@@ -111,6 +117,7 @@ def test_without_either_the_defaults_hold() -> None:
         ("database", "mysql://h/db", "is not a database URL"),
         ("operation_lease", "0", "is not a lease"),
         ("workers", "0", "is not a worker count"),
+        ("locations", "us/central", "'us/central' is not a location ID"),
         ("max_concurrent_requests", "-1", "is not a request limit"),
         ("max_connections", "0", "is not a connection limit"),
         ("header_timeout", "0", "is not a timeout"),

@@ -21,6 +21,7 @@ from ces_eval.storage.sqlite import SqliteStorage
 
 APP = "projects/p/locations/l/apps/a"
 ME = Caller("me@example.com")
+EMULATOR_IMPORT = "/ces_eval.emulator.v1.EmulatorService/ImportEvaluations"
 Result = evaluation_pb2.EvaluationResult
 
 
@@ -37,7 +38,11 @@ class Harness:
         return self.loop.run_until_complete(awaitable)
 
     def call(self, method: str, request: Any, caller: Caller = ME) -> Any:
-        handler: Callable[[Any, Caller], Awaitable[Any]] = getattr(self.core, method)
+        # By snake_case name, or by gRPC path where two services share the name
+        # (EMULATOR_IMPORT: the emulator's ImportEvaluations).
+        handler: Callable[[Any, Caller], Awaitable[Any]] = (
+            self.core.handler(method) if method.startswith("/") else getattr(self.core, method)
+        )
         return self.run(handler(request, caller))
 
     def error(self, method: str, request: Any) -> ServiceError:

@@ -20,7 +20,7 @@ from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
-from tests.unit.test_core import APP, Harness, violations
+from tests.unit.test_core import APP, EMULATOR_IMPORT, Harness, violations
 
 Dataset = evaluation_pb2.EvaluationDataset
 Result = evaluation_pb2.EvaluationResult
@@ -337,7 +337,7 @@ def test_an_import_drops_the_evaluations_datasets(core: Datasets) -> None:
         ],
     }
     core.call(
-        "import_evaluations",
+        EMULATOR_IMPORT,
         emulator_pb2.ImportEvaluationsRequest(parent=APP, content=json.dumps(document).encode()),
     )
     assert core.memberships("imported") == []

@@ -407,7 +407,11 @@ class Service:
         self.core = Core(self.storage, pages.PageTokens(secret))
 
     def call(self, method: str, request: Message) -> Any:
-        return self.loop.run_until_complete(getattr(self.core, method)(request, Caller()))
+        """``method``: the core's snake_case name of an RPC, or its gRPC path."""
+        handler = (
+            self.core.handler(method) if method.startswith("/") else getattr(self.core, method)
+        )
+        return self.loop.run_until_complete(handler(request, Caller()))
 
     def violations(self, method: str, request: Message) -> list[FieldViolation]:
         with pytest.raises(ServiceError) as raised:
@@ -480,7 +484,9 @@ def test_imports_are_limited_and_import_nothing(service: Service) -> None:
     request = emulator_pb2.ImportEvaluationsRequest(
         parent=APP, content=json.dumps(document).encode()
     )
-    [violation] = service.violations("import_evaluations", request)
+    [violation] = service.violations(
+        "/ces_eval.emulator.v1.EmulatorService/ImportEvaluations", request
+    )
     assert (violation.field, violation.reason) == (
         "content.evaluations[1].display_name",
         "TOO_LONG",

@@ -43,7 +43,7 @@ JSON_FILE = ROOT / "generated" / "official_routes.json"
 EVALUATION_SERVICE = "google.cloud.ces.v1beta.EvaluationService"
 APP = "/v1beta/projects/p/locations/l/apps/a"
 RUN_EVALUATION = "google.cloud.ces.v1beta.EvaluationService/RunEvaluation"
-GET_LOCATION = "google.cloud.location.Locations/GetLocation"
+GENERATE_EVALUATION = "google.cloud.ces.v1beta.EvaluationService/GenerateEvaluation"
 _VARIABLE = re.compile(r"\{([^}=]+)(?:=([^}]*))?\}")
 
 
@@ -181,9 +181,10 @@ def test_unserved_set_is_official_minus_ours() -> None:
     assert compiled == expected
     served = {route.path for route in router.routes}
     assert not served & {path for path, *_ in expected}
-    # RunEvaluation (declared, not implemented) and the Locations mixin (not declared) are
-    # official, not served (yet).
-    assert {path for path, *_ in expected} >= {f"/{RUN_EVALUATION}", f"/{GET_LOCATION}"}
+    # RunEvaluation and GenerateEvaluation (declared, not implemented) are official, not
+    # served (yet); the Locations mixin is served.
+    assert {path for path, *_ in expected} >= {f"/{RUN_EVALUATION}", f"/{GENERATE_EVALUATION}"}
+    assert "/google.cloud.location.Locations/GetLocation" in served
     assert f"/{RUN_EVALUATION}" in declared_unserved()
     # Every declared method without an implementation is official, and so has 501 routes.
     assert declared_unserved() <= {path for path, *_ in expected}
@@ -234,8 +235,9 @@ def test_openapi_lists_no_unserved_route() -> None:
     assert "EvaluationService_GenerateEvaluation" in unserved
     assert "EvaluationService_CreateEvaluation" in operations
     assert not operations & unserved
-    assert not [p for p in document["paths"] if p.endswith((":runEvaluation", "/locations"))]
-    assert not [p for p in document["paths"] if p.endswith(":generateEvaluation")]
+    assert not [
+        p for p in document["paths"] if p.endswith((":runEvaluation", ":generateEvaluation"))
+    ]
 
 
 # -- generation -------------------------------------------------------------------------------
@@ -286,10 +288,9 @@ def test_generate_says_when_the_client_environment_is_missing(
 def test_unserved_routes_answer_501_naming_the_method(tmp_path: Path) -> None:
     async def scenario(client: httpx.AsyncClient) -> None:
         assert_unimplemented(await client.post(f"{APP}:runEvaluation", json={}), RUN_EVALUATION)
-        assert_unimplemented(await client.get("/v1beta/projects/p/locations/l"), GET_LOCATION)
         assert_unimplemented(
-            await client.get("/v1beta/projects/p/locations"),
-            "google.cloud.location.Locations/ListLocations",
+            await client.post(f"{APP}/conversations/c:generateEvaluation", json={}),
+            GENERATE_EVALUATION,
         )
         assert_unimplemented(
             await client.post(f"{APP}/conversations/c:generateEvaluation?bogus=x", json={}),
@@ -421,8 +422,12 @@ def test_unserved_routes_authenticate_first(tmp_path: Path) -> None:
             headers = {"Authorization": f"Bearer {ALICE}"}
             own = "/v1beta/projects/proj-a/locations/l/apps/a:runEvaluation"
             assert_unimplemented(await client.post(own, json={}, headers=headers), RUN_EVALUATION)
-            foreign = "/v1beta/projects/proj-b/locations/l"
-            assert_unimplemented(await client.get(foreign, headers=headers), GET_LOCATION)
+            foreign = (
+                "/v1beta/projects/proj-b/locations/l/apps/a/conversations/c:generateEvaluation"
+            )
+            assert_unimplemented(
+                await client.post(foreign, json={}, headers=headers), GENERATE_EVALUATION
+            )
             wrong_verb = await client.delete(foreign, headers=headers)
             assert wrong_verb.status_code == 405
 

@@ -56,6 +56,9 @@ EXPECTED = {
     "EvaluationService_UpdateEvaluationDataset": ("patch", f"/v1beta{DATASET}"),
     "EvaluationService_DeleteEvaluationDataset": ("delete", f"/v1beta{DATASET}"),
     "EvaluationService_ExportEvaluations": ("post", f"/v1beta{APP}/evaluations:export"),
+    "EvaluationService_ImportEvaluations": ("post", f"/v1beta{APP}:importEvaluations"),
+    "EvaluationService_UploadEvaluationAudio": ("post", f"/v1beta{EVAL}:uploadEvaluationAudio"),
+    "EvaluationService_TestPersonaVoice": ("post", f"/v1beta{APP}:testPersonaVoice"),
     "EvaluationService_GetEvaluationResult": ("get", f"/v1beta{RESULT}"),
     "EvaluationService_ListEvaluationResults": ("get", f"/v1beta{EVAL}/results"),
     "EvaluationService_DeleteEvaluationResult": ("delete", f"/v1beta{RESULT}"),
@@ -98,6 +101,8 @@ EXPECTED = {
     "Operations_GetOperation": ("get", f"/v1beta{OPERATION}"),
     "Operations_DeleteOperation": ("delete", f"/v1beta{OPERATION}"),
     "Operations_CancelOperation": ("post", f"/v1beta{OPERATION}:cancel"),
+    "Locations_GetLocation": ("get", f"/v1beta{LOCATION}"),
+    "Locations_ListLocations": ("get", "/v1beta/projects/{project}/locations"),
 }
 
 # operationId → query parameters besides $alt.
@@ -121,6 +126,9 @@ QUERY = {
     "EvaluationService_UpdateEvaluationDataset": ["updateMask"],
     "EvaluationService_DeleteEvaluationDataset": ["etag"],
     "EvaluationService_ExportEvaluations": [],
+    "EvaluationService_ImportEvaluations": [],
+    "EvaluationService_UploadEvaluationAudio": [],
+    "EvaluationService_TestPersonaVoice": [],
     "EvaluationService_GetEvaluationResult": [],
     "EvaluationService_ListEvaluationResults": ["pageSize", "pageToken", "filter", "orderBy"],
     "EvaluationService_DeleteEvaluationResult": [],
@@ -158,6 +166,8 @@ QUERY = {
     "Operations_GetOperation": [],
     "Operations_DeleteOperation": [],
     "Operations_CancelOperation": [],
+    "Locations_GetLocation": [],
+    "Locations_ListLocations": ["filter", "pageSize", "pageToken"],
 }
 
 RESPONSES = {
@@ -166,6 +176,9 @@ RESPONSES = {
     "EvaluationService_ListEvaluations": f"{V1B}.ListEvaluationsResponse",
     "EvaluationService_UpdateEvaluation": f"{V1B}.Evaluation",
     "EvaluationService_ExportEvaluations": "google.longrunning.Operation",
+    "EvaluationService_ImportEvaluations": "google.longrunning.Operation",
+    "EvaluationService_UploadEvaluationAudio": f"{V1B}.UploadEvaluationAudioResponse",
+    "EvaluationService_TestPersonaVoice": f"{V1B}.TestPersonaVoiceResponse",
     "EvaluationService_GetEvaluationResult": f"{V1B}.EvaluationResult",
     "EvaluationService_ListEvaluationResults": f"{V1B}.ListEvaluationResultsResponse",
     "EvaluationService_ExportEvaluationResults": "google.longrunning.Operation",
@@ -188,6 +201,8 @@ RESPONSES = {
     "EmulatorService_ResetProject": "ces_eval.emulator.v1.ResetProjectResponse",
     "Operations_ListOperations": "google.longrunning.ListOperationsResponse",
     "Operations_GetOperation": "google.longrunning.Operation",
+    "Locations_GetLocation": "google.cloud.location.Location",
+    "Locations_ListLocations": "google.cloud.location.ListLocationsResponse",
 }
 EMPTY_RESPONSES = {
     "EvaluationService_DeleteEvaluation",
@@ -506,7 +521,7 @@ def test_operation_texts_and_tags() -> None:
     assert _operation("EmulatorService_ResetProject")["tags"] == ["EmulatorService"]
     tags = {tag["name"]: tag for tag in _doc()["tags"]}
     assert tags["EvaluationService"]["description"] == comments()[f"{V1B}.EvaluationService"]
-    assert set(tags) == {"EvaluationService", "Operations", "EmulatorService"}
+    assert set(tags) == {"EvaluationService", "Operations", "Locations", "EmulatorService"}
 
 
 def test_fresh_document_each_call() -> None:

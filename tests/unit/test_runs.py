@@ -21,7 +21,7 @@ from ces_eval.errors import Code
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
-from tests.unit.test_core import APP, Harness, violations
+from tests.unit.test_core import APP, EMULATOR_IMPORT, Harness, violations
 
 Run = evaluation_pb2.EvaluationRun
 Result = evaluation_pb2.EvaluationResult
@@ -299,6 +299,6 @@ def test_the_document_carries_runs_and_the_emulators_import_refuses_them(
     document = exchange.dump(exchange.Bundle(runs=[run]), fmt)
     assert exchange.load(document) == exchange.Bundle(runs=[run])
     error = core.error(
-        "import_evaluations", emulator_pb2.ImportEvaluationsRequest(parent=APP, content=document)
+        EMULATOR_IMPORT, emulator_pb2.ImportEvaluationsRequest(parent=APP, content=document)
     )
     assert (error.code, violations(error)) == (Code.INVALID_ARGUMENT, ["content.evaluationRuns"])

@@ -14,6 +14,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from google.api import annotations_pb2, http_pb2
+from google.cloud.location import locations_pb2
 from google.longrunning import operations_proto_pb2
 
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from google.protobuf import descriptor
 
 __all__ = [
+    "LOCATIONS",
     "OFFICIAL_ROUTES",
     "OPERATIONS",
     "SPECIAL_JSON_TYPES",
@@ -67,38 +69,47 @@ class HttpBinding:
     body: str
 
 
-# google.longrunning.Operations carries generic rules (``/v1/{name=operations/**}``); each API
-# rebinds it in its service configuration. These are the CES bindings, as the official client's
-# REST transport uses them (WaitOperation has none: it is gRPC only).
-_OPERATIONS_RULES = {
-    "GetOperation": http_pb2.HttpRule(get="/v1beta/{name=projects/*/locations/*/operations/*}"),
-    "ListOperations": http_pb2.HttpRule(get="/v1beta/{name=projects/*/locations/*}/operations"),
-    "DeleteOperation": http_pb2.HttpRule(
-        delete="/v1beta/{name=projects/*/locations/*/operations/*}"
-    ),
-    "CancelOperation": http_pb2.HttpRule(
-        post="/v1beta/{name=projects/*/locations/*/operations/*}:cancel", body="*"
-    ),
-}
+# The mixins carry generic rules (``/v1/{name=operations/**}``, ``/v1/{name=locations/*}``); each
+# API rebinds them in its service configuration. These are the CES bindings, as the official
+# client's REST transport uses them (WaitOperation has none: it is gRPC only).
 OPERATIONS = "google.longrunning.Operations"
+LOCATIONS = "google.cloud.location.Locations"
+_MIXIN_RULES = {
+    OPERATIONS: {
+        "GetOperation": http_pb2.HttpRule(get="/v1beta/{name=projects/*/locations/*/operations/*}"),
+        "ListOperations": http_pb2.HttpRule(get="/v1beta/{name=projects/*/locations/*}/operations"),
+        "DeleteOperation": http_pb2.HttpRule(
+            delete="/v1beta/{name=projects/*/locations/*/operations/*}"
+        ),
+        "CancelOperation": http_pb2.HttpRule(
+            post="/v1beta/{name=projects/*/locations/*/operations/*}:cancel", body="*"
+        ),
+    },
+    LOCATIONS: {
+        "GetLocation": http_pb2.HttpRule(get="/v1beta/{name=projects/*/locations/*}"),
+        "ListLocations": http_pb2.HttpRule(get="/v1beta/{name=projects/*}/locations"),
+    },
+}
 
 
 @cache
 def services() -> tuple[descriptor.ServiceDescriptor, ...]:
     """The services this server implements: the public EvaluationService, the Operations
-    service of its long-running methods, and our emulator."""
+    service of its long-running methods, the Locations mixin, and our emulator."""
     return (
         evaluation_service_pb2.DESCRIPTOR.services_by_name["EvaluationService"],
         operations_proto_pb2.DESCRIPTOR.services_by_name["Operations"],
+        locations_pb2.DESCRIPTOR.services_by_name["Locations"],
         emulator_service_pb2.DESCRIPTOR.services_by_name["EmulatorService"],
     )
 
 
 def http_rule(method: descriptor.MethodDescriptor) -> http_pb2.HttpRule | None:
-    """The HTTP rule of ``method``: its ``google.api.http`` option, or for the Operations
-    service the CES service-configuration binding."""
-    if method.containing_service.full_name == OPERATIONS:
-        return _OPERATIONS_RULES.get(method.name)
+    """The HTTP rule of ``method``: its ``google.api.http`` option, or for a mixin
+    (Operations, Locations) the CES service-configuration binding."""
+    mixin = _MIXIN_RULES.get(method.containing_service.full_name)
+    if mixin is not None:
+        return mixin.get(method.name)
     options = method.GetOptions()
     if options.HasExtension(annotations_pb2.http):
         return options.Extensions[annotations_pb2.http]

@@ -37,6 +37,8 @@ class Context:
     # With ``--auth-tokens`` every project has a bucket namespace of its own (docs/security.md):
     # gs://b/p of project P is <export root>/P/b/p, so no token reaches another project's files.
     export_per_project: bool = False
+    # ``--locations``: location IDs every project has, besides those its resources use.
+    locations: tuple[str, ...] = ()
 
     def locate(self, gcs_uri: str, resource: str) -> objects.ObjectPath:
         """Where ``gcs_uri`` is for ``resource``'s project; raises ExchangeError."""

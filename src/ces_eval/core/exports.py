@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from ces_eval.access import Caller
     from ces_eval.core.context import Context, Rpc
 
-__all__ = ["RPCS", "refused"]
+__all__ = ["RPCS", "refused", "write_object"]
 
 _EXTENSIONS = {
     service_pb2.ExportOptions.ExportFormat.YAML: "yaml",
@@ -153,11 +153,20 @@ async def _deliver(
         return data, ""
     file_name = f"{prefix}-{names.new_id()}.{_EXTENSIONS.get(options.export_format, 'json')}"
     location = target.child(file_name)
-    owner = context.runner.export_owner()  # here, in the operation's own context
+    await write_object(context, location, data, "export_options.gcs_uri")
+    return b"", location.uri
+
+
+async def write_object(
+    context: Context, location: objects.ObjectPath, data: bytes, field: str
+) -> None:
+    """Write ``data`` atomically at ``location`` (named by request ``field``); a link on the
+    way is PERMISSION_DENIED, a write the disk refuses UNAVAILABLE (retryable)."""
+    owner = context.runner.export_owner()  # in an operation's own context: its name
     try:
         await asyncio.to_thread(objects.write_atomically, location, data, owner)
     except objects.PathRefused as error:
-        raise refused("export_options.gcs_uri", error, location.uri) from error
+        raise refused(field, error, location.uri) from error
     except OSError as error:
         # A full disk, a quota or a file size limit: retryable once space returns, and
         # write_atomically left nothing at the final path.
@@ -167,7 +176,6 @@ async def _deliver(
             "EXPORT_WRITE_FAILED",
             {"uri": location.uri},
         ) from error
-    return b"", location.uri
 
 
 def _answer(response_type: type[_Response], oneof: str, content: bytes, uri: str) -> _Response:

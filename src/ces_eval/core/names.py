@@ -23,11 +23,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "APP",
+    "CONVERSATION",
     "EVALUATION",
+    "EVALUATION_PERSONA",
     "EVALUATION_RESULT",
     "WILDCARD",
     "ResourcePattern",
     "by_type",
+    "foreign_id",
     "new_id",
     "of",
     "owned",
@@ -177,6 +180,8 @@ def by_type(resource_type: str) -> ResourcePattern | None:
 EVALUATION = of(evaluation_pb2.Evaluation)
 EVALUATION_RESULT = of(evaluation_pb2.EvaluationResult)
 APP = _definitions()["ces.googleapis.com/App"]
+CONVERSATION = _definitions()["ces.googleapis.com/Conversation"]
+EVALUATION_PERSONA = _definitions()["ces.googleapis.com/EvaluationPersona"]
 
 
 def owned(pattern: ResourcePattern) -> int:
@@ -199,6 +204,12 @@ def validate_id(value: str, field: str) -> None:
         raise ServiceError.invalid_argument(
             f"{field}: {description}", [FieldViolation(field, description)]
         )
+
+
+def foreign_id(value: str) -> bool:
+    """Whether ``value`` may be the ID of a parent this service does not own (a project,
+    location or app): what :meth:`ResourcePattern.parse` accepts there."""
+    return _FOREIGN_SEGMENT.fullmatch(value) is not None
 
 
 def new_id() -> str:

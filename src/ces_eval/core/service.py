@@ -22,7 +22,10 @@ from ces_eval.core import (
     evaluations,
     expectations,
     exports,
+    imports,
+    locations,
     longrunning,
+    media,
     results,
     runs,
     scheduled_runs,
@@ -61,8 +64,11 @@ _SERVICES: dict[str, dict[str, Rpc]] = {
         **scheduled_runs.RPCS,
         **datasets.RPCS,
         **runs.RPCS,
+        **imports.RPCS,
+        **media.RPCS,
     },
     "google.longrunning.Operations": longrunning.RPCS,
+    "google.cloud.location.Locations": locations.RPCS,
     "ces_eval.emulator.v1.EmulatorService": emulator.RPCS,
 }
 # gRPC path (``/package.Service/Method``, :func:`ces_eval.contract.schema.method_path`) →
@@ -79,10 +85,12 @@ RESOURCES = (
     datasets.DATASETS,
     runs.RUNS,
 )
-# ``core.create_evaluation``: each implemented RPC by its snake_case name, which no two share.
-_BY_METHOD_NAME = {snake_case(path.rsplit("/", 1)[1]): path for path in RPCS}
-if len(_BY_METHOD_NAME) != len(RPCS):  # pragma: no cover - a new RPC's name clashes
-    raise RuntimeError("two implemented RPCs share a name: Core.__getattr__ cannot tell them apart")
+# ``core.create_evaluation``: each implemented RPC by its snake_case name. Where two services
+# share a name (ImportEvaluations), the first service of _SERVICES keeps it (the official one);
+# the other is reached by its path (``core.handler(path)``).
+_BY_METHOD_NAME: dict[str, str] = {}
+for _path in RPCS:
+    _BY_METHOD_NAME.setdefault(snake_case(_path.rsplit("/", 1)[1]), _path)
 
 
 class Core:
@@ -96,9 +104,15 @@ class Core:
         export_root: Path = DEFAULT_EXPORT_ROOT,
         *,
         export_per_project: bool = False,
+        locations: tuple[str, ...] = (),
     ) -> None:
         self.context = Context(
-            storage, tokens, runner or OperationRunner(storage), export_root, export_per_project
+            storage,
+            tokens,
+            runner or OperationRunner(storage),
+            export_root,
+            export_per_project,
+            locations,
         )
 
     def handler(self, path: str) -> Handler:

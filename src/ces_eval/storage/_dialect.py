@@ -67,6 +67,7 @@ class Sql:
     serializes migrating processes, if any. ``recent_results_batch``: where the engine can,
     the newest results of a whole page of evaluations in one statement (parameters: the
     evaluations as an array, the count, the byte budget twice), rows of (evaluation, data).
+    ``find``: the function giving the position of a substring (``instr``, ``strpos``).
     """
 
     def __init__(
@@ -84,10 +85,11 @@ class Sql:
         migrations_table: str,
         record_migration: str,
         name_list: str,
+        find: str,
         migration_lock: str | None = None,
         recent_results_batch: str | None = None,
     ) -> None:
-        self.dialect = dialect
+        self.dialect, self.find = dialect, find
         self.json_param = json_param
         self.database_clock = database_clock
         self.migrations_table = migrations_table
@@ -295,6 +297,19 @@ class Sql:
             f"{column} = {self._param(column, json_columns)}" for column in columns
         )
         return f"UPDATE {table} SET {assignments} WHERE {where}"
+
+    def locations_used(self, tables: Sequence[str]) -> str:
+        """The distinct location IDs in the names of ``tables``' rows under one project: per
+        table, the parameters are the length of ``projects/{project}/locations/`` plus one and
+        the LIKE pattern of that prefix. Every name goes on past its location (``…/apps/…``,
+        ``…/operations/…``), so the ID ends at the next ``/``."""
+        p = self.p
+        rest = f"substr(name, CAST({p} AS INTEGER))"
+        union = " UNION ALL ".join(
+            f"SELECT {rest} AS rest FROM {table} WHERE name LIKE {p} ESCAPE '\\'"
+            for table in tables
+        )
+        return f"SELECT DISTINCT substr(rest, 1, {self.find}(rest, '/') - 1) FROM ({union}) AS used"
 
     def table(self, table: Table[Any]) -> TableSql:
         """The statements of a generic table (built at its first use, then kept)."""
@@ -533,6 +548,7 @@ SQLITE = Sql(
     ),
     record_migration="INSERT INTO schema_migrations VALUES (?, ?, strftime('%s','now'))",
     name_list="(SELECT value FROM json_each(?))",
+    find="instr",
 )
 # Any constant shared by every replica: the advisory lock that serializes migrations.
 _MIGRATION_LOCK = 0x6365735F6576616C  # "ces_eval"
@@ -572,6 +588,7 @@ POSTGRESQL = Sql(
     ),
     record_migration="INSERT INTO schema_migrations (version, name) VALUES (%s, %s)",
     name_list="(SELECT jsonb_array_elements_text(%s::jsonb))",
+    find="strpos",
     migration_lock=f"SELECT pg_advisory_xact_lock({_MIGRATION_LOCK})",
     recent_results_batch=_RECENT_RESULTS_BATCH,
 )

@@ -133,9 +133,17 @@ class ScriptedStorage(abc.ABC):
         results: Sequence[_Result],
         *,
         max_evaluation_bytes: int | None = None,
+        replacing: Sequence[str] = (),
     ) -> None:
         await self._write(
-            partial(_scripts.import_bundle, self._sql, evaluations, results, max_evaluation_bytes)
+            partial(
+                _scripts.import_bundle,
+                self._sql,
+                evaluations,
+                results,
+                max_evaluation_bytes,
+                replacing,
+            )
         )
 
     async def list_results(self, query: ListQuery) -> list[tuple[bytes, Cursor]]:
@@ -146,6 +154,9 @@ class ScriptedStorage(abc.ABC):
 
     async def reset_project(self, project: str) -> ResetCounts:
         return await self._write(partial(_scripts.reset_project, self._sql, project))
+
+    async def locations(self, project: str) -> list[str]:
+        return await self._query(partial(_scripts.locations, self._sql, project))
 
     # -- generic tables ------------------------------------------------------------------------
 

@@ -421,17 +421,33 @@ def import_bundle(
     evaluations: Sequence[_Evaluation],
     results: Sequence[_Result],
     max_bytes: int | None,
+    replacing: Sequence[str] = (),
 ) -> Script[None]:
-    """Insert the evaluations, lock every evaluation that receives results (in name order, so
-    that concurrent imports never wait on each other in a cycle), insert the results, then
-    derive each of those evaluations once, in the order the results first name them.
+    """Delete the evaluations ``replacing`` names (Missing when one is gone; their results go
+    with them, their dataset memberships pass to the imported evaluation of the same name),
+    insert the evaluations, lock every evaluation that receives results (in name
+    order, so that concurrent imports never wait on each other in a cycle), insert the results,
+    then derive each of those evaluations once, in the order the results first name them.
 
     A row that clashes with an earlier row of the bundle is a Conflict naming that row, found
     here before the database refuses it: once the transaction rolls back, the database can no
     longer say who held the name (:meth:`ScriptedStorage._conflict`)."""
+    # A replaced evaluation stays in the datasets that list it: its successor, of the same
+    # name, takes over its evaluation_datasets (the datasets are not written).
+    memberships: dict[str, list[str]] = {}
+    for name in sorted(replacing):
+        _, data = yield from _delete_locked(
+            sql.evaluation_lock_data, sql.evaluation_delete, name, None
+        )
+        memberships[name] = list(_Evaluation.FromString(bytes(data)).evaluation_datasets)
     bundle = _Bundle()
     for evaluation in evaluations:
         bundle.claim(evaluation.name, "/evaluations/", evaluation.display_name)
+        if memberships.get(evaluation.name):
+            successor = _Evaluation()
+            successor.CopyFrom(evaluation)
+            successor.evaluation_datasets[:] = memberships[evaluation.name]
+            evaluation = successor  # noqa: PLW2901 - the row written is the successor
         yield _insert_evaluation(sql, evaluation)
     touched = list(dict.fromkeys(r.name.rsplit("/results/", 1)[0] for r in results))
     stored: dict[str, str | None] = {}
@@ -458,10 +474,24 @@ def list_results(sql: Sql, query: ListQuery) -> Script[list[tuple[bytes, Cursor]
     return [(bytes(data), Cursor(value, name)) for data, name, value in rows]
 
 
+def _under(prefix: str) -> str:
+    """The LIKE pattern (escape ``\\``) of the names starting with ``prefix``."""
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def locations(sql: Sql, project: str) -> Script[list[str]]:
+    """The location IDs the names of a project's evaluations, operations and generic tables'
+    resources use, sorted (results live under their evaluations)."""
+    prefix = f"projects/{project}/locations/"
+    kept = ["evaluations", "operations", *(table.name for table in tables.TABLES)]
+    params = [len(prefix) + 1, _under(prefix)] * len(kept)
+    rows = (yield Statement(sql.locations_used(kept), params)).rows
+    return sorted(str(location) for (location,) in rows if location)
+
+
 def reset_project(sql: Sql, project: str) -> Script[ResetCounts]:
     """Delete everything under ``projects/{project}/`` (results go with their evaluations)."""
-    prefix = f"projects/{project}/"
-    pattern = (prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",)
+    pattern = (_under(f"projects/{project}/"),)
     results = _first((yield Statement(sql.reset_count_results, pattern)))
     evaluations = (yield Statement(sql.reset_evaluations, pattern)).changed
     operations = (yield Statement(sql.reset_operations, pattern)).changed

@@ -205,11 +205,14 @@ class Storage(Protocol):
         results: Sequence[evaluation_pb2.EvaluationResult],
         *,
         max_evaluation_bytes: int | None = None,
+        replacing: Sequence[str] = (),
     ) -> None:
         """Store evaluations (with their etags) and results in one transaction, then derive.
-        Raises Conflict (nothing stored) on a taken name or display name, Missing when a
-        result's evaluation is neither stored nor imported, TooLarge (nothing stored) for the
-        first evaluation the results would make too large."""
+        The stored evaluations named in ``replacing`` are deleted first (with their results),
+        in the same transaction: an import that overwrites them. Raises Conflict (nothing
+        stored) on a taken name or display name, Missing when a result's evaluation is neither
+        stored nor imported or an evaluation to replace is gone, TooLarge (nothing stored) for
+        the first evaluation the results would make too large."""
 
     async def list_results(self, query: ListQuery) -> list[tuple[bytes, Cursor]]:
         """Up to ``query.limit`` results after ``query.after``, each serialized as stored
@@ -220,6 +223,9 @@ class Storage(Protocol):
 
     async def reset_project(self, project: str) -> ResetCounts:
         """Delete everything stored under ``projects/{project}/``."""
+
+    async def locations(self, project: str) -> list[str]:
+        """The location IDs that names stored under ``projects/{project}/`` use, sorted."""
 
     # -- generic tables (ces_eval.storage.tables) ---------------------------------------------
 

@@ -5,22 +5,28 @@ Streamable HTTP session manager in stateless mode with JSON responses (the initi
 of 2025-06-18/2025-11-25 and the per-request 2026-07-28 protocol alike), in process over the
 same service core as gRPC and REST.
 
-Tools are generated from the descriptors of ``google.cloud.ces.v1beta.EvaluationService`` and
-``google.longrunning.Operations``: one per method the core implements, named by the RPC in
-snake_case (``CreateEvaluation`` → ``create_evaluation``). The title is the first sentence of the
-method's proto comment, the description the whole comment. ``inputSchema`` is the request
-message's proto3-JSON Schema (parser view), ``outputSchema`` the response message's (printer
-view; ``google.protobuf.Empty`` is ``{"type": "object"}``), both JSON Schema 2020-12 with a
-``type: object`` root and ``$defs`` for the messages they reference.
+Tools are generated from the descriptors of ``google.cloud.ces.v1beta.EvaluationService``,
+``google.longrunning.Operations`` and ``google.cloud.location.Locations``: one per method the
+core implements, named by the RPC in snake_case (``CreateEvaluation`` → ``create_evaluation``).
+The title is the first sentence of the method's proto comment, the description the whole
+comment. ``inputSchema`` is the request message's proto3-JSON Schema (parser view),
+``outputSchema`` the response message's (printer view; ``google.protobuf.Empty`` is
+``{"type": "object"}``), both JSON Schema 2020-12 with a ``type: object`` root and ``$defs`` for
+the messages they reference.
 
 Annotations (all four always present; openWorldHint is false everywhere: the tools act on this
-closed local server only). The reference pages fix two rows; the rest follow the HTTP binding:
+closed local server only). The reference pages fix two rows, three POSTs say what they do (an
+import may overwrite, an upload deletes the audio it replaces, a voice test changes nothing);
+the rest follow the HTTP binding:
 
 =============================  =========  ===========  ==========  ==========
 tool / HTTP binding            readOnly   destructive  idempotent  openWorld
 =============================  =========  ===========  ==========  ==========
 list_evaluation_results        true       false        true        false
 create_evaluation              false      false        false       false
+import_evaluations             false      true         false       false
+upload_evaluation_audio        false      true         false       false
+test_persona_voice             true       false        true        false
 GET (get_*, list_*)            true       false        true        false
 no HTTP binding (wait_*)       true       false        true        false
 DELETE (delete_*)              false      true         true        false
@@ -87,7 +93,11 @@ if TYPE_CHECKING:
 
 __all__ = ["McpEndpoint", "ToolSpec", "build_endpoint", "build_server", "guarded", "tool_specs"]
 
-TOOL_SERVICES = ("google.cloud.ces.v1beta.EvaluationService", "google.longrunning.Operations")
+TOOL_SERVICES = (
+    "google.cloud.ces.v1beta.EvaluationService",
+    "google.longrunning.Operations",
+    "google.cloud.location.Locations",
+)
 _EMPTY = "google.protobuf.Empty"
 _CALLER_KEY = "ces_eval.caller"
 _TEXT = (", ", ": ")  # the text block's JSON: json.dumps's default separators
@@ -101,10 +111,14 @@ class Hints:
     open_world: bool = False
 
 
-# The two rows the reference pages state; every other tool follows its HTTP binding.
+# The two rows the reference pages state and the POSTs whose effect their verb does not say;
+# every other tool follows its HTTP binding.
 _STATED = {
     "list_evaluation_results": Hints(read_only=True, destructive=False, idempotent=True),
     "create_evaluation": Hints(read_only=False, destructive=False, idempotent=False),
+    "import_evaluations": Hints(read_only=False, destructive=True, idempotent=False),
+    "upload_evaluation_audio": Hints(read_only=False, destructive=True, idempotent=False),
+    "test_persona_voice": Hints(read_only=True, destructive=False, idempotent=True),
 }
 
 

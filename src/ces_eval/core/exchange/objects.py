@@ -2,9 +2,10 @@
 
 :func:`locate` maps ``gs://bucket/path`` to ``<export root>/[namespace/]bucket/path``;
 :func:`write_atomically` writes an object so a reader never sees a half-written export,
-:func:`read_object` reads one, :func:`probe` checks a folder before an export starts, and none of
-them follows a symbolic link out of the export folder (docs/security.md). A temporary file names
-its owner, so that only a finished operation's leftovers are swept (:func:`sweep_temporary`).
+:func:`read_object` reads one, :func:`remove` deletes one, :func:`probe` checks a folder before
+an export starts, and none of them follows a symbolic link out of the export folder
+(docs/security.md). A temporary file names its owner, so that only a finished operation's
+leftovers are swept (:func:`sweep_temporary`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__ = [
     "locate",
     "probe",
     "read_object",
+    "remove",
     "sweep_temporary",
     "temporary_owners",
     "write_atomically",
@@ -257,6 +259,31 @@ def read_object(location: ObjectPath, limit: int) -> bytes:
     if len(data) > limit:
         raise too_large
     return data
+
+
+def remove(location: ObjectPath) -> bool:
+    """Delete the object at ``location``, reached without following links; False when there is
+    none. A link there is refused (:class:`PathRefused`), as is a folder or a special file."""
+    *_, name = location.parts
+    try:
+        folder = _descend(location, len(location.parts) - 1, create=False)
+    except ObjectMissing:
+        return False
+    try:
+        try:
+            status = os.stat(name, dir_fd=folder, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        if stat.S_ISLNK(status.st_mode):
+            raise _refusal(folder, name, location, len(location.parts))
+        if not stat.S_ISREG(status.st_mode):
+            raise PathRefused(f"{location.uri} is not an object.", link=False)
+        with contextlib.suppress(FileNotFoundError):  # removed meanwhile: gone either way
+            os.unlink(name, dir_fd=folder)
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+    return True
 
 
 def _fsync_folder(folder: Path) -> None:

@@ -1,0 +1,48 @@
+"""Google's official Python client lists and gets locations (the Locations mixin) over gRPC
+and REST (tests/official/locations_scenario.py), on a server configured with ``CES_EVAL_LOCATIONS``
+(``--locations``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import contract
+from tests.support.server import RunningServer, start_server
+
+pytestmark = pytest.mark.external
+
+
+@pytest.fixture(scope="module")
+def located(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    database = Path(tmp_path_factory.mktemp("locations")) / "ces-eval.db"
+    running = start_server(database, env={"CES_EVAL_LOCATIONS": "us-central1,europe-west1"})
+    try:
+        yield running
+    finally:
+        running.kill()
+
+
+@pytest.mark.parametrize("transport", ["grpc", "rest"])
+def test_locations_through_the_official_client(located: RunningServer, transport: str) -> None:
+    target = located.grpc_target if transport == "grpc" else located.http_base
+    completed = subprocess.run(
+        [
+            str(contract.CLIENT_PYTHON),
+            str(contract.ROOT / "tests" / "official" / "locations_scenario.py"),
+            transport,
+            target,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr + located.output()
+    steps = {s.pop("step"): s for s in map(json.loads, completed.stdout.splitlines())}
+    assert steps["list"]["locations"] == ["asia-east1", "europe-west1", "us-central1"]
+    assert steps["unknown"]["reason"] == "RESOURCE_NOT_FOUND"
