@@ -14,6 +14,7 @@ from google.longrunning import operations_pb2
 from ces_eval.core import pages
 from ces_eval.core.service import Core
 from ces_eval.errors import Code
+from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from tests.unit.test_core import APP, Harness
@@ -341,3 +342,64 @@ def test_a_request_that_cannot_start_fails_at_once(
     error = core.error("import_evaluations", request_)
     assert error.code is code
     assert [v.field for v in error.violations] == ([field] if field else [])
+
+
+def test_an_export_round_trip_restores_runs_too(core: Importer) -> None:
+    """Evaluations with their results exported, their runs exported beside: importing both
+    into a fresh app restores the runs (renamed into it) and the results still name them."""
+    evaluation = core.create("One", "e1")
+    run_name = f"{APP}/evaluationRuns/run-1"
+    core.call(
+        "create_evaluation_run",
+        emulator_pb2.CreateEvaluationRunRequest(
+            parent=APP,
+            evaluation_run_id="run-1",
+            evaluation_run=evaluation_pb2.EvaluationRun(
+                display_name="nightly",
+                evaluations=[evaluation.name],
+                evaluation_results=[f"{evaluation.name}/results/r1"],
+                state=evaluation_pb2.EvaluationRun.EvaluationRunState.COMPLETED,
+            ),
+        ),
+    )
+    core.seed(evaluation.name, "r1", evaluation_run=run_name)
+    evaluations_uri = _export(core, "gs://bucket/evaluations")
+    runs = core.finished(
+        core.call(
+            "export_evaluation_runs",
+            service_pb2.ExportEvaluationRunsRequest(
+                parent=APP,
+                names=[run_name],
+                export_options=service_pb2.ExportOptions(gcs_uri="gs://bucket/runs"),
+            ),
+        )
+    )
+    exported = service_pb2.ExportEvaluationRunsResponse()
+    assert runs.response.Unpack(exported)
+    runs_uri = exported.evaluation_runs_uri
+    assert runs_uri.startswith("gs://bucket/runs")
+    core.imported(Request(parent=OTHER_APP, gcs_uri=evaluations_uri))
+    response = core.imported(Request(parent=OTHER_APP, gcs_uri=runs_uri))
+    moved = f"{OTHER_APP}/evaluationRuns/run-1"
+    assert [r.name for r in response.evaluation_runs] == [moved]
+    assert response.evaluation_run_import_failure_count == 0
+    stored = core.call("get_evaluation_run", service_pb2.GetEvaluationRunRequest(name=moved))
+    assert stored.display_name == "nightly"
+    assert list(stored.evaluations) == [f"{OTHER_APP}/evaluations/e1"]
+    assert list(stored.evaluation_results) == [f"{OTHER_APP}/evaluations/e1/results/r1"]
+    result = core.call(
+        "get_evaluation_result",
+        service_pb2.GetEvaluationResultRequest(name=f"{OTHER_APP}/evaluations/e1/results/r1"),
+    )
+    assert result.evaluation_run == moved
+    # Again: the run's name is taken; it fails, or is skipped with SKIP.
+    again = core.imported(Request(parent=OTHER_APP, gcs_uri=runs_uri))
+    assert again.evaluation_run_import_failure_count == 1
+    skipped = core.imported(
+        Request(
+            parent=OTHER_APP,
+            gcs_uri=runs_uri,
+            import_options=Request.ImportOptions(conflict_resolution_strategy=Strategy.SKIP),
+        )
+    )
+    assert skipped.evaluation_run_import_failure_count == 0 and not skipped.evaluation_runs

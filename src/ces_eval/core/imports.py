@@ -32,13 +32,19 @@ from ces_eval.core.exchange import csv_dialect, objects
 from ces_eval.core.exports import refused
 from ces_eval.core.longrunning import location_of
 from ces_eval.core.results import RESULTS
+from ces_eval.core.runs import RUNS
 from ces_eval.core.stamps import new_etag, now
 from ces_eval.core.standard import invalid
-from ces_eval.core.validation import evaluation_violations, raise_if_invalid, with_size
+from ces_eval.core.validation import (
+    evaluation_violations,
+    raise_if_invalid,
+    seeded_violations,
+    with_size,
+)
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
-from ces_eval.storage import derived
+from ces_eval.storage import derived, tables
 from ces_eval.storage.base import Conflict, Missing, TooLarge
 
 if TYPE_CHECKING:
@@ -51,6 +57,7 @@ __all__ = ["RPCS", "Renamed", "read_import", "renamed"]
 
 _Evaluation = evaluation_pb2.Evaluation
 _Result = evaluation_pb2.EvaluationResult
+_Run = evaluation_pb2.EvaluationRun
 _Strategy = service_pb2.ImportEvaluationsRequest.ImportOptions.ConflictResolutionStrategy
 _OBJECT = "storage.googleapis.com/Object"  # Cloud Storage's resource type, for NOT_FOUND
 # Display names a DUPLICATE tries ("Name (2)", "Name (3)", ...) before it reports a failure.
@@ -126,6 +133,12 @@ def _unquoted(violation: FieldViolation) -> FieldViolation:
     )
 
 
+def _in_app(name: str, app: str) -> str:
+    """``name`` (``projects/…/apps/{app}/rest``) moved into ``app``; other text unchanged."""
+    _, sep, rest = name.partition("/apps/")
+    return f"{app}/{rest.split('/', 1)[1]}" if sep and "/" in rest else name
+
+
 def renamed(
     source: str, bundle: exchange.Bundle, app: dict[str, str]
 ) -> tuple[list[Renamed[_Evaluation]], list[Renamed[_Result]]]:
@@ -174,6 +187,9 @@ def renamed(
         copy_result.name = names.EVALUATION_RESULT.format(
             **app, evaluation=parts[-3], result=parts[-1]
         )
+        parent = names.APP.format(**app)
+        if copy_result.evaluation_run:  # the run moves into the app with it
+            copy_result.evaluation_run = _in_app(copy_result.evaluation_run, parent)
         violations = with_size(limits.check(copy_result, at), copy_result, at)
         results.append(checked(Renamed(at, copy_result), violations))
     return evaluations, results
@@ -202,11 +218,16 @@ class _Outcome:
     failed: int = 0
     failed_results: int = 0
     skipped: int = 0
+    runs: list[_Run] = field(default_factory=list)
+    failed_runs: int = 0
 
-    def fail(self, message: str, *, results: int = 0, evaluation: bool = True) -> None:
+    def fail(
+        self, message: str, *, results: int = 0, evaluation: bool = True, runs: int = 0
+    ) -> None:
         self.errors.append(message)
         self.failed += int(evaluation)
         self.failed_results += results
+        self.failed_runs += runs
 
 
 def _described(violations: list[FieldViolation]) -> str:
@@ -300,12 +321,47 @@ def _document_groups(
     return list(groups.values())
 
 
-async def _import_runs(context: Context, bundle: exchange.Bundle, outcome: _Outcome) -> None:
-    """The hook for the EvaluationRuns of a document, called once its evaluations and results
-    are stored. An export document holds none yet: when ExportEvaluationRuns writes runs into
-    it (exchange.Bundle gains them), they are imported here, renamed into the app like results
-    (the results they list renamed with them), each in a transaction of its own, listed in
-    ``evaluation_runs`` and counted in ``evaluation_run_import_failure_count``."""
+async def _import_runs(
+    context: Context,
+    bundle: exchange.Bundle,
+    strategy: int,
+    outcome: _Outcome,
+    app: dict[str, str],
+) -> None:
+    """The EvaluationRuns of a document, once its evaluations and results are stored: each
+    renamed into the app with the evaluations, dataset and results it names (their IDs kept,
+    as the results' are), checked as a seed is, stored in a transaction of its own. A run
+    whose name is taken is skipped with SKIP, else fails (runs are never overwritten or
+    duplicated: their results name them)."""
+    parent = names.APP.format(**app)
+    for index, run in enumerate(bundle.runs):
+        at = f"gcs_uri.evaluationRuns[{index}]"
+        bad = names.of(_Run).violation(run.name, f"{at}.name", owned=RUNS.owned, quote=False)
+        if bad is not None:
+            outcome.fail(f"{at}: {_described([bad])}", evaluation=False, runs=1)
+            continue
+        moved = _Run()
+        moved.CopyFrom(run)
+        moved.name = _in_app(run.name, parent)
+        moved.evaluations[:] = [_in_app(e, parent) for e in run.evaluations]
+        moved.evaluation_results[:] = [_in_app(r, parent) for r in run.evaluation_results]
+        if moved.evaluation_dataset:
+            moved.evaluation_dataset = _in_app(run.evaluation_dataset, parent)
+        if moved.scheduled_evaluation_run:
+            moved.scheduled_evaluation_run = _in_app(run.scheduled_evaluation_run, parent)
+        violations = seeded_violations(moved, at)
+        if violations:
+            outcome.fail(f"{at}: {_described(violations)}", evaluation=False, runs=1)
+            continue
+        try:
+            await context.storage.insert_row(tables.RUNS, moved)
+        except Conflict:
+            if strategy == _Strategy.SKIP:
+                outcome.skipped += 1
+                continue
+            outcome.fail(f"{at}: {moved.name} already exists.", evaluation=False, runs=1)
+            continue
+        outcome.runs.append(moved)
 
 
 def _settle(
@@ -410,14 +466,20 @@ def _response(outcome: _Outcome) -> service_pb2.ImportEvaluationsResponse:
     response = service_pb2.ImportEvaluationsResponse(
         evaluations=outcome.evaluations,
         evaluation_results=outcome.results,
+        evaluation_runs=outcome.runs,
         error_messages=shown,
         import_failure_count=outcome.failed,
         evaluation_result_import_failure_count=outcome.failed_results,
+        evaluation_run_import_failure_count=outcome.failed_runs,
     )
     if response.ByteSize() + _OPERATION_ENVELOPE <= limits.MAX_RESOURCE_BYTES:
         return response
     del response.evaluations[:]
     del response.evaluation_results[:]
+    del response.evaluation_runs[:]
+    response.evaluation_runs.extend(
+        _Run(name=r.name, display_name=r.display_name) for r in outcome.runs
+    )
     response.evaluations.extend(
         _Evaluation(name=e.name, display_name=e.display_name) for e in outcome.evaluations
     )
@@ -489,11 +551,12 @@ async def import_evaluations(
                 _stamped(message, caller.user)
             await _store(context, group, strategy, outcome, app)
         if bundle is not None:
-            await _import_runs(context, bundle, outcome)
+            await _import_runs(context, bundle, strategy, outcome, app)
         metadata.status_message = (
-            f"Imported {len(outcome.evaluations)} evaluations and {len(outcome.results)} "
-            f"results; {outcome.skipped} skipped, {outcome.failed} evaluations and "
-            f"{outcome.failed_results} results failed."
+            f"Imported {len(outcome.evaluations)} evaluations, {len(outcome.results)} "
+            f"results and {len(outcome.runs)} runs; {outcome.skipped} skipped, "
+            f"{outcome.failed} evaluations, {outcome.failed_results} results and "
+            f"{outcome.failed_runs} runs failed."
         )
         return _response(outcome)
 
