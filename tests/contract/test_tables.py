@@ -356,7 +356,7 @@ def test_reset_project_empties_every_table(make_storage: Callable[[], Storage]) 
             await storage.insert_row(table, sample(table, "r2", "Two", 1))
             await storage.insert_row(table, sample(table, "r1", "One", 1, app=OTHER_APP))
         counts = await storage.reset_project("p1")
-        assert dict(counts.others) == {table.name: 2 for table in TABLES}
+        assert dict(counts.others) == {table.collection: 2 for table in TABLES}
         for table in TABLES:
             assert await storage.get_row(table, f"{APP}/{collection(table)}/r1") is None
             kept = f"{OTHER_APP}/{collection(table)}/r1"

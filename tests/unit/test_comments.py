@@ -68,7 +68,7 @@ CASES = [
     ),
     pytest.param(
         "ces_eval.emulator.v1.EmulatorService.ResetProject",
-        "Deletes every evaluation, result and operation of one project.",
+        "Deletes every resource and operation of one project.",
         id="emulator-method",
     ),
     pytest.param(
@@ -112,7 +112,7 @@ def test_comment_of_descriptors() -> None:
     evaluation = evaluation_pb2.Evaluation.DESCRIPTOR
     assert comment(evaluation.oneofs_by_name["inputs"]) == comments()[f"{V1B}.Evaluation.inputs"]
     service = emulator_service_pb2.DESCRIPTOR.services_by_name["EmulatorService"]
-    assert comment(service.methods_by_name["ResetProject"]).startswith("Deletes every evaluation")
+    assert comment(service.methods_by_name["ResetProject"]).startswith("Deletes every resource")
     assert comment(evaluation_service_pb2.ExportEvaluationResultsOperationMetadata.DESCRIPTOR) == (
         "Metadata of the ExportEvaluationResults long-running operation."
     )

@@ -539,8 +539,23 @@ def test_seeded_result_defaults_and_output_fields(core: Harness) -> None:
 def test_reset_project(core: Harness) -> None:
     evaluation = core.create("E", "e")
     core.seed(evaluation.name, "r")
+    core.call(
+        "create_evaluation_expectation",
+        service_pb2.CreateEvaluationExpectationRequest(
+            parent=APP,
+            evaluation_expectation=evaluation_pb2.EvaluationExpectation(
+                display_name="X", llm_criteria={"prompt": "p"}
+            ),
+        ),
+    )
     response = core.call("reset_project", emulator_pb2.ResetProjectRequest(name="projects/p"))
     assert (response.deleted_evaluations, response.deleted_evaluation_results) == (1, 1)
+    assert dict(response.deleted_resources) == {
+        "evaluationExpectations": 1,
+        "evaluationDatasets": 0,
+        "scheduledEvaluationRuns": 0,
+        "evaluationRuns": 0,
+    }
     assert (
         core.error("reset_project", emulator_pb2.ResetProjectRequest(name="p")).code
         is Code.INVALID_ARGUMENT

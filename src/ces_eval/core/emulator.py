@@ -49,6 +49,7 @@ async def reset_project(
         deleted_evaluations=counts.evaluations,
         deleted_evaluation_results=counts.evaluation_results,
         deleted_operations=counts.operations,
+        deleted_resources=counts.others,
     )
 
 

@@ -497,7 +497,7 @@ def reset_project(sql: Sql, project: str) -> Script[ResetCounts]:
     operations = (yield Statement(sql.reset_operations, pattern)).changed
     others = {}
     for table in tables.TABLES:
-        others[table.name] = (yield Statement(sql.table(table).reset, pattern)).changed
+        others[table.collection] = (yield Statement(sql.table(table).reset, pattern)).changed
     return ResetCounts(
         evaluations=evaluations,
         evaluation_results=int(results[0]) if results else 0,

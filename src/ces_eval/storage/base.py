@@ -113,7 +113,8 @@ class ListQuery:
 
 @dataclass(frozen=True)
 class ResetCounts:
-    """What a project reset deleted; ``others``: rows per generic table (by table name)."""
+    """What a project reset deleted; ``others``: the resources of each generic table, by
+    collection ID (``evaluationRuns``)."""
 
     evaluations: int = 0
     evaluation_results: int = 0

@@ -180,25 +180,53 @@ class ResetProjectResponse(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class DeletedResourcesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     DELETED_EVALUATIONS_FIELD_NUMBER: _builtins.int
     DELETED_EVALUATION_RESULTS_FIELD_NUMBER: _builtins.int
     DELETED_OPERATIONS_FIELD_NUMBER: _builtins.int
+    DELETED_RESOURCES_FIELD_NUMBER: _builtins.int
     deleted_evaluations: _builtins.int
     """How many evaluations were deleted."""
     deleted_evaluation_results: _builtins.int
     """How many evaluation results were deleted."""
     deleted_operations: _builtins.int
     """How many long-running operations were deleted."""
+    @_builtins.property
+    def deleted_resources(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """How many of the other resources were deleted, by collection ID (evaluationExpectations,
+        evaluationDatasets, scheduledEvaluationRuns, evaluationRuns).
+        """
+
     def __init__(
         self,
         *,
         deleted_evaluations: _builtins.int = ...,
         deleted_evaluation_results: _builtins.int = ...,
         deleted_operations: _builtins.int = ...,
+        deleted_resources: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted_evaluation_results", b"deleted_evaluation_results", "deleted_evaluations", b"deleted_evaluations", "deleted_operations", b"deleted_operations"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deleted_evaluation_results", b"deleted_evaluation_results", "deleted_evaluations", b"deleted_evaluations", "deleted_operations", b"deleted_operations", "deleted_resources", b"deleted_resources"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -99,7 +99,7 @@ class EmulatorServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ResetProject(self, request, context):
-        """Deletes every evaluation, result and operation of one project.
+        """Deletes every resource and operation of one project.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

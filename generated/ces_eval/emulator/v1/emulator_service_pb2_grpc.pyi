@@ -58,7 +58,7 @@ class EmulatorServiceStub:
     the whole import with ALREADY_EXISTS.
     """
     ResetProject: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.ResetProjectRequest, _emulator_service_pb2.ResetProjectResponse]
-    """Deletes every evaluation, result and operation of one project."""
+    """Deletes every resource and operation of one project."""
 
 @_typing.type_check_only
 class EmulatorServiceAsyncStub(EmulatorServiceStub):
@@ -88,7 +88,7 @@ class EmulatorServiceAsyncStub(EmulatorServiceStub):
     the whole import with ALREADY_EXISTS.
     """
     ResetProject: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.ResetProjectRequest, _emulator_service_pb2.ResetProjectResponse]  # type: ignore[assignment]
-    """Deletes every evaluation, result and operation of one project."""
+    """Deletes every resource and operation of one project."""
 
 class EmulatorServiceServicer(metaclass=_abc_1.ABCMeta):
     """What a local stand-in for the EvaluationService needs and the public API lacks: results are
@@ -139,6 +139,6 @@ class EmulatorServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _emulator_service_pb2.ResetProjectRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_emulator_service_pb2.ResetProjectResponse, _abc.Awaitable[_emulator_service_pb2.ResetProjectResponse]]:
-        """Deletes every evaluation, result and operation of one project."""
+        """Deletes every resource and operation of one project."""
 
 def add_EmulatorServiceServicer_to_server(servicer: EmulatorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
