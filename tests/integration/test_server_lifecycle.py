@@ -36,6 +36,7 @@ def test_health_and_reflection(server: RunningServer) -> None:
         "google.cloud.ces.v1beta.EvaluationService",
         "ces_eval.emulator.v1.EmulatorService",
         "google.longrunning.Operations",
+        "google.cloud.location.Locations",
         "grpc.health.v1.Health",
         "grpc.reflection.v1alpha.ServerReflection",
     }

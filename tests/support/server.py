@@ -151,6 +151,10 @@ def start_server(
     reader.start()
     if not ready.wait(timeout) or not found:
         process.kill()
+        process.wait(timeout=30)
+        reader.join(timeout=30)
+        if process.stdout is not None:  # closed here, or the next test's GC warns about it
+            process.stdout.close()
         raise RuntimeError("ces-eval serve did not start:\n" + "".join(log))
     grpc_host, grpc_port, http_host, http_port = found
     server = RunningServer(
