@@ -29,6 +29,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from ces_eval.core import names, schedules, standard, validation
+from ces_eval.core.datasets import DATASETS
+from ces_eval.core.evaluations import EVALUATIONS
 from ces_eval.errors import FieldViolation
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.storage import tables
@@ -121,24 +123,22 @@ def _request_violations(
 
 
 async def _verify(context: Context, run: Scheduled) -> list[FieldViolation]:
-    """The evaluations (or the dataset) the request runs exist now."""
+    """The evaluations (or the dataset) the request runs exist now (their form and app were
+    checked by the field rules)."""
     request = run.request
     path = f"{_FIELD}.request"
-    found: list[FieldViolation] = []
-    missing: dict[str, bool] = {}
-    for index, name in enumerate(request.evaluations):
-        if name not in missing:
-            missing[name] = await context.storage.get_evaluation(name) is None
-        if missing[name]:
-            found.append(
-                FieldViolation(
-                    f"{path}.evaluations[{index}]", f"{name} does not exist.", "NOT_FOUND"
-                )
-            )
-    dataset = request.evaluation_dataset
-    if dataset and await context.storage.get_row(tables.DATASETS, dataset) is None:
-        found.append(
-            FieldViolation(f"{path}.evaluation_dataset", f"{dataset} does not exist.", "NOT_FOUND")
+    app = tables.parent_of(run.name)
+    found = await standard.references(
+        context, EVALUATIONS, request.evaluations, f"{path}.evaluations", app
+    )
+    if request.evaluation_dataset:
+        found += await standard.references(
+            context,
+            DATASETS,
+            [request.evaluation_dataset],
+            f"{path}.evaluation_dataset",
+            app,
+            repeated=False,
         )
     return found
 

@@ -271,22 +271,30 @@ def conflict(error: Conflict, resource: Resource[M], message: Message) -> Servic
 
 
 async def references(
-    context: Context, target: Resource[Any], values: Sequence[str], path: str, parent: str
+    context: Context,
+    target: Resource[Any],
+    values: Sequence[str],
+    path: str,
+    parent: str,
+    *,
+    repeated: bool = True,
 ) -> list[FieldViolation]:
     """Violations of ``values``, names of ``target`` resources that must exist under
     ``parent`` (the referring resource's own parent: references never leave the app): the
-    field ``path[i]`` of each malformed, foreign or missing one."""
+    field ``path[i]`` (``path`` for a singular field) of each malformed, foreign or missing
+    one (reason NOT_FOUND)."""
     violations = []
     kind = target.pattern.type.rsplit("/", 1)[-1]
     for index, value in enumerate(values):
-        field = f"{path}[{index}]"
+        field = f"{path}[{index}]" if repeated else path
         malformed = target.pattern.violation(value, field, owned=target.owned)
         if malformed is not None:
             violations.append(malformed)
         elif target.parent.format(**target.pattern.parse(value, field)) != parent:
             violations.append(FieldViolation(field, f"{value!r} is not a {kind} of {parent}."))
         elif await target.store.get(context.storage, value) is None:
-            violations.append(FieldViolation(field, f"{kind} {value} does not exist."))
+            description = f"{kind} {value} does not exist."
+            violations.append(FieldViolation(field, description, "NOT_FOUND"))
     return violations
 
 
