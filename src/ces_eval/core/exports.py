@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 from functools import partial
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ces_eval.contract import limits
 from ces_eval.core import exchange, names
 from ces_eval.core.exchange import objects
 from ces_eval.core.longrunning import location_of
+from ces_eval.core.results import RESULTS
 from ces_eval.core.runs import RUNS
 from ces_eval.core.standard import invalid
 from ces_eval.core.validation import raise_if_invalid
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
     from ces_eval.access import Caller
     from ces_eval.core.context import Context, Rpc
+    from ces_eval.core.standard import Resource
 
 __all__ = ["RPCS", "refused", "write_object"]
 
@@ -270,6 +272,34 @@ async def export_evaluations(
     )
 
 
+async def _export_each(
+    context: Context,
+    kind: str,
+    resource: Resource[Any],
+    request: service_pb2.ExportEvaluationResultsRequest | service_pb2.ExportEvaluationRunsRequest,
+) -> operations_pb2.Operation:
+    """ExportEvaluation{Results,Runs} (``kind``: ``results`` or ``runs``): the resources the
+    request names (each must exist: a missing one fails the operation with NOT_FOUND naming
+    it) as the ``kind`` part of an export document; its response and metadata are the RPC's
+    own."""
+    parent, options = request.parent, request.export_options
+    await _check_export_target(context, options, parent)
+    wanted = list(dict.fromkeys(request.names))
+    rpc = f"ExportEvaluation{kind.title()}"
+    response_class: type[Message] = getattr(service_pb2, f"{rpc}Response")
+
+    async def work() -> Message:
+        get = partial(resource.store.get, context.storage)
+        items = await _every(wanted, get, resource.pattern.type)
+        content, uri = await _deliver(
+            context, exchange.Bundle(**{kind: items}), options, f"evaluation-{kind}", parent
+        )
+        return _answer(response_class, f"evaluation_{kind}", content, uri)
+
+    metadata = getattr(service_pb2, f"{rpc}OperationMetadata")()
+    return await context.runner.start(location_of(parent), rpc, metadata, work)
+
+
 async def export_evaluation_results(
     context: Context, request: service_pb2.ExportEvaluationResultsRequest, caller: Caller
 ) -> operations_pb2.Operation:
@@ -278,61 +308,19 @@ async def export_evaluation_results(
     raise_if_invalid(violations, "export request")
     if await context.storage.get_evaluation(request.parent) is None:
         raise ServiceError.not_found(names.EVALUATION.type, request.parent)
-    await _check_export_target(context, request.export_options, request.parent)
-    wanted = list(dict.fromkeys(request.names))
-
-    async def work() -> service_pb2.ExportEvaluationResultsResponse:
-        results = await _every(wanted, context.storage.get_result, names.EVALUATION_RESULT.type)
-        content, uri = await _deliver(
-            context,
-            exchange.Bundle(results=results),
-            request.export_options,
-            "evaluation-results",
-            request.parent,
-        )
-        return _answer(
-            service_pb2.ExportEvaluationResultsResponse, "evaluation_results", content, uri
-        )
-
-    return await context.runner.start(
-        location_of(request.parent),
-        "ExportEvaluationResults",
-        service_pb2.ExportEvaluationResultsOperationMetadata(),
-        work,
-    )
+    return await _export_each(context, "results", RESULTS, request)
 
 
 async def export_evaluation_runs(
     context: Context, request: service_pb2.ExportEvaluationRunsRequest, caller: Caller
 ) -> operations_pb2.Operation:
-    """The runs ``names`` of the app ``parent`` (each must exist: a missing one fails the
-    operation with NOT_FOUND naming it, as results' export does)."""
+    """The runs ``names`` of the app ``parent``."""
     names.APP.parse(request.parent, "parent", owned=0)
     raise_if_invalid(
         _names_violations(request.names, request.parent, "evaluationRuns", RUNS.pattern.violation),
         "export request",
     )
-    await _check_export_target(context, request.export_options, request.parent)
-    wanted = list(dict.fromkeys(request.names))
-
-    async def work() -> service_pb2.ExportEvaluationRunsResponse:
-        get = partial(RUNS.store.get, context.storage)
-        runs = await _every(wanted, get, RUNS.pattern.type)
-        content, uri = await _deliver(
-            context,
-            exchange.Bundle(runs=runs),
-            request.export_options,
-            "evaluation-runs",
-            request.parent,
-        )
-        return _answer(service_pb2.ExportEvaluationRunsResponse, "evaluation_runs", content, uri)
-
-    return await context.runner.start(
-        location_of(request.parent),
-        "ExportEvaluationRuns",
-        service_pb2.ExportEvaluationRunsOperationMetadata(),
-        work,
-    )
+    return await _export_each(context, "runs", RUNS, request)
 
 
 RPCS: dict[str, Rpc] = {
