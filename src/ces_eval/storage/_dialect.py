@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping, Sequence
-from functools import cached_property
+from functools import cache, cached_property
 from typing import TYPE_CHECKING, Any
 
 from ces_eval import filtering
@@ -313,11 +313,7 @@ class Sql:
 
     def table(self, table: Table[Any]) -> TableSql:
         """The statements of a generic table (built at its first use, then kept)."""
-        built: dict[str, TableSql] = self.__dict__.setdefault("_table_sql", {})
-        found = built.get(table.name)
-        if found is None:
-            found = built[table.name] = TableSql(self, table)
-        return found
+        return _table_sql(self, table)
 
     def compile(
         self, expr: filtering.Expr | None, fields: dict[str, filtering.FieldSpec], which: str
@@ -527,6 +523,11 @@ class TableSql:
         where.append(f"({condition})")
         params += values
         return sql.page(name, "data", where, params, query, orders=self._orders), params
+
+
+@cache
+def _table_sql(sql: Sql, table: Table[Any]) -> TableSql:
+    return TableSql(sql, table)
 
 
 SQLITE = Sql(
