@@ -69,10 +69,12 @@ def sample(
         setattr(message, "display_name", display)  # noqa: B010
     if "etag" in fields:
         setattr(message, "etag", etag)  # noqa: B010
-    for stamp in ("create_time", "update_time"):
+    for stamp in (table.created, "update_time"):
         if stamp in fields:
             getattr(message, stamp).CopyFrom(ts(t))
     for column in table.columns:
+        if column.path == table.created:  # stamped at t above
+            continue
         *outer, last = column.path.split(".")
         holder = message
         for step in outer:
@@ -225,8 +227,10 @@ def test_keyset_pages_visit_every_row_once_in_order(
             if len(page) < 3:
                 break
             after = page[-1][1]
-        # A resource without update_time (EvaluationRun) orders by create_time there.
-        stamp = "create_time" if "update_time" not in table.fields else order.key.value
+        # The create_time column holds the table's created field (a Conversation's
+        # start_time); a resource without update_time (EvaluationRun) orders by it there too.
+        updated = "update_time" if "update_time" in table.fields else table.created
+        stamp = {"create_time": table.created, "update_time": updated}.get(order.key.value, "")
         has_time = order.key is not SortKey.NAME and stamp in table.fields
         key = (lambda i: (times[i], f"r{i}")) if has_time else (lambda i: (0, f"r{i}"))
         expected = [
@@ -324,7 +328,9 @@ def test_every_filter_field_filters(
             elif column.kind is filtering.FieldKind.BOOL:
                 text = f"{path} = {'true' if value else 'false'}"
             elif column.kind is filtering.FieldKind.TIMESTAMP:
-                text = f'{path} > "{ts(1_500_000).ToJsonString()}"'
+                # Between the two rows' times (the stamp t for the table's created field).
+                low, high = (_value(row, path).ToMicroseconds() for row in (first, second))
+                text = f'{path} > "{ts((low + high) // 2).ToJsonString()}"'
             else:
                 text = f"{path} = {value}"
             for spelled in (*texts, text, text.replace(path, column.json_path, 1)):

@@ -29,12 +29,13 @@ from google.api import resource_pb2
 from google.protobuf import descriptor, timestamp_pb2
 
 from ces_eval import filtering
-from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import conversation_pb2, evaluation_pb2
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message
 
 __all__ = [
+    "CONVERSATIONS",
     "DATASETS",
     "EXPECTATIONS",
     "RUNS",
@@ -52,7 +53,6 @@ _K = filtering.FieldKind
 _F = descriptor.FieldDescriptor
 # The columns every generic table has, in this order, before its filter columns.
 FIXED = ("name", "parent", "display_name", "create_time", "update_time", "etag", "data")
-_STAMPS = ("create_time", "update_time")
 
 
 @dataclass(frozen=True)
@@ -138,13 +138,17 @@ class Table(Generic[M]):
     """The table of ``message``: its SQL ``name``, the fields AIP-160 filters of a list may
     name (``filterable``, paths as :class:`Column` takes them; ``name``, ``display_name``,
     ``create_time`` and ``update_time`` are always among them when the message has them),
-    whether display names are unique within the parent and the list orders of its own."""
+    whether display names are unique within the parent, the list orders of its own and the
+    field its create_time column holds (``created``)."""
 
     name: str
     message: type[M]
     filterable: tuple[str, ...] = ()
     unique_display_name: bool = True
     orders: tuple[Order, ...] = ()
+    # The timestamp field filling the create_time column (and update_time's, for a message
+    # without update_time): a Conversation, stamped by whoever recorded it, has a start_time.
+    created: str = "create_time"
 
     @cached_property
     def _descriptor(self) -> descriptor.Descriptor:
@@ -201,7 +205,8 @@ class Table(Generic[M]):
         """The values of :attr:`column_names` for ``message`` (its etag and times set)."""
         name = str(getattr(message, "name"))  # noqa: B009 - every resource has a name
         have = self.fields
-        stamps = [_micros(getattr(message, stamp)) if stamp in have else 0 for stamp in _STAMPS]
+        sources = (self.created, "update_time")
+        stamps = [_micros(getattr(message, stamp)) if stamp in have else 0 for stamp in sources]
         if "update_time" not in have:  # none to order by (the lists' default): creation
             stamps[1] = stamps[0]
         return (
@@ -283,8 +288,29 @@ SCHEDULED_RUNS = Table(
         ),
     ),
 )
+CONVERSATIONS = Table(
+    "conversations",
+    conversation_pb2.Conversation,
+    (
+        "source",
+        "channel_type",
+        "entry_agent",
+        "deployment",
+        "app_version",
+        "language_code",
+        "start_time",
+        "end_time",
+        "turn_count",
+    ),
+    unique_display_name=False,  # a conversation has no display name
+    orders=(
+        Order("start_time", descending=True, sql="COALESCE({table}.start_time, 0)"),
+        Order("end_time", descending=True, sql="COALESCE({table}.end_time, 0)"),
+    ),
+    created="start_time",
+)
 # Every generic table; the resource modules of the core declare their resources over these.
-TABLES: tuple[Table[Any], ...] = (EXPECTATIONS, DATASETS, SCHEDULED_RUNS, RUNS)
+TABLES: tuple[Table[Any], ...] = (EXPECTATIONS, DATASETS, SCHEDULED_RUNS, RUNS, CONVERSATIONS)
 
 
 def by_collection(name: str) -> Table[Any] | None:

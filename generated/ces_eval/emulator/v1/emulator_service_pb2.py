@@ -27,10 +27,11 @@ from google.api import annotations_pb2 as google_dot_api_dot_annotations__pb2
 from google.api import client_pb2 as google_dot_api_dot_client__pb2
 from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
 from google.api import resource_pb2 as google_dot_api_dot_resource__pb2
+from ....google.cloud.ces.v1beta import conversation_pb2 as google_dot_cloud_dot_ces_dot_v1beta_dot_conversation__pb2
 from ....google.cloud.ces.v1beta import evaluation_pb2 as google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n+ces_eval/emulator/v1/emulator_service.proto\x12\x14\x63\x65s_eval.emulator.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x17google/api/client.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a(google/cloud/ces/v1beta/evaluation.proto\"\xc7\x01\n\x1d\x43reateEvaluationResultRequest\x12\x36\n\x06parent\x18\x01 \x01(\tB&\xe2\x41\x01\x02\xfa\x41\x1f\n\x1d\x63\x65s.googleapis.com/Evaluation\x12\"\n\x14\x65valuation_result_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12J\n\x11\x65valuation_result\x18\x03 \x01(\x0b\x32).google.cloud.ces.v1beta.EvaluationResultB\x04\xe2\x41\x01\x02\"\xb4\x01\n\x1a\x43reateEvaluationRunRequest\x12/\n\x06parent\x18\x01 \x01(\tB\x1f\xe2\x41\x01\x02\xfa\x41\x18\n\x16\x63\x65s.googleapis.com/App\x12\x1f\n\x11\x65valuation_run_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12\x44\n\x0e\x65valuation_run\x18\x03 \x01(\x0b\x32&.google.cloud.ces.v1beta.EvaluationRunB\x04\xe2\x41\x01\x02\"{\n\x18ImportEvaluationsRequest\x12/\n\x06parent\x18\x01 \x01(\tB\x1f\xe2\x41\x01\x02\xfa\x41\x18\n\x16\x63\x65s.googleapis.com/App\x12\x11\n\x07\x63ontent\x18\x02 \x01(\x0cH\x00\x12\x11\n\x07gcs_uri\x18\x03 \x01(\tH\x00\x42\x08\n\x06source\"U\n\x19ImportEvaluationsResponse\x12\x13\n\x0b\x65valuations\x18\x01 \x03(\t\x12#\n\x1bimported_evaluation_results\x18\x02 \x01(\x03\")\n\x13ResetProjectRequest\x12\x12\n\x04name\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\"\x89\x02\n\x14ResetProjectResponse\x12\x1b\n\x13\x64\x65leted_evaluations\x18\x01 \x01(\x03\x12\"\n\x1a\x64\x65leted_evaluation_results\x18\x02 \x01(\x03\x12\x1a\n\x12\x64\x65leted_operations\x18\x03 \x01(\x03\x12[\n\x11\x64\x65leted_resources\x18\x04 \x03(\x0b\x32@.ces_eval.emulator.v1.ResetProjectResponse.DeletedResourcesEntry\x1a\x37\n\x15\x44\x65letedResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x32\x96\x07\n\x0f\x45mulatorService\x12\x8f\x02\n\x16\x43reateEvaluationResult\x12\x33.ces_eval.emulator.v1.CreateEvaluationResultRequest\x1a).google.cloud.ces.v1beta.EvaluationResult\"\x94\x01\xda\x41-parent,evaluation_result,evaluation_result_id\x82\xd3\xe4\x93\x02^\"I/emulator/v1/{parent=projects/*/locations/*/apps/*/evaluations/*}/results:\x11\x65valuation_result\x12\xf6\x01\n\x13\x43reateEvaluationRun\x12\x30.ces_eval.emulator.v1.CreateEvaluationRunRequest\x1a&.google.cloud.ces.v1beta.EvaluationRun\"\x84\x01\xda\x41\'parent,evaluation_run,evaluation_run_id\x82\xd3\xe4\x93\x02T\"B/emulator/v1/{parent=projects/*/locations/*/apps/*}/evaluationRuns:\x0e\x65valuation_run\x12\xd7\x01\n\x11ImportEvaluations\x12..ces_eval.emulator.v1.ImportEvaluationsRequest\x1a/.ces_eval.emulator.v1.ImportEvaluationsResponse\"a\xda\x41\x0eparent,content\x82\xd3\xe4\x93\x02J\"E/emulator/v1/{parent=projects/*/locations/*/apps/*}:importEvaluations:\x01*\x12\x9d\x01\n\x0cResetProject\x12).ces_eval.emulator.v1.ResetProjectRequest\x1a*.ces_eval.emulator.v1.ResetProjectResponse\"6\xda\x41\x04name\x82\xd3\xe4\x93\x02)\"$/emulator/v1/{name=projects/*}:reset:\x01*b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n+ces_eval/emulator/v1/emulator_service.proto\x12\x14\x63\x65s_eval.emulator.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x17google/api/client.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a*google/cloud/ces/v1beta/conversation.proto\x1a(google/cloud/ces/v1beta/evaluation.proto\"\xc7\x01\n\x1d\x43reateEvaluationResultRequest\x12\x36\n\x06parent\x18\x01 \x01(\tB&\xe2\x41\x01\x02\xfa\x41\x1f\n\x1d\x63\x65s.googleapis.com/Evaluation\x12\"\n\x14\x65valuation_result_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12J\n\x11\x65valuation_result\x18\x03 \x01(\x0b\x32).google.cloud.ces.v1beta.EvaluationResultB\x04\xe2\x41\x01\x02\"\xb4\x01\n\x1a\x43reateEvaluationRunRequest\x12/\n\x06parent\x18\x01 \x01(\tB\x1f\xe2\x41\x01\x02\xfa\x41\x18\n\x16\x63\x65s.googleapis.com/App\x12\x1f\n\x11\x65valuation_run_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12\x44\n\x0e\x65valuation_run\x18\x03 \x01(\x0b\x32&.google.cloud.ces.v1beta.EvaluationRunB\x04\xe2\x41\x01\x02\"\xae\x01\n\x19\x43reateConversationRequest\x12/\n\x06parent\x18\x01 \x01(\tB\x1f\xe2\x41\x01\x02\xfa\x41\x18\n\x16\x63\x65s.googleapis.com/App\x12\x1d\n\x0f\x63onversation_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12\x41\n\x0c\x63onversation\x18\x03 \x01(\x0b\x32%.google.cloud.ces.v1beta.ConversationB\x04\xe2\x41\x01\x02\"P\n\x16GetConversationRequest\x12\x36\n\x04name\x18\x01 \x01(\tB(\xe2\x41\x01\x02\xfa\x41!\n\x1f\x63\x65s.googleapis.com/Conversation\"\xac\x01\n\x18ListConversationsRequest\x12/\n\x06parent\x18\x01 \x01(\tB\x1f\xe2\x41\x01\x02\xfa\x41\x18\n\x16\x63\x65s.googleapis.com/App\x12\x17\n\tpage_size\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x18\n\npage_token\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x14\n\x06\x66ilter\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\x12\x16\n\x08order_by\x18\x05 \x01(\tB\x04\xe2\x41\x01\x01\"r\n\x19ListConversationsResponse\x12<\n\rconversations\x18\x01 \x03(\x0b\x32%.google.cloud.ces.v1beta.Conversation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"{\n\x18ImportEvaluationsRequest\x12/\n\x06parent\x18\x01 \x01(\tB\x1f\xe2\x41\x01\x02\xfa\x41\x18\n\x16\x63\x65s.googleapis.com/App\x12\x11\n\x07\x63ontent\x18\x02 \x01(\x0cH\x00\x12\x11\n\x07gcs_uri\x18\x03 \x01(\tH\x00\x42\x08\n\x06source\"U\n\x19ImportEvaluationsResponse\x12\x13\n\x0b\x65valuations\x18\x01 \x03(\t\x12#\n\x1bimported_evaluation_results\x18\x02 \x01(\x03\")\n\x13ResetProjectRequest\x12\x12\n\x04name\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\"\x89\x02\n\x14ResetProjectResponse\x12\x1b\n\x13\x64\x65leted_evaluations\x18\x01 \x01(\x03\x12\"\n\x1a\x64\x65leted_evaluation_results\x18\x02 \x01(\x03\x12\x1a\n\x12\x64\x65leted_operations\x18\x03 \x01(\x03\x12[\n\x11\x64\x65leted_resources\x18\x04 \x03(\x0b\x32@.ces_eval.emulator.v1.ResetProjectResponse.DeletedResourcesEntry\x1a\x37\n\x15\x44\x65letedResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x32\x8a\x0c\n\x0f\x45mulatorService\x12\x8f\x02\n\x16\x43reateEvaluationResult\x12\x33.ces_eval.emulator.v1.CreateEvaluationResultRequest\x1a).google.cloud.ces.v1beta.EvaluationResult\"\x94\x01\xda\x41-parent,evaluation_result,evaluation_result_id\x82\xd3\xe4\x93\x02^\"I/emulator/v1/{parent=projects/*/locations/*/apps/*/evaluations/*}/results:\x11\x65valuation_result\x12\xf6\x01\n\x13\x43reateEvaluationRun\x12\x30.ces_eval.emulator.v1.CreateEvaluationRunRequest\x1a&.google.cloud.ces.v1beta.EvaluationRun\"\x84\x01\xda\x41\'parent,evaluation_run,evaluation_run_id\x82\xd3\xe4\x93\x02T\"B/emulator/v1/{parent=projects/*/locations/*/apps/*}/evaluationRuns:\x0e\x65valuation_run\x12\xeb\x01\n\x12\x43reateConversation\x12/.ces_eval.emulator.v1.CreateConversationRequest\x1a%.google.cloud.ces.v1beta.Conversation\"}\xda\x41#parent,conversation,conversation_id\x82\xd3\xe4\x93\x02Q\"A/emulator/v1/{parent=projects/*/locations/*/apps/*}/conversations:\x0c\x63onversation\x12\xb8\x01\n\x0fGetConversation\x12,.ces_eval.emulator.v1.GetConversationRequest\x1a%.google.cloud.ces.v1beta.Conversation\"P\xda\x41\x04name\x82\xd3\xe4\x93\x02\x43\x12\x41/emulator/v1/{name=projects/*/locations/*/apps/*/conversations/*}\x12\xc8\x01\n\x11ListConversations\x12..ces_eval.emulator.v1.ListConversationsRequest\x1a/.ces_eval.emulator.v1.ListConversationsResponse\"R\xda\x41\x06parent\x82\xd3\xe4\x93\x02\x43\x12\x41/emulator/v1/{parent=projects/*/locations/*/apps/*}/conversations\x12\xd7\x01\n\x11ImportEvaluations\x12..ces_eval.emulator.v1.ImportEvaluationsRequest\x1a/.ces_eval.emulator.v1.ImportEvaluationsResponse\"a\xda\x41\x0eparent,content\x82\xd3\xe4\x93\x02J\"E/emulator/v1/{parent=projects/*/locations/*/apps/*}:importEvaluations:\x01*\x12\x9d\x01\n\x0cResetProject\x12).ces_eval.emulator.v1.ResetProjectRequest\x1a*.ces_eval.emulator.v1.ResetProjectResponse\"6\xda\x41\x04name\x82\xd3\xe4\x93\x02)\"$/emulator/v1/{name=projects/*}:reset:\x01*b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -49,6 +50,24 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CREATEEVALUATIONRUNREQUEST'].fields_by_name['evaluation_run_id']._serialized_options = b'\342A\001\001'
   _globals['_CREATEEVALUATIONRUNREQUEST'].fields_by_name['evaluation_run']._loaded_options = None
   _globals['_CREATEEVALUATIONRUNREQUEST'].fields_by_name['evaluation_run']._serialized_options = b'\342A\001\002'
+  _globals['_CREATECONVERSATIONREQUEST'].fields_by_name['parent']._loaded_options = None
+  _globals['_CREATECONVERSATIONREQUEST'].fields_by_name['parent']._serialized_options = b'\342A\001\002\372A\030\n\026ces.googleapis.com/App'
+  _globals['_CREATECONVERSATIONREQUEST'].fields_by_name['conversation_id']._loaded_options = None
+  _globals['_CREATECONVERSATIONREQUEST'].fields_by_name['conversation_id']._serialized_options = b'\342A\001\001'
+  _globals['_CREATECONVERSATIONREQUEST'].fields_by_name['conversation']._loaded_options = None
+  _globals['_CREATECONVERSATIONREQUEST'].fields_by_name['conversation']._serialized_options = b'\342A\001\002'
+  _globals['_GETCONVERSATIONREQUEST'].fields_by_name['name']._loaded_options = None
+  _globals['_GETCONVERSATIONREQUEST'].fields_by_name['name']._serialized_options = b'\342A\001\002\372A!\n\037ces.googleapis.com/Conversation'
+  _globals['_LISTCONVERSATIONSREQUEST'].fields_by_name['parent']._loaded_options = None
+  _globals['_LISTCONVERSATIONSREQUEST'].fields_by_name['parent']._serialized_options = b'\342A\001\002\372A\030\n\026ces.googleapis.com/App'
+  _globals['_LISTCONVERSATIONSREQUEST'].fields_by_name['page_size']._loaded_options = None
+  _globals['_LISTCONVERSATIONSREQUEST'].fields_by_name['page_size']._serialized_options = b'\342A\001\001'
+  _globals['_LISTCONVERSATIONSREQUEST'].fields_by_name['page_token']._loaded_options = None
+  _globals['_LISTCONVERSATIONSREQUEST'].fields_by_name['page_token']._serialized_options = b'\342A\001\001'
+  _globals['_LISTCONVERSATIONSREQUEST'].fields_by_name['filter']._loaded_options = None
+  _globals['_LISTCONVERSATIONSREQUEST'].fields_by_name['filter']._serialized_options = b'\342A\001\001'
+  _globals['_LISTCONVERSATIONSREQUEST'].fields_by_name['order_by']._loaded_options = None
+  _globals['_LISTCONVERSATIONSREQUEST'].fields_by_name['order_by']._serialized_options = b'\342A\001\001'
   _globals['_IMPORTEVALUATIONSREQUEST'].fields_by_name['parent']._loaded_options = None
   _globals['_IMPORTEVALUATIONSREQUEST'].fields_by_name['parent']._serialized_options = b'\342A\001\002\372A\030\n\026ces.googleapis.com/App'
   _globals['_RESETPROJECTREQUEST'].fields_by_name['name']._loaded_options = None
@@ -59,24 +78,38 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EMULATORSERVICE'].methods_by_name['CreateEvaluationResult']._serialized_options = b'\332A-parent,evaluation_result,evaluation_result_id\202\323\344\223\002^\"I/emulator/v1/{parent=projects/*/locations/*/apps/*/evaluations/*}/results:\021evaluation_result'
   _globals['_EMULATORSERVICE'].methods_by_name['CreateEvaluationRun']._loaded_options = None
   _globals['_EMULATORSERVICE'].methods_by_name['CreateEvaluationRun']._serialized_options = b'\332A\'parent,evaluation_run,evaluation_run_id\202\323\344\223\002T\"B/emulator/v1/{parent=projects/*/locations/*/apps/*}/evaluationRuns:\016evaluation_run'
+  _globals['_EMULATORSERVICE'].methods_by_name['CreateConversation']._loaded_options = None
+  _globals['_EMULATORSERVICE'].methods_by_name['CreateConversation']._serialized_options = b'\332A#parent,conversation,conversation_id\202\323\344\223\002Q\"A/emulator/v1/{parent=projects/*/locations/*/apps/*}/conversations:\014conversation'
+  _globals['_EMULATORSERVICE'].methods_by_name['GetConversation']._loaded_options = None
+  _globals['_EMULATORSERVICE'].methods_by_name['GetConversation']._serialized_options = b'\332A\004name\202\323\344\223\002C\022A/emulator/v1/{name=projects/*/locations/*/apps/*/conversations/*}'
+  _globals['_EMULATORSERVICE'].methods_by_name['ListConversations']._loaded_options = None
+  _globals['_EMULATORSERVICE'].methods_by_name['ListConversations']._serialized_options = b'\332A\006parent\202\323\344\223\002C\022A/emulator/v1/{parent=projects/*/locations/*/apps/*}/conversations'
   _globals['_EMULATORSERVICE'].methods_by_name['ImportEvaluations']._loaded_options = None
   _globals['_EMULATORSERVICE'].methods_by_name['ImportEvaluations']._serialized_options = b'\332A\016parent,content\202\323\344\223\002J\"E/emulator/v1/{parent=projects/*/locations/*/apps/*}:importEvaluations:\001*'
   _globals['_EMULATORSERVICE'].methods_by_name['ResetProject']._loaded_options = None
   _globals['_EMULATORSERVICE'].methods_by_name['ResetProject']._serialized_options = b'\332A\004name\202\323\344\223\002)\"$/emulator/v1/{name=projects/*}:reset:\001*'
-  _globals['_CREATEEVALUATIONRESULTREQUEST']._serialized_start=227
-  _globals['_CREATEEVALUATIONRESULTREQUEST']._serialized_end=426
-  _globals['_CREATEEVALUATIONRUNREQUEST']._serialized_start=429
-  _globals['_CREATEEVALUATIONRUNREQUEST']._serialized_end=609
-  _globals['_IMPORTEVALUATIONSREQUEST']._serialized_start=611
-  _globals['_IMPORTEVALUATIONSREQUEST']._serialized_end=734
-  _globals['_IMPORTEVALUATIONSRESPONSE']._serialized_start=736
-  _globals['_IMPORTEVALUATIONSRESPONSE']._serialized_end=821
-  _globals['_RESETPROJECTREQUEST']._serialized_start=823
-  _globals['_RESETPROJECTREQUEST']._serialized_end=864
-  _globals['_RESETPROJECTRESPONSE']._serialized_start=867
-  _globals['_RESETPROJECTRESPONSE']._serialized_end=1132
-  _globals['_RESETPROJECTRESPONSE_DELETEDRESOURCESENTRY']._serialized_start=1077
-  _globals['_RESETPROJECTRESPONSE_DELETEDRESOURCESENTRY']._serialized_end=1132
-  _globals['_EMULATORSERVICE']._serialized_start=1135
-  _globals['_EMULATORSERVICE']._serialized_end=2053
+  _globals['_CREATEEVALUATIONRESULTREQUEST']._serialized_start=271
+  _globals['_CREATEEVALUATIONRESULTREQUEST']._serialized_end=470
+  _globals['_CREATEEVALUATIONRUNREQUEST']._serialized_start=473
+  _globals['_CREATEEVALUATIONRUNREQUEST']._serialized_end=653
+  _globals['_CREATECONVERSATIONREQUEST']._serialized_start=656
+  _globals['_CREATECONVERSATIONREQUEST']._serialized_end=830
+  _globals['_GETCONVERSATIONREQUEST']._serialized_start=832
+  _globals['_GETCONVERSATIONREQUEST']._serialized_end=912
+  _globals['_LISTCONVERSATIONSREQUEST']._serialized_start=915
+  _globals['_LISTCONVERSATIONSREQUEST']._serialized_end=1087
+  _globals['_LISTCONVERSATIONSRESPONSE']._serialized_start=1089
+  _globals['_LISTCONVERSATIONSRESPONSE']._serialized_end=1203
+  _globals['_IMPORTEVALUATIONSREQUEST']._serialized_start=1205
+  _globals['_IMPORTEVALUATIONSREQUEST']._serialized_end=1328
+  _globals['_IMPORTEVALUATIONSRESPONSE']._serialized_start=1330
+  _globals['_IMPORTEVALUATIONSRESPONSE']._serialized_end=1415
+  _globals['_RESETPROJECTREQUEST']._serialized_start=1417
+  _globals['_RESETPROJECTREQUEST']._serialized_end=1458
+  _globals['_RESETPROJECTRESPONSE']._serialized_start=1461
+  _globals['_RESETPROJECTRESPONSE']._serialized_end=1726
+  _globals['_RESETPROJECTRESPONSE_DELETEDRESOURCESENTRY']._serialized_start=1671
+  _globals['_RESETPROJECTRESPONSE_DELETEDRESOURCESENTRY']._serialized_end=1726
+  _globals['_EMULATORSERVICE']._serialized_start=1729
+  _globals['_EMULATORSERVICE']._serialized_end=3275
 # @@protoc_insertion_point(module_scope)

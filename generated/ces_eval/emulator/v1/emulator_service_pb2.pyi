@@ -5,6 +5,7 @@ isort:skip_file
 """
 
 from collections import abc as _abc
+from ....google.cloud.ces.v1beta import conversation_pb2 as _conversation_pb2
 from ....google.cloud.ces.v1beta import evaluation_pb2 as _evaluation_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -91,6 +92,136 @@ class CreateEvaluationRunRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CreateEvaluationRunRequest: _TypeAlias = CreateEvaluationRunRequest  # noqa: Y015
+
+@_typing.final
+class CreateConversationRequest(_message.Message):
+    """Request of EmulatorService.CreateConversation."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARENT_FIELD_NUMBER: _builtins.int
+    CONVERSATION_ID_FIELD_NUMBER: _builtins.int
+    CONVERSATION_FIELD_NUMBER: _builtins.int
+    parent: _builtins.str
+    """The app that will own the conversation.
+    Format: projects/{project}/locations/{location}/apps/{app}
+    """
+    conversation_id: _builtins.str
+    """The ID that becomes the last segment of the conversation's resource name (AIP-122). When
+    empty, the server picks a unique ID.
+    """
+    @_builtins.property
+    def conversation(self) -> _conversation_pb2.Conversation:
+        """The conversation to store."""
+
+    def __init__(
+        self,
+        *,
+        parent: _builtins.str = ...,
+        conversation_id: _builtins.str = ...,
+        conversation: _conversation_pb2.Conversation | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["conversation", b"conversation"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conversation", b"conversation", "conversation_id", b"conversation_id", "parent", b"parent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateConversationRequest: _TypeAlias = CreateConversationRequest  # noqa: Y015
+
+@_typing.final
+class GetConversationRequest(_message.Message):
+    """Request of EmulatorService.GetConversation."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The conversation to read.
+    Format: projects/{project}/locations/{location}/apps/{app}/conversations/{conversation}
+    """
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetConversationRequest: _TypeAlias = GetConversationRequest  # noqa: Y015
+
+@_typing.final
+class ListConversationsRequest(_message.Message):
+    """Request of EmulatorService.ListConversations."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARENT_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    FILTER_FIELD_NUMBER: _builtins.int
+    ORDER_BY_FIELD_NUMBER: _builtins.int
+    parent: _builtins.str
+    """The app whose conversations are listed.
+    Format: projects/{project}/locations/{location}/apps/{app}
+    """
+    page_size: _builtins.int
+    """Most conversations to return; the server caps it."""
+    page_token: _builtins.str
+    """next_page_token of the previous page."""
+    filter: _builtins.str
+    """AIP-160 filter over name, source, channel_type, entry_agent, app_version, deployment,
+    language_code, start_time and end_time.
+    """
+    order_by: _builtins.str
+    """AIP-132 order: name, start_time (the default, newest first) or end_time."""
+    def __init__(
+        self,
+        *,
+        parent: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+        filter: _builtins.str = ...,
+        order_by: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "order_by", b"order_by", "page_size", b"page_size", "page_token", b"page_token", "parent", b"parent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListConversationsRequest: _TypeAlias = ListConversationsRequest  # noqa: Y015
+
+@_typing.final
+class ListConversationsResponse(_message.Message):
+    """Response of EmulatorService.ListConversations."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONVERSATIONS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Token of the next page; empty on the last one."""
+    @_builtins.property
+    def conversations(self) -> _containers.RepeatedCompositeFieldContainer[_conversation_pb2.Conversation]:
+        """The conversations of the page."""
+
+    def __init__(
+        self,
+        *,
+        conversations: _abc.Iterable[_conversation_pb2.Conversation] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["conversations", b"conversations", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListConversationsResponse: _TypeAlias = ListConversationsResponse  # noqa: Y015
 
 @_typing.final
 class ImportEvaluationsRequest(_message.Message):

@@ -5,6 +5,7 @@ import grpc
 import warnings
 
 from . import emulator_service_pb2 as ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2
+from ....google.cloud.ces.v1beta import conversation_pb2 as google_dot_cloud_dot_ces_dot_v1beta_dot_conversation__pb2
 from ....google.cloud.ces.v1beta import evaluation_pb2 as google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -49,6 +50,21 @@ class EmulatorServiceStub:
                 request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.CreateEvaluationRunRequest.SerializeToString,
                 response_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationRun.FromString,
                 _registered_method=True)
+        self.CreateConversation = channel.unary_unary(
+                '/ces_eval.emulator.v1.EmulatorService/CreateConversation',
+                request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.CreateConversationRequest.SerializeToString,
+                response_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_conversation__pb2.Conversation.FromString,
+                _registered_method=True)
+        self.GetConversation = channel.unary_unary(
+                '/ces_eval.emulator.v1.EmulatorService/GetConversation',
+                request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.GetConversationRequest.SerializeToString,
+                response_deserializer=google_dot_cloud_dot_ces_dot_v1beta_dot_conversation__pb2.Conversation.FromString,
+                _registered_method=True)
+        self.ListConversations = channel.unary_unary(
+                '/ces_eval.emulator.v1.EmulatorService/ListConversations',
+                request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ListConversationsRequest.SerializeToString,
+                response_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ListConversationsResponse.FromString,
+                _registered_method=True)
         self.ImportEvaluations = channel.unary_unary(
                 '/ces_eval.emulator.v1.EmulatorService/ImportEvaluations',
                 request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ImportEvaluationsRequest.SerializeToString,
@@ -87,6 +103,31 @@ class EmulatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateConversation(self, request, context):
+        """Stores a conversation in an app, as if the app had held it: every field as given (turns,
+        source, times, the agent, version and language), except name, which the server sets, and
+        turn_count, which counts the turns. GenerateEvaluation and ImportEvaluations' conversation
+        list make evaluations from stored conversations.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetConversation(self, request, context):
+        """Reads one stored conversation.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListConversations(self, request, context):
+        """Lists the stored conversations of an app (AIP-132: filter, order_by, pages); newest start
+        first by default.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ImportEvaluations(self, request, context):
         """Restores evaluations and results from an export document (the content of an
         ExportEvaluations / ExportEvaluationResults operation, JSON or YAML; docs/export-format.md)
@@ -117,6 +158,21 @@ def add_EmulatorServiceServicer_to_server(servicer, server):
                     servicer.CreateEvaluationRun,
                     request_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.CreateEvaluationRunRequest.FromString,
                     response_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationRun.SerializeToString,
+            ),
+            'CreateConversation': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateConversation,
+                    request_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.CreateConversationRequest.FromString,
+                    response_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_conversation__pb2.Conversation.SerializeToString,
+            ),
+            'GetConversation': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetConversation,
+                    request_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.GetConversationRequest.FromString,
+                    response_serializer=google_dot_cloud_dot_ces_dot_v1beta_dot_conversation__pb2.Conversation.SerializeToString,
+            ),
+            'ListConversations': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListConversations,
+                    request_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ListConversationsRequest.FromString,
+                    response_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ListConversationsResponse.SerializeToString,
             ),
             'ImportEvaluations': grpc.unary_unary_rpc_method_handler(
                     servicer.ImportEvaluations,
@@ -186,6 +242,87 @@ class EmulatorService:
             '/ces_eval.emulator.v1.EmulatorService/CreateEvaluationRun',
             ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.CreateEvaluationRunRequest.SerializeToString,
             google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2.EvaluationRun.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateConversation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ces_eval.emulator.v1.EmulatorService/CreateConversation',
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.CreateConversationRequest.SerializeToString,
+            google_dot_cloud_dot_ces_dot_v1beta_dot_conversation__pb2.Conversation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetConversation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ces_eval.emulator.v1.EmulatorService/GetConversation',
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.GetConversationRequest.SerializeToString,
+            google_dot_cloud_dot_ces_dot_v1beta_dot_conversation__pb2.Conversation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListConversations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ces_eval.emulator.v1.EmulatorService/ListConversations',
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ListConversationsRequest.SerializeToString,
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ListConversationsResponse.FromString,
             options,
             channel_credentials,
             insecure,

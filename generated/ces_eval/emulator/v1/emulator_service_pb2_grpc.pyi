@@ -6,6 +6,7 @@ isort:skip_file
 
 from . import emulator_service_pb2 as _emulator_service_pb2
 from collections import abc as _abc
+from ....google.cloud.ces.v1beta import conversation_pb2 as _conversation_pb2
 from ....google.cloud.ces.v1beta import evaluation_pb2 as _evaluation_pb2
 from grpc import aio as _aio
 import abc as _abc_1
@@ -50,6 +51,18 @@ class EmulatorServiceStub:
     create_time, which the server sets. Results seeded afterwards with `evaluation_run` set to
     its name are the results it produced: DeleteEvaluationRun deletes them with it.
     """
+    CreateConversation: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.CreateConversationRequest, _conversation_pb2.Conversation]
+    """Stores a conversation in an app, as if the app had held it: every field as given (turns,
+    source, times, the agent, version and language), except name, which the server sets, and
+    turn_count, which counts the turns. GenerateEvaluation and ImportEvaluations' conversation
+    list make evaluations from stored conversations.
+    """
+    GetConversation: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.GetConversationRequest, _conversation_pb2.Conversation]
+    """Reads one stored conversation."""
+    ListConversations: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.ListConversationsRequest, _emulator_service_pb2.ListConversationsResponse]
+    """Lists the stored conversations of an app (AIP-132: filter, order_by, pages); newest start
+    first by default.
+    """
     ImportEvaluations: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.ImportEvaluationsRequest, _emulator_service_pb2.ImportEvaluationsResponse]
     """Restores evaluations and results from an export document (the content of an
     ExportEvaluations / ExportEvaluationResults operation, JSON or YAML; docs/export-format.md)
@@ -79,6 +92,18 @@ class EmulatorServiceAsyncStub(EmulatorServiceStub):
     given (state, progress, summaries, the evaluations and results it lists), except name and
     create_time, which the server sets. Results seeded afterwards with `evaluation_run` set to
     its name are the results it produced: DeleteEvaluationRun deletes them with it.
+    """
+    CreateConversation: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.CreateConversationRequest, _conversation_pb2.Conversation]  # type: ignore[assignment]
+    """Stores a conversation in an app, as if the app had held it: every field as given (turns,
+    source, times, the agent, version and language), except name, which the server sets, and
+    turn_count, which counts the turns. GenerateEvaluation and ImportEvaluations' conversation
+    list make evaluations from stored conversations.
+    """
+    GetConversation: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.GetConversationRequest, _conversation_pb2.Conversation]  # type: ignore[assignment]
+    """Reads one stored conversation."""
+    ListConversations: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.ListConversationsRequest, _emulator_service_pb2.ListConversationsResponse]  # type: ignore[assignment]
+    """Lists the stored conversations of an app (AIP-132: filter, order_by, pages); newest start
+    first by default.
     """
     ImportEvaluations: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.ImportEvaluationsRequest, _emulator_service_pb2.ImportEvaluationsResponse]  # type: ignore[assignment]
     """Restores evaluations and results from an export document (the content of an
@@ -118,6 +143,36 @@ class EmulatorServiceServicer(metaclass=_abc_1.ABCMeta):
         given (state, progress, summaries, the evaluations and results it lists), except name and
         create_time, which the server sets. Results seeded afterwards with `evaluation_run` set to
         its name are the results it produced: DeleteEvaluationRun deletes them with it.
+        """
+
+    @_abc_1.abstractmethod
+    def CreateConversation(
+        self,
+        request: _emulator_service_pb2.CreateConversationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_conversation_pb2.Conversation, _abc.Awaitable[_conversation_pb2.Conversation]]:
+        """Stores a conversation in an app, as if the app had held it: every field as given (turns,
+        source, times, the agent, version and language), except name, which the server sets, and
+        turn_count, which counts the turns. GenerateEvaluation and ImportEvaluations' conversation
+        list make evaluations from stored conversations.
+        """
+
+    @_abc_1.abstractmethod
+    def GetConversation(
+        self,
+        request: _emulator_service_pb2.GetConversationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_conversation_pb2.Conversation, _abc.Awaitable[_conversation_pb2.Conversation]]:
+        """Reads one stored conversation."""
+
+    @_abc_1.abstractmethod
+    def ListConversations(
+        self,
+        request: _emulator_service_pb2.ListConversationsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_emulator_service_pb2.ListConversationsResponse, _abc.Awaitable[_emulator_service_pb2.ListConversationsResponse]]:
+        """Lists the stored conversations of an app (AIP-132: filter, order_by, pages); newest start
+        first by default.
         """
 
     @_abc_1.abstractmethod

@@ -23,17 +23,60 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
+from google.api import resource_pb2 as google_dot_api_dot_resource__pb2
+from . import common_pb2 as google_dot_cloud_dot_ces_dot_v1beta_dot_common__pb2
+from . import content_pb2 as google_dot_cloud_dot_ces_dot_v1beta_dot_content__pb2
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*google/cloud/ces/v1beta/conversation.proto\x12\x17google.cloud.ces.v1beta\"c\n\x0c\x43onversation\"S\n\x06Source\x12\x16\n\x12SOURCE_UNSPECIFIED\x10\x00\x12\x08\n\x04LIVE\x10\x01\x12\r\n\tSIMULATOR\x10\x02\x12\x08\n\x04\x45VAL\x10\x03\x12\x0e\n\nAGENT_TOOL\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n*google/cloud/ces/v1beta/conversation.proto\x12\x17google.cloud.ces.v1beta\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a$google/cloud/ces/v1beta/common.proto\x1a%google/cloud/ces/v1beta/content.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xad\n\n\x0c\x43onversation\x12\x12\n\x04name\x18\x01 \x01(\tB\x04\xe2\x41\x01\x08\x12\x34\n\nstart_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x32\n\x08\x65nd_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12?\n\x05turns\x18\x06 \x03(\x0b\x32*.google.cloud.ces.v1beta.Conversation.TurnB\x04\xe2\x41\x01\x02\x12\x18\n\nturn_count\x18\x07 \x01(\x05\x42\x04\xe2\x41\x01\x03\x12K\n\x0c\x63hannel_type\x18\x08 \x01(\x0e\x32\x31.google.cloud.ces.v1beta.Conversation.ChannelTypeB\x02\x18\x01\x12\x42\n\x06source\x18\t \x01(\x0e\x32,.google.cloud.ces.v1beta.Conversation.SourceB\x04\xe2\x41\x01\x03\x12J\n\x0binput_types\x18\n \x03(\x0e\x32/.google.cloud.ces.v1beta.Conversation.InputTypeB\x04\xe2\x41\x01\x03\x12\x36\n\x0b\x65ntry_agent\x18\x0b \x01(\tB!\xe2\x41\x01\x03\xfa\x41\x1a\n\x18\x63\x65s.googleapis.com/Agent\x12\x18\n\ndeployment\x18\x0c \x01(\tB\x04\xe2\x41\x01\x03\x12;\n\x0b\x61pp_version\x18\r \x01(\tB&\xe2\x41\x01\x03\xfa\x41\x1f\n\x1d\x63\x65s.googleapis.com/AppVersion\x12\x1b\n\rlanguage_code\x18\x0e \x01(\tB\x04\xe2\x41\x01\x03\x12\x36\n\x08messages\x18\x02 \x03(\x0b\x32 .google.cloud.ces.v1beta.MessageB\x02\x18\x01\x1ax\n\x04Turn\x12\x38\n\x08messages\x18\x01 \x03(\x0b\x32 .google.cloud.ces.v1beta.MessageB\x04\xe2\x41\x01\x01\x12\x36\n\troot_span\x18\x02 \x01(\x0b\x32\x1d.google.cloud.ces.v1beta.SpanB\x04\xe2\x41\x01\x01\"P\n\x0b\x43hannelType\x12\x1c\n\x18\x43HANNEL_TYPE_UNSPECIFIED\x10\x00\x12\x08\n\x04TEXT\x10\x01\x12\t\n\x05\x41UDIO\x10\x02\x12\x0e\n\nMULTIMODAL\x10\x03\"S\n\x06Source\x12\x16\n\x12SOURCE_UNSPECIFIED\x10\x00\x12\x08\n\x04LIVE\x10\x01\x12\r\n\tSIMULATOR\x10\x02\x12\x08\n\x04\x45VAL\x10\x03\x12\x0e\n\nAGENT_TOOL\x10\x04\"\xcb\x01\n\tInputType\x12\x1a\n\x16INPUT_TYPE_UNSPECIFIED\x10\x00\x12\x13\n\x0fINPUT_TYPE_TEXT\x10\x01\x12\x14\n\x10INPUT_TYPE_AUDIO\x10\x02\x12\x14\n\x10INPUT_TYPE_IMAGE\x10\x03\x12\x13\n\x0fINPUT_TYPE_BLOB\x10\x04\x12\x1c\n\x18INPUT_TYPE_TOOL_RESPONSE\x10\x05\x12\x18\n\x14INPUT_TYPE_VARIABLES\x10\x06\x12\x14\n\x10INPUT_TYPE_EVENT\x10\x07:\x93\x01\xea\x41\x8f\x01\n\x1f\x63\x65s.googleapis.com/Conversation\x12Oprojects/{project}/locations/{location}/apps/{app}/conversations/{conversation}*\rconversations2\x0c\x63onversationb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'google.cloud.ces.v1beta.conversation_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CONVERSATION']._serialized_start=71
-  _globals['_CONVERSATION']._serialized_end=170
-  _globals['_CONVERSATION_SOURCE']._serialized_start=87
-  _globals['_CONVERSATION_SOURCE']._serialized_end=170
+  _globals['_CONVERSATION_TURN'].fields_by_name['messages']._loaded_options = None
+  _globals['_CONVERSATION_TURN'].fields_by_name['messages']._serialized_options = b'\342A\001\001'
+  _globals['_CONVERSATION_TURN'].fields_by_name['root_span']._loaded_options = None
+  _globals['_CONVERSATION_TURN'].fields_by_name['root_span']._serialized_options = b'\342A\001\001'
+  _globals['_CONVERSATION'].fields_by_name['name']._loaded_options = None
+  _globals['_CONVERSATION'].fields_by_name['name']._serialized_options = b'\342A\001\010'
+  _globals['_CONVERSATION'].fields_by_name['start_time']._loaded_options = None
+  _globals['_CONVERSATION'].fields_by_name['start_time']._serialized_options = b'\342A\001\003'
+  _globals['_CONVERSATION'].fields_by_name['end_time']._loaded_options = None
+  _globals['_CONVERSATION'].fields_by_name['end_time']._serialized_options = b'\342A\001\003'
+  _globals['_CONVERSATION'].fields_by_name['turns']._loaded_options = None
+  _globals['_CONVERSATION'].fields_by_name['turns']._serialized_options = b'\342A\001\002'
+  _globals['_CONVERSATION'].fields_by_name['turn_count']._loaded_options = None
+  _globals['_CONVERSATION'].fields_by_name['turn_count']._serialized_options = b'\342A\001\003'
+  _globals['_CONVERSATION'].fields_by_name['channel_type']._loaded_options = None
+  _globals['_CONVERSATION'].fields_by_name['channel_type']._serialized_options = b'\030\001'
+  _globals['_CONVERSATION'].fields_by_name['source']._loaded_options = None
+  _globals['_CONVERSATION'].fields_by_name['source']._serialized_options = b'\342A\001\003'
+  _globals['_CONVERSATION'].fields_by_name['input_types']._loaded_options = None
+  _globals['_CONVERSATION'].fields_by_name['input_types']._serialized_options = b'\342A\001\003'
+  _globals['_CONVERSATION'].fields_by_name['entry_agent']._loaded_options = None
+  _globals['_CONVERSATION'].fields_by_name['entry_agent']._serialized_options = b'\342A\001\003\372A\032\n\030ces.googleapis.com/Agent'
+  _globals['_CONVERSATION'].fields_by_name['deployment']._loaded_options = None
+  _globals['_CONVERSATION'].fields_by_name['deployment']._serialized_options = b'\342A\001\003'
+  _globals['_CONVERSATION'].fields_by_name['app_version']._loaded_options = None
+  _globals['_CONVERSATION'].fields_by_name['app_version']._serialized_options = b'\342A\001\003\372A\037\n\035ces.googleapis.com/AppVersion'
+  _globals['_CONVERSATION'].fields_by_name['language_code']._loaded_options = None
+  _globals['_CONVERSATION'].fields_by_name['language_code']._serialized_options = b'\342A\001\003'
+  _globals['_CONVERSATION'].fields_by_name['messages']._loaded_options = None
+  _globals['_CONVERSATION'].fields_by_name['messages']._serialized_options = b'\030\001'
+  _globals['_CONVERSATION']._loaded_options = None
+  _globals['_CONVERSATION']._serialized_options = b'\352A\217\001\n\037ces.googleapis.com/Conversation\022Oprojects/{project}/locations/{location}/apps/{app}/conversations/{conversation}*\rconversations2\014conversation'
+  _globals['_CONVERSATION']._serialized_start=242
+  _globals['_CONVERSATION']._serialized_end=1567
+  _globals['_CONVERSATION_TURN']._serialized_start=924
+  _globals['_CONVERSATION_TURN']._serialized_end=1044
+  _globals['_CONVERSATION_CHANNELTYPE']._serialized_start=1046
+  _globals['_CONVERSATION_CHANNELTYPE']._serialized_end=1126
+  _globals['_CONVERSATION_SOURCE']._serialized_start=1128
+  _globals['_CONVERSATION_SOURCE']._serialized_end=1211
+  _globals['_CONVERSATION_INPUTTYPE']._serialized_start=1214
+  _globals['_CONVERSATION_INPUTTYPE']._serialized_end=1417
 # @@protoc_insertion_point(module_scope)
