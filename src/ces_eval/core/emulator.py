@@ -2,11 +2,12 @@
 
 CreateEvaluationResult seeds a result and CreateEvaluationRun a run (the generic AIP-133 create
 over the results' and the runs' declarations, :data:`ces_eval.core.results.RESULTS`,
-:data:`ces_eval.core.runs.RUNS`); ResetProject deletes a project's evaluations, results and
-operations; ImportEvaluations reads an export document (:mod:`ces_eval.core.exchange.document`),
-given as content or as a ``gs://`` object of the export root, into an app, all or nothing (with
-the readers of the official import, :mod:`ces_eval.core.imports`, which imports what it can and
-reports the rest).
+:data:`ces_eval.core.runs.RUNS`); CreateConversation seeds a conversation, GetConversation and
+ListConversations read them (:data:`ces_eval.core.conversations.CONVERSATIONS`); ResetProject
+deletes a project's evaluations, results and operations; ImportEvaluations reads an export
+document (:mod:`ces_eval.core.exchange.document`), given as content or as a ``gs://`` object of
+the export root, into an app, all or nothing (with the readers of the official import,
+:mod:`ces_eval.core.imports`, which imports what it can and reports the rest).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import re
 from typing import TYPE_CHECKING
 
 from ces_eval.contract import limits
-from ces_eval.core import exchange, imports, names, standard
+from ces_eval.core import conversations, exchange, imports, names, standard
 from ces_eval.core.results import RESULTS
 from ces_eval.core.runs import RUNS
 from ces_eval.core.standard import invalid
@@ -114,6 +115,8 @@ async def import_evaluations(
 RPCS: dict[str, Rpc] = {
     **standard.methods(RESULTS, "Create"),  # CreateEvaluationResult: seeds a result
     **standard.methods(RUNS, "Create"),  # CreateEvaluationRun: seeds a run
+    # CreateConversation (a seed), GetConversation, ListConversations
+    **conversations.EMULATOR_RPCS,
     "ResetProject": reset_project,
     "ImportEvaluations": import_evaluations,
 }

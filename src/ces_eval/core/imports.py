@@ -9,7 +9,8 @@ The official import reads one of three sources (docs/semantics.md, "ImportEvalua
   evaluation the document lacks go to the app's evaluation of that ID.
 - ``csv_content``: Google's evaluation batch upload CSV (:mod:`.exchange.csv_dialect`,
   docs/import-csv.md); every evaluation gets a new ID.
-- ``conversation_list``: conversations are not kept by this server, so each one is NOT_FOUND
+- ``conversation_list``: each stored conversation (:mod:`.conversations`) becomes a golden
+  evaluation with a new ID, by GenerateEvaluation's conversion; one not stored is NOT_FOUND
   (reported per conversation in the response).
 
 Each evaluation is imported whole or not at all (one transaction with its results); a bad one
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from ces_eval.contract import limits
-from ces_eval.core import exchange, names
+from ces_eval.core import conversations, exchange, names
 from ces_eval.core.exchange import csv_dialect, objects
 from ces_eval.core.exports import refused
 from ces_eval.core.longrunning import location_of
@@ -489,17 +490,24 @@ def _response(outcome: _Outcome) -> service_pb2.ImportEvaluationsResponse:
     return response
 
 
-def _conversations(request: service_pb2.ImportEvaluationsRequest, outcome: _Outcome) -> None:
-    """Conversations are not kept here: each one named is NOT_FOUND, after the names are
-    checked (a conversation of the parent app)."""
-    conversations = request.conversation_list.conversations
-    if not conversations:
+async def _conversations(
+    context: Context,
+    request: service_pb2.ImportEvaluationsRequest,
+    app: dict[str, str],
+    outcome: _Outcome,
+) -> list[_Group]:
+    """A golden evaluation of each stored conversation named (the conversion of
+    GenerateEvaluation, :func:`ces_eval.core.conversations.evaluation_of`), each with a new ID,
+    after the names are checked (a conversation of the parent app); a conversation not stored
+    is NOT_FOUND, one with nothing to convert FAILED_PRECONDITION (reported per conversation)."""
+    listed = request.conversation_list.conversations
+    if not listed:
         raise ServiceError.invalid_argument(
             "conversation_list.conversations is required.",
             [FieldViolation("conversation_list.conversations", "Required.", "REQUIRED")],
         )
     violations = []
-    for index, name in enumerate(conversations):
+    for index, name in enumerate(listed):
         at = f"conversation_list.conversations[{index}]"
         violation = names.CONVERSATION.violation(name, at, owned=0)
         if violation is None and not name.startswith(f"{request.parent}/conversations/"):
@@ -507,10 +515,22 @@ def _conversations(request: service_pb2.ImportEvaluationsRequest, outcome: _Outc
         if violation is not None:
             violations.append(violation)
     raise_if_invalid(violations, "import request")
-    for index, name in enumerate(dict.fromkeys(conversations)):
-        outcome.fail(
-            f"conversation_list.conversations[{index}]: NOT_FOUND: Conversation {name} not found."
-        )
+    groups = []
+    for index, name in enumerate(dict.fromkeys(listed)):
+        at = f"conversation_list.conversations[{index}]"
+        try:
+            conversation = await conversations.found(context, name)
+            evaluation = conversations.evaluation_of(conversation)
+        except ServiceError as error:
+            outcome.fail(f"{at}: {error.code.name}: {error.message}")
+            continue
+        evaluation.name = names.EVALUATION.format(**app, evaluation=names.new_id())
+        found = with_size(evaluation_violations(evaluation, "evaluation"), evaluation, "evaluation")
+        if found:
+            outcome.fail(f"{at}: {_described(found)}")
+            continue
+        groups.append(_Group(evaluation, [], at))
+    return groups
 
 
 async def import_evaluations(
@@ -531,7 +551,7 @@ async def import_evaluations(
     if source is None:
         raise invalid("source", "Set conversation_list, gcs_uri or csv_content.")
     if source == "conversation_list":
-        _conversations(request, outcome)
+        groups = await _conversations(context, request, app, outcome)
     elif source == "csv_content":
         groups = await asyncio.to_thread(
             _csv_groups, request.csv_content, request.parent, app, outcome

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from ces_eval.contract import schema
 from ces_eval.core import (
+    conversations,
     datasets,
     emulator,
     evaluations,
@@ -66,6 +67,7 @@ _SERVICES: dict[str, dict[str, Rpc]] = {
         **runs.RPCS,
         **imports.RPCS,
         **media.RPCS,
+        **conversations.RPCS,
     },
     "google.longrunning.Operations": longrunning.RPCS,
     "google.cloud.location.Locations": locations.RPCS,
@@ -84,6 +86,7 @@ RESOURCES = (
     scheduled_runs.SCHEDULED_RUNS,
     datasets.DATASETS,
     runs.RUNS,
+    conversations.CONVERSATIONS,
 )
 # ``core.create_evaluation``: each implemented RPC by its snake_case name. Where two services
 # share a name (ImportEvaluations), the first service of _SERVICES keeps it (the official one);
