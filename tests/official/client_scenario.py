@@ -103,10 +103,16 @@ class Emulator:
     ) -> ces_v1beta.EvaluationRun:
         return self._seed(ces_v1beta.EvaluationRun, parent, run, run_id)
 
+    def create_conversation(
+        self, parent: str, conversation: ces_v1beta.Conversation, conversation_id: str = ""
+    ) -> ces_v1beta.Conversation:
+        return self._seed(ces_v1beta.Conversation, parent, conversation, conversation_id)
+
 
 class RestEmulator:
     """The emulator's REST bindings: POST /emulator/v1/{parent}/results?evaluationResultId=,
-    POST /emulator/v1/{parent}/evaluationRuns?evaluationRunId=."""
+    POST /emulator/v1/{parent}/evaluationRuns?evaluationRunId=,
+    POST /emulator/v1/{parent}/conversations?conversationId=."""
 
     def __init__(self, base: str) -> None:
         self._base = base
@@ -132,6 +138,12 @@ class RestEmulator:
     ) -> ces_v1beta.EvaluationRun:
         url = f"{self._base}/emulator/v1/{parent}/evaluationRuns?evaluationRunId={run_id}"
         return self._seed(ces_v1beta.EvaluationRun, url, run)
+
+    def create_conversation(
+        self, parent: str, conversation: ces_v1beta.Conversation, conversation_id: str = ""
+    ) -> ces_v1beta.Conversation:
+        url = f"{self._base}/emulator/v1/{parent}/conversations?conversationId={conversation_id}"
+        return self._seed(ces_v1beta.Conversation, url, conversation)
 
 
 def result(

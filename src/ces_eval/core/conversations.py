@@ -236,45 +236,48 @@ def _mock_response(
     return mock
 
 
+def _plain(value: object) -> object:
+    """``value`` (a Struct as a dict) with its whole numbers as integers: ``42``, not ``42.0``
+    (a Struct holds every number as a double)."""
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    return value
+
+
 def scenario_of(conversation: Conversation) -> _Evaluation.Scenario:
-    """The scenario of ``conversation`` (the module's rules)."""
-    scenario = _Evaluation.Scenario()
-    messages = [m for turn in _turns(conversation) for m in turn.messages]
-    first = next((t for m in messages if _is_user(m) and (t := _text(m))), "")
+    """The scenario of ``conversation``, read off its golden (the module's rules)."""
+    golden = golden_of(conversation)
+    steps = [step for turn in golden.turns for step in turn.steps]
+    expectations = [s.expectation for s in steps if s.HasField("expectation")]
+    responses = [e.tool_response for e in expectations if e.HasField("tool_response")]
+    first = next((s.user_input.text for s in steps if s.user_input.text), "")
     conversation_id = conversation.name.rsplit("/", 1)[-1]
-    scenario.task = first or f"Hold conversation {conversation_id} again."
-    later: list[content_pb2.ToolResponse] = []
-    for message in messages:
-        later.extend(c.tool_response for c in message.chunks if c.HasField("tool_response"))
-    for message in messages:
-        if _is_user(message):
-            continue
-        said = content_pb2.Message(
-            role=message.role,
-            chunks=[
-                _response_chunk(c, kind)
-                for c in message.chunks
-                if (kind := c.WhichOneof("data")) in _RESPONSE_CHUNKS
-            ],
-        )
-        if said.chunks:
-            text = _text(said) or "(no text)"
-            scenario.rubrics.append(f"The agent responds as it did: {text}")
+    scenario = _Evaluation.Scenario(
+        task=first or f"Hold conversation {conversation_id} again.",
+        max_turns=sum(1 for t in golden.turns if any(s.HasField("user_input") for s in t.steps)),
+    )
+    for expectation in expectations:
+        kind = expectation.WhichOneof("condition")
+        if kind == "agent_response":
+            said = expectation.agent_response
+            scenario.rubrics.append(f"The agent responds as it did: {_text(said) or '(no text)'}")
             scenario.scenario_expectations.add(agent_response=said)
-        for chunk in message.chunks:
-            if chunk.HasField("tool_call"):
-                call = chunk.tool_call
-                arguments = json.dumps(json_format.MessageToDict(call.args), sort_keys=True)
-                scenario.rubrics.append(f"The agent calls {_tool(call)} with {arguments}")
-                scenario.scenario_expectations.add(
-                    tool_expectation=_Evaluation.ScenarioExpectation.ToolExpectation(
-                        expected_tool_call=call, mock_tool_response=_mock_response(call, later)
-                    )
+        elif kind == "tool_call":
+            call = expectation.tool_call
+            arguments = json.dumps(_plain(json_format.MessageToDict(call.args)), sort_keys=True)
+            scenario.rubrics.append(f"The agent calls {_tool(call)} with {arguments}")
+            scenario.scenario_expectations.add(
+                tool_expectation=_Evaluation.ScenarioExpectation.ToolExpectation(
+                    expected_tool_call=call, mock_tool_response=_mock_response(call, responses)
                 )
-            elif chunk.HasField("agent_transfer"):
-                target = chunk.agent_transfer.target_agent
-                scenario.rubrics.append(f"The agent transfers the conversation to {target}")
-    scenario.max_turns = sum(1 for m in messages if _is_user(m))
+            )
+        elif kind == "agent_transfer":
+            target = expectation.agent_transfer.target_agent
+            scenario.rubrics.append(f"The agent transfers the conversation to {target}")
     return scenario
 
 
