@@ -51,8 +51,9 @@ def expected_message(path: str) -> str:
 
 def test_the_unserved_set_is_not_empty() -> None:
     names = {m["name"] for m in UNSERVED}
-    assert {"RunEvaluation", "GenerateEvaluation"} <= names
-    assert not {"GetLocation", "ListLocations", "ImportEvaluations"} & names  # served
+    assert "RunEvaluation" in names
+    served = {"GetLocation", "ListLocations", "ImportEvaluations", "GenerateEvaluation"}
+    assert not served & names
     assert {path for path, *_ in BINDINGS} == {m["path"] for m in UNSERVED if m["http"]}
 
 
