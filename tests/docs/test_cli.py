@@ -28,6 +28,12 @@ EMULATOR_BINDINGS = {
     "ces_eval.emulator.v1.EmulatorService.CreateEvaluationResult",
     "POST /emulator/v1/{parent=projects/*/locations/*/apps/*}/evaluationRuns "
     "ces_eval.emulator.v1.EmulatorService.CreateEvaluationRun",
+    "POST /emulator/v1/{parent=projects/*/locations/*/apps/*}/conversations "
+    "ces_eval.emulator.v1.EmulatorService.CreateConversation",
+    "GET /emulator/v1/{name=projects/*/locations/*/apps/*/conversations/*} "
+    "ces_eval.emulator.v1.EmulatorService.GetConversation",
+    "GET /emulator/v1/{parent=projects/*/locations/*/apps/*}/conversations "
+    "ces_eval.emulator.v1.EmulatorService.ListConversations",
     "POST /emulator/v1/{name=projects/*}:reset ces_eval.emulator.v1.EmulatorService.ResetProject",
     "POST /emulator/v1/{parent=projects/*/locations/*/apps/*}:importEvaluations "
     "ces_eval.emulator.v1.EmulatorService.ImportEvaluations",
