@@ -555,6 +555,7 @@ def test_reset_project(core: Harness) -> None:
         "evaluationDatasets": 0,
         "scheduledEvaluationRuns": 0,
         "evaluationRuns": 0,
+        "conversations": 0,
     }
     assert (
         core.error("reset_project", emulator_pb2.ResetProjectRequest(name="p")).code

@@ -22,7 +22,7 @@ from ces_eval.core.results import RESULTS
 from ces_eval.core.service import RESOURCES, RPCS, implements
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
-from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import conversation_pb2, evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from tests.support.imports import imports_of
 from tests.unit.test_core import Harness as CoreHarness
@@ -157,6 +157,7 @@ def test_every_resource_is_declared_once_and_parents_come_first() -> None:
         evaluation_pb2.ScheduledEvaluationRun,
         evaluation_pb2.EvaluationDataset,
         evaluation_pb2.EvaluationRun,
+        conversation_pb2.Conversation,
     ]
     for index, resource in enumerate(RESOURCES):
         if resource.parent_resource is not None:

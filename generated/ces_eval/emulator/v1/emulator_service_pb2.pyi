@@ -344,7 +344,7 @@ class ResetProjectResponse(_message.Message):
     @_builtins.property
     def deleted_resources(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """How many of the other resources were deleted, by collection ID (evaluationExpectations,
-        evaluationDatasets, scheduledEvaluationRuns, evaluationRuns).
+        evaluationDatasets, scheduledEvaluationRuns, evaluationRuns, conversations).
         """
 
     def __init__(
