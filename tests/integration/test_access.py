@@ -29,7 +29,7 @@ from ces_eval.access import method_access
 from ces_eval.contract import schema
 from ces_eval.core.service import implements
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
-from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import conversation_pb2, evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.surfaces.mcp_tools import tool_specs
 from tests.support.load import golden_evaluation
@@ -178,7 +178,16 @@ def owned(server: RunningServer) -> Owned:
     expectation = evaluation_pb2.EvaluationExpectation(
         display_name="alice's", llm_criteria={"prompt": "Polite."}
     )
+    conversation = conversation_pb2.Conversation(
+        turns=[{"messages": [{"role": "user", "chunks": [{"text": "alice's"}]}]}]
+    )
     found.others = [
+        _call(
+            server,
+            _method("CreateConversation"),
+            emulator_pb2.CreateConversationRequest(parent=APP_A, conversation=conversation),
+            ALICE,
+        ),
         _call(
             server,
             _method("CreateEvaluationExpectation"),
