@@ -4,18 +4,24 @@ scenario read off the golden, display names, and what a conversation without con
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
+from google.longrunning import operations_pb2
 from google.protobuf import struct_pb2
 
 from ces_eval.core import conversations
 from ces_eval.core.validation import evaluation_violations
 from ces_eval.errors import Code, ServiceError
+from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import (
     common_pb2,
     content_pb2,
     conversation_pb2,
 )
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from tests.unit.test_core import Harness
 
 APP = "projects/p/locations/l/apps/a"
 NAME = f"{APP}/conversations/c1"
@@ -227,3 +233,72 @@ def test_nothing_to_convert_is_a_failed_precondition(evaluation_type: int) -> No
         conversations.evaluation_of(empty, evaluation_type)
     assert raised.value.code is Code.FAILED_PRECONDITION
     assert raised.value.reason == "CONVERSATION_EMPTY"
+
+
+# -- in a core over a temporary database -------------------------------------------------------
+
+
+@pytest.fixture
+def core(tmp_path: Path) -> Iterator[Harness]:
+    harness = Harness(tmp_path / "db.sqlite")
+    yield harness
+    harness.close()
+
+
+def test_store_records_a_played_conversation_under_its_name(core: Harness) -> None:
+    """The run engine's call: the name is the caller's, turn_count counts the turns, a taken
+    name is ALREADY_EXISTS; the emulator reads it back."""
+    played = _of(Message(role="user", chunks=[Chunk(text="hi")]))
+    played.source = Conversation.Source.EVAL
+    core.run(conversations.store(core.core.context, played))
+    got = core.call("get_conversation", emulator_pb2.GetConversationRequest(name=NAME))
+    assert got.source == Conversation.Source.EVAL and got.turn_count == 1
+    with pytest.raises(ServiceError) as raised:
+        core.run(conversations.store(core.core.context, played))
+    assert raised.value.code is Code.ALREADY_EXISTS
+    listed = core.call("list_conversations", emulator_pb2.ListConversationsRequest(parent=APP))
+    assert [c.name for c in listed.conversations] == [NAME]
+
+
+def test_a_seed_needs_turns(core: Harness) -> None:
+    request = emulator_pb2.CreateConversationRequest(parent=APP, conversation=Conversation())
+    error = core.error("create_conversation", request)
+    assert error.code is Code.INVALID_ARGUMENT
+    assert [v.field for v in error.violations] == ["conversation.turns"]
+
+
+def test_generate_refuses_before_the_operation(core: Harness) -> None:
+    """Unknown, of another source, of nothing convertible, or a bad request: refused at once,
+    no operation started."""
+    seeded = core.call(
+        "create_conversation",
+        emulator_pb2.CreateConversationRequest(
+            parent=APP,
+            conversation_id="c1",
+            conversation=Conversation(
+                source=Conversation.Source.LIVE,
+                turns=[
+                    Conversation.Turn(
+                        messages=[
+                            # Nothing a golden holds: a user's payload.
+                            Message(role="user", chunks=[Chunk(payload=_struct(a=1))]),
+                        ]
+                    )
+                ],
+            ),
+        ),
+    )
+    request = service_pb2.GenerateEvaluationRequest
+    cases = [
+        (request(conversation=f"{APP}/conversations/none"), Code.NOT_FOUND),
+        (request(conversation=seeded.name, source=Conversation.Source.EVAL), Code.NOT_FOUND),
+        (request(conversation=seeded.name), Code.FAILED_PRECONDITION),
+        (request(conversation="apps/a"), Code.INVALID_ARGUMENT),
+        (request(conversation=seeded.name, evaluation_type=7), Code.INVALID_ARGUMENT),  # type: ignore[arg-type]
+    ]
+    for message, code in cases:
+        assert core.error("generate_evaluation", message).code is code, message
+    operations = core.call(
+        "list_operations", operations_pb2.ListOperationsRequest(name="projects/p/locations/l")
+    )
+    assert not operations.operations

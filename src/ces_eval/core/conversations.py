@@ -62,9 +62,13 @@ __all__ = [
     "CONVERSATIONS",
     "EMULATOR_RPCS",
     "RPCS",
+    "checked",
     "display_name_of",
     "evaluation_of",
+    "found",
     "generate_evaluation",
+    "golden_of",
+    "scenario_of",
     "store",
 ]
 
@@ -315,6 +319,23 @@ def evaluation_of(conversation: Conversation, evaluation_type: int = _Type.GOLDE
 # -- GenerateEvaluation --------------------------------------------------------------------------
 
 
+def checked(evaluation: _Evaluation) -> ServiceError | None:
+    """Why the evaluation made of a conversation cannot be created (CreateEvaluation's field
+    rules and size, without storage), if it cannot: FAILED_PRECONDITION, since the request is
+    fine and the conversation is what holds it (a tool of another app, say)."""
+    found = validation.evaluation_violations(evaluation, "evaluation")
+    violations = validation.with_size(found, evaluation, "evaluation")
+    if not violations:
+        return None
+    described = "; ".join(f"{v.field}: {v.description}" for v in violations[:3])
+    more = f" (and {len(violations) - 3} more)" if len(violations) > 3 else ""
+    return ServiceError(
+        Code.FAILED_PRECONDITION,
+        f"The evaluation made of the conversation would be invalid: {described}{more}",
+        "CONVERSATION_NOT_CONVERTIBLE",
+    )
+
+
 async def found(context: Context, name: str, source: int = 0) -> Conversation:
     """The stored conversation ``name`` of ``source`` (any source when unspecified): NOT_FOUND
     when there is none, or when its source is another (the client searches only that source)."""
@@ -368,6 +389,9 @@ async def generate_evaluation(
     conversation = await found(context, request.conversation, request.source)
     evaluation = evaluation_of(conversation, request.evaluation_type or _Type.GOLDEN)
     app = tables.parent_of(conversation.name)
+    refused = checked(evaluation)
+    if refused is not None:
+        raise refused
 
     async def work() -> Message:
         return await create_from(context, evaluation, app, caller)

@@ -525,9 +525,9 @@ async def _conversations(
             outcome.fail(f"{at}: {error.code.name}: {error.message}")
             continue
         evaluation.name = names.EVALUATION.format(**app, evaluation=names.new_id())
-        found = with_size(evaluation_violations(evaluation, "evaluation"), evaluation, "evaluation")
-        if found:
-            outcome.fail(f"{at}: {_described(found)}")
+        refused = conversations.checked(evaluation)
+        if refused is not None:
+            outcome.fail(f"{at}: {refused.code.name}: {refused.message}")
             continue
         groups.append(_Group(evaluation, [], at))
     return groups
