@@ -97,7 +97,6 @@ CONVERSATIONS = standard.Resource(
     parent=names.APP,
     store=standard.Store.of(tables.CONVERSATIONS, updatable=False),
     rules=_rules,
-    require_body=False,
     derive=_count_turns,
 )
 
