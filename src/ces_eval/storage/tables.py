@@ -3,16 +3,17 @@ their own.
 
 A generic table holds one row per resource: its ``name`` (primary key), its ``parent`` (the name
 without the last collection and ID), ``display_name`` (unique within the parent when the
-declaration says so), ``create_time`` and ``update_time`` (microseconds since the epoch, 0 when
-unset; a message without ``update_time``, such as EvaluationRun, orders by its ``create_time``
-there too; a message without ``create_time`` names the field that stands for it, a
-Conversation its ``start_time``: :attr:`Table.created`), ``etag`` and ``data`` (the whole message, serialized), plus one column per filterable
-field, named after it (strings, enums as their numbers, timestamps as microseconds, repeated
-strings as JSON arrays; a nested field's column is its path with ``_`` for ``.``). Its
+declaration says so; empty for a message without one), ``create_time`` and ``update_time``
+(microseconds since the epoch, 0 when unset; a message without ``update_time``, such as
+EvaluationRun, orders by its ``create_time`` there too; a message without ``create_time`` names
+the field that stands for it, a Conversation its ``start_time``: :attr:`Table.created`),
+``etag`` (empty without one) and ``data`` (the whole message, serialized), plus one column per
+filterable field, named after it (strings, enums as their numbers, timestamps as microseconds,
+repeated strings as JSON arrays; a nested field's column is its path with ``_`` for ``.``). Its
 migration creates exactly those columns; the statements (:meth:`._dialect.Sql.table`) and the
 scripts (``insert_row`` ... ``delete_row`` of :mod:`._scripts`) are derived from the
-declaration. Evaluations and results, whose rows also
-hold derived fields and metrics tallies, keep scripts of their own.
+declaration. Evaluations and results, whose rows also hold derived fields and metrics tallies,
+keep scripts of their own.
 
 :data:`TABLES` lists every declaration: a project reset empties each, and a display-name
 conflict is traced back to its owner through it.
