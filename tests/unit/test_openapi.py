@@ -42,6 +42,7 @@ V1B = "google.cloud.ces.v1beta"
 LOCATION = "/projects/{project}/locations/{location}"
 OPERATION = LOCATION + "/operations/{operation}"
 SCHEDULED = APP + "/scheduledEvaluationRuns/{scheduledEvaluationRun}"
+CONVERSATION = APP + "/conversations/{conversation}"
 
 # operationId → (HTTP method, OpenAPI path), written out by hand.
 EXPECTED = {
@@ -93,7 +94,11 @@ EXPECTED = {
     "EvaluationService_ListEvaluationRuns": ("get", f"/v1beta{APP}/evaluationRuns"),
     "EvaluationService_DeleteEvaluationRun": ("delete", f"/v1beta{RUN}"),
     "EvaluationService_ExportEvaluationRuns": ("post", f"/v1beta{APP}/evaluationRuns:export"),
+    "EvaluationService_GenerateEvaluation": ("post", f"/v1beta{CONVERSATION}:generateEvaluation"),
     "EmulatorService_CreateEvaluationResult": ("post", f"/emulator/v1{EVAL}/results"),
+    "EmulatorService_CreateConversation": ("post", f"/emulator/v1{APP}/conversations"),
+    "EmulatorService_GetConversation": ("get", f"/emulator/v1{CONVERSATION}"),
+    "EmulatorService_ListConversations": ("get", f"/emulator/v1{APP}/conversations"),
     "EmulatorService_CreateEvaluationRun": ("post", f"/emulator/v1{APP}/evaluationRuns"),
     "EmulatorService_ImportEvaluations": ("post", f"/emulator/v1{APP}:importEvaluations"),
     "EmulatorService_ResetProject": ("post", "/emulator/v1/projects/{project}:reset"),
@@ -158,7 +163,11 @@ QUERY = {
     "EvaluationService_ListEvaluationRuns": ["pageSize", "pageToken", "filter", "orderBy"],
     "EvaluationService_DeleteEvaluationRun": [],
     "EvaluationService_ExportEvaluationRuns": [],
+    "EvaluationService_GenerateEvaluation": [],
     "EmulatorService_CreateEvaluationResult": ["evaluationResultId"],
+    "EmulatorService_CreateConversation": ["conversationId"],
+    "EmulatorService_GetConversation": [],
+    "EmulatorService_ListConversations": ["pageSize", "pageToken", "filter", "orderBy"],
     "EmulatorService_CreateEvaluationRun": ["evaluationRunId"],
     "EmulatorService_ImportEvaluations": [],
     "EmulatorService_ResetProject": [],
@@ -195,7 +204,11 @@ RESPONSES = {
     "EvaluationService_ListEvaluationRuns": f"{V1B}.ListEvaluationRunsResponse",
     "EvaluationService_DeleteEvaluationRun": "google.longrunning.Operation",
     "EvaluationService_ExportEvaluationRuns": "google.longrunning.Operation",
+    "EvaluationService_GenerateEvaluation": "google.longrunning.Operation",
     "EmulatorService_CreateEvaluationResult": f"{V1B}.EvaluationResult",
+    "EmulatorService_CreateConversation": f"{V1B}.Conversation",
+    "EmulatorService_GetConversation": f"{V1B}.Conversation",
+    "EmulatorService_ListConversations": "ces_eval.emulator.v1.ListConversationsResponse",
     "EmulatorService_CreateEvaluationRun": f"{V1B}.EvaluationRun",
     "EmulatorService_ImportEvaluations": "ces_eval.emulator.v1.ImportEvaluationsResponse",
     "EmulatorService_ResetProject": "ces_eval.emulator.v1.ResetProjectResponse",
