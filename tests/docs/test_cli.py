@@ -34,6 +34,16 @@ EMULATOR_BINDINGS = {
     "ces_eval.emulator.v1.EmulatorService.GetConversation",
     "GET /emulator/v1/{parent=projects/*/locations/*/apps/*}/conversations "
     "ces_eval.emulator.v1.EmulatorService.ListConversations",
+    "POST /emulator/v1/{parent=projects/*/locations/*/apps/*}/outcomeRules "
+    "ces_eval.emulator.v1.EmulatorService.CreateOutcomeRule",
+    "GET /emulator/v1/{name=projects/*/locations/*/apps/*/outcomeRules/*} "
+    "ces_eval.emulator.v1.EmulatorService.GetOutcomeRule",
+    "GET /emulator/v1/{parent=projects/*/locations/*/apps/*}/outcomeRules "
+    "ces_eval.emulator.v1.EmulatorService.ListOutcomeRules",
+    "DELETE /emulator/v1/{name=projects/*/locations/*/apps/*/outcomeRules/*} "
+    "ces_eval.emulator.v1.EmulatorService.DeleteOutcomeRule",
+    "POST /emulator/v1/{name=projects/*/locations/*/apps/*/outcomeRules/*}:release "
+    "ces_eval.emulator.v1.EmulatorService.ReleaseOutcomeRule",
     "POST /emulator/v1/{name=projects/*}:reset ces_eval.emulator.v1.EmulatorService.ResetProject",
     "POST /emulator/v1/{parent=projects/*/locations/*/apps/*}:importEvaluations "
     "ces_eval.emulator.v1.EmulatorService.ImportEvaluations",

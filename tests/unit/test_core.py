@@ -548,6 +548,12 @@ def test_reset_project(core: Harness) -> None:
             ),
         ),
     )
+    core.call(
+        "create_outcome_rule",
+        emulator_pb2.CreateOutcomeRuleRequest(
+            parent=APP, outcome_rule=emulator_pb2.OutcomeRule(outcome=emulator_pb2.OutcomeRule.FAIL)
+        ),
+    )
     response = core.call("reset_project", emulator_pb2.ResetProjectRequest(name="projects/p"))
     assert (response.deleted_evaluations, response.deleted_evaluation_results) == (1, 1)
     assert dict(response.deleted_resources) == {
@@ -556,6 +562,7 @@ def test_reset_project(core: Harness) -> None:
         "scheduledEvaluationRuns": 0,
         "evaluationRuns": 0,
         "conversations": 0,
+        "outcomeRules": 1,
     }
     assert (
         core.error("reset_project", emulator_pb2.ResetProjectRequest(name="p")).code

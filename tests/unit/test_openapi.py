@@ -43,6 +43,7 @@ LOCATION = "/projects/{project}/locations/{location}"
 OPERATION = LOCATION + "/operations/{operation}"
 SCHEDULED = APP + "/scheduledEvaluationRuns/{scheduledEvaluationRun}"
 CONVERSATION = APP + "/conversations/{conversation}"
+RULE = APP + "/outcomeRules/{outcomeRule}"
 
 # operationId → (HTTP method, OpenAPI path), written out by hand.
 EXPECTED = {
@@ -100,6 +101,11 @@ EXPECTED = {
     "EmulatorService_GetConversation": ("get", f"/emulator/v1{CONVERSATION}"),
     "EmulatorService_ListConversations": ("get", f"/emulator/v1{APP}/conversations"),
     "EmulatorService_CreateEvaluationRun": ("post", f"/emulator/v1{APP}/evaluationRuns"),
+    "EmulatorService_CreateOutcomeRule": ("post", f"/emulator/v1{APP}/outcomeRules"),
+    "EmulatorService_GetOutcomeRule": ("get", f"/emulator/v1{RULE}"),
+    "EmulatorService_ListOutcomeRules": ("get", f"/emulator/v1{APP}/outcomeRules"),
+    "EmulatorService_DeleteOutcomeRule": ("delete", f"/emulator/v1{RULE}"),
+    "EmulatorService_ReleaseOutcomeRule": ("post", f"/emulator/v1{RULE}:release"),
     "EmulatorService_ImportEvaluations": ("post", f"/emulator/v1{APP}:importEvaluations"),
     "EmulatorService_ResetProject": ("post", "/emulator/v1/projects/{project}:reset"),
     "Operations_ListOperations": ("get", f"/v1beta{LOCATION}/operations"),
@@ -169,6 +175,11 @@ QUERY = {
     "EmulatorService_GetConversation": [],
     "EmulatorService_ListConversations": ["pageSize", "pageToken", "filter", "orderBy"],
     "EmulatorService_CreateEvaluationRun": ["evaluationRunId"],
+    "EmulatorService_CreateOutcomeRule": ["outcomeRuleId"],
+    "EmulatorService_GetOutcomeRule": [],
+    "EmulatorService_ListOutcomeRules": ["pageSize", "pageToken", "filter", "orderBy"],
+    "EmulatorService_DeleteOutcomeRule": ["etag"],
+    "EmulatorService_ReleaseOutcomeRule": [],
     "EmulatorService_ImportEvaluations": [],
     "EmulatorService_ResetProject": [],
     "Operations_ListOperations": ["filter", "pageSize", "pageToken", "returnPartialSuccess"],
@@ -210,6 +221,10 @@ RESPONSES = {
     "EmulatorService_GetConversation": f"{V1B}.Conversation",
     "EmulatorService_ListConversations": "ces_eval.emulator.v1.ListConversationsResponse",
     "EmulatorService_CreateEvaluationRun": f"{V1B}.EvaluationRun",
+    "EmulatorService_CreateOutcomeRule": "ces_eval.emulator.v1.OutcomeRule",
+    "EmulatorService_GetOutcomeRule": "ces_eval.emulator.v1.OutcomeRule",
+    "EmulatorService_ListOutcomeRules": "ces_eval.emulator.v1.ListOutcomeRulesResponse",
+    "EmulatorService_ReleaseOutcomeRule": "ces_eval.emulator.v1.OutcomeRule",
     "EmulatorService_ImportEvaluations": "ces_eval.emulator.v1.ImportEvaluationsResponse",
     "EmulatorService_ResetProject": "ces_eval.emulator.v1.ResetProjectResponse",
     "Operations_ListOperations": "google.longrunning.ListOperationsResponse",
@@ -220,6 +235,7 @@ RESPONSES = {
 EMPTY_RESPONSES = {
     "EvaluationService_DeleteEvaluation",
     "EvaluationService_DeleteEvaluationResult",
+    "EmulatorService_DeleteOutcomeRule",
     "Operations_DeleteOperation",
     "Operations_CancelOperation",
 }

@@ -158,6 +158,7 @@ def test_every_resource_is_declared_once_and_parents_come_first() -> None:
         evaluation_pb2.EvaluationDataset,
         evaluation_pb2.EvaluationRun,
         conversation_pb2.Conversation,
+        emulator_pb2.OutcomeRule,
     ]
     for index, resource in enumerate(RESOURCES):
         if resource.parent_resource is not None:

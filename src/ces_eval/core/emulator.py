@@ -3,7 +3,8 @@
 CreateEvaluationResult seeds a result and CreateEvaluationRun a run (the generic AIP-133 create
 over the results' and the runs' declarations, :data:`ces_eval.core.results.RESULTS`,
 :data:`ces_eval.core.runs.RUNS`); CreateConversation seeds a conversation, GetConversation and
-ListConversations read them (:data:`ces_eval.core.conversations.CONVERSATIONS`); ResetProject
+ListConversations read them (:data:`ces_eval.core.conversations.CONVERSATIONS`); the outcome
+rules script what the run engine observes (:mod:`ces_eval.core.outcome_rules`); ResetProject
 deletes a project's evaluations, results and operations; ImportEvaluations reads an export
 document (:mod:`ces_eval.core.exchange.document`), given as content or as a ``gs://`` object of
 the export root, into an app, all or nothing (with the readers of the official import,
@@ -17,7 +18,7 @@ import re
 from typing import TYPE_CHECKING
 
 from ces_eval.contract import limits
-from ces_eval.core import conversations, exchange, imports, names, standard
+from ces_eval.core import conversations, exchange, imports, names, outcome_rules, standard
 from ces_eval.core.results import RESULTS
 from ces_eval.core.runs import RUNS
 from ces_eval.core.standard import invalid
@@ -117,6 +118,8 @@ RPCS: dict[str, Rpc] = {
     **standard.methods(RUNS, "Create"),  # CreateEvaluationRun: seeds a run
     # CreateConversation (a seed), GetConversation, ListConversations
     **conversations.EMULATOR_RPCS,
+    # Create/Get/List/DeleteOutcomeRule and ReleaseOutcomeRule: the run engine's scripted outcomes
+    **outcome_rules.RPCS,
     "ResetProject": reset_project,
     "ImportEvaluations": import_evaluations,
 }

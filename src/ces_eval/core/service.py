@@ -27,6 +27,7 @@ from ces_eval.core import (
     locations,
     longrunning,
     media,
+    outcome_rules,
     results,
     runs,
     scheduled_runs,
@@ -87,6 +88,7 @@ RESOURCES = (
     datasets.DATASETS,
     runs.RUNS,
     conversations.CONVERSATIONS,
+    outcome_rules.RULES,
 )
 # ``core.create_evaluation``: each implemented RPC by its snake_case name. Where two services
 # share a name (ImportEvaluations), the first service of _SERVICES keeps it (the official one);

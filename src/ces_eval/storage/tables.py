@@ -31,6 +31,7 @@ from google.api import resource_pb2
 from google.protobuf import descriptor, timestamp_pb2
 
 from ces_eval import filtering
+from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import conversation_pb2, evaluation_pb2
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ __all__ = [
     "CONVERSATIONS",
     "DATASETS",
     "EXPECTATIONS",
+    "OUTCOME_RULES",
     "RUNS",
     "SCHEDULED_RUNS",
     "TABLES",
@@ -311,8 +313,22 @@ CONVERSATIONS = Table(
     ),
     created="start_time",
 )
+# The emulator's scripted outcomes of the run engine (ces_eval.core.outcome_rules).
+OUTCOME_RULES = Table(
+    "outcome_rules",
+    emulator_service_pb2.OutcomeRule,
+    ("evaluation", "evaluation_display_name", "tag", "outcome", "hold", "released"),
+    unique_display_name=False,
+)
 # Every generic table; the resource modules of the core declare their resources over these.
-TABLES: tuple[Table[Any], ...] = (EXPECTATIONS, DATASETS, SCHEDULED_RUNS, RUNS, CONVERSATIONS)
+TABLES: tuple[Table[Any], ...] = (
+    EXPECTATIONS,
+    DATASETS,
+    SCHEDULED_RUNS,
+    RUNS,
+    CONVERSATIONS,
+    OUTCOME_RULES,
+)
 
 
 def by_collection(name: str) -> Table[Any] | None:

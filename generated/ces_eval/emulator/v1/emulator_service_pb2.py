@@ -29,9 +29,14 @@ from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior_
 from google.api import resource_pb2 as google_dot_api_dot_resource__pb2
 from ....google.cloud.ces.v1beta import conversation_pb2 as google_dot_cloud_dot_ces_dot_v1beta_dot_conversation__pb2
 from ....google.cloud.ces.v1beta import evaluation_pb2 as google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2
+from ....google.cloud.ces.v1beta import evaluation_config_pb2 as google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__config__pb2
+from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
+from google.protobuf import empty_pb2 as google_dot_protobuf_dot_empty__pb2
+from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n+ces_eval/emulator/v1/emulator_service.proto\x12\x14\x63\x65s_eval.emulator.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x17google/api/client.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a*google/cloud/ces/v1beta/conversation.proto\x1a(google/cloud/ces/v1beta/evaluation.proto\"\xc7\x01\n\x1d\x43reateEvaluationResultRequest\x12\x36\n\x06parent\x18\x01 \x01(\tB&\xe2\x41\x01\x02\xfa\x41\x1f\n\x1d\x63\x65s.googleapis.com/Evaluation\x12\"\n\x14\x65valuation_result_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12J\n\x11\x65valuation_result\x18\x03 \x01(\x0b\x32).google.cloud.ces.v1beta.EvaluationResultB\x04\xe2\x41\x01\x02\"\xb4\x01\n\x1a\x43reateEvaluationRunRequest\x12/\n\x06parent\x18\x01 \x01(\tB\x1f\xe2\x41\x01\x02\xfa\x41\x18\n\x16\x63\x65s.googleapis.com/App\x12\x1f\n\x11\x65valuation_run_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12\x44\n\x0e\x65valuation_run\x18\x03 \x01(\x0b\x32&.google.cloud.ces.v1beta.EvaluationRunB\x04\xe2\x41\x01\x02\"\xae\x01\n\x19\x43reateConversationRequest\x12/\n\x06parent\x18\x01 \x01(\tB\x1f\xe2\x41\x01\x02\xfa\x41\x18\n\x16\x63\x65s.googleapis.com/App\x12\x1d\n\x0f\x63onversation_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12\x41\n\x0c\x63onversation\x18\x03 \x01(\x0b\x32%.google.cloud.ces.v1beta.ConversationB\x04\xe2\x41\x01\x02\"P\n\x16GetConversationRequest\x12\x36\n\x04name\x18\x01 \x01(\tB(\xe2\x41\x01\x02\xfa\x41!\n\x1f\x63\x65s.googleapis.com/Conversation\"\xac\x01\n\x18ListConversationsRequest\x12/\n\x06parent\x18\x01 \x01(\tB\x1f\xe2\x41\x01\x02\xfa\x41\x18\n\x16\x63\x65s.googleapis.com/App\x12\x17\n\tpage_size\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x18\n\npage_token\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x14\n\x06\x66ilter\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\x12\x16\n\x08order_by\x18\x05 \x01(\tB\x04\xe2\x41\x01\x01\"r\n\x19ListConversationsResponse\x12<\n\rconversations\x18\x01 \x03(\x0b\x32%.google.cloud.ces.v1beta.Conversation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"{\n\x18ImportEvaluationsRequest\x12/\n\x06parent\x18\x01 \x01(\tB\x1f\xe2\x41\x01\x02\xfa\x41\x18\n\x16\x63\x65s.googleapis.com/App\x12\x11\n\x07\x63ontent\x18\x02 \x01(\x0cH\x00\x12\x11\n\x07gcs_uri\x18\x03 \x01(\tH\x00\x42\x08\n\x06source\"U\n\x19ImportEvaluationsResponse\x12\x13\n\x0b\x65valuations\x18\x01 \x03(\t\x12#\n\x1bimported_evaluation_results\x18\x02 \x01(\x03\")\n\x13ResetProjectRequest\x12\x12\n\x04name\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\"\x89\x02\n\x14ResetProjectResponse\x12\x1b\n\x13\x64\x65leted_evaluations\x18\x01 \x01(\x03\x12\"\n\x1a\x64\x65leted_evaluation_results\x18\x02 \x01(\x03\x12\x1a\n\x12\x64\x65leted_operations\x18\x03 \x01(\x03\x12[\n\x11\x64\x65leted_resources\x18\x04 \x03(\x0b\x32@.ces_eval.emulator.v1.ResetProjectResponse.DeletedResourcesEntry\x1a\x37\n\x15\x44\x65letedResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x32\x8a\x0c\n\x0f\x45mulatorService\x12\x8f\x02\n\x16\x43reateEvaluationResult\x12\x33.ces_eval.emulator.v1.CreateEvaluationResultRequest\x1a).google.cloud.ces.v1beta.EvaluationResult\"\x94\x01\xda\x41-parent,evaluation_result,evaluation_result_id\x82\xd3\xe4\x93\x02^\"I/emulator/v1/{parent=projects/*/locations/*/apps/*/evaluations/*}/results:\x11\x65valuation_result\x12\xf6\x01\n\x13\x43reateEvaluationRun\x12\x30.ces_eval.emulator.v1.CreateEvaluationRunRequest\x1a&.google.cloud.ces.v1beta.EvaluationRun\"\x84\x01\xda\x41\'parent,evaluation_run,evaluation_run_id\x82\xd3\xe4\x93\x02T\"B/emulator/v1/{parent=projects/*/locations/*/apps/*}/evaluationRuns:\x0e\x65valuation_run\x12\xeb\x01\n\x12\x43reateConversation\x12/.ces_eval.emulator.v1.CreateConversationRequest\x1a%.google.cloud.ces.v1beta.Conversation\"}\xda\x41#parent,conversation,conversation_id\x82\xd3\xe4\x93\x02Q\"A/emulator/v1/{parent=projects/*/locations/*/apps/*}/conversations:\x0c\x63onversation\x12\xb8\x01\n\x0fGetConversation\x12,.ces_eval.emulator.v1.GetConversationRequest\x1a%.google.cloud.ces.v1beta.Conversation\"P\xda\x41\x04name\x82\xd3\xe4\x93\x02\x43\x12\x41/emulator/v1/{name=projects/*/locations/*/apps/*/conversations/*}\x12\xc8\x01\n\x11ListConversations\x12..ces_eval.emulator.v1.ListConversationsRequest\x1a/.ces_eval.emulator.v1.ListConversationsResponse\"R\xda\x41\x06parent\x82\xd3\xe4\x93\x02\x43\x12\x41/emulator/v1/{parent=projects/*/locations/*/apps/*}/conversations\x12\xd7\x01\n\x11ImportEvaluations\x12..ces_eval.emulator.v1.ImportEvaluationsRequest\x1a/.ces_eval.emulator.v1.ImportEvaluationsResponse\"a\xda\x41\x0eparent,content\x82\xd3\xe4\x93\x02J\"E/emulator/v1/{parent=projects/*/locations/*/apps/*}:importEvaluations:\x01*\x12\x9d\x01\n\x0cResetProject\x12).ces_eval.emulator.v1.ResetProjectRequest\x1a*.ces_eval.emulator.v1.ResetProjectResponse\"6\xda\x41\x04name\x82\xd3\xe4\x93\x02)\"$/emulator/v1/{name=projects/*}:reset:\x01*b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n+ces_eval/emulator/v1/emulator_service.proto\x12\x14\x63\x65s_eval.emulator.v1\x1a\x1cgoogle/api/annotations.proto\x1a\x17google/api/client.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a*google/cloud/ces/v1beta/conversation.proto\x1a(google/cloud/ces/v1beta/evaluation.proto\x1a/google/cloud/ces/v1beta/evaluation_config.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1bgoogle/protobuf/empty.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc7\x01\n\x1d\x43reateEvaluationResultRequest\x12\x36\n\x06parent\x18\x01 \x01(\tB&\xe2\x41\x01\x02\xfa\x41\x1f\n\x1d\x63\x65s.googleapis.com/Evaluation\x12\"\n\x14\x65valuation_result_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12J\n\x11\x65valuation_result\x18\x03 \x01(\x0b\x32).google.cloud.ces.v1beta.EvaluationResultB\x04\xe2\x41\x01\x02\"\xb4\x01\n\x1a\x43reateEvaluationRunRequest\x12/\n\x06parent\x18\x01 \x01(\tB\x1f\xe2\x41\x01\x02\xfa\x41\x18\n\x16\x63\x65s.googleapis.com/App\x12\x1f\n\x11\x65valuation_run_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12\x44\n\x0e\x65valuation_run\x18\x03 \x01(\x0b\x32&.google.cloud.ces.v1beta.EvaluationRunB\x04\xe2\x41\x01\x02\"\xae\x01\n\x19\x43reateConversationRequest\x12/\n\x06parent\x18\x01 \x01(\tB\x1f\xe2\x41\x01\x02\xfa\x41\x18\n\x16\x63\x65s.googleapis.com/App\x12\x1d\n\x0f\x63onversation_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12\x41\n\x0c\x63onversation\x18\x03 \x01(\x0b\x32%.google.cloud.ces.v1beta.ConversationB\x04\xe2\x41\x01\x02\"P\n\x16GetConversationRequest\x12\x36\n\x04name\x18\x01 \x01(\tB(\xe2\x41\x01\x02\xfa\x41!\n\x1f\x63\x65s.googleapis.com/Conversation\"\xac\x01\n\x18ListConversationsRequest\x12/\n\x06parent\x18\x01 \x01(\tB\x1f\xe2\x41\x01\x02\xfa\x41\x18\n\x16\x63\x65s.googleapis.com/App\x12\x17\n\tpage_size\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x18\n\npage_token\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x14\n\x06\x66ilter\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\x12\x16\n\x08order_by\x18\x05 \x01(\tB\x04\xe2\x41\x01\x01\"r\n\x19ListConversationsResponse\x12<\n\rconversations\x18\x01 \x03(\x0b\x32%.google.cloud.ces.v1beta.Conversation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"{\n\x18ImportEvaluationsRequest\x12/\n\x06parent\x18\x01 \x01(\tB\x1f\xe2\x41\x01\x02\xfa\x41\x18\n\x16\x63\x65s.googleapis.com/App\x12\x11\n\x07\x63ontent\x18\x02 \x01(\x0cH\x00\x12\x11\n\x07gcs_uri\x18\x03 \x01(\tH\x00\x42\x08\n\x06source\"U\n\x19ImportEvaluationsResponse\x12\x13\n\x0b\x65valuations\x18\x01 \x03(\t\x12#\n\x1bimported_evaluation_results\x18\x02 \x01(\x03\")\n\x13ResetProjectRequest\x12\x12\n\x04name\x18\x01 \x01(\tB\x04\xe2\x41\x01\x02\"\x89\x02\n\x14ResetProjectResponse\x12\x1b\n\x13\x64\x65leted_evaluations\x18\x01 \x01(\x03\x12\"\n\x1a\x64\x65leted_evaluation_results\x18\x02 \x01(\x03\x12\x1a\n\x12\x64\x65leted_operations\x18\x03 \x01(\x03\x12[\n\x11\x64\x65leted_resources\x18\x04 \x03(\x0b\x32@.ces_eval.emulator.v1.ResetProjectResponse.DeletedResourcesEntry\x1a\x37\n\x15\x44\x65letedResourcesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xee\n\n\x0bOutcomeRule\x12\x12\n\x04name\x18\x01 \x01(\tB\x04\xe2\x41\x01\x08\x12\x1a\n\x0c\x64isplay_name\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12\x18\n\nevaluation\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12%\n\x17\x65valuation_display_name\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\x12\x11\n\x03tag\x18\x05 \x01(\tB\x04\xe2\x41\x01\x01\x12\x1d\n\nrepetition\x18\x06 \x01(\x05\x42\x04\xe2\x41\x01\x01H\x00\x88\x01\x01\x12@\n\x07outcome\x18\x07 \x01(\x0e\x32).ces_eval.emulator.v1.OutcomeRule.OutcomeB\x04\xe2\x41\x01\x01\x12\x46\n\nerror_info\x18\x08 \x01(\x0b\x32,.google.cloud.ces.v1beta.EvaluationErrorInfoB\x04\xe2\x41\x01\x01\x12\x17\n\x04turn\x18\t \x01(\x05\x42\x04\xe2\x41\x01\x01H\x01\x88\x01\x01\x12\x1e\n\x0b\x65xpectation\x18\n \x01(\x05\x42\x04\xe2\x41\x01\x01H\x02\x88\x01\x01\x12\x42\n\x08observed\x18\x0b \x01(\x0b\x32*.ces_eval.emulator.v1.OutcomeRule.ObservedB\x04\xe2\x41\x01\x01\x12,\n\x19semantic_similarity_score\x18\x0c \x01(\x05\x42\x04\xe2\x41\x01\x01H\x03\x88\x01\x01\x12(\n\x15tool_invocation_score\x18\r \x01(\x02\x42\x04\xe2\x41\x01\x01H\x04\x88\x01\x01\x12&\n\x13hallucination_score\x18\x0e \x01(\x05\x42\x04\xe2\x41\x01\x01H\x05\x88\x01\x01\x12\x35\n\x0cturn_latency\x18\x0f \x01(\x0b\x32\x19.google.protobuf.DurationB\x04\xe2\x41\x01\x01\x12.\n\x05\x64\x65lay\x18\x10 \x01(\x0b\x32\x19.google.protobuf.DurationB\x04\xe2\x41\x01\x01\x12:\n\x04hold\x18\x11 \x01(\x0e\x32&.ces_eval.emulator.v1.OutcomeRule.HoldB\x04\xe2\x41\x01\x01\x12\x16\n\x08released\x18\x12 \x01(\x08\x42\x04\xe2\x41\x01\x03\x12\x35\n\x0b\x63reate_time\x18\x13 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x35\n\x0bupdate_time\x18\x14 \x01(\x0b\x32\x1a.google.protobuf.TimestampB\x04\xe2\x41\x01\x03\x12\x12\n\x04\x65tag\x18\x15 \x01(\tB\x04\xe2\x41\x01\x03\x1aq\n\x08Observed\x12,\n\ttool_args\x18\x01 \x01(\x0b\x32\x17.google.protobuf.StructH\x00\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12\x1b\n\x11missing_tool_call\x18\x03 \x01(\x08H\x00\x42\n\n\x08observed\"A\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x08\n\x04PASS\x10\x01\x12\x08\n\x04\x46\x41IL\x10\x02\x12\t\n\x05\x45RROR\x10\x03\"5\n\x04Hold\x12\x14\n\x10HOLD_UNSPECIFIED\x10\x00\x12\n\n\x06QUEUED\x10\x01\x12\x0b\n\x07RUNNING\x10\x02:\x92\x01\xea\x41\x8e\x01\n!emulator.ces-eval.dev/OutcomeRule\x12Nprojects/{project}/locations/{location}/apps/{app}/outcomeRules/{outcome_rule}*\x0coutcomeRules2\x0boutcomeRuleB\r\n\x0b_repetitionB\x07\n\x05_turnB\x0e\n\x0c_expectationB\x1c\n\x1a_semantic_similarity_scoreB\x18\n\x16_tool_invocation_scoreB\x16\n\x14_hallucination_score\"\xa9\x01\n\x18\x43reateOutcomeRuleRequest\x12/\n\x06parent\x18\x01 \x01(\tB\x1f\xe2\x41\x01\x02\xfa\x41\x18\n\x16\x63\x65s.googleapis.com/App\x12\x1d\n\x0foutcome_rule_id\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\x12=\n\x0coutcome_rule\x18\x03 \x01(\x0b\x32!.ces_eval.emulator.v1.OutcomeRuleB\x04\xe2\x41\x01\x02\"Q\n\x15GetOutcomeRuleRequest\x12\x38\n\x04name\x18\x01 \x01(\tB*\xe2\x41\x01\x02\xfa\x41#\n!emulator.ces-eval.dev/OutcomeRule\"\xab\x01\n\x17ListOutcomeRulesRequest\x12/\n\x06parent\x18\x01 \x01(\tB\x1f\xe2\x41\x01\x02\xfa\x41\x18\n\x16\x63\x65s.googleapis.com/App\x12\x17\n\tpage_size\x18\x02 \x01(\x05\x42\x04\xe2\x41\x01\x01\x12\x18\n\npage_token\x18\x03 \x01(\tB\x04\xe2\x41\x01\x01\x12\x14\n\x06\x66ilter\x18\x04 \x01(\tB\x04\xe2\x41\x01\x01\x12\x16\n\x08order_by\x18\x05 \x01(\tB\x04\xe2\x41\x01\x01\"m\n\x18ListOutcomeRulesResponse\x12\x38\n\routcome_rules\x18\x01 \x03(\x0b\x32!.ces_eval.emulator.v1.OutcomeRule\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"h\n\x18\x44\x65leteOutcomeRuleRequest\x12\x38\n\x04name\x18\x01 \x01(\tB*\xe2\x41\x01\x02\xfa\x41#\n!emulator.ces-eval.dev/OutcomeRule\x12\x12\n\x04\x65tag\x18\x02 \x01(\tB\x04\xe2\x41\x01\x01\"U\n\x19ReleaseOutcomeRuleRequest\x12\x38\n\x04name\x18\x01 \x01(\tB*\xe2\x41\x01\x02\xfa\x41#\n!emulator.ces-eval.dev/OutcomeRule2\xe2\x13\n\x0f\x45mulatorService\x12\x8f\x02\n\x16\x43reateEvaluationResult\x12\x33.ces_eval.emulator.v1.CreateEvaluationResultRequest\x1a).google.cloud.ces.v1beta.EvaluationResult\"\x94\x01\xda\x41-parent,evaluation_result,evaluation_result_id\x82\xd3\xe4\x93\x02^\"I/emulator/v1/{parent=projects/*/locations/*/apps/*/evaluations/*}/results:\x11\x65valuation_result\x12\xf6\x01\n\x13\x43reateEvaluationRun\x12\x30.ces_eval.emulator.v1.CreateEvaluationRunRequest\x1a&.google.cloud.ces.v1beta.EvaluationRun\"\x84\x01\xda\x41\'parent,evaluation_run,evaluation_run_id\x82\xd3\xe4\x93\x02T\"B/emulator/v1/{parent=projects/*/locations/*/apps/*}/evaluationRuns:\x0e\x65valuation_run\x12\xeb\x01\n\x12\x43reateConversation\x12/.ces_eval.emulator.v1.CreateConversationRequest\x1a%.google.cloud.ces.v1beta.Conversation\"}\xda\x41#parent,conversation,conversation_id\x82\xd3\xe4\x93\x02Q\"A/emulator/v1/{parent=projects/*/locations/*/apps/*}/conversations:\x0c\x63onversation\x12\xb8\x01\n\x0fGetConversation\x12,.ces_eval.emulator.v1.GetConversationRequest\x1a%.google.cloud.ces.v1beta.Conversation\"P\xda\x41\x04name\x82\xd3\xe4\x93\x02\x43\x12\x41/emulator/v1/{name=projects/*/locations/*/apps/*/conversations/*}\x12\xc8\x01\n\x11ListConversations\x12..ces_eval.emulator.v1.ListConversationsRequest\x1a/.ces_eval.emulator.v1.ListConversationsResponse\"R\xda\x41\x06parent\x82\xd3\xe4\x93\x02\x43\x12\x41/emulator/v1/{parent=projects/*/locations/*/apps/*}/conversations\x12\xd7\x01\n\x11ImportEvaluations\x12..ces_eval.emulator.v1.ImportEvaluationsRequest\x1a/.ces_eval.emulator.v1.ImportEvaluationsResponse\"a\xda\x41\x0eparent,content\x82\xd3\xe4\x93\x02J\"E/emulator/v1/{parent=projects/*/locations/*/apps/*}:importEvaluations:\x01*\x12\x9d\x01\n\x0cResetProject\x12).ces_eval.emulator.v1.ResetProjectRequest\x1a*.ces_eval.emulator.v1.ResetProjectResponse\"6\xda\x41\x04name\x82\xd3\xe4\x93\x02)\"$/emulator/v1/{name=projects/*}:reset:\x01*\x12\xe4\x01\n\x11\x43reateOutcomeRule\x12..ces_eval.emulator.v1.CreateOutcomeRuleRequest\x1a!.ces_eval.emulator.v1.OutcomeRule\"|\xda\x41#parent,outcome_rule,outcome_rule_id\x82\xd3\xe4\x93\x02P\"@/emulator/v1/{parent=projects/*/locations/*/apps/*}/outcomeRules:\x0coutcome_rule\x12\xb1\x01\n\x0eGetOutcomeRule\x12+.ces_eval.emulator.v1.GetOutcomeRuleRequest\x1a!.ces_eval.emulator.v1.OutcomeRule\"O\xda\x41\x04name\x82\xd3\xe4\x93\x02\x42\x12@/emulator/v1/{name=projects/*/locations/*/apps/*/outcomeRules/*}\x12\xc4\x01\n\x10ListOutcomeRules\x12-.ces_eval.emulator.v1.ListOutcomeRulesRequest\x1a..ces_eval.emulator.v1.ListOutcomeRulesResponse\"Q\xda\x41\x06parent\x82\xd3\xe4\x93\x02\x42\x12@/emulator/v1/{parent=projects/*/locations/*/apps/*}/outcomeRules\x12\xac\x01\n\x11\x44\x65leteOutcomeRule\x12..ces_eval.emulator.v1.DeleteOutcomeRuleRequest\x1a\x16.google.protobuf.Empty\"O\xda\x41\x04name\x82\xd3\xe4\x93\x02\x42*@/emulator/v1/{name=projects/*/locations/*/apps/*/outcomeRules/*}\x12\xc4\x01\n\x12ReleaseOutcomeRule\x12/.ces_eval.emulator.v1.ReleaseOutcomeRuleRequest\x1a!.ces_eval.emulator.v1.OutcomeRule\"Z\xda\x41\x04name\x82\xd3\xe4\x93\x02M\"H/emulator/v1/{name=projects/*/locations/*/apps/*/outcomeRules/*}:release:\x01*b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -74,6 +79,74 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RESETPROJECTREQUEST'].fields_by_name['name']._serialized_options = b'\342A\001\002'
   _globals['_RESETPROJECTRESPONSE_DELETEDRESOURCESENTRY']._loaded_options = None
   _globals['_RESETPROJECTRESPONSE_DELETEDRESOURCESENTRY']._serialized_options = b'8\001'
+  _globals['_OUTCOMERULE'].fields_by_name['name']._loaded_options = None
+  _globals['_OUTCOMERULE'].fields_by_name['name']._serialized_options = b'\342A\001\010'
+  _globals['_OUTCOMERULE'].fields_by_name['display_name']._loaded_options = None
+  _globals['_OUTCOMERULE'].fields_by_name['display_name']._serialized_options = b'\342A\001\001'
+  _globals['_OUTCOMERULE'].fields_by_name['evaluation']._loaded_options = None
+  _globals['_OUTCOMERULE'].fields_by_name['evaluation']._serialized_options = b'\342A\001\001'
+  _globals['_OUTCOMERULE'].fields_by_name['evaluation_display_name']._loaded_options = None
+  _globals['_OUTCOMERULE'].fields_by_name['evaluation_display_name']._serialized_options = b'\342A\001\001'
+  _globals['_OUTCOMERULE'].fields_by_name['tag']._loaded_options = None
+  _globals['_OUTCOMERULE'].fields_by_name['tag']._serialized_options = b'\342A\001\001'
+  _globals['_OUTCOMERULE'].fields_by_name['repetition']._loaded_options = None
+  _globals['_OUTCOMERULE'].fields_by_name['repetition']._serialized_options = b'\342A\001\001'
+  _globals['_OUTCOMERULE'].fields_by_name['outcome']._loaded_options = None
+  _globals['_OUTCOMERULE'].fields_by_name['outcome']._serialized_options = b'\342A\001\001'
+  _globals['_OUTCOMERULE'].fields_by_name['error_info']._loaded_options = None
+  _globals['_OUTCOMERULE'].fields_by_name['error_info']._serialized_options = b'\342A\001\001'
+  _globals['_OUTCOMERULE'].fields_by_name['turn']._loaded_options = None
+  _globals['_OUTCOMERULE'].fields_by_name['turn']._serialized_options = b'\342A\001\001'
+  _globals['_OUTCOMERULE'].fields_by_name['expectation']._loaded_options = None
+  _globals['_OUTCOMERULE'].fields_by_name['expectation']._serialized_options = b'\342A\001\001'
+  _globals['_OUTCOMERULE'].fields_by_name['observed']._loaded_options = None
+  _globals['_OUTCOMERULE'].fields_by_name['observed']._serialized_options = b'\342A\001\001'
+  _globals['_OUTCOMERULE'].fields_by_name['semantic_similarity_score']._loaded_options = None
+  _globals['_OUTCOMERULE'].fields_by_name['semantic_similarity_score']._serialized_options = b'\342A\001\001'
+  _globals['_OUTCOMERULE'].fields_by_name['tool_invocation_score']._loaded_options = None
+  _globals['_OUTCOMERULE'].fields_by_name['tool_invocation_score']._serialized_options = b'\342A\001\001'
+  _globals['_OUTCOMERULE'].fields_by_name['hallucination_score']._loaded_options = None
+  _globals['_OUTCOMERULE'].fields_by_name['hallucination_score']._serialized_options = b'\342A\001\001'
+  _globals['_OUTCOMERULE'].fields_by_name['turn_latency']._loaded_options = None
+  _globals['_OUTCOMERULE'].fields_by_name['turn_latency']._serialized_options = b'\342A\001\001'
+  _globals['_OUTCOMERULE'].fields_by_name['delay']._loaded_options = None
+  _globals['_OUTCOMERULE'].fields_by_name['delay']._serialized_options = b'\342A\001\001'
+  _globals['_OUTCOMERULE'].fields_by_name['hold']._loaded_options = None
+  _globals['_OUTCOMERULE'].fields_by_name['hold']._serialized_options = b'\342A\001\001'
+  _globals['_OUTCOMERULE'].fields_by_name['released']._loaded_options = None
+  _globals['_OUTCOMERULE'].fields_by_name['released']._serialized_options = b'\342A\001\003'
+  _globals['_OUTCOMERULE'].fields_by_name['create_time']._loaded_options = None
+  _globals['_OUTCOMERULE'].fields_by_name['create_time']._serialized_options = b'\342A\001\003'
+  _globals['_OUTCOMERULE'].fields_by_name['update_time']._loaded_options = None
+  _globals['_OUTCOMERULE'].fields_by_name['update_time']._serialized_options = b'\342A\001\003'
+  _globals['_OUTCOMERULE'].fields_by_name['etag']._loaded_options = None
+  _globals['_OUTCOMERULE'].fields_by_name['etag']._serialized_options = b'\342A\001\003'
+  _globals['_OUTCOMERULE']._loaded_options = None
+  _globals['_OUTCOMERULE']._serialized_options = b'\352A\216\001\n!emulator.ces-eval.dev/OutcomeRule\022Nprojects/{project}/locations/{location}/apps/{app}/outcomeRules/{outcome_rule}*\014outcomeRules2\013outcomeRule'
+  _globals['_CREATEOUTCOMERULEREQUEST'].fields_by_name['parent']._loaded_options = None
+  _globals['_CREATEOUTCOMERULEREQUEST'].fields_by_name['parent']._serialized_options = b'\342A\001\002\372A\030\n\026ces.googleapis.com/App'
+  _globals['_CREATEOUTCOMERULEREQUEST'].fields_by_name['outcome_rule_id']._loaded_options = None
+  _globals['_CREATEOUTCOMERULEREQUEST'].fields_by_name['outcome_rule_id']._serialized_options = b'\342A\001\001'
+  _globals['_CREATEOUTCOMERULEREQUEST'].fields_by_name['outcome_rule']._loaded_options = None
+  _globals['_CREATEOUTCOMERULEREQUEST'].fields_by_name['outcome_rule']._serialized_options = b'\342A\001\002'
+  _globals['_GETOUTCOMERULEREQUEST'].fields_by_name['name']._loaded_options = None
+  _globals['_GETOUTCOMERULEREQUEST'].fields_by_name['name']._serialized_options = b'\342A\001\002\372A#\n!emulator.ces-eval.dev/OutcomeRule'
+  _globals['_LISTOUTCOMERULESREQUEST'].fields_by_name['parent']._loaded_options = None
+  _globals['_LISTOUTCOMERULESREQUEST'].fields_by_name['parent']._serialized_options = b'\342A\001\002\372A\030\n\026ces.googleapis.com/App'
+  _globals['_LISTOUTCOMERULESREQUEST'].fields_by_name['page_size']._loaded_options = None
+  _globals['_LISTOUTCOMERULESREQUEST'].fields_by_name['page_size']._serialized_options = b'\342A\001\001'
+  _globals['_LISTOUTCOMERULESREQUEST'].fields_by_name['page_token']._loaded_options = None
+  _globals['_LISTOUTCOMERULESREQUEST'].fields_by_name['page_token']._serialized_options = b'\342A\001\001'
+  _globals['_LISTOUTCOMERULESREQUEST'].fields_by_name['filter']._loaded_options = None
+  _globals['_LISTOUTCOMERULESREQUEST'].fields_by_name['filter']._serialized_options = b'\342A\001\001'
+  _globals['_LISTOUTCOMERULESREQUEST'].fields_by_name['order_by']._loaded_options = None
+  _globals['_LISTOUTCOMERULESREQUEST'].fields_by_name['order_by']._serialized_options = b'\342A\001\001'
+  _globals['_DELETEOUTCOMERULEREQUEST'].fields_by_name['name']._loaded_options = None
+  _globals['_DELETEOUTCOMERULEREQUEST'].fields_by_name['name']._serialized_options = b'\342A\001\002\372A#\n!emulator.ces-eval.dev/OutcomeRule'
+  _globals['_DELETEOUTCOMERULEREQUEST'].fields_by_name['etag']._loaded_options = None
+  _globals['_DELETEOUTCOMERULEREQUEST'].fields_by_name['etag']._serialized_options = b'\342A\001\001'
+  _globals['_RELEASEOUTCOMERULEREQUEST'].fields_by_name['name']._loaded_options = None
+  _globals['_RELEASEOUTCOMERULEREQUEST'].fields_by_name['name']._serialized_options = b'\342A\001\002\372A#\n!emulator.ces-eval.dev/OutcomeRule'
   _globals['_EMULATORSERVICE'].methods_by_name['CreateEvaluationResult']._loaded_options = None
   _globals['_EMULATORSERVICE'].methods_by_name['CreateEvaluationResult']._serialized_options = b'\332A-parent,evaluation_result,evaluation_result_id\202\323\344\223\002^\"I/emulator/v1/{parent=projects/*/locations/*/apps/*/evaluations/*}/results:\021evaluation_result'
   _globals['_EMULATORSERVICE'].methods_by_name['CreateEvaluationRun']._loaded_options = None
@@ -88,28 +161,58 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EMULATORSERVICE'].methods_by_name['ImportEvaluations']._serialized_options = b'\332A\016parent,content\202\323\344\223\002J\"E/emulator/v1/{parent=projects/*/locations/*/apps/*}:importEvaluations:\001*'
   _globals['_EMULATORSERVICE'].methods_by_name['ResetProject']._loaded_options = None
   _globals['_EMULATORSERVICE'].methods_by_name['ResetProject']._serialized_options = b'\332A\004name\202\323\344\223\002)\"$/emulator/v1/{name=projects/*}:reset:\001*'
-  _globals['_CREATEEVALUATIONRESULTREQUEST']._serialized_start=271
-  _globals['_CREATEEVALUATIONRESULTREQUEST']._serialized_end=470
-  _globals['_CREATEEVALUATIONRUNREQUEST']._serialized_start=473
-  _globals['_CREATEEVALUATIONRUNREQUEST']._serialized_end=653
-  _globals['_CREATECONVERSATIONREQUEST']._serialized_start=656
-  _globals['_CREATECONVERSATIONREQUEST']._serialized_end=830
-  _globals['_GETCONVERSATIONREQUEST']._serialized_start=832
-  _globals['_GETCONVERSATIONREQUEST']._serialized_end=912
-  _globals['_LISTCONVERSATIONSREQUEST']._serialized_start=915
-  _globals['_LISTCONVERSATIONSREQUEST']._serialized_end=1087
-  _globals['_LISTCONVERSATIONSRESPONSE']._serialized_start=1089
-  _globals['_LISTCONVERSATIONSRESPONSE']._serialized_end=1203
-  _globals['_IMPORTEVALUATIONSREQUEST']._serialized_start=1205
-  _globals['_IMPORTEVALUATIONSREQUEST']._serialized_end=1328
-  _globals['_IMPORTEVALUATIONSRESPONSE']._serialized_start=1330
-  _globals['_IMPORTEVALUATIONSRESPONSE']._serialized_end=1415
-  _globals['_RESETPROJECTREQUEST']._serialized_start=1417
-  _globals['_RESETPROJECTREQUEST']._serialized_end=1458
-  _globals['_RESETPROJECTRESPONSE']._serialized_start=1461
-  _globals['_RESETPROJECTRESPONSE']._serialized_end=1726
-  _globals['_RESETPROJECTRESPONSE_DELETEDRESOURCESENTRY']._serialized_start=1671
-  _globals['_RESETPROJECTRESPONSE_DELETEDRESOURCESENTRY']._serialized_end=1726
-  _globals['_EMULATORSERVICE']._serialized_start=1729
-  _globals['_EMULATORSERVICE']._serialized_end=3275
+  _globals['_EMULATORSERVICE'].methods_by_name['CreateOutcomeRule']._loaded_options = None
+  _globals['_EMULATORSERVICE'].methods_by_name['CreateOutcomeRule']._serialized_options = b'\332A#parent,outcome_rule,outcome_rule_id\202\323\344\223\002P\"@/emulator/v1/{parent=projects/*/locations/*/apps/*}/outcomeRules:\014outcome_rule'
+  _globals['_EMULATORSERVICE'].methods_by_name['GetOutcomeRule']._loaded_options = None
+  _globals['_EMULATORSERVICE'].methods_by_name['GetOutcomeRule']._serialized_options = b'\332A\004name\202\323\344\223\002B\022@/emulator/v1/{name=projects/*/locations/*/apps/*/outcomeRules/*}'
+  _globals['_EMULATORSERVICE'].methods_by_name['ListOutcomeRules']._loaded_options = None
+  _globals['_EMULATORSERVICE'].methods_by_name['ListOutcomeRules']._serialized_options = b'\332A\006parent\202\323\344\223\002B\022@/emulator/v1/{parent=projects/*/locations/*/apps/*}/outcomeRules'
+  _globals['_EMULATORSERVICE'].methods_by_name['DeleteOutcomeRule']._loaded_options = None
+  _globals['_EMULATORSERVICE'].methods_by_name['DeleteOutcomeRule']._serialized_options = b'\332A\004name\202\323\344\223\002B*@/emulator/v1/{name=projects/*/locations/*/apps/*/outcomeRules/*}'
+  _globals['_EMULATORSERVICE'].methods_by_name['ReleaseOutcomeRule']._loaded_options = None
+  _globals['_EMULATORSERVICE'].methods_by_name['ReleaseOutcomeRule']._serialized_options = b'\332A\004name\202\323\344\223\002M\"H/emulator/v1/{name=projects/*/locations/*/apps/*/outcomeRules/*}:release:\001*'
+  _globals['_CREATEEVALUATIONRESULTREQUEST']._serialized_start=444
+  _globals['_CREATEEVALUATIONRESULTREQUEST']._serialized_end=643
+  _globals['_CREATEEVALUATIONRUNREQUEST']._serialized_start=646
+  _globals['_CREATEEVALUATIONRUNREQUEST']._serialized_end=826
+  _globals['_CREATECONVERSATIONREQUEST']._serialized_start=829
+  _globals['_CREATECONVERSATIONREQUEST']._serialized_end=1003
+  _globals['_GETCONVERSATIONREQUEST']._serialized_start=1005
+  _globals['_GETCONVERSATIONREQUEST']._serialized_end=1085
+  _globals['_LISTCONVERSATIONSREQUEST']._serialized_start=1088
+  _globals['_LISTCONVERSATIONSREQUEST']._serialized_end=1260
+  _globals['_LISTCONVERSATIONSRESPONSE']._serialized_start=1262
+  _globals['_LISTCONVERSATIONSRESPONSE']._serialized_end=1376
+  _globals['_IMPORTEVALUATIONSREQUEST']._serialized_start=1378
+  _globals['_IMPORTEVALUATIONSREQUEST']._serialized_end=1501
+  _globals['_IMPORTEVALUATIONSRESPONSE']._serialized_start=1503
+  _globals['_IMPORTEVALUATIONSRESPONSE']._serialized_end=1588
+  _globals['_RESETPROJECTREQUEST']._serialized_start=1590
+  _globals['_RESETPROJECTREQUEST']._serialized_end=1631
+  _globals['_RESETPROJECTRESPONSE']._serialized_start=1634
+  _globals['_RESETPROJECTRESPONSE']._serialized_end=1899
+  _globals['_RESETPROJECTRESPONSE_DELETEDRESOURCESENTRY']._serialized_start=1844
+  _globals['_RESETPROJECTRESPONSE_DELETEDRESOURCESENTRY']._serialized_end=1899
+  _globals['_OUTCOMERULE']._serialized_start=1902
+  _globals['_OUTCOMERULE']._serialized_end=3292
+  _globals['_OUTCOMERULE_OBSERVED']._serialized_start=2788
+  _globals['_OUTCOMERULE_OBSERVED']._serialized_end=2901
+  _globals['_OUTCOMERULE_OUTCOME']._serialized_start=2903
+  _globals['_OUTCOMERULE_OUTCOME']._serialized_end=2968
+  _globals['_OUTCOMERULE_HOLD']._serialized_start=2970
+  _globals['_OUTCOMERULE_HOLD']._serialized_end=3023
+  _globals['_CREATEOUTCOMERULEREQUEST']._serialized_start=3295
+  _globals['_CREATEOUTCOMERULEREQUEST']._serialized_end=3464
+  _globals['_GETOUTCOMERULEREQUEST']._serialized_start=3466
+  _globals['_GETOUTCOMERULEREQUEST']._serialized_end=3547
+  _globals['_LISTOUTCOMERULESREQUEST']._serialized_start=3550
+  _globals['_LISTOUTCOMERULESREQUEST']._serialized_end=3721
+  _globals['_LISTOUTCOMERULESRESPONSE']._serialized_start=3723
+  _globals['_LISTOUTCOMERULESRESPONSE']._serialized_end=3832
+  _globals['_DELETEOUTCOMERULEREQUEST']._serialized_start=3834
+  _globals['_DELETEOUTCOMERULEREQUEST']._serialized_end=3938
+  _globals['_RELEASEOUTCOMERULEREQUEST']._serialized_start=3940
+  _globals['_RELEASEOUTCOMERULEREQUEST']._serialized_end=4025
+  _globals['_EMULATORSERVICE']._serialized_start=4028
+  _globals['_EMULATORSERVICE']._serialized_end=6558
 # @@protoc_insertion_point(module_scope)

@@ -6,10 +6,15 @@ isort:skip_file
 
 from collections import abc as _abc
 from ....google.cloud.ces.v1beta import conversation_pb2 as _conversation_pb2
+from ....google.cloud.ces.v1beta import evaluation_config_pb2 as _evaluation_config_pb2
 from ....google.cloud.ces.v1beta import evaluation_pb2 as _evaluation_pb2
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
+from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -344,7 +349,8 @@ class ResetProjectResponse(_message.Message):
     @_builtins.property
     def deleted_resources(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """How many of the other resources were deleted, by collection ID (evaluationExpectations,
-        evaluationDatasets, scheduledEvaluationRuns, evaluationRuns, conversations).
+        evaluationDatasets, scheduledEvaluationRuns, evaluationRuns, conversations,
+        outcomeRules).
         """
 
     def __init__(
@@ -362,3 +368,414 @@ class ResetProjectResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ResetProjectResponse: _TypeAlias = ResetProjectResponse  # noqa: Y015
+
+@_typing.final
+class OutcomeRule(_message.Message):
+    """What the run engine observes for the evaluations a rule matches, instead of the default (the
+    golden is the truth: every expectation met with full scores). A rule matches an evaluation of
+    its app when every selector it sets matches; a rule that sets none matches every evaluation.
+    When several rules match, the newest one decides the outcome; any matching hold holds.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _Outcome:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _OutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[OutcomeRule._Outcome.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        OUTCOME_UNSPECIFIED: OutcomeRule._Outcome.ValueType  # 0
+        """Not specified: PASS."""
+        PASS: OutcomeRule._Outcome.ValueType  # 1
+        """Every expectation is met (the default)."""
+        FAIL: OutcomeRule._Outcome.ValueType  # 2
+        """The chosen expectation (`turn`, `expectation`) is not met; the result is FAIL."""
+        ERROR: OutcomeRule._Outcome.ValueType  # 3
+        """The result does not execute: execution_state ERROR with `error_info`."""
+
+    class Outcome(_Outcome, metaclass=_OutcomeEnumTypeWrapper):
+        """What the matched results come out as."""
+
+    OUTCOME_UNSPECIFIED: OutcomeRule.Outcome.ValueType  # 0
+    """Not specified: PASS."""
+    PASS: OutcomeRule.Outcome.ValueType  # 1
+    """Every expectation is met (the default)."""
+    FAIL: OutcomeRule.Outcome.ValueType  # 2
+    """The chosen expectation (`turn`, `expectation`) is not met; the result is FAIL."""
+    ERROR: OutcomeRule.Outcome.ValueType  # 3
+    """The result does not execute: execution_state ERROR with `error_info`."""
+
+    class _Hold:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _HoldEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[OutcomeRule._Hold.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        HOLD_UNSPECIFIED: OutcomeRule._Hold.ValueType  # 0
+        """No hold."""
+        QUEUED: OutcomeRule._Hold.ValueType  # 1
+        """The run stays QUEUED until the rule is released or deleted."""
+        RUNNING: OutcomeRule._Hold.ValueType  # 2
+        """The run becomes RUNNING and produces no result of a matched evaluation until the rule is
+        released or deleted.
+        """
+
+    class Hold(_Hold, metaclass=_HoldEnumTypeWrapper):
+        """Where a hold keeps the runs that include a matched evaluation."""
+
+    HOLD_UNSPECIFIED: OutcomeRule.Hold.ValueType  # 0
+    """No hold."""
+    QUEUED: OutcomeRule.Hold.ValueType  # 1
+    """The run stays QUEUED until the rule is released or deleted."""
+    RUNNING: OutcomeRule.Hold.ValueType  # 2
+    """The run becomes RUNNING and produces no result of a matched evaluation until the rule is
+    released or deleted.
+    """
+
+    @_typing.final
+    class Observed(_message.Message):
+        """What a failing expectation observed instead of what it expected."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        TOOL_ARGS_FIELD_NUMBER: _builtins.int
+        TEXT_FIELD_NUMBER: _builtins.int
+        MISSING_TOOL_CALL_FIELD_NUMBER: _builtins.int
+        text: _builtins.str
+        """The agent answered with this text instead."""
+        missing_tool_call: _builtins.bool
+        """The expected tool was not called at all."""
+        @_builtins.property
+        def tool_args(self) -> _struct_pb2.Struct:
+            """The expected tool was called with these arguments instead."""
+
+        def __init__(
+            self,
+            *,
+            tool_args: _struct_pb2.Struct | None = ...,
+            text: _builtins.str = ...,
+            missing_tool_call: _builtins.bool = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["missing_tool_call", b"missing_tool_call", "observed", b"observed", "text", b"text", "tool_args", b"tool_args"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["missing_tool_call", b"missing_tool_call", "observed", b"observed", "text", b"text", "tool_args", b"tool_args"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        _WhichOneofReturnType_observed: _TypeAlias = _typing.Literal["tool_args", "text", "missing_tool_call"]  # noqa: Y015
+        _WhichOneofArgType_observed: _TypeAlias = _typing.Literal["observed", b"observed"]  # noqa: Y015
+        def WhichOneof(self, oneof_group: _WhichOneofArgType_observed) -> _WhichOneofReturnType_observed | None: ...
+
+    NAME_FIELD_NUMBER: _builtins.int
+    DISPLAY_NAME_FIELD_NUMBER: _builtins.int
+    EVALUATION_FIELD_NUMBER: _builtins.int
+    EVALUATION_DISPLAY_NAME_FIELD_NUMBER: _builtins.int
+    TAG_FIELD_NUMBER: _builtins.int
+    REPETITION_FIELD_NUMBER: _builtins.int
+    OUTCOME_FIELD_NUMBER: _builtins.int
+    ERROR_INFO_FIELD_NUMBER: _builtins.int
+    TURN_FIELD_NUMBER: _builtins.int
+    EXPECTATION_FIELD_NUMBER: _builtins.int
+    OBSERVED_FIELD_NUMBER: _builtins.int
+    SEMANTIC_SIMILARITY_SCORE_FIELD_NUMBER: _builtins.int
+    TOOL_INVOCATION_SCORE_FIELD_NUMBER: _builtins.int
+    HALLUCINATION_SCORE_FIELD_NUMBER: _builtins.int
+    TURN_LATENCY_FIELD_NUMBER: _builtins.int
+    DELAY_FIELD_NUMBER: _builtins.int
+    HOLD_FIELD_NUMBER: _builtins.int
+    RELEASED_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    ETAG_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Identifier. Format:
+    projects/{project}/locations/{location}/apps/{app}/outcomeRules/{outcome_rule}
+    """
+    display_name: _builtins.str
+    """Human-readable name of the rule."""
+    evaluation: _builtins.str
+    """Matches the evaluation with this resource name or ID."""
+    evaluation_display_name: _builtins.str
+    """Matches evaluations with this display name."""
+    tag: _builtins.str
+    """Matches evaluations that carry this tag."""
+    repetition: _builtins.int
+    """Matches only this repetition of each evaluation in a run (0 is the first); every
+    repetition when unset.
+    """
+    outcome: Global___OutcomeRule.Outcome.ValueType
+    """What the matched results come out as. Defaults to PASS."""
+    turn: _builtins.int
+    """The golden turn (0 is the first) whose expectation fails; for FAIL. Defaults to the first
+    turn with an expectation.
+    """
+    expectation: _builtins.int
+    """Which expectation of that turn fails (0 is its first); for FAIL. Defaults to 0."""
+    semantic_similarity_score: _builtins.int
+    """The semantic similarity score (0 to 4) of the failing turn's agent response; 1 for a FAIL
+    by default, 4 otherwise.
+    """
+    tool_invocation_score: _builtins.float
+    """The parameter correctness score (0 to 1) of the failing tool call; 0 for a FAIL by
+    default, 1 otherwise.
+    """
+    hallucination_score: _builtins.int
+    """The hallucination score of every turn (1 justified, 0 not justified, -1 no claim)."""
+    hold: Global___OutcomeRule.Hold.ValueType
+    """Keeps the runs that include a matched evaluation QUEUED or RUNNING until released."""
+    released: _builtins.bool
+    """Whether the hold was released (ReleaseOutcomeRule)."""
+    etag: _builtins.str
+    """Checksum of the rule's state (AIP-154)."""
+    @_builtins.property
+    def error_info(self) -> _evaluation_config_pb2.EvaluationErrorInfo:
+        """The error of an ERROR outcome; RUNTIME_FAILURE with a message naming the rule when unset."""
+
+    @_builtins.property
+    def observed(self) -> Global___OutcomeRule.Observed:
+        """What the failing expectation observed instead; for FAIL. Defaults to other arguments for a
+        tool call and other text for an agent response.
+        """
+
+    @_builtins.property
+    def turn_latency(self) -> _duration_pb2.Duration:
+        """The latency of every turn, instead of the deterministic default."""
+
+    @_builtins.property
+    def delay(self) -> _duration_pb2.Duration:
+        """How long the engine waits before producing each matched result."""
+
+    @_builtins.property
+    def create_time(self) -> _timestamp_pb2.Timestamp:
+        """When the rule was created."""
+
+    @_builtins.property
+    def update_time(self) -> _timestamp_pb2.Timestamp:
+        """When the rule was last changed."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        display_name: _builtins.str = ...,
+        evaluation: _builtins.str = ...,
+        evaluation_display_name: _builtins.str = ...,
+        tag: _builtins.str = ...,
+        repetition: _builtins.int | None = ...,
+        outcome: Global___OutcomeRule.Outcome.ValueType = ...,
+        error_info: _evaluation_config_pb2.EvaluationErrorInfo | None = ...,
+        turn: _builtins.int | None = ...,
+        expectation: _builtins.int | None = ...,
+        observed: Global___OutcomeRule.Observed | None = ...,
+        semantic_similarity_score: _builtins.int | None = ...,
+        tool_invocation_score: _builtins.float | None = ...,
+        hallucination_score: _builtins.int | None = ...,
+        turn_latency: _duration_pb2.Duration | None = ...,
+        delay: _duration_pb2.Duration | None = ...,
+        hold: Global___OutcomeRule.Hold.ValueType = ...,
+        released: _builtins.bool = ...,
+        create_time: _timestamp_pb2.Timestamp | None = ...,
+        update_time: _timestamp_pb2.Timestamp | None = ...,
+        etag: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_expectation", b"_expectation", "_hallucination_score", b"_hallucination_score", "_repetition", b"_repetition", "_semantic_similarity_score", b"_semantic_similarity_score", "_tool_invocation_score", b"_tool_invocation_score", "_turn", b"_turn", "create_time", b"create_time", "delay", b"delay", "error_info", b"error_info", "expectation", b"expectation", "hallucination_score", b"hallucination_score", "observed", b"observed", "repetition", b"repetition", "semantic_similarity_score", b"semantic_similarity_score", "tool_invocation_score", b"tool_invocation_score", "turn", b"turn", "turn_latency", b"turn_latency", "update_time", b"update_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_expectation", b"_expectation", "_hallucination_score", b"_hallucination_score", "_repetition", b"_repetition", "_semantic_similarity_score", b"_semantic_similarity_score", "_tool_invocation_score", b"_tool_invocation_score", "_turn", b"_turn", "create_time", b"create_time", "delay", b"delay", "display_name", b"display_name", "error_info", b"error_info", "etag", b"etag", "evaluation", b"evaluation", "evaluation_display_name", b"evaluation_display_name", "expectation", b"expectation", "hallucination_score", b"hallucination_score", "hold", b"hold", "name", b"name", "observed", b"observed", "outcome", b"outcome", "released", b"released", "repetition", b"repetition", "semantic_similarity_score", b"semantic_similarity_score", "tag", b"tag", "tool_invocation_score", b"tool_invocation_score", "turn", b"turn", "turn_latency", b"turn_latency", "update_time", b"update_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__expectation: _TypeAlias = _typing.Literal["expectation"]  # noqa: Y015
+    _WhichOneofArgType__expectation: _TypeAlias = _typing.Literal["_expectation", b"_expectation"]  # noqa: Y015
+    _WhichOneofReturnType__hallucination_score: _TypeAlias = _typing.Literal["hallucination_score"]  # noqa: Y015
+    _WhichOneofArgType__hallucination_score: _TypeAlias = _typing.Literal["_hallucination_score", b"_hallucination_score"]  # noqa: Y015
+    _WhichOneofReturnType__repetition: _TypeAlias = _typing.Literal["repetition"]  # noqa: Y015
+    _WhichOneofArgType__repetition: _TypeAlias = _typing.Literal["_repetition", b"_repetition"]  # noqa: Y015
+    _WhichOneofReturnType__semantic_similarity_score: _TypeAlias = _typing.Literal["semantic_similarity_score"]  # noqa: Y015
+    _WhichOneofArgType__semantic_similarity_score: _TypeAlias = _typing.Literal["_semantic_similarity_score", b"_semantic_similarity_score"]  # noqa: Y015
+    _WhichOneofReturnType__tool_invocation_score: _TypeAlias = _typing.Literal["tool_invocation_score"]  # noqa: Y015
+    _WhichOneofArgType__tool_invocation_score: _TypeAlias = _typing.Literal["_tool_invocation_score", b"_tool_invocation_score"]  # noqa: Y015
+    _WhichOneofReturnType__turn: _TypeAlias = _typing.Literal["turn"]  # noqa: Y015
+    _WhichOneofArgType__turn: _TypeAlias = _typing.Literal["_turn", b"_turn"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__expectation) -> _WhichOneofReturnType__expectation | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__hallucination_score) -> _WhichOneofReturnType__hallucination_score | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__repetition) -> _WhichOneofReturnType__repetition | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__semantic_similarity_score) -> _WhichOneofReturnType__semantic_similarity_score | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__tool_invocation_score) -> _WhichOneofReturnType__tool_invocation_score | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__turn) -> _WhichOneofReturnType__turn | None: ...
+
+Global___OutcomeRule: _TypeAlias = OutcomeRule  # noqa: Y015
+
+@_typing.final
+class CreateOutcomeRuleRequest(_message.Message):
+    """Request of EmulatorService.CreateOutcomeRule."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARENT_FIELD_NUMBER: _builtins.int
+    OUTCOME_RULE_ID_FIELD_NUMBER: _builtins.int
+    OUTCOME_RULE_FIELD_NUMBER: _builtins.int
+    parent: _builtins.str
+    """The app whose runs the rule scripts. Format:
+    projects/{project}/locations/{location}/apps/{app}
+    """
+    outcome_rule_id: _builtins.str
+    """The ID that becomes the last segment of the rule's resource name (AIP-122). When empty,
+    the server picks a unique ID.
+    """
+    @_builtins.property
+    def outcome_rule(self) -> Global___OutcomeRule:
+        """The rule to store."""
+
+    def __init__(
+        self,
+        *,
+        parent: _builtins.str = ...,
+        outcome_rule_id: _builtins.str = ...,
+        outcome_rule: Global___OutcomeRule | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["outcome_rule", b"outcome_rule"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["outcome_rule", b"outcome_rule", "outcome_rule_id", b"outcome_rule_id", "parent", b"parent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateOutcomeRuleRequest: _TypeAlias = CreateOutcomeRuleRequest  # noqa: Y015
+
+@_typing.final
+class GetOutcomeRuleRequest(_message.Message):
+    """Request of EmulatorService.GetOutcomeRule."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The rule to read."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetOutcomeRuleRequest: _TypeAlias = GetOutcomeRuleRequest  # noqa: Y015
+
+@_typing.final
+class ListOutcomeRulesRequest(_message.Message):
+    """Request of EmulatorService.ListOutcomeRules."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARENT_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    FILTER_FIELD_NUMBER: _builtins.int
+    ORDER_BY_FIELD_NUMBER: _builtins.int
+    parent: _builtins.str
+    """The app whose rules to list."""
+    page_size: _builtins.int
+    """At most this many rules per page (50 when unset, 1000 at most)."""
+    page_token: _builtins.str
+    """The next_page_token of the previous page."""
+    filter: _builtins.str
+    """An AIP-160 filter over the rule's fields."""
+    order_by: _builtins.str
+    """`name`, `create_time` or `update_time`, optionally followed by ` desc`."""
+    def __init__(
+        self,
+        *,
+        parent: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+        filter: _builtins.str = ...,
+        order_by: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "order_by", b"order_by", "page_size", b"page_size", "page_token", b"page_token", "parent", b"parent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListOutcomeRulesRequest: _TypeAlias = ListOutcomeRulesRequest  # noqa: Y015
+
+@_typing.final
+class ListOutcomeRulesResponse(_message.Message):
+    """Response of EmulatorService.ListOutcomeRules."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTCOME_RULES_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """The token of the next page; empty on the last."""
+    @_builtins.property
+    def outcome_rules(self) -> _containers.RepeatedCompositeFieldContainer[Global___OutcomeRule]:
+        """The rules of this page."""
+
+    def __init__(
+        self,
+        *,
+        outcome_rules: _abc.Iterable[Global___OutcomeRule] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "outcome_rules", b"outcome_rules"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListOutcomeRulesResponse: _TypeAlias = ListOutcomeRulesResponse  # noqa: Y015
+
+@_typing.final
+class DeleteOutcomeRuleRequest(_message.Message):
+    """Request of EmulatorService.DeleteOutcomeRule."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    ETAG_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The rule to delete."""
+    etag: _builtins.str
+    """When set, the rule is deleted only if its etag is still this one."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        etag: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["etag", b"etag", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteOutcomeRuleRequest: _TypeAlias = DeleteOutcomeRuleRequest  # noqa: Y015
+
+@_typing.final
+class ReleaseOutcomeRuleRequest(_message.Message):
+    """Request of EmulatorService.ReleaseOutcomeRule."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The rule whose hold ends."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReleaseOutcomeRuleRequest: _TypeAlias = ReleaseOutcomeRuleRequest  # noqa: Y015

@@ -7,6 +7,7 @@ import warnings
 from . import emulator_service_pb2 as ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2
 from ....google.cloud.ces.v1beta import conversation_pb2 as google_dot_cloud_dot_ces_dot_v1beta_dot_conversation__pb2
 from ....google.cloud.ces.v1beta import evaluation_pb2 as google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2
+from google.protobuf import empty_pb2 as google_dot_protobuf_dot_empty__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -74,6 +75,31 @@ class EmulatorServiceStub:
                 '/ces_eval.emulator.v1.EmulatorService/ResetProject',
                 request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ResetProjectRequest.SerializeToString,
                 response_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ResetProjectResponse.FromString,
+                _registered_method=True)
+        self.CreateOutcomeRule = channel.unary_unary(
+                '/ces_eval.emulator.v1.EmulatorService/CreateOutcomeRule',
+                request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.CreateOutcomeRuleRequest.SerializeToString,
+                response_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.OutcomeRule.FromString,
+                _registered_method=True)
+        self.GetOutcomeRule = channel.unary_unary(
+                '/ces_eval.emulator.v1.EmulatorService/GetOutcomeRule',
+                request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.GetOutcomeRuleRequest.SerializeToString,
+                response_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.OutcomeRule.FromString,
+                _registered_method=True)
+        self.ListOutcomeRules = channel.unary_unary(
+                '/ces_eval.emulator.v1.EmulatorService/ListOutcomeRules',
+                request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ListOutcomeRulesRequest.SerializeToString,
+                response_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ListOutcomeRulesResponse.FromString,
+                _registered_method=True)
+        self.DeleteOutcomeRule = channel.unary_unary(
+                '/ces_eval.emulator.v1.EmulatorService/DeleteOutcomeRule',
+                request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.DeleteOutcomeRuleRequest.SerializeToString,
+                response_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                _registered_method=True)
+        self.ReleaseOutcomeRule = channel.unary_unary(
+                '/ces_eval.emulator.v1.EmulatorService/ReleaseOutcomeRule',
+                request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ReleaseOutcomeRuleRequest.SerializeToString,
+                response_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.OutcomeRule.FromString,
                 _registered_method=True)
 
 
@@ -146,6 +172,44 @@ class EmulatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateOutcomeRule(self, request, context):
+        """Stores a rule that scripts what the run engine observes for the evaluations it matches
+        (docs/semantics.md, "Scripted outcomes"): a pass, a failure at a chosen turn with what was
+        observed instead, an error, scores, latencies, a delay, or a hold that keeps runs QUEUED or
+        RUNNING until the rule is released.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetOutcomeRule(self, request, context):
+        """Reads one outcome rule.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListOutcomeRules(self, request, context):
+        """Lists the outcome rules of an app, oldest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteOutcomeRule(self, request, context):
+        """Deletes an outcome rule; runs it held go on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseOutcomeRule(self, request, context):
+        """Ends a rule's hold: the runs it kept QUEUED or RUNNING go on. Its other effects stay.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EmulatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -183,6 +247,31 @@ def add_EmulatorServiceServicer_to_server(servicer, server):
                     servicer.ResetProject,
                     request_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ResetProjectRequest.FromString,
                     response_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ResetProjectResponse.SerializeToString,
+            ),
+            'CreateOutcomeRule': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateOutcomeRule,
+                    request_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.CreateOutcomeRuleRequest.FromString,
+                    response_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.OutcomeRule.SerializeToString,
+            ),
+            'GetOutcomeRule': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetOutcomeRule,
+                    request_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.GetOutcomeRuleRequest.FromString,
+                    response_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.OutcomeRule.SerializeToString,
+            ),
+            'ListOutcomeRules': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListOutcomeRules,
+                    request_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ListOutcomeRulesRequest.FromString,
+                    response_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ListOutcomeRulesResponse.SerializeToString,
+            ),
+            'DeleteOutcomeRule': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteOutcomeRule,
+                    request_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.DeleteOutcomeRuleRequest.FromString,
+                    response_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+            ),
+            'ReleaseOutcomeRule': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseOutcomeRule,
+                    request_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ReleaseOutcomeRuleRequest.FromString,
+                    response_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.OutcomeRule.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -377,6 +466,141 @@ class EmulatorService:
             '/ces_eval.emulator.v1.EmulatorService/ResetProject',
             ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ResetProjectRequest.SerializeToString,
             ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ResetProjectResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateOutcomeRule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ces_eval.emulator.v1.EmulatorService/CreateOutcomeRule',
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.CreateOutcomeRuleRequest.SerializeToString,
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.OutcomeRule.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetOutcomeRule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ces_eval.emulator.v1.EmulatorService/GetOutcomeRule',
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.GetOutcomeRuleRequest.SerializeToString,
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.OutcomeRule.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListOutcomeRules(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ces_eval.emulator.v1.EmulatorService/ListOutcomeRules',
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ListOutcomeRulesRequest.SerializeToString,
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ListOutcomeRulesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteOutcomeRule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ces_eval.emulator.v1.EmulatorService/DeleteOutcomeRule',
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.DeleteOutcomeRuleRequest.SerializeToString,
+            google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseOutcomeRule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ces_eval.emulator.v1.EmulatorService/ReleaseOutcomeRule',
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ReleaseOutcomeRuleRequest.SerializeToString,
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.OutcomeRule.FromString,
             options,
             channel_credentials,
             insecure,

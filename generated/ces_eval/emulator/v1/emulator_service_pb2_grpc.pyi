@@ -8,6 +8,7 @@ from . import emulator_service_pb2 as _emulator_service_pb2
 from collections import abc as _abc
 from ....google.cloud.ces.v1beta import conversation_pb2 as _conversation_pb2
 from ....google.cloud.ces.v1beta import evaluation_pb2 as _evaluation_pb2
+from google.protobuf import empty_pb2 as _empty_pb2
 from grpc import aio as _aio
 import abc as _abc_1
 import grpc as _grpc
@@ -72,6 +73,20 @@ class EmulatorServiceStub:
     """
     ResetProject: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.ResetProjectRequest, _emulator_service_pb2.ResetProjectResponse]
     """Deletes every resource and operation of one project."""
+    CreateOutcomeRule: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.CreateOutcomeRuleRequest, _emulator_service_pb2.OutcomeRule]
+    """Stores a rule that scripts what the run engine observes for the evaluations it matches
+    (docs/semantics.md, "Scripted outcomes"): a pass, a failure at a chosen turn with what was
+    observed instead, an error, scores, latencies, a delay, or a hold that keeps runs QUEUED or
+    RUNNING until the rule is released.
+    """
+    GetOutcomeRule: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.GetOutcomeRuleRequest, _emulator_service_pb2.OutcomeRule]
+    """Reads one outcome rule."""
+    ListOutcomeRules: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.ListOutcomeRulesRequest, _emulator_service_pb2.ListOutcomeRulesResponse]
+    """Lists the outcome rules of an app, oldest first."""
+    DeleteOutcomeRule: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.DeleteOutcomeRuleRequest, _empty_pb2.Empty]
+    """Deletes an outcome rule; runs it held go on."""
+    ReleaseOutcomeRule: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.ReleaseOutcomeRuleRequest, _emulator_service_pb2.OutcomeRule]
+    """Ends a rule's hold: the runs it kept QUEUED or RUNNING go on. Its other effects stay."""
 
 @_typing.type_check_only
 class EmulatorServiceAsyncStub(EmulatorServiceStub):
@@ -114,6 +129,20 @@ class EmulatorServiceAsyncStub(EmulatorServiceStub):
     """
     ResetProject: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.ResetProjectRequest, _emulator_service_pb2.ResetProjectResponse]  # type: ignore[assignment]
     """Deletes every resource and operation of one project."""
+    CreateOutcomeRule: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.CreateOutcomeRuleRequest, _emulator_service_pb2.OutcomeRule]  # type: ignore[assignment]
+    """Stores a rule that scripts what the run engine observes for the evaluations it matches
+    (docs/semantics.md, "Scripted outcomes"): a pass, a failure at a chosen turn with what was
+    observed instead, an error, scores, latencies, a delay, or a hold that keeps runs QUEUED or
+    RUNNING until the rule is released.
+    """
+    GetOutcomeRule: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.GetOutcomeRuleRequest, _emulator_service_pb2.OutcomeRule]  # type: ignore[assignment]
+    """Reads one outcome rule."""
+    ListOutcomeRules: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.ListOutcomeRulesRequest, _emulator_service_pb2.ListOutcomeRulesResponse]  # type: ignore[assignment]
+    """Lists the outcome rules of an app, oldest first."""
+    DeleteOutcomeRule: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.DeleteOutcomeRuleRequest, _empty_pb2.Empty]  # type: ignore[assignment]
+    """Deletes an outcome rule; runs it held go on."""
+    ReleaseOutcomeRule: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.ReleaseOutcomeRuleRequest, _emulator_service_pb2.OutcomeRule]  # type: ignore[assignment]
+    """Ends a rule's hold: the runs it kept QUEUED or RUNNING go on. Its other effects stay."""
 
 class EmulatorServiceServicer(metaclass=_abc_1.ABCMeta):
     """What a local stand-in for the EvaluationService needs and the public API lacks: results are
@@ -195,5 +224,49 @@ class EmulatorServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_emulator_service_pb2.ResetProjectResponse, _abc.Awaitable[_emulator_service_pb2.ResetProjectResponse]]:
         """Deletes every resource and operation of one project."""
+
+    @_abc_1.abstractmethod
+    def CreateOutcomeRule(
+        self,
+        request: _emulator_service_pb2.CreateOutcomeRuleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_emulator_service_pb2.OutcomeRule, _abc.Awaitable[_emulator_service_pb2.OutcomeRule]]:
+        """Stores a rule that scripts what the run engine observes for the evaluations it matches
+        (docs/semantics.md, "Scripted outcomes"): a pass, a failure at a chosen turn with what was
+        observed instead, an error, scores, latencies, a delay, or a hold that keeps runs QUEUED or
+        RUNNING until the rule is released.
+        """
+
+    @_abc_1.abstractmethod
+    def GetOutcomeRule(
+        self,
+        request: _emulator_service_pb2.GetOutcomeRuleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_emulator_service_pb2.OutcomeRule, _abc.Awaitable[_emulator_service_pb2.OutcomeRule]]:
+        """Reads one outcome rule."""
+
+    @_abc_1.abstractmethod
+    def ListOutcomeRules(
+        self,
+        request: _emulator_service_pb2.ListOutcomeRulesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_emulator_service_pb2.ListOutcomeRulesResponse, _abc.Awaitable[_emulator_service_pb2.ListOutcomeRulesResponse]]:
+        """Lists the outcome rules of an app, oldest first."""
+
+    @_abc_1.abstractmethod
+    def DeleteOutcomeRule(
+        self,
+        request: _emulator_service_pb2.DeleteOutcomeRuleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_empty_pb2.Empty, _abc.Awaitable[_empty_pb2.Empty]]:
+        """Deletes an outcome rule; runs it held go on."""
+
+    @_abc_1.abstractmethod
+    def ReleaseOutcomeRule(
+        self,
+        request: _emulator_service_pb2.ReleaseOutcomeRuleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_emulator_service_pb2.OutcomeRule, _abc.Awaitable[_emulator_service_pb2.OutcomeRule]]:
+        """Ends a rule's hold: the runs it kept QUEUED or RUNNING go on. Its other effects stay."""
 
 def add_EmulatorServiceServicer_to_server(servicer: EmulatorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
