@@ -199,6 +199,15 @@ def owned(server: RunningServer) -> Owned:
         dataset,
         _call(
             server,
+            _method("CreateOutcomeRule"),
+            emulator_pb2.CreateOutcomeRuleRequest(
+                parent=APP_A,
+                outcome_rule=emulator_pb2.OutcomeRule(display_name="alice's", tag="never-used"),
+            ),
+            ALICE,
+        ),
+        _call(
+            server,
             _method("CreateEvaluationRun"),
             emulator_pb2.CreateEvaluationRunRequest(
                 parent=APP_A, evaluation_run=evaluation_pb2.EvaluationRun(display_name="alice's")
