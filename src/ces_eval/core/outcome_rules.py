@@ -4,8 +4,9 @@ methods (Create, Get, List, Delete) plus ReleaseOutcomeRule, which ends a rule's
 
 A rule matches an evaluation when every selector it sets matches (``evaluation`` by resource
 name or ID, ``evaluation_display_name``, ``tag``, and ``repetition`` for one repetition of a
-run); one that sets none matches every evaluation of its app. The newest matching rule decides
-what the engine observes (:func:`deciding`); every matching rule with an unreleased hold holds
+run); one that sets none matches every evaluation of its app. The newest matching rule that
+sets an outcome decides what the engine observes (:func:`deciding`), the longest delay of the
+matching rules applies (:func:`delay`), and every matching rule with an unreleased hold holds
 (:func:`holding`). Rules live in a generic table (:data:`ces_eval.storage.tables.OUTCOME_RULES`),
 so a project reset clears them with everything else.
 """
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from ces_eval.core.context import Context, Rpc
     from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 
-__all__ = ["RPCS", "RULES", "Rule", "deciding", "holding", "of_app"]
+__all__ = ["RPCS", "RULES", "Rule", "deciding", "delay", "holding", "matches", "of_app"]
 
 Rule = emulator_pb2.OutcomeRule
 _MAX_DELAY_SECONDS = 600  # a scripted delay longer than this is a mistake, not a test
@@ -99,11 +100,24 @@ def deciding(
     rules: Sequence[Rule], evaluation: evaluation_pb2.Evaluation, repetition: int
 ) -> Rule | None:
     """The rule that decides what ``repetition`` of ``evaluation`` observes: the newest
-    matching one (``rules`` oldest first), or None for the default outcome."""
+    matching one that sets an outcome (``rules`` oldest first), or None for the default."""
     for rule in reversed(rules):
-        if matches(rule, evaluation, repetition):
+        if rule.outcome != Rule.OUTCOME_UNSPECIFIED and matches(rule, evaluation, repetition):
             return rule
     return None
+
+
+def delay(rules: Sequence[Rule], evaluation: evaluation_pb2.Evaluation, repetition: int) -> float:
+    """How long (seconds) the engine waits before producing this repetition's result: the
+    longest delay of the matching rules, 0 when none sets one."""
+    return max(
+        (
+            rule.delay.ToNanoseconds() / 1e9
+            for rule in rules
+            if rule.HasField("delay") and matches(rule, evaluation, repetition)
+        ),
+        default=0.0,
+    )
 
 
 def holding(

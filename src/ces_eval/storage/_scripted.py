@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
-from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import conversation_pb2, evaluation_pb2
 from ces_eval.storage import _scripts
 from ces_eval.storage._scripts import Rows, Script, Statement, Taken
 from ces_eval.storage.errors import Conflict
@@ -206,6 +206,27 @@ class ScriptedStorage(abc.ABC):
     async def delete_evaluation_run(self, name: str, evaluation_etag: str) -> int:
         return await self._write(
             partial(_scripts.delete_evaluation_run, self._sql, name, evaluation_etag)
+        )
+
+    async def record_run(
+        self,
+        run: evaluation_pb2.EvaluationRun,
+        results: Sequence[_Result],
+        conversations: Sequence[conversation_pb2.Conversation],
+        evaluation_etag: str,
+        *,
+        max_evaluation_bytes: int | None = None,
+    ) -> None:
+        await self._write(
+            partial(
+                _scripts.record_run,
+                self._sql,
+                run,
+                results,
+                conversations,
+                evaluation_etag,
+                max_bytes=max_evaluation_bytes,
+            )
         )
 
     # -- long-running operations -----------------------------------------------------------

@@ -32,7 +32,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar
 
 from google.longrunning import operations_pb2
 
-from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import (
+    conversation_pb2,
+    evaluation_config_pb2,
+    evaluation_pb2,
+)
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.storage import _tables, tables
 from ces_eval.storage._migrations import pending
 from ces_eval.storage.base import Cursor, ListQuery, ResetCounts
@@ -55,6 +60,8 @@ _Result = evaluation_pb2.EvaluationResult
 _Evaluation = evaluation_pb2.Evaluation
 _Dataset = evaluation_pb2.EvaluationDataset
 _COMPLETED = int(_Result.ExecutionState.COMPLETED)
+_Run = evaluation_pb2.EvaluationRun
+_RUN_ENDED = frozenset({_Run.COMPLETED, _Run.ERROR, _Run.CANCELLED})
 
 
 class Statement(NamedTuple):
@@ -394,6 +401,39 @@ def delete_evaluation_run(sql: Sql, name: str, evaluation_etag: str) -> Script[i
         yield from _refresh_derived(sql, evaluation, evaluation_etag, change)
     yield Statement(run.delete, (name,))
     return deleted
+
+
+def record_run(
+    sql: Sql,
+    run: evaluation_pb2.EvaluationRun,
+    results: Sequence[_Result],
+    conversations: Sequence[conversation_pb2.Conversation],
+    evaluation_etag: str,
+    *,
+    max_bytes: int | None,
+) -> Script[None]:
+    """Store ``run`` (a row of :data:`tables.RUNS`, as its engine has it now) with the new
+    ``results`` it produced and the ``conversations`` they played, in one transaction: the run
+    is locked first and the results' evaluations after it in name order (as
+    :func:`delete_evaluation_run` locks them), and each of those evaluations gets its derived
+    fields brought up to date and ``evaluation_etag``. Missing when the run was deleted, or an
+    evaluation; TooLarge (nothing stored) as for every result write."""
+    statements = sql.table(tables.RUNS)
+    if _first((yield Statement(statements.lock, (run.name,)))) is None:
+        raise Missing(run.name)
+    by_evaluation: dict[str, list[_Result]] = {}
+    for result in results:
+        by_evaluation.setdefault(result.name.rsplit("/results/", 1)[0], []).append(result)
+    for evaluation in sorted(by_evaluation):
+        yield from _lock_evaluation(sql, evaluation, evaluation)
+        change: Tally = {}
+        for result in by_evaluation[evaluation]:
+            yield _insert_result(sql, result)
+            add_tally(change, contribution(result))
+        yield from _refresh_derived(sql, evaluation, evaluation_etag, change, max_bytes)
+    for conversation in conversations:
+        yield from insert_row(sql, tables.CONVERSATIONS, conversation)
+    yield from replace_row(sql, tables.RUNS, run, "")
 
 
 class _Bundle:
@@ -791,4 +831,25 @@ def fail_running(sql: Sql, select: Statement, error: status_pb2.Status) -> Scrip
                 operation.name,
             ),
         )
+        yield from _fail_run_of(sql, operation, error)
     return len(rows)
+
+
+def _fail_run_of(
+    sql: Sql, operation: operations_pb2.Operation, error: status_pb2.Status
+) -> Script[None]:
+    """The run of a RunEvaluation operation that fails without its engine (its server
+    stopped) ends in ERROR with ``error``'s message, unless it had ended."""
+    metadata = service_pb2.RunEvaluationOperationMetadata()
+    if not operation.metadata.Unpack(metadata) or not metadata.evaluation_run:
+        return
+    row = _first((yield Statement(sql.table(tables.RUNS).lock_data, (metadata.evaluation_run,))))
+    if row is None:
+        return
+    run = _Run.FromString(bytes(row[0]))
+    if run.state in _RUN_ENDED:
+        return
+    run.state = _Run.ERROR
+    run.error_info.error_type = evaluation_config_pb2.EvaluationErrorInfo.RUNTIME_FAILURE
+    run.error_info.error_message = error.message
+    yield from replace_row(sql, tables.RUNS, run, "")

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from google.rpc import status_pb2
 
     from ces_eval.filtering import Expr
-    from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
+    from ces_eval.generated.google.cloud.ces.v1beta import conversation_pb2, evaluation_pb2
     from ces_eval.storage.tables import Table
 
 M = TypeVar("M", bound="Message")
@@ -285,6 +285,22 @@ class Storage(Protocol):
         ``evaluation_run`` it is, in one transaction; the derived fields of their evaluations
         follow, and each of them gets ``evaluation_etag``. Returns how many results were
         deleted. Raises Missing."""
+
+    async def record_run(
+        self,
+        run: evaluation_pb2.EvaluationRun,
+        results: Sequence[evaluation_pb2.EvaluationResult],
+        conversations: Sequence[conversation_pb2.Conversation],
+        evaluation_etag: str,
+        *,
+        max_evaluation_bytes: int | None = None,
+    ) -> None:
+        """Store the run ``run`` (of :data:`~.tables.RUNS`, replacing its row) with new
+        ``results`` it produced and the ``conversations`` (of :data:`~.tables.CONVERSATIONS`)
+        they played, in one transaction, so that its progress never counts a result that is
+        not stored; the results' evaluations get their derived fields brought up to date and
+        ``evaluation_etag``. Raises Missing (the run or an evaluation), Conflict (a taken
+        name or display name), TooLarge (see insert_result); nothing is stored then."""
 
     # -- long-running operations -----------------------------------------------------------
 

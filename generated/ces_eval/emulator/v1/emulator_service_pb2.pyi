@@ -374,7 +374,8 @@ class OutcomeRule(_message.Message):
     """What the run engine observes for the evaluations a rule matches, instead of the default (the
     golden is the truth: every expectation met with full scores). A rule matches an evaluation of
     its app when every selector it sets matches; a rule that sets none matches every evaluation.
-    When several rules match, the newest one decides the outcome; any matching hold holds.
+    When several rules match, the newest one that sets an outcome decides it (with its scores
+    and latencies), the longest delay of them applies, and any unreleased hold holds.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -386,7 +387,9 @@ class OutcomeRule(_message.Message):
     class _OutcomeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[OutcomeRule._Outcome.ValueType], _builtins.type):
         DESCRIPTOR: _descriptor.EnumDescriptor
         OUTCOME_UNSPECIFIED: OutcomeRule._Outcome.ValueType  # 0
-        """Not specified: PASS."""
+        """Not specified: the rule does not decide the outcome (it only holds or delays); the newest
+        other matching rule that sets one does, else the default (PASS).
+        """
         PASS: OutcomeRule._Outcome.ValueType  # 1
         """Every expectation is met (the default)."""
         FAIL: OutcomeRule._Outcome.ValueType  # 2
@@ -398,7 +401,9 @@ class OutcomeRule(_message.Message):
         """What the matched results come out as."""
 
     OUTCOME_UNSPECIFIED: OutcomeRule.Outcome.ValueType  # 0
-    """Not specified: PASS."""
+    """Not specified: the rule does not decide the outcome (it only holds or delays); the newest
+    other matching rule that sets one does, else the default (PASS).
+    """
     PASS: OutcomeRule.Outcome.ValueType  # 1
     """Every expectation is met (the default)."""
     FAIL: OutcomeRule.Outcome.ValueType  # 2
@@ -503,7 +508,7 @@ class OutcomeRule(_message.Message):
     repetition when unset.
     """
     outcome: Global___OutcomeRule.Outcome.ValueType
-    """What the matched results come out as. Defaults to PASS."""
+    """What the matched results come out as; unset, the rule only holds or delays."""
     turn: _builtins.int
     """The golden turn (0 is the first) whose expectation fails; for FAIL. Defaults to the first
     turn with an expectation.
