@@ -27,6 +27,7 @@ from google.protobuf import (
     descriptor_pool,
     duration_pb2,
     field_mask_pb2,
+    json_format,
     message_factory,
 )
 from google.rpc import error_details_pb2
@@ -108,6 +109,31 @@ class Emulator:
     ) -> ces_v1beta.Conversation:
         return self._seed(ces_v1beta.Conversation, parent, conversation, conversation_id)
 
+    def _call(self, method: str, request: dict[str, Any]) -> dict[str, Any]:
+        """EmulatorService.``method`` of a request given as proto3 JSON; the answer as JSON
+        (outcome rules are no official client message)."""
+        service = self._pool.FindServiceByName("ces_eval.emulator.v1.EmulatorService")
+        found = service.FindMethodByName(method)
+        request_message = json_format.ParseDict(
+            request, message_factory.GetMessageClass(found.input_type)()
+        )
+        response_class = message_factory.GetMessageClass(found.output_type)
+        call = self._channel.unary_unary(
+            f"/ces_eval.emulator.v1.EmulatorService/{method}",
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=response_class.FromString,
+        )
+        return json_format.MessageToDict(call(request_message, timeout=30))
+
+    def create_outcome_rule(self, parent: str, rule: dict[str, Any]) -> dict[str, Any]:
+        return self._call("CreateOutcomeRule", {"parent": parent, "outcomeRule": rule})
+
+    def release_outcome_rule(self, name: str) -> dict[str, Any]:
+        return self._call("ReleaseOutcomeRule", {"name": name})
+
+    def delete_outcome_rule(self, name: str) -> None:
+        self._call("DeleteOutcomeRule", {"name": name})
+
 
 class RestEmulator:
     """The emulator's REST bindings: POST /emulator/v1/{parent}/results?evaluationResultId=,
@@ -144,6 +170,26 @@ class RestEmulator:
     ) -> ces_v1beta.Conversation:
         url = f"{self._base}/emulator/v1/{parent}/conversations?conversationId={conversation_id}"
         return self._seed(ces_v1beta.Conversation, url, conversation)
+
+    def _json(self, method: str, url: str, body: dict[str, Any] | None) -> dict[str, Any]:
+        request = urllib.request.Request(
+            url,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method=method,
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            answer: dict[str, Any] = json.loads(response.read() or b"{}")
+            return answer
+
+    def create_outcome_rule(self, parent: str, rule: dict[str, Any]) -> dict[str, Any]:
+        return self._json("POST", f"{self._base}/emulator/v1/{parent}/outcomeRules", rule)
+
+    def release_outcome_rule(self, name: str) -> dict[str, Any]:
+        return self._json("POST", f"{self._base}/emulator/v1/{name}:release", {})
+
+    def delete_outcome_rule(self, name: str) -> None:
+        self._json("DELETE", f"{self._base}/emulator/v1/{name}", None)
 
 
 def result(

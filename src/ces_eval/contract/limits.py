@@ -112,6 +112,9 @@ MAX_GOLDEN_TURNS = 100
 # Evaluation.Scenario.max_turns: "At most 100" (a range, checked by validation).
 MAX_SCENARIO_TURNS = 100
 MAX_DISPLAY_NAME = 512
+# Results one evaluation run produces at most (every repetition and persona task of each of its
+# evaluations): the run lists them all, and must stay well within one message a client receives.
+MAX_RUN_RESULTS = 5_000
 # Violations reported for one request: enough to fix a request, bounded so that a hostile one
 # cannot make the error itself huge. Every check stops once it has found this many.
 MAX_VIOLATIONS = 100

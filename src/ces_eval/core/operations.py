@@ -60,6 +60,8 @@ _SHUTDOWN = status_pb2.Status(
 )
 _CANCELLED = status_pb2.Status(code=code_pb2.CANCELLED, message="The operation was cancelled.")
 _FINISH_RETRY_MAX = 2.0  # seconds between attempts to record an operation's end
+# The metadata fields that say a cancellation was requested (the API spells it both ways).
+_CANCEL_FLAGS = frozenset({"requested_cancellation", "cancel_requested"})
 # The operation whose work runs in this context (set by OperationRunner._run).
 _CURRENT: contextvars.ContextVar[str] = contextvars.ContextVar("ces_eval_operation", default="")
 
@@ -184,29 +186,51 @@ class OperationRunner:
         method: str,
         metadata: Message,
         work: Callable[[], Awaitable[Message]],
+        *,
+        name: str = "",
+        ready: Callable[[], Awaitable[None]] | None = None,
     ) -> operations_pb2.Operation:
-        """Persist a new operation under ``parent`` (``projects/p/locations/l``) and run
-        ``work`` in the background; its result becomes the operation's response."""
+        """Persist a new operation under ``parent`` (``projects/p/locations/l``), named
+        ``name`` when given (from :meth:`new_name`, for work that records it elsewhere first),
+        and run ``work`` in the background; its result becomes the operation's response.
+        ``ready``, when given, is awaited first, before the work takes one of the runner's
+        slots: work that waits for something else (a held run) does not keep others waiting."""
         if "create_time" in metadata.DESCRIPTOR.fields_by_name:
             getattr(metadata, "create_time").CopyFrom(now())  # noqa: B009 - optional field
         operation = operations_pb2.Operation(
-            name=f"{parent}/operations/{names.new_id()}", metadata=_pack(metadata), done=False
+            name=name or self.new_name(parent), metadata=_pack(metadata), done=False
         )
         await self._storage.insert_operation(operation, method, self.owner, self._lease)
         self._metadata[operation.name] = metadata
-        task = asyncio.create_task(self._run(operation, work), name=operation.name)
+        task = asyncio.create_task(self._run(operation, work, ready), name=operation.name)
         self._tasks[operation.name] = task
         task.add_done_callback(lambda _: self._tasks.pop(operation.name, None))
         return operation
 
+    @staticmethod
+    def new_name(parent: str) -> str:
+        """A fresh operation name under ``parent`` (``projects/p/locations/l``)."""
+        return f"{parent}/operations/{names.new_id()}"
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the server is shutting down: work cancelled now is stopped by the shutdown,
+        not by a caller's CancelOperation."""
+        return self._stopping
+
     async def _run(
-        self, operation: operations_pb2.Operation, work: Callable[[], Awaitable[Message]]
+        self,
+        operation: operations_pb2.Operation,
+        work: Callable[[], Awaitable[Message]],
+        ready: Callable[[], Awaitable[None]] | None,
     ) -> None:
         final = operations_pb2.Operation()
         final.CopyFrom(operation)
         final.done = True
         _CURRENT.set(operation.name)  # this task's own context: seen by its work only
         try:
+            if ready is not None:
+                await ready()
             async with self._slots:
                 response = await work()
             final.response.CopyFrom(_pack(response))
@@ -226,10 +250,10 @@ class OperationRunner:
         if metadata is not None:
             if "end_time" in metadata.DESCRIPTOR.fields_by_name:
                 getattr(metadata, "end_time").CopyFrom(now())  # noqa: B009 - optional field
-            if final.error.code == code_pb2.CANCELLED and (
-                "requested_cancellation" in metadata.DESCRIPTOR.fields_by_name
-            ):
-                setattr(metadata, "requested_cancellation", True)  # noqa: B010 - optional field
+            if final.error.code == code_pb2.CANCELLED:
+                fields = metadata.DESCRIPTOR.fields_by_name
+                for flag in (flag for flag in _CANCEL_FLAGS if flag in fields):
+                    setattr(metadata, flag, True)
             final.metadata.CopyFrom(_pack(metadata))
         await self._finish(final)
 

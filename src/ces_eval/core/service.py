@@ -29,6 +29,7 @@ from ces_eval.core import (
     media,
     outcome_rules,
     results,
+    running,
     runs,
     scheduled_runs,
 )
@@ -66,6 +67,7 @@ _SERVICES: dict[str, dict[str, Rpc]] = {
         **scheduled_runs.RPCS,
         **datasets.RPCS,
         **runs.RPCS,
+        **running.RPCS,
         **imports.RPCS,
         **media.RPCS,
         **conversations.RPCS,

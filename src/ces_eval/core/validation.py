@@ -34,6 +34,7 @@ __all__ = [
     "reference_violations",
     "resource_violations",
     "seeded_violations",
+    "under",
     "with_size",
 ]
 
@@ -87,6 +88,11 @@ def resource_violations(message: Message, path: str) -> list[FieldViolation]:
     return violations + others
 
 
+def under(path: str, field: str) -> str:
+    """The path of ``field`` within the message at ``path`` ("" for the request itself)."""
+    return f"{path}.{field}" if path else field
+
+
 def reference_violations(message: Message, path: str, app: str) -> list[FieldViolation]:
     """Violations of the resource names ``message`` holds (its string fields annotated with a
     ``google.api.resource_reference`` type this service knows, in every sub-message it sets):
@@ -94,7 +100,7 @@ def reference_violations(message: Message, path: str, app: str) -> list[FieldVio
     Whether the resource exists is for the caller to check."""
     found: list[FieldViolation] = []
     for field, value in message.ListFields():
-        at = f"{path}.{field.name}"
+        at = under(path, field.name)
         if field.message_type is not None:
             if field.message_type.GetOptions().map_entry:
                 continue

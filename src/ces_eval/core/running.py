@@ -1,0 +1,645 @@
+"""RunEvaluation: the run engine (docs/semantics.md, "Evaluation runs").
+
+RunEvaluation checks its request (:func:`request_violations`, then :func:`verify` against what
+is stored), stores a new EvaluationRun, QUEUED, and starts an operation (RunEvaluationResponse,
+RunEvaluationOperationMetadata) whose work plays the run:
+
+* The plan: each evaluation (those listed, or the dataset's, in their order) runs
+  ``run_count`` times, by default once for a golden and five times for a scenario; a scenario
+  run with ``persona_run_configs`` runs ``task_count`` times (``run_count`` when 0) for each
+  persona instead, and without them under the default persona. With SKIP_IF_UNCHANGED caching,
+  an evaluation whose last completed result is newer than its last change is not played: that
+  result is reused once (copied into this run). ``progress.total_count`` is the plan's size.
+* The run stays QUEUED while it waits for an operation slot and while an unreleased QUEUED
+  hold of an outcome rule matches one of its evaluations; then it is RUNNING.
+* Each repetition is played by :func:`ces_eval.core.outcomes.play` under the outcome rule that
+  decides it, after the longest delay of the matching rules, and not while an unreleased
+  RUNNING hold matches its evaluation. Results are stored in batches, each with the run's
+  progress, summaries and result list in one transaction (Storage.record_run): progress never
+  counts a result that is not stored, and each evaluation's derived fields follow.
+* The run ends COMPLETED, with its latency report when asked. Cancelled (CancelOperation):
+  every repetition not stored yet is stored CANCELLED and the run is CANCELLED. Stopped with
+  the server: the operation fails and storage ends the run ERROR. A failure of the work itself
+  (an evaluation deleted meanwhile, a result too large to store) ends the run ERROR with the
+  reason in ``error_info``.
+
+The checks are shared with the schedules that store a RunEvaluationRequest
+(:mod:`ces_eval.core.scheduled_runs`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ces_eval.contract import limits
+from ces_eval.core import names, outcome_rules, outcomes, standard, validation
+from ces_eval.core.datasets import DATASETS
+from ces_eval.core.evaluations import EVALUATIONS
+from ces_eval.core.longrunning import location_of
+from ces_eval.core.media import DEFAULT_PERSONA
+from ces_eval.core.stamps import new_etag, now
+from ces_eval.errors import Code, FieldViolation, ServiceError
+from ces_eval.generated.google.cloud.ces.v1beta import (
+    common_pb2,
+    evaluation_config_pb2,
+    evaluation_pb2,
+)
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from ces_eval.storage import tables
+from ces_eval.storage.base import Missing, TooLarge
+
+if TYPE_CHECKING:
+    from collections.abc import Coroutine, Sequence
+
+    from google.longrunning import operations_pb2
+
+    from ces_eval.access import Caller
+    from ces_eval.core.context import Context, Rpc
+
+__all__ = ["RPCS", "request_violations", "verify"]
+
+Run = evaluation_pb2.EvaluationRun
+_Result = evaluation_pb2.EvaluationResult
+_Evaluation = evaluation_pb2.Evaluation
+_Rule = outcome_rules.Rule
+_ErrorInfo = evaluation_config_pb2.EvaluationErrorInfo
+_Caching = common_pb2.EvaluationRunCachingSettings
+_GOLDEN_RUNS, _SCENARIO_RUNS = 1, 5  # the client's documented defaults of run_count
+_BATCH = 100  # results stored per transaction at most
+_HOLD_POLL = 0.1  # seconds between two looks at a hold
+_VERB = "run"
+
+
+def request_violations(
+    request: evaluation_pb2.RunEvaluationRequest, path: str, app: str
+) -> list[FieldViolation]:
+    """What RunEvaluation refuses in ``request`` (at ``path``, "" for the request itself)
+    without reading storage: names outside ``app``, not exactly one of ``evaluations`` and
+    ``evaluation_dataset``, a repeated evaluation, a ``run_count`` below 1, a negative
+    ``task_count``."""
+    found = validation.reference_violations(request, path, app)
+    if request.evaluations and request.evaluation_dataset:
+        found.append(
+            FieldViolation(
+                validation.under(path, "evaluation_dataset"),
+                "Give either evaluations or evaluation_dataset, not both.",
+                "CONFLICT",
+            )
+        )
+    elif not request.evaluations and not request.evaluation_dataset:
+        found.append(
+            FieldViolation(
+                validation.under(path, "evaluations"),
+                "Give evaluations or an evaluation_dataset.",
+                "REQUIRED",
+            )
+        )
+    first_at: dict[str, int] = {}
+    for index, name in enumerate(request.evaluations):
+        if name in first_at:
+            found.append(
+                FieldViolation(
+                    validation.under(path, f"evaluations[{index}]"),
+                    f"Already listed at evaluations[{first_at[name]}].",
+                    "DUPLICATE",
+                )
+            )
+        first_at.setdefault(name, index)
+    if request.HasField("run_count") and request.run_count < 1:
+        found.append(
+            FieldViolation(
+                validation.under(path, "run_count"),
+                f"Must be at least 1 when set; got {request.run_count}.",
+                "OUT_OF_RANGE",
+            )
+        )
+    for index, persona in enumerate(request.persona_run_configs):
+        if persona.task_count < 0:
+            found.append(
+                FieldViolation(
+                    validation.under(path, f"persona_run_configs[{index}].task_count"),
+                    f"Must not be negative; got {persona.task_count}.",
+                    "OUT_OF_RANGE",
+                )
+            )
+    return found
+
+
+async def verify(
+    context: Context, request: evaluation_pb2.RunEvaluationRequest, path: str, app: str
+) -> list[FieldViolation]:
+    """The evaluations (or the dataset) ``request`` runs exist now (reason NOT_FOUND for each
+    that does not; their form and app were checked by :func:`request_violations`)."""
+    found = await standard.references(
+        context,
+        EVALUATIONS,
+        request.evaluations,
+        validation.under(path, "evaluations"),
+        app,
+    )
+    if request.evaluation_dataset:
+        found += await standard.references(
+            context,
+            DATASETS,
+            [request.evaluation_dataset],
+            validation.under(path, "evaluation_dataset"),
+            app,
+            repeated=False,
+        )
+    return found
+
+
+def _persona_violations(
+    request: evaluation_pb2.RunEvaluationRequest, app: str
+) -> list[FieldViolation]:
+    """A persona other than the app's default one: this service keeps no other personas."""
+    known = f"{app}/evaluationPersonas/{DEFAULT_PERSONA}"
+    return [
+        FieldViolation(
+            f"persona_run_configs[{index}].persona",
+            f"EvaluationPersona {config.persona} does not exist; this server has only {known}.",
+            "NOT_FOUND",
+        )
+        for index, config in enumerate(request.persona_run_configs)
+        if config.persona and config.persona != known
+    ]
+
+
+def _not_found(violations: Sequence[FieldViolation]) -> ServiceError:
+    """NOT_FOUND naming every missing resource of the request (the first in ResourceInfo)."""
+    missing = [v.description.rsplit(" does not exist", 1)[0] for v in violations]
+    first = missing[0].split(" ", 1)
+    resource = names.by_type(f"ces.googleapis.com/{first[0]}")
+    return ServiceError(
+        Code.NOT_FOUND,
+        "; ".join(f"{v.field}: {v.description}" for v in violations),
+        "RESOURCE_NOT_FOUND",
+        {"resource": first[-1], "resources": ",".join(m.split(" ", 1)[-1] for m in missing)},
+        violations=violations,
+        resource=(resource.type if resource else first[0], first[-1]),
+    )
+
+
+@dataclass(frozen=True)
+class _Task:
+    """One repetition of the plan: which evaluation, which of its ``count`` repetitions, under
+    which persona (scenarios), or the result it reuses (SKIP_IF_UNCHANGED)."""
+
+    evaluation: _Evaluation
+    repetition: int
+    count: int
+    persona: str = ""
+    reuse: _Result | None = None
+
+
+def _is_scenario(evaluation: _Evaluation) -> bool:
+    return evaluation.WhichOneof("inputs") == "scenario"
+
+
+def _unchanged_since(evaluation: _Evaluation) -> _Result | None:
+    """The evaluation's last completed result when nobody changed the evaluation after it."""
+    if not evaluation.HasField("last_completed_result"):
+        return None
+    last = evaluation.last_completed_result
+    changed = evaluation.update_time.ToNanoseconds()
+    return last if last.create_time.ToNanoseconds() >= changed else None
+
+
+def _plan(
+    request: evaluation_pb2.RunEvaluationRequest, evaluations: Sequence[_Evaluation], app: str
+) -> list[_Task]:
+    """Every repetition the run plays, in order (see the module)."""
+    caching = request.evaluation_run_caching_settings.run_caching_mode
+    default_persona = f"{app}/evaluationPersonas/{DEFAULT_PERSONA}"
+    tasks: list[_Task] = []
+    for evaluation in evaluations:
+        reused = _unchanged_since(evaluation) if caching == _Caching.SKIP_IF_UNCHANGED else None
+        if reused is not None:
+            tasks.append(_Task(evaluation, 0, 1, reuse=reused))
+            continue
+        scenario = _is_scenario(evaluation)
+        default = _SCENARIO_RUNS if scenario else _GOLDEN_RUNS
+        runs = request.run_count if request.HasField("run_count") else default
+        if not scenario:
+            tasks += [_Task(evaluation, index, runs) for index in range(runs)]
+            continue
+        personas = [
+            (config.persona or default_persona, config.task_count or runs)
+            for config in request.persona_run_configs
+        ] or [(default_persona, runs)]
+        count = sum(times for _, times in personas)
+        repetition = 0
+        for persona, times in personas:
+            for _ in range(times):
+                tasks.append(_Task(evaluation, repetition, count, persona))
+                repetition += 1
+    return tasks
+
+
+def _evaluation_type(evaluations: Sequence[_Evaluation]) -> Run.EvaluationType.ValueType:
+    kinds = {_is_scenario(evaluation) for evaluation in evaluations}
+    if kinds == {True}:
+        return Run.SCENARIO
+    return Run.GOLDEN if kinds == {False} else Run.MIXED
+
+
+def _error(error_type: _ErrorInfo.ErrorType.ValueType, message: str) -> _ErrorInfo:
+    return _ErrorInfo(error_type=error_type, error_message=message)
+
+
+@dataclass
+class _Latencies:
+    """The latencies the run measured, for its latency report: per tool, and the sessions."""
+
+    tools: dict[str, tuple[str, list[int]]] = field(default_factory=dict)
+    sessions: int = 0
+
+    def add(self, result: _Result) -> None:
+        if result.execution_state != _Result.COMPLETED:
+            return
+        self.sessions += 1
+        kind = result.WhichOneof("result")
+        entries = (
+            [
+                entry
+                for turn in result.golden_result.turn_replay_results
+                for entry in turn.tool_call_latencies
+            ]
+            if kind == "golden_result"
+            else list(result.scenario_result.tool_call_latencies)
+        )
+        for entry in entries:
+            if entry.tool and entry.HasField("execution_latency"):
+                _, measured = self.tools.setdefault(entry.tool, (entry.display_name, []))
+                measured.append(entry.execution_latency.ToNanoseconds())
+
+    def report(self) -> evaluation_pb2.LatencyReport:
+        """Percentiles by nearest rank over every measured call, tools sorted by name."""
+        report = evaluation_pb2.LatencyReport(session_count=self.sessions)
+        for tool in sorted(self.tools):
+            display, measured = self.tools[tool]
+            metrics = report.tool_latencies.add(tool=tool, tool_display_name=display)
+            metrics.latency_metrics.call_count = len(measured)
+            ordered = sorted(measured)
+            for target, percent in (
+                (metrics.latency_metrics.p50_latency, 50),
+                (metrics.latency_metrics.p90_latency, 90),
+                (metrics.latency_metrics.p99_latency, 99),
+            ):
+                target.FromNanoseconds(ordered[max(0, -(-percent * len(ordered) // 100) - 1)])
+        return report
+
+
+class _Engine:
+    """One run's work: plays its plan and keeps the stored run in step (see the module)."""
+
+    def __init__(
+        self,
+        context: Context,
+        run: Run,
+        tasks: Sequence[_Task],
+        request: evaluation_pb2.RunEvaluationRequest,
+    ) -> None:
+        self._context = context
+        self._run = run
+        self._tasks = tasks
+        self._request = request
+        self._app = tables.parent_of(run.name)
+        self._run_id = run.name.rsplit("/", 1)[-1]
+        self._stored = 0  # tasks whose results are stored
+        self._pending: list[_Result] = []
+        self._conversations: list[outcomes.Played] = []
+        self._rules: list[_Rule] = []
+        self._latencies = _Latencies()
+
+    async def queued(self) -> None:
+        """Return once no QUEUED hold matches the run's evaluations (the operation's
+        ``ready``: a held run takes no operation slot)."""
+        evaluations = list({task.evaluation.name: task.evaluation for task in self._tasks}.values())
+
+        async def released() -> None:
+            while True:
+                self._rules = await outcome_rules.of_app(self._context, self._app)
+                if outcome_rules.holding(self._rules, evaluations, _Rule.QUEUED) is None:
+                    return
+                await asyncio.sleep(_HOLD_POLL)
+
+        await self._guarded(released())
+
+    async def play(self) -> service_pb2.RunEvaluationResponse:
+        """The operation's work: RUNNING, every task played and stored, COMPLETED."""
+        await self._guarded(self._played())
+        return service_pb2.RunEvaluationResponse(evaluation_run=self._run.name)
+
+    async def _played(self) -> None:
+        self._run.state = Run.RUNNING
+        await self._settled(self._replace(self._run))
+        for index, task in enumerate(self._tasks):
+            if index % _BATCH == 0:
+                self._rules = await outcome_rules.of_app(self._context, self._app)
+            await self._before(task)
+            self._pending.append(self._result(task))
+            if len(self._pending) >= _BATCH:
+                await self._flush()
+        await self._flush()
+        self._run.state = Run.COMPLETED
+        if self._request.generate_latency_report:
+            self._run.latency_report.CopyFrom(self._latencies.report())
+        await self._settled(self._replace(self._run))
+
+    async def _guarded(self, step: Coroutine[Any, Any, None]) -> None:
+        """Await ``step`` of the run; the run ends as its failure says (see the module)."""
+        try:
+            await step
+        except asyncio.CancelledError:
+            if not self._context.runner.stopping:  # else the shutdown ends the run ERROR
+                await self._settled(self._cancel())
+            raise
+        except Missing as missing:
+            gone = f"{missing.name} was deleted while the run played it."
+            await self._end_in_error(gone)
+            if missing.name == self._run.name:
+                raise ServiceError.not_found(names.of(Run).type, missing.name) from missing
+            raise ServiceError(
+                Code.FAILED_PRECONDITION, gone, "RESOURCE_DELETED", {"resource": missing.name}
+            ) from missing
+        except TooLarge as large:
+            violation = limits.too_large("evaluation_run", large.size, large.name)
+            await self._end_in_error(violation.description)
+            validation.raise_if_invalid([violation], "run")
+        except ServiceError as error:
+            await self._end_in_error(error.message)
+            raise
+        except Exception:
+            await self._end_in_error("Internal error; see the server log.")
+            raise
+
+    async def _before(self, task: _Task) -> None:
+        """Wait out the rules' delay and any RUNNING hold of ``task``'s evaluation, storing
+        what was played so far first (a poller sees it while the run waits)."""
+        if task.reuse is not None:
+            return
+        wait = outcome_rules.delay(self._rules, task.evaluation, task.repetition)
+        if wait > 0:
+            await self._flush()
+            await asyncio.sleep(wait)
+        while outcome_rules.holding(self._rules, [task.evaluation], _Rule.RUNNING) is not None:
+            await self._flush()
+            await asyncio.sleep(_HOLD_POLL)
+            self._rules = await outcome_rules.of_app(self._context, self._app)
+
+    def _result(self, task: _Task) -> _Result:
+        """The result of ``task``, played (or reused), with the run's fields."""
+        evaluation = task.evaluation
+        started = now()
+        result_name = f"{evaluation.name}/results/{names.new_id()}"
+        if task.reuse is not None:
+            result = _Result()
+            result.CopyFrom(task.reuse)
+            result.name = result_name
+            result.create_time.CopyFrom(started)
+        else:
+            played = outcomes.play(
+                outcomes.Play(
+                    evaluation=evaluation,
+                    repetition=task.repetition,
+                    rule=outcome_rules.deciding(self._rules, evaluation, task.repetition),
+                    result_name=result_name,
+                    conversation_name=f"{self._app}/conversations/{names.new_id()}",
+                    started=started,
+                    persona=evaluation_config_pb2.EvaluationPersona(name=task.persona)
+                    if task.persona
+                    else None,
+                )
+            )
+            result = played.result
+            self._conversations.append(played)
+        self._stamp(result, task)
+        self._latencies.add(result)
+        return result
+
+    def _stamp(self, result: _Result, task: _Task) -> None:
+        run = self._run
+        result.display_name = (
+            f"{task.evaluation.display_name} Result - {result.create_time.ToJsonString()} "
+            f"(run {self._run_id}, {task.repetition + 1} of {task.count})"
+        )
+        result.evaluation_run = run.name
+        result.initiated_by = run.initiated_by
+        result.app_version = run.app_version
+        result.golden_run_method = run.golden_run_method
+        if run.HasField("config"):
+            result.config.CopyFrom(run.config)
+        else:
+            result.ClearField("config")
+
+    def _counted(self, results: Sequence[_Result]) -> Run:
+        """The run with ``results`` added to its progress, summaries and result list."""
+        run = Run()
+        run.CopyFrom(self._run)
+        progress = run.progress
+        for result in results:
+            run.evaluation_results.append(result.name)
+            summary = run.evaluation_run_summaries[result.name.rsplit("/results/", 1)[0]]
+            state = result.execution_state
+            if state == _Result.COMPLETED:
+                progress.completed_count += 1
+                if result.evaluation_status == _Result.PASS:
+                    progress.passed_count += 1
+                    summary.passed_count += 1
+                elif result.evaluation_status == _Result.FAIL:
+                    progress.failed_count += 1
+                    summary.failed_count += 1
+            elif state == _Result.ERROR:
+                progress.error_count += 1
+                summary.error_count += 1
+            elif state == _Result.CANCELLED:
+                progress.cancelled_count += 1
+        return run
+
+    async def _flush(self) -> None:
+        """Store the results played since the last flush with the run counting them."""
+        if not self._pending:
+            return
+        batch = self._pending
+        run = self._counted(batch)
+        conversations = [played.conversation for played in self._conversations]
+        write = asyncio.ensure_future(
+            self._context.storage.record_run(
+                run,
+                batch,
+                conversations,
+                new_etag(),
+                max_evaluation_bytes=limits.MAX_RESOURCE_BYTES,
+            )
+        )
+        try:
+            await asyncio.shield(write)
+        finally:
+            # Cancelled while writing: the write goes on; what it stored must be known.
+            if not write.done():
+                await asyncio.wait([write])
+            if not write.cancelled() and write.exception() is None:
+                self._run = run
+                self._stored += len(batch)
+                self._pending = []
+                self._conversations = []
+
+    async def _cancel(self) -> None:
+        """Store every repetition not stored yet as CANCELLED, and the run CANCELLED."""
+        self._pending = []
+        self._conversations = []
+        cancelled = []
+        for task in self._tasks[self._stored :]:
+            result = _Result(
+                name=f"{task.evaluation.name}/results/{names.new_id()}",
+                create_time=now(),
+                execution_state=_Result.CANCELLED,
+            )
+            getattr(
+                result, "scenario_result" if _is_scenario(task.evaluation) else "golden_result"
+            ).SetInParent()
+            if task.persona:
+                result.persona.name = task.persona
+            self._stamp(result, task)
+            cancelled.append(result)
+        for start in range(0, len(cancelled), _BATCH):
+            self._pending = cancelled[start : start + _BATCH]
+            await self._flush()
+        self._run.state = Run.CANCELLED
+        await self._replace(self._run)
+
+    async def _end_in_error(self, message: str) -> None:
+        """Record the run ERROR with ``message`` (best effort: it may be gone)."""
+        self._run.state = Run.ERROR
+        self._run.error_info.CopyFrom(_error(_ErrorInfo.RUNTIME_FAILURE, message))
+        with contextlib.suppress(Missing):
+            await self._settled(self._replace(self._run))
+
+    async def _replace(self, run: Run) -> None:
+        await self._context.storage.replace_row(tables.RUNS, run, "")
+
+    @staticmethod
+    async def _settled(write: Coroutine[Any, Any, None]) -> None:
+        """Await ``write`` to its end even when cancelled meanwhile."""
+        task = asyncio.ensure_future(write)
+        try:
+            await asyncio.shield(task)
+        finally:
+            if not task.done():
+                await asyncio.wait([task])
+
+
+async def _evaluations_of(
+    context: Context, request: evaluation_pb2.RunEvaluationRequest
+) -> list[_Evaluation]:
+    """The evaluations the request runs, as stored now, in its order."""
+    listed = list(request.evaluations)
+    if request.evaluation_dataset:
+        dataset = await standard.existing(context, DATASETS, request.evaluation_dataset)
+        listed = list(dataset.evaluations)
+        if not listed:
+            validation.raise_if_invalid(
+                [
+                    FieldViolation(
+                        "evaluation_dataset",
+                        f"{request.evaluation_dataset} lists no evaluations.",
+                        "EMPTY",
+                    )
+                ],
+                "run request",
+            )
+    found = []
+    for index, name in enumerate(listed):
+        evaluation = await context.storage.get_evaluation(name)
+        if evaluation is None:
+            raise _not_found(
+                [FieldViolation(f"evaluations[{index}]", f"Evaluation {name} does not exist.")]
+            )
+        found.append(evaluation)
+    return found
+
+
+async def run_evaluation(
+    context: Context, request: evaluation_pb2.RunEvaluationRequest, caller: Caller
+) -> operations_pb2.Operation:
+    """Check the request, store its run (QUEUED) and play it in an operation (the module)."""
+    app = request.app
+    names.APP.parse(app, "app", owned=0)
+    validation.raise_if_invalid(request_violations(request, "", app), "run request")
+    missing = await verify(context, request, "", app) + _persona_violations(request, app)
+    if missing:
+        raise _not_found(missing)
+    evaluations = await _evaluations_of(context, request)
+    tasks = _plan(request, evaluations, app)
+    if len(tasks) > limits.MAX_RUN_RESULTS:
+        field_name = "run_count" if request.HasField("run_count") else "evaluations"
+        validation.raise_if_invalid(
+            [
+                FieldViolation(
+                    field_name,
+                    f"The run would produce {len(tasks)} results; at most "
+                    f"{limits.MAX_RUN_RESULTS} are allowed.",
+                    "TOO_MANY",
+                )
+            ],
+            "run request",
+        )
+    created = now()
+    location = location_of(app)
+    operation_name = context.runner.new_name(location)
+    run = Run(
+        name=f"{app}/evaluationRuns/{names.new_id()}",
+        display_name=request.display_name
+        or f"Evaluation run {created.ToDatetime().strftime('%Y-%m-%d %H:%M:%S')} UTC",
+        create_time=created,
+        initiated_by=caller.user,
+        app_version=request.app_version,
+        evaluations=request.evaluations,
+        evaluation_dataset=request.evaluation_dataset,
+        evaluation_type=_evaluation_type(evaluations),
+        state=Run.QUEUED,
+        progress=Run.Progress(total_count=len(tasks)),
+        persona_run_configs=request.persona_run_configs,
+        scheduled_evaluation_run=request.scheduled_evaluation_run,
+        golden_run_method=request.golden_run_method or common_pb2.STABLE,
+        operation=operation_name,
+    )
+    if request.HasField("run_count"):
+        run.run_count = request.run_count
+    elif run.evaluation_type != Run.MIXED:
+        run.run_count = _SCENARIO_RUNS if run.evaluation_type == Run.SCENARIO else _GOLDEN_RUNS
+    for message_field in ("config", "optimization_config"):
+        if request.HasField(message_field):
+            getattr(run, message_field).CopyFrom(getattr(request, message_field))
+    await context.storage.insert_row(tables.RUNS, run)
+    engine = _Engine(context, run, tasks, request)
+    metadata = service_pb2.RunEvaluationOperationMetadata(
+        evaluations=[evaluation.name for evaluation in evaluations],
+        evaluation_run=run.name,
+        verb=_VERB,
+    )
+    try:
+        return await context.runner.start(
+            location,
+            "RunEvaluation",
+            metadata,
+            engine.play,
+            name=operation_name,
+            ready=engine.queued,
+        )
+    except BaseException:
+        # No operation plays the run: it must not stay QUEUED.
+        with contextlib.suppress(Exception):
+            run.state = Run.ERROR
+            run.error_info.CopyFrom(
+                _error(_ErrorInfo.RUNTIME_FAILURE, "The run's operation could not be started.")
+            )
+            await context.storage.replace_row(tables.RUNS, run, "")
+        raise
+
+
+RPCS: dict[str, Rpc] = {"RunEvaluation": run_evaluation}

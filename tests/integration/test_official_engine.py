@@ -1,0 +1,51 @@
+"""Google's official Python client runs evaluations end to end against the real server
+(tests/official/engine_scenario.py, once per transport): RunEvaluation, the operation, the run
+and its results, scripted FAIL and ERROR outcomes, holds, cancellation, a dataset run with its
+latency report, and the request checks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from tests.support import contract
+from tests.support.server import RunningServer
+
+pytestmark = pytest.mark.external
+
+
+@pytest.mark.parametrize("transport", ["grpc", "rest"])
+def test_the_run_workflow_through_the_official_client(
+    server: RunningServer, transport: str
+) -> None:
+    arguments = (
+        [server.grpc_target, str(contract.DESCRIPTOR_SET)]
+        if transport == "grpc"
+        else [server.http_base]
+    )
+    completed = subprocess.run(
+        [
+            str(contract.CLIENT_PYTHON),
+            str(contract.ROOT / "tests" / "official" / "engine_scenario.py"),
+            transport,
+            *arguments,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr + server.output()
+    steps = {s.pop("step"): s for s in map(json.loads, completed.stdout.splitlines())}
+    assert set(steps) == {"run", "scripted", "held", "cancelled", "dataset", "refused"}
+    assert steps["run"]["results"] == steps["run"]["total"] == 7
+    assert steps["scripted"] == {"failed": 2, "errors": 2}
+    assert steps["cancelled"]["reason"] in ("", None, "CANCELLED")
+    assert steps["refused"] == {
+        "both": ["evaluation_dataset"],
+        "missing": "RESOURCE_NOT_FOUND",
+        "zero": ["run_count"],
+        "persona": "RESOURCE_NOT_FOUND",
+    }
