@@ -16,14 +16,13 @@ from tests.support.server import RunningServer
 pytestmark = pytest.mark.external
 
 
-@pytest.mark.parametrize("transport", ["grpc", "rest"])
-def test_the_run_workflow_through_the_official_client(
-    server: RunningServer, transport: str
-) -> None:
+def run_engine_scenario(servers: list[RunningServer], transport: str) -> None:
+    """Run the scenario, its calls alternating between ``servers`` (replicas) when several,
+    and check what it reports."""
     arguments = (
-        [server.grpc_target, str(contract.DESCRIPTOR_SET)]
+        [",".join(s.grpc_target for s in servers), str(contract.DESCRIPTOR_SET)]
         if transport == "grpc"
-        else [server.http_base]
+        else [",".join(s.http_base for s in servers)]
     )
     completed = subprocess.run(
         [
@@ -37,7 +36,9 @@ def test_the_run_workflow_through_the_official_client(
         timeout=300,
         check=False,
     )
-    assert completed.returncode == 0, completed.stdout + completed.stderr + server.output()
+    assert completed.returncode == 0, (
+        completed.stdout + completed.stderr + "".join(s.output() for s in servers)
+    )
     steps = {s.pop("step"): s for s in map(json.loads, completed.stdout.splitlines())}
     assert set(steps) == {"run", "scripted", "held", "cancelled", "dataset", "refused"}
     assert steps["run"]["results"] == steps["run"]["total"] == 7
@@ -49,3 +50,10 @@ def test_the_run_workflow_through_the_official_client(
         "zero": ["run_count"],
         "persona": "RESOURCE_NOT_FOUND",
     }
+
+
+@pytest.mark.parametrize("transport", ["grpc", "rest"])
+def test_the_run_workflow_through_the_official_client(
+    server: RunningServer, transport: str
+) -> None:
+    run_engine_scenario([server], transport)

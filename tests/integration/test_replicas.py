@@ -34,6 +34,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
 )
 from ces_eval.storage.postgresql import PostgresStorage
 from tests.integration.test_official_client import check_steps, run_scenario
+from tests.integration.test_official_engine import run_engine_scenario
 from tests.integration.test_official_runs import check_runs_steps, run_runs_scenario
 from tests.support.datasets import seed_large
 from tests.support.load import CreateLoad, golden_evaluation, start_export
@@ -95,6 +96,15 @@ def test_evaluation_runs_alternating_between_replicas(
     """Runs seeded on one replica are read, exported and deleted through the other."""
     first, second = replicas
     check_runs_steps(run_runs_scenario([first, second], transport), first)
+
+
+def test_evaluations_run_with_calls_alternating_between_replicas(
+    replicas: tuple[RunningServer, RunningServer],
+) -> None:
+    """The run workflow (scripted outcomes, holds, cancellation) with every call going to the
+    other replica than the one before: a run one replica plays is polled, released and
+    cancelled through the other."""
+    run_engine_scenario(list(replicas), "grpc")
 
 
 def test_writes_page_tokens_and_etags_cross_replicas(

@@ -5,8 +5,9 @@ request checks (client_scenario's emulator clients script the outcomes).
 
 Runs in the official client's own environment (``.venv-client``), never beside ``ces_eval``
 (GUIDE §2). Usage: ``engine_scenario.py grpc HOST:PORT DESCRIPTOR_SET`` or
-``engine_scenario.py rest http://HOST:PORT``. Prints one JSON line per step and exits non-zero on
-the first failed assertion.
+``engine_scenario.py rest http://HOST:PORT``; several comma-separated targets (replicas sharing
+one database) are called in turn. Prints one JSON line per step and exits non-zero on the first
+failed assertion.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from client_scenario import (  # type: ignore[import-not-found]
     TOOL,
     Emulator,
     RestEmulator,
+    RoundRobin,
     details_of,
     golden,
     step,
@@ -254,20 +256,29 @@ def scenario(client: Any, emulator: Any, app: str) -> None:
     )
 
 
-def main(transport: str, target: str, descriptor_set: str = "") -> int:
-    if transport == "grpc":
-        channel = grpc.insecure_channel(target)
-        client = ces_v1beta.EvaluationServiceClient(
-            transport=grpc_transport.EvaluationServiceGrpcTransport(channel=channel)
-        )
-        emulator: Any = Emulator(channel, descriptor_set)
-    else:
-        client = ces_v1beta.EvaluationServiceClient(
-            transport="rest",
-            client_options={"api_endpoint": target},
-            credentials=AnonymousCredentials(),
-        )
-        emulator = RestEmulator(target)
+def main(transport: str, targets: str, descriptor_set: str = "") -> int:
+    clients: list[Any] = []
+    emulators: list[Any] = []
+    for target in targets.split(","):
+        if transport == "grpc":
+            channel = grpc.insecure_channel(target)
+            clients.append(
+                ces_v1beta.EvaluationServiceClient(
+                    transport=grpc_transport.EvaluationServiceGrpcTransport(channel=channel)
+                )
+            )
+            emulators.append(Emulator(channel, descriptor_set))
+        else:
+            clients.append(
+                ces_v1beta.EvaluationServiceClient(
+                    transport="rest",
+                    client_options={"api_endpoint": target},
+                    credentials=AnonymousCredentials(),
+                )
+            )
+            emulators.append(RestEmulator(target))
+    client = RoundRobin(clients) if len(clients) > 1 else clients[0]
+    emulator = RoundRobin(emulators) if len(emulators) > 1 else emulators[0]
     scenario(client, emulator, f"projects/engine-project/locations/us-central1/apps/{transport}")
     return 0
 

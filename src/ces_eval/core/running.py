@@ -19,9 +19,10 @@ RunEvaluationOperationMetadata) whose work plays the run:
   counts a result that is not stored, and each evaluation's derived fields follow.
 * The run ends COMPLETED, with its latency report when asked. Cancelled (CancelOperation):
   every repetition not stored yet is stored CANCELLED and the run is CANCELLED. Stopped with
-  the server: the operation fails and storage ends the run ERROR. A failure of the work itself
-  (an evaluation deleted meanwhile, a result too large to store) ends the run ERROR with the
-  reason in ``error_info``.
+  the server: the run ends ERROR and its operation UNAVAILABLE; a server that died mid-run
+  leaves both to the next start (or another replica), which ends them in the same way. A
+  failure of the work itself (an evaluation deleted meanwhile, a result too large to store)
+  ends the run ERROR with the reason in ``error_info``.
 
 The checks are shared with the schedules that store a RunEvaluationRequest
 (:mod:`ces_eval.core.scheduled_runs`).
@@ -71,6 +72,7 @@ _GOLDEN_RUNS, _SCENARIO_RUNS = 1, 5  # the client's documented defaults of run_c
 _BATCH = 100  # results stored per transaction at most
 _HOLD_POLL = 0.1  # seconds between two looks at a hold
 _VERB = "run"
+_SHUT_DOWN = "The server shut down before this run finished; run the evaluations again."
 
 
 def request_violations(
@@ -355,7 +357,9 @@ class _Engine:
         try:
             await step
         except asyncio.CancelledError:
-            if not self._context.runner.stopping:  # else the shutdown ends the run ERROR
+            if self._context.runner.stopping:
+                await self._settled(self._end_in_error(_SHUT_DOWN))
+            else:
                 await self._settled(self._cancel())
             raise
         except Missing as missing:
