@@ -68,6 +68,7 @@ def _serve(args: argparse.Namespace) -> int:
         export_dir=Path(args.export_dir),
         locations=tuple(args.locations),
         operation_lease=args.operation_lease,
+        scheduler=args.scheduler,
         auth_tokens=Path(args.auth_tokens) if args.auth_tokens else None,
         allow_unauthenticated=args.allow_unauthenticated,
         max_concurrent_requests=args.max_concurrent_requests,
@@ -143,6 +144,12 @@ def _positive_seconds(text: str) -> float:
             f"{text!r} is not a lease: expected seconds from 0.3 to 86400"
         )
     return value
+
+
+def _on_off(text: str) -> bool:
+    if text not in ("on", "off"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a switch: expected on or off")
+    return text == "on"
 
 
 def _timeout(kind: type[float] | type[int]) -> Callable[[str], float]:
@@ -349,6 +356,14 @@ def _serve_parser(commands: argparse._SubParsersAction[_Parser]) -> argparse.Arg
         metavar="SECONDS",
         help="how long a long-running operation outlives a replica that stopped renewing it "
         "(renewed every third of this)",
+    )
+    add(
+        "--scheduler",
+        type=_on_off,
+        default=defaults.scheduler,
+        metavar="on|off",
+        help="on: fire scheduled evaluation runs when they are due (by the wall clock, or a "
+        "project clock the emulator moved); off: never (FireScheduledEvaluationRun still fires)",
     )
     add(
         "--workers",

@@ -44,6 +44,7 @@ from ces_eval.admission import DEFAULT_LIMIT, Admission
 from ces_eval.contract import limits, openapi
 from ces_eval.core import pages
 from ces_eval.core.operations import OperationRunner
+from ces_eval.core.scheduler import Scheduler
 from ces_eval.core.service import DEFAULT_EXPORT_ROOT, Core, handlers
 from ces_eval.logs import HttpRequestLog, RequestLog
 from ces_eval.storage.base import InUse, Storage, Unavailable
@@ -83,6 +84,7 @@ class ServerConfig:
     export_dir: Path = DEFAULT_EXPORT_ROOT
     locations: tuple[str, ...] = ()  # --locations: every project has these (core/locations.py)
     operation_lease: float = 30.0
+    scheduler: bool = True  # --scheduler on|off: fire due scheduled evaluation runs
     auth_tokens: Path | None = None  # the --auth-tokens file (docs/security.md)
     allow_unauthenticated: bool = False
     max_concurrent_requests: int = DEFAULT_LIMIT  # per surface and process (admission.py)
@@ -489,19 +491,17 @@ async def _serve(
     runner = OperationRunner(database, lease=config.operation_lease, export_root=config.export_dir)
     # Also sweeps the export folder, of what provably no process writes any more.
     await runner.recover()
-    dispatcher, rest, mcp = _surfaces(
-        config,
-        Core(
-            database,
-            pages.PageTokens(await database.secret()),
-            runner,
-            config.export_dir,
-            export_per_project=tokens is not None,
-            locations=config.locations,
-        ),
-        tokens,
-        log,
+    core = Core(
+        database,
+        pages.PageTokens(await database.secret()),
+        runner,
+        config.export_dir,
+        export_per_project=tokens is not None,
+        locations=config.locations,
+        scheduling=config.scheduler,
     )
+    dispatcher, rest, mcp = _surfaces(config, core, tokens, log)
+    scheduler = Scheduler(core.context)
     http_port = int(http_sockets[0].getsockname()[1])
     health_servicer = await _start_grpc(server, dispatcher)
     # What start-up built (modules, descriptors, schemas: ~110,000 objects) lives as long as the
@@ -565,6 +565,8 @@ async def _serve(
             f"--http-port: the HTTP listener did not start: {error}", ExitStatus.FAILED
         ) from error
     await role.serving(config, grpc_port, http_port)
+    if config.scheduler:
+        scheduler.start()
 
     await stop.wait()
     draining.set()
@@ -575,6 +577,7 @@ async def _serve(
     http.should_exit = True
     await server.stop(DRAIN_SECONDS)
     await http_task
+    await scheduler.stop()
     await runner.shutdown()
     if log is not None:
         log.flush()

@@ -161,6 +161,8 @@ class _Group:
             str(config.export_dir),
             "--operation-lease",
             repr(config.operation_lease),
+            "--scheduler",
+            "on" if config.scheduler else "off",
             "--max-concurrent-requests",
             str(config.max_concurrent_requests),
             "--max-connections",

@@ -51,6 +51,8 @@ class Harness:
         return raised.value
 
     def close(self) -> None:
+        # Work still running (a run a test left held) stops first, as at a server's stop.
+        self.run(self.core.context.runner.shutdown())
         self.run(self.storage.close())
         self.loop.close()
 
@@ -563,6 +565,7 @@ def test_reset_project(core: Harness) -> None:
         "evaluationRuns": 0,
         "conversations": 0,
         "outcomeRules": 1,
+        "projectClocks": 0,
     }
     assert (
         core.error("reset_project", emulator_pb2.ResetProjectRequest(name="p")).code

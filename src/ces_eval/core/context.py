@@ -39,6 +39,9 @@ class Context:
     export_per_project: bool = False
     # ``--locations``: location IDs every project has, besides those its resources use.
     locations: tuple[str, ...] = ()
+    # ``--scheduler``: whether this server fires scheduled evaluation runs (and AdvanceClock
+    # fires what became due).
+    scheduling: bool = True
 
     def locate(self, gcs_uri: str, resource: str) -> objects.ObjectPath:
         """Where ``gcs_uri`` is for ``resource``'s project; raises ExchangeError."""

@@ -4,7 +4,9 @@ CreateEvaluationResult seeds a result and CreateEvaluationRun a run (the generic
 over the results' and the runs' declarations, :data:`ces_eval.core.results.RESULTS`,
 :data:`ces_eval.core.runs.RUNS`); CreateConversation seeds a conversation, GetConversation and
 ListConversations read them (:data:`ces_eval.core.conversations.CONVERSATIONS`); the outcome
-rules script what the run engine observes (:mod:`ces_eval.core.outcome_rules`); ResetProject
+rules script what the run engine observes (:mod:`ces_eval.core.outcome_rules`); the project
+clocks and FireScheduledEvaluationRun drive the scheduler (:mod:`ces_eval.core.scheduler`);
+ResetProject
 deletes a project's evaluations, results and operations; ImportEvaluations reads an export
 document (:mod:`ces_eval.core.exchange.document`), given as content or as a ``gs://`` object of
 the export root, into an app, all or nothing (with the readers of the official import,
@@ -18,7 +20,15 @@ import re
 from typing import TYPE_CHECKING
 
 from ces_eval.contract import limits
-from ces_eval.core import conversations, exchange, imports, names, outcome_rules, standard
+from ces_eval.core import (
+    conversations,
+    exchange,
+    imports,
+    names,
+    outcome_rules,
+    scheduler,
+    standard,
+)
 from ces_eval.core.results import RESULTS
 from ces_eval.core.runs import RUNS
 from ces_eval.core.standard import invalid
@@ -120,6 +130,8 @@ RPCS: dict[str, Rpc] = {
     **conversations.EMULATOR_RPCS,
     # Create/Get/List/DeleteOutcomeRule and ReleaseOutcomeRule: the run engine's scripted outcomes
     **outcome_rules.RPCS,
+    # FireScheduledEvaluationRun, AdvanceClock, GetProjectClock: schedules fired on demand
+    **scheduler.RPCS,
     "ResetProject": reset_project,
     "ImportEvaluations": import_evaluations,
 }

@@ -195,17 +195,40 @@ class OperationRunner:
         and run ``work`` in the background; its result becomes the operation's response.
         ``ready``, when given, is awaited first, before the work takes one of the runner's
         slots: work that waits for something else (a held run) does not keep others waiting."""
+        operation = self.new_operation(parent, metadata, name)
+        await self._storage.insert_operation(operation, method, self.owner, self._lease)
+        self.adopt(operation, metadata, work, ready)
+        return operation
+
+    def new_operation(
+        self, parent: str, metadata: Message, name: str = ""
+    ) -> operations_pb2.Operation:
+        """A new operation (not stored yet) under ``parent``, named ``name`` or afresh, its
+        ``metadata`` stamped with its create_time."""
         if "create_time" in metadata.DESCRIPTOR.fields_by_name:
             getattr(metadata, "create_time").CopyFrom(now())  # noqa: B009 - optional field
-        operation = operations_pb2.Operation(
+        return operations_pb2.Operation(
             name=name or self.new_name(parent), metadata=_pack(metadata), done=False
         )
-        await self._storage.insert_operation(operation, method, self.owner, self._lease)
+
+    def adopt(
+        self,
+        operation: operations_pb2.Operation,
+        metadata: Message,
+        work: Callable[[], Awaitable[Message]],
+        ready: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """Run ``work`` (after ``ready``, as :meth:`start` does) for ``operation``, which the
+        caller stored with this process as its owner (in a transaction of its own)."""
         self._metadata[operation.name] = metadata
         task = asyncio.create_task(self._run(operation, work, ready), name=operation.name)
         self._tasks[operation.name] = task
         task.add_done_callback(lambda _: self._tasks.pop(operation.name, None))
-        return operation
+
+    @property
+    def lease(self) -> float:
+        """How long (seconds) this process's lease on an operation lasts unless renewed."""
+        return self._lease
 
     @staticmethod
     def new_name(parent: str) -> str:

@@ -50,17 +50,18 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
 )
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.storage import tables
-from ces_eval.storage.base import Missing, TooLarge
+from ces_eval.storage.base import EtagMismatch, Missing, TooLarge
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Sequence
 
     from google.longrunning import operations_pb2
+    from google.protobuf import timestamp_pb2
 
     from ces_eval.access import Caller
     from ces_eval.core.context import Context, Rpc
 
-__all__ = ["RPCS", "request_violations", "verify"]
+__all__ = ["RPCS", "Prepared", "prepare", "refused_run", "request_violations", "verify"]
 
 Run = evaluation_pb2.EvaluationRun
 _Result = evaluation_pb2.EvaluationResult
@@ -351,6 +352,27 @@ class _Engine:
         if self._request.generate_latency_report:
             self._run.latency_report.CopyFrom(self._latencies.report())
         await self._settled(self._replace(self._run))
+        await self._settled(self._completed_for_schedule())
+
+    async def _completed_for_schedule(self) -> None:
+        """The run's scheduled evaluation run names it its ``last_completed_run`` (a new etag;
+        nothing when the schedule is gone)."""
+        name = self._run.scheduled_evaluation_run
+        storage = self._context.storage
+        while name:
+            schedule = await storage.get_row(tables.SCHEDULED_RUNS, name)
+            if schedule is None:
+                return
+            expected = schedule.etag
+            schedule.last_completed_run = self._run.name
+            schedule.etag = new_etag()
+            try:
+                await storage.replace_row(tables.SCHEDULED_RUNS, schedule, expected)
+            except EtagMismatch:
+                continue  # changed meanwhile: read it again
+            except Missing:
+                return
+            return
 
     async def _guarded(self, step: Coroutine[Any, Any, None]) -> None:
         """Await ``step`` of the run; the run ends as its failure says (see the module)."""
@@ -567,10 +589,55 @@ async def _evaluations_of(
     return found
 
 
-async def run_evaluation(
-    context: Context, request: evaluation_pb2.RunEvaluationRequest, caller: Caller
-) -> operations_pb2.Operation:
-    """Check the request, store its run (QUEUED) and play it in an operation (the module)."""
+def _new_run(
+    request: evaluation_pb2.RunEvaluationRequest, user: str, created: timestamp_pb2.Timestamp
+) -> Run:
+    """The run ``request`` creates, before its plan: what the request and the caller say."""
+    app = request.app
+    run = Run(
+        name=f"{app}/evaluationRuns/{names.new_id()}",
+        display_name=request.display_name
+        or f"Evaluation run {created.ToDatetime().strftime('%Y-%m-%d %H:%M:%S')} UTC",
+        create_time=created,
+        initiated_by=user,
+        app_version=request.app_version,
+        evaluations=request.evaluations,
+        evaluation_dataset=request.evaluation_dataset,
+        persona_run_configs=request.persona_run_configs,
+        scheduled_evaluation_run=request.scheduled_evaluation_run,
+        golden_run_method=request.golden_run_method or common_pb2.STABLE,
+    )
+    for message_field in ("config", "optimization_config"):
+        if request.HasField(message_field):
+            getattr(run, message_field).CopyFrom(getattr(request, message_field))
+    if request.HasField("run_count"):
+        run.run_count = request.run_count
+    return run
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A checked RunEvaluation: its run (QUEUED, not stored yet, ``operation`` named), the
+    engine that plays it, and its operation's metadata."""
+
+    run: Run
+    engine: _Engine
+    metadata: service_pb2.RunEvaluationOperationMetadata
+
+    @property
+    def location(self) -> str:
+        return location_of(self.run.name)
+
+    def start(self, context: Context, operation: operations_pb2.Operation) -> None:
+        """Play the run in ``operation``, stored by the caller with this process as owner."""
+        context.runner.adopt(operation, self.metadata, self.engine.play, self.engine.queued)
+
+
+async def prepare(
+    context: Context, request: evaluation_pb2.RunEvaluationRequest, user: str
+) -> Prepared:
+    """Check ``request`` (see the module) and make its run, initiated by ``user``; raises
+    ServiceError as RunEvaluation answers it. Nothing is stored."""
     app = request.app
     names.APP.parse(app, "app", owned=0)
     validation.raise_if_invalid(request_violations(request, "", app), "run request")
@@ -592,48 +659,47 @@ async def run_evaluation(
             ],
             "run request",
         )
-    created = now()
-    location = location_of(app)
-    operation_name = context.runner.new_name(location)
-    run = Run(
-        name=f"{app}/evaluationRuns/{names.new_id()}",
-        display_name=request.display_name
-        or f"Evaluation run {created.ToDatetime().strftime('%Y-%m-%d %H:%M:%S')} UTC",
-        create_time=created,
-        initiated_by=caller.user,
-        app_version=request.app_version,
-        evaluations=request.evaluations,
-        evaluation_dataset=request.evaluation_dataset,
-        evaluation_type=_evaluation_type(evaluations),
-        state=Run.QUEUED,
-        progress=Run.Progress(total_count=len(tasks)),
-        persona_run_configs=request.persona_run_configs,
-        scheduled_evaluation_run=request.scheduled_evaluation_run,
-        golden_run_method=request.golden_run_method or common_pb2.STABLE,
-        operation=operation_name,
-    )
-    if request.HasField("run_count"):
-        run.run_count = request.run_count
-    elif run.evaluation_type != Run.MIXED:
+    run = _new_run(request, user, now())
+    run.operation = context.runner.new_name(location_of(app))
+    run.evaluation_type = _evaluation_type(evaluations)
+    run.state = Run.QUEUED
+    run.progress.total_count = len(tasks)
+    if not request.HasField("run_count") and run.evaluation_type != Run.MIXED:
         run.run_count = _SCENARIO_RUNS if run.evaluation_type == Run.SCENARIO else _GOLDEN_RUNS
-    for message_field in ("config", "optimization_config"):
-        if request.HasField(message_field):
-            getattr(run, message_field).CopyFrom(getattr(request, message_field))
-    await context.storage.insert_row(tables.RUNS, run)
-    engine = _Engine(context, run, tasks, request)
     metadata = service_pb2.RunEvaluationOperationMetadata(
         evaluations=[evaluation.name for evaluation in evaluations],
         evaluation_run=run.name,
         verb=_VERB,
     )
+    return Prepared(run, _Engine(context, run, tasks, request), metadata)
+
+
+def refused_run(
+    request: evaluation_pb2.RunEvaluationRequest, user: str, error: ServiceError
+) -> Run:
+    """The run of a request that no longer runs (a schedule's, whose evaluation was deleted
+    since): ended ERROR at once, ``error_info`` saying why."""
+    run = _new_run(request, user, now())
+    run.state = Run.ERROR
+    run.error_info.CopyFrom(_error(_ErrorInfo.RUNTIME_FAILURE, error.message))
+    return run
+
+
+async def run_evaluation(
+    context: Context, request: evaluation_pb2.RunEvaluationRequest, caller: Caller
+) -> operations_pb2.Operation:
+    """Check the request, store its run (QUEUED) and play it in an operation (the module)."""
+    prepared = await prepare(context, request, caller.user)
+    run = prepared.run
+    await context.storage.insert_row(tables.RUNS, run)
     try:
         return await context.runner.start(
-            location,
+            prepared.location,
             "RunEvaluation",
-            metadata,
-            engine.play,
-            name=operation_name,
-            ready=engine.queued,
+            prepared.metadata,
+            prepared.engine.play,
+            name=run.operation,
+            ready=prepared.engine.queued,
         )
     except BaseException:
         # No operation plays the run: it must not stay QUEUED.

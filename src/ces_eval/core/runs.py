@@ -5,9 +5,10 @@ A run is kept in a generic table (:data:`ces_eval.storage.tables.RUNS`) and read
 standard methods. It has no public create or update: the run engine writes runs
 (:mod:`ces_eval.core.running`, RunEvaluation), and the emulator seeds them
 (:mod:`ces_eval.core.emulator`, CreateEvaluationRun, the generic create with this declaration:
-every field as the seed gives it, held to :func:`~ces_eval.core.validation.seeded_violations`). Deleting a run deletes the results it
-produced (those whose ``evaluation_run`` names it) in the same transaction, and their
-evaluations' derived fields follow (docs/semantics.md, "Evaluation runs").
+every field as the seed gives it, held to :func:`~ces_eval.core.validation.seeded_violations`).
+Deleting a run deletes the results it produced (those whose ``evaluation_run`` names it) in
+the same transaction, and their evaluations' derived fields follow (docs/semantics.md,
+"Evaluation runs").
 """
 
 from __future__ import annotations

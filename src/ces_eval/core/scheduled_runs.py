@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
     from ces_eval.core.context import Context, Rpc
 
-__all__ = ["RPCS", "SCHEDULED_RUNS"]
+__all__ = ["RPCS", "SCHEDULED_RUNS", "set_next_execution"]
 
 Scheduled = evaluation_pb2.ScheduledEvaluationRun
 _FIELD = "scheduled_evaluation_run"
@@ -143,6 +143,19 @@ async def _verify(context: Context, run: Scheduled) -> list[FieldViolation]:
     return found
 
 
+def set_next_execution(run: Scheduled, after: datetime) -> None:
+    """``next_scheduled_execution_time``: the first firing after ``after`` (aware), by
+    ``run``'s config and its ``total_executions``; unset while inactive or when none is left."""
+    run.ClearField("next_scheduled_execution_time")
+    if not run.active:
+        return
+    following = schedules.next_execution(
+        _schedule(run.scheduling_config), after, run.total_executions
+    )
+    if following is not None:
+        run.next_scheduled_execution_time.FromDatetime(following)
+
+
 def _next_execution(
     run: Scheduled, previous: Scheduled | None, moment: timestamp_pb2.Timestamp
 ) -> None:
@@ -154,15 +167,7 @@ def _next_execution(
         and previous.scheduling_config == run.scheduling_config
     ):
         return
-    run.ClearField("next_scheduled_execution_time")
-    if not run.active:
-        return
-    after = moment.ToDatetime(UTC)
-    following = schedules.next_execution(
-        _schedule(run.scheduling_config), after, run.total_executions
-    )
-    if following is not None:
-        run.next_scheduled_execution_time.FromDatetime(following)
+    set_next_execution(run, moment.ToDatetime(UTC))
 
 
 SCHEDULED_RUNS = standard.Resource(

@@ -112,6 +112,7 @@ class Core:
         *,
         export_per_project: bool = False,
         locations: tuple[str, ...] = (),
+        scheduling: bool = True,
     ) -> None:
         self.context = Context(
             storage,
@@ -120,6 +121,7 @@ class Core:
             export_root,
             export_per_project,
             locations,
+            scheduling,
         )
 
     def handler(self, path: str) -> Handler:

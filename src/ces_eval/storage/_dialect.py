@@ -228,6 +228,17 @@ class Sql:
         )
 
     @cached_property
+    def schedules_due(self) -> str:
+        """The schedules due by a moment (only active ones have a next execution), soonest
+        first (parameters: the moment in microseconds, the count)."""
+        p = self.p
+        return (
+            "SELECT data FROM scheduled_evaluation_runs "
+            f"WHERE next_scheduled_execution_time <= {p} "
+            f"ORDER BY next_scheduled_execution_time, name LIMIT {p}"
+        )
+
+    @cached_property
     def run_evaluations(self) -> str:
         """The evaluations a run's results belong to, in name order (the order they are locked
         in)."""

@@ -229,6 +229,22 @@ class ScriptedStorage(abc.ABC):
             )
         )
 
+    async def due_schedules(
+        self, before: int, limit: int
+    ) -> list[evaluation_pb2.ScheduledEvaluationRun]:
+        return await self._query(partial(_scripts.due_schedules, self._sql, before, limit))
+
+    async def fire_schedule(
+        self,
+        schedule: evaluation_pb2.ScheduledEvaluationRun,
+        expected_etag: str,
+        run: evaluation_pb2.EvaluationRun,
+        operation: tuple[operations_pb2.Operation, str, str, float] | None,
+    ) -> None:
+        await self._write(
+            partial(_scripts.fire_schedule, self._sql, schedule, expected_etag, run, operation)
+        )
+
     # -- long-running operations -----------------------------------------------------------
 
     async def insert_operation(

@@ -61,6 +61,7 @@ _Evaluation = evaluation_pb2.Evaluation
 _Dataset = evaluation_pb2.EvaluationDataset
 _COMPLETED = int(_Result.ExecutionState.COMPLETED)
 _Run = evaluation_pb2.EvaluationRun
+_Scheduled = evaluation_pb2.ScheduledEvaluationRun
 _RUN_ENDED = frozenset({_Run.COMPLETED, _Run.ERROR, _Run.CANCELLED})
 
 
@@ -434,6 +435,30 @@ def record_run(
     for conversation in conversations:
         yield from insert_row(sql, tables.CONVERSATIONS, conversation)
     yield from replace_row(sql, tables.RUNS, run, "")
+
+
+def due_schedules(sql: Sql, before: int, limit: int) -> Script[list[_Scheduled]]:
+    """Up to ``limit`` scheduled runs whose next execution is at or before ``before``
+    (microseconds), soonest first."""
+    rows = (yield Statement(sql.schedules_due, (before, limit))).rows
+    return [_Scheduled.FromString(bytes(data)) for (data,) in rows]
+
+
+def fire_schedule(
+    sql: Sql,
+    schedule: _Scheduled,
+    expected_etag: str,
+    run: _Run,
+    operation: tuple[operations_pb2.Operation, str, str, float] | None,
+) -> Script[None]:
+    """Record one firing of ``schedule`` (as it is once fired) in one transaction with the run
+    it starts and that run's ``operation`` (the operation, its method, owner and lease; None
+    for a run that ended at once): EtagMismatch when another process fired or changed the
+    schedule since it was read, Missing when it was deleted; nothing is stored then."""
+    yield from replace_row(sql, tables.SCHEDULED_RUNS, schedule, expected_etag)
+    yield from insert_row(sql, tables.RUNS, run)
+    if operation is not None:
+        yield from insert_operation(sql, *operation)
 
 
 class _Bundle:

@@ -302,6 +302,27 @@ class Storage(Protocol):
         ``evaluation_etag``. Raises Missing (the run or an evaluation), Conflict (a taken
         name or display name), TooLarge (see insert_result); nothing is stored then."""
 
+    # -- the scheduler -----------------------------------------------------------------------
+
+    async def due_schedules(
+        self, before: int, limit: int
+    ) -> list[evaluation_pb2.ScheduledEvaluationRun]:
+        """Up to ``limit`` scheduled runs (of every project) whose next execution is at or
+        before ``before`` (microseconds since the epoch), soonest first."""
+
+    async def fire_schedule(
+        self,
+        schedule: evaluation_pb2.ScheduledEvaluationRun,
+        expected_etag: str,
+        run: evaluation_pb2.EvaluationRun,
+        operation: tuple[operations_pb2.Operation, str, str, float] | None,
+    ) -> None:
+        """Replace ``schedule`` (fired: its count and next execution moved) if its etag is
+        still ``expected_etag``, store the ``run`` it started and that run's operation
+        (operation, method, owner, lease, as insert_operation takes them; None for a run that
+        ended at once), all in one transaction: one firing per due time, whoever tries.
+        Raises EtagMismatch or Missing (the schedule), Conflict; nothing is stored then."""
+
     # -- long-running operations -----------------------------------------------------------
 
     async def insert_operation(

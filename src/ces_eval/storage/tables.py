@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from google.protobuf.message import Message
 
 __all__ = [
+    "CLOCKS",
     "CONVERSATIONS",
     "DATASETS",
     "EXPECTATIONS",
@@ -161,9 +162,10 @@ class Table(Generic[M]):
 
     @cached_property
     def collection(self) -> str:
-        """The collection ID of its names (``google.api.resource`` pattern): ``evaluationRuns``."""
+        """The collection ID of its names (``google.api.resource`` plural): ``evaluationRuns``
+        (``projectClocks`` for the singleton ``projects/{project}/clock``)."""
         options = self.message.DESCRIPTOR.GetOptions()
-        return str(options.Extensions[resource_pb2.resource].pattern[0].split("/")[-2])
+        return str(options.Extensions[resource_pb2.resource].plural)
 
     @cached_property
     def fields(self) -> frozenset[str]:
@@ -320,6 +322,13 @@ OUTCOME_RULES = Table(
     ("evaluation", "evaluation_display_name", "tag", "outcome", "hold", "released"),
     unique_display_name=False,
 )
+# The projects' scheduler clocks (ces_eval.core.scheduler): one row per project that moved it.
+CLOCKS = Table(
+    "project_clocks",
+    emulator_service_pb2.ProjectClock,
+    unique_display_name=False,
+    created="update_time",
+)
 # Every generic table; the resource modules of the core declare their resources over these.
 TABLES: tuple[Table[Any], ...] = (
     EXPECTATIONS,
@@ -328,6 +337,7 @@ TABLES: tuple[Table[Any], ...] = (
     RUNS,
     CONVERSATIONS,
     OUTCOME_RULES,
+    CLOCKS,
 )
 
 

@@ -27,6 +27,123 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class ProjectClock(_message.Message):
+    """The clock by which a project's scheduled evaluation runs fall due: the wall clock moved
+    forward by `offset`. A project reset sets it back.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    NOW_FIELD_NUMBER: _builtins.int
+    UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Identifier. Format: projects/{project}/clock"""
+    @_builtins.property
+    def offset(self) -> _duration_pb2.Duration:
+        """How far the clock is ahead of the wall clock."""
+
+    @_builtins.property
+    def now(self) -> _timestamp_pb2.Timestamp:
+        """The project's time when this answer was made."""
+
+    @_builtins.property
+    def update_time(self) -> _timestamp_pb2.Timestamp:
+        """When the clock was last moved."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        offset: _duration_pb2.Duration | None = ...,
+        now: _timestamp_pb2.Timestamp | None = ...,
+        update_time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["now", b"now", "offset", b"offset", "update_time", b"update_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "now", b"now", "offset", b"offset", "update_time", b"update_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ProjectClock: _TypeAlias = ProjectClock  # noqa: Y015
+
+@_typing.final
+class FireScheduledEvaluationRunRequest(_message.Message):
+    """Request of EmulatorService.FireScheduledEvaluationRun."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The scheduled evaluation run to fire.
+    Format:
+    projects/{project}/locations/{location}/apps/{app}/scheduledEvaluationRuns/{scheduled_evaluation_run}
+    """
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FireScheduledEvaluationRunRequest: _TypeAlias = FireScheduledEvaluationRunRequest  # noqa: Y015
+
+@_typing.final
+class AdvanceClockRequest(_message.Message):
+    """Request of EmulatorService.AdvanceClock."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    BY_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The project's clock. Format: projects/{project}/clock"""
+    @_builtins.property
+    def by(self) -> _duration_pb2.Duration:
+        """How far to move it forward (positive, at most 10 years in all)."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        by: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["by", b"by"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["by", b"by", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AdvanceClockRequest: _TypeAlias = AdvanceClockRequest  # noqa: Y015
+
+@_typing.final
+class GetProjectClockRequest(_message.Message):
+    """Request of EmulatorService.GetProjectClock."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The project's clock. Format: projects/{project}/clock"""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetProjectClockRequest: _TypeAlias = GetProjectClockRequest  # noqa: Y015
+
+@_typing.final
 class CreateEvaluationResultRequest(_message.Message):
     """Request of EmulatorService.CreateEvaluationResult."""
 
@@ -350,7 +467,7 @@ class ResetProjectResponse(_message.Message):
     def deleted_resources(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """How many of the other resources were deleted, by collection ID (evaluationExpectations,
         evaluationDatasets, scheduledEvaluationRuns, evaluationRuns, conversations,
-        outcomeRules).
+        outcomeRules, projectClocks).
         """
 
     def __init__(

@@ -7,6 +7,7 @@ import warnings
 from . import emulator_service_pb2 as ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2
 from ....google.cloud.ces.v1beta import conversation_pb2 as google_dot_cloud_dot_ces_dot_v1beta_dot_conversation__pb2
 from ....google.cloud.ces.v1beta import evaluation_pb2 as google_dot_cloud_dot_ces_dot_v1beta_dot_evaluation__pb2
+from google.longrunning import operations_pb2 as google_dot_longrunning_dot_operations__pb2
 from google.protobuf import empty_pb2 as google_dot_protobuf_dot_empty__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -100,6 +101,21 @@ class EmulatorServiceStub:
                 '/ces_eval.emulator.v1.EmulatorService/ReleaseOutcomeRule',
                 request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ReleaseOutcomeRuleRequest.SerializeToString,
                 response_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.OutcomeRule.FromString,
+                _registered_method=True)
+        self.FireScheduledEvaluationRun = channel.unary_unary(
+                '/ces_eval.emulator.v1.EmulatorService/FireScheduledEvaluationRun',
+                request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.FireScheduledEvaluationRunRequest.SerializeToString,
+                response_deserializer=google_dot_longrunning_dot_operations__pb2.Operation.FromString,
+                _registered_method=True)
+        self.AdvanceClock = channel.unary_unary(
+                '/ces_eval.emulator.v1.EmulatorService/AdvanceClock',
+                request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.AdvanceClockRequest.SerializeToString,
+                response_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ProjectClock.FromString,
+                _registered_method=True)
+        self.GetProjectClock = channel.unary_unary(
+                '/ces_eval.emulator.v1.EmulatorService/GetProjectClock',
+                request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.GetProjectClockRequest.SerializeToString,
+                response_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ProjectClock.FromString,
                 _registered_method=True)
 
 
@@ -210,6 +226,30 @@ class EmulatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FireScheduledEvaluationRun(self, request, context):
+        """Fires a scheduled evaluation run now, whatever its schedule says (inactive too): a run
+        starts with its stored request, counted in its total_executions; its next scheduled
+        execution stays. Answers the run's RunEvaluation operation.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AdvanceClock(self, request, context):
+        """Moves a project's clock forward: the scheduler fires the project's schedules that are due
+        by the moved clock. Other clocks (timestamps the server writes) keep the wall clock.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetProjectClock(self, request, context):
+        """Gets a project's clock (the wall clock, unless AdvanceClock moved it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_EmulatorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -272,6 +312,21 @@ def add_EmulatorServiceServicer_to_server(servicer, server):
                     servicer.ReleaseOutcomeRule,
                     request_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ReleaseOutcomeRuleRequest.FromString,
                     response_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.OutcomeRule.SerializeToString,
+            ),
+            'FireScheduledEvaluationRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.FireScheduledEvaluationRun,
+                    request_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.FireScheduledEvaluationRunRequest.FromString,
+                    response_serializer=google_dot_longrunning_dot_operations__pb2.Operation.SerializeToString,
+            ),
+            'AdvanceClock': grpc.unary_unary_rpc_method_handler(
+                    servicer.AdvanceClock,
+                    request_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.AdvanceClockRequest.FromString,
+                    response_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ProjectClock.SerializeToString,
+            ),
+            'GetProjectClock': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetProjectClock,
+                    request_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.GetProjectClockRequest.FromString,
+                    response_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ProjectClock.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -601,6 +656,87 @@ class EmulatorService:
             '/ces_eval.emulator.v1.EmulatorService/ReleaseOutcomeRule',
             ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ReleaseOutcomeRuleRequest.SerializeToString,
             ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.OutcomeRule.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FireScheduledEvaluationRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ces_eval.emulator.v1.EmulatorService/FireScheduledEvaluationRun',
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.FireScheduledEvaluationRunRequest.SerializeToString,
+            google_dot_longrunning_dot_operations__pb2.Operation.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AdvanceClock(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ces_eval.emulator.v1.EmulatorService/AdvanceClock',
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.AdvanceClockRequest.SerializeToString,
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ProjectClock.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetProjectClock(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ces_eval.emulator.v1.EmulatorService/GetProjectClock',
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.GetProjectClockRequest.SerializeToString,
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ProjectClock.FromString,
             options,
             channel_credentials,
             insecure,

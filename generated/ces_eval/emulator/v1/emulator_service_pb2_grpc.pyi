@@ -8,6 +8,7 @@ from . import emulator_service_pb2 as _emulator_service_pb2
 from collections import abc as _abc
 from ....google.cloud.ces.v1beta import conversation_pb2 as _conversation_pb2
 from ....google.cloud.ces.v1beta import evaluation_pb2 as _evaluation_pb2
+from google.longrunning import operations_pb2 as _operations_pb2
 from google.protobuf import empty_pb2 as _empty_pb2
 from grpc import aio as _aio
 import abc as _abc_1
@@ -87,6 +88,17 @@ class EmulatorServiceStub:
     """Deletes an outcome rule; runs it held go on."""
     ReleaseOutcomeRule: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.ReleaseOutcomeRuleRequest, _emulator_service_pb2.OutcomeRule]
     """Ends a rule's hold: the runs it kept QUEUED or RUNNING go on. Its other effects stay."""
+    FireScheduledEvaluationRun: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.FireScheduledEvaluationRunRequest, _operations_pb2.Operation]
+    """Fires a scheduled evaluation run now, whatever its schedule says (inactive too): a run
+    starts with its stored request, counted in its total_executions; its next scheduled
+    execution stays. Answers the run's RunEvaluation operation.
+    """
+    AdvanceClock: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.AdvanceClockRequest, _emulator_service_pb2.ProjectClock]
+    """Moves a project's clock forward: the scheduler fires the project's schedules that are due
+    by the moved clock. Other clocks (timestamps the server writes) keep the wall clock.
+    """
+    GetProjectClock: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.GetProjectClockRequest, _emulator_service_pb2.ProjectClock]
+    """Gets a project's clock (the wall clock, unless AdvanceClock moved it)."""
 
 @_typing.type_check_only
 class EmulatorServiceAsyncStub(EmulatorServiceStub):
@@ -143,6 +155,17 @@ class EmulatorServiceAsyncStub(EmulatorServiceStub):
     """Deletes an outcome rule; runs it held go on."""
     ReleaseOutcomeRule: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.ReleaseOutcomeRuleRequest, _emulator_service_pb2.OutcomeRule]  # type: ignore[assignment]
     """Ends a rule's hold: the runs it kept QUEUED or RUNNING go on. Its other effects stay."""
+    FireScheduledEvaluationRun: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.FireScheduledEvaluationRunRequest, _operations_pb2.Operation]  # type: ignore[assignment]
+    """Fires a scheduled evaluation run now, whatever its schedule says (inactive too): a run
+    starts with its stored request, counted in its total_executions; its next scheduled
+    execution stays. Answers the run's RunEvaluation operation.
+    """
+    AdvanceClock: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.AdvanceClockRequest, _emulator_service_pb2.ProjectClock]  # type: ignore[assignment]
+    """Moves a project's clock forward: the scheduler fires the project's schedules that are due
+    by the moved clock. Other clocks (timestamps the server writes) keep the wall clock.
+    """
+    GetProjectClock: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.GetProjectClockRequest, _emulator_service_pb2.ProjectClock]  # type: ignore[assignment]
+    """Gets a project's clock (the wall clock, unless AdvanceClock moved it)."""
 
 class EmulatorServiceServicer(metaclass=_abc_1.ABCMeta):
     """What a local stand-in for the EvaluationService needs and the public API lacks: results are
@@ -268,5 +291,34 @@ class EmulatorServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_emulator_service_pb2.OutcomeRule, _abc.Awaitable[_emulator_service_pb2.OutcomeRule]]:
         """Ends a rule's hold: the runs it kept QUEUED or RUNNING go on. Its other effects stay."""
+
+    @_abc_1.abstractmethod
+    def FireScheduledEvaluationRun(
+        self,
+        request: _emulator_service_pb2.FireScheduledEvaluationRunRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_operations_pb2.Operation, _abc.Awaitable[_operations_pb2.Operation]]:
+        """Fires a scheduled evaluation run now, whatever its schedule says (inactive too): a run
+        starts with its stored request, counted in its total_executions; its next scheduled
+        execution stays. Answers the run's RunEvaluation operation.
+        """
+
+    @_abc_1.abstractmethod
+    def AdvanceClock(
+        self,
+        request: _emulator_service_pb2.AdvanceClockRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_emulator_service_pb2.ProjectClock, _abc.Awaitable[_emulator_service_pb2.ProjectClock]]:
+        """Moves a project's clock forward: the scheduler fires the project's schedules that are due
+        by the moved clock. Other clocks (timestamps the server writes) keep the wall clock.
+        """
+
+    @_abc_1.abstractmethod
+    def GetProjectClock(
+        self,
+        request: _emulator_service_pb2.GetProjectClockRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_emulator_service_pb2.ProjectClock, _abc.Awaitable[_emulator_service_pb2.ProjectClock]]:
+        """Gets a project's clock (the wall clock, unless AdvanceClock moved it)."""
 
 def add_EmulatorServiceServicer_to_server(servicer: EmulatorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
