@@ -25,6 +25,9 @@ class Options:
     deep_page: int = 50
     workers: int | None = None
     log_repeats: int = 3
+    # The run engine's measurement: one run of this many evaluations x repetitions.
+    engine_evaluations: int = 200
+    engine_repetitions: int = 5
     database: str | None = None
     output: Path = BENCH / "results"
     workdir: Path | None = None

@@ -15,9 +15,11 @@ Steps (see bench/README.md for the details and the reasoning):
 4. the floors (bench/floor.py): a bare grpc.aio server and a bare Starlette/uvicorn app
    replaying the real responses' bytes, under the same load;
 5. after the creates, every acknowledged create is looked up in the database;
-6. the request log's cost: the same reads against two ces-eval servers on the SMALL data, the
+6. the run engine: results produced per second by one RunEvaluation of 200 evaluations x 5
+   (bench/engine.py), on SQLite and on PostgreSQL;
+7. the request log's cost: the same reads against two ces-eval servers on the SMALL data, the
    request log on (the default, as in step 3) and off, alternated, ``--log-repeats`` rounds;
-7. ``<output>/latest.json`` (every number) and ``<output>/latest.md`` (tables and targets).
+8. ``<output>/latest.json`` (every number) and ``<output>/latest.md`` (tables and targets).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import tempfile
 import time
 import urllib.parse
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -43,6 +46,7 @@ from typing import Any
 from google.protobuf import json_format
 
 from bench import data
+from bench.engine import measure_engine
 from bench.loadgen import grpc_creates, h2load, wrk
 from bench.options import BENCH, ROOT, Options
 from bench.report import (
@@ -58,6 +62,7 @@ from ces_eval import storage as storage_backends
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.storage.base import Cursor, ListQuery, OrderBy, SortKey
+from tests.support.postgres import PostgresCluster, PostgresStartFailed, PostgresUnavailable
 
 __all__ = ["SCENARIOS", "Options", "main", "run"]
 
@@ -604,6 +609,7 @@ def run(options: Options) -> dict[str, Any]:
         for set_name, data_set in sets.items():
             captured = ces_eval(options, work, set_name, data_set, report=report, run_id=run_id)
         assert captured is not None
+        report["engine"] = engine(options, work)
         report["floor"] = floor(options, captured, work, report)
         report["ratios"] = ratios(report["scenarios"])
         if options.log_repeats > 0:
@@ -617,6 +623,35 @@ def run(options: Options) -> dict[str, Any]:
             shutil.rmtree(work, ignore_errors=True)
     write_reports(report, options.output)
     return report
+
+
+def engine(options: Options, work: Path) -> dict[str, Any]:
+    """The run engine's results per second (bench/engine.py) on a fresh SQLite file and on
+    PostgreSQL: ``--database`` when it names one, else a local server started for it
+    (tests/support/postgres.py), or the reason there is none."""
+    found: dict[str, Any] = {}
+    folder = work / "engine"
+    folder.mkdir()
+    measured = partial(
+        measure_engine,
+        evaluations=options.engine_evaluations,
+        repetitions=options.engine_repetitions,
+        server_cpu=options.server_cpu,
+    )
+    found["sqlite"] = measured(f"sqlite:///{folder / 'engine.db'}", folder)
+    _log(f"engine on SQLite: {found['sqlite']['results_per_s']} results/s")
+    if options.database is not None and options.database.startswith("postgresql"):
+        found["postgresql"] = measured(options.database, folder, label="engine-pg")
+    else:
+        try:
+            with PostgresCluster.from_environment() as cluster:
+                url = cluster.create_database()
+                found["postgresql"] = measured(url, folder, label="engine-pg")
+        except (PostgresUnavailable, PostgresStartFailed) as missing:
+            found["postgresql"] = {"skipped": str(missing)}
+    pg = found["postgresql"]
+    _log(f"engine on PostgreSQL: {pg.get('results_per_s', pg.get('skipped'))}")
+    return found
 
 
 def _check_disk(options: Options, work: Path) -> None:
@@ -814,6 +849,18 @@ def _options(argv: list[str] | None) -> Options:
         type=int,
         default=defaults.log_repeats,
         help="request log cost: on/off measurement pairs per workload (0: not measured)",
+    )
+    parser.add_argument(
+        "--engine-evaluations",
+        type=int,
+        default=defaults.engine_evaluations,
+        help="the run engine's measurement: evaluations in the run",
+    )
+    parser.add_argument(
+        "--engine-repetitions",
+        type=int,
+        default=defaults.engine_repetitions,
+        help="the run engine's measurement: run_count",
     )
     parser.add_argument(
         "--database",

@@ -98,6 +98,8 @@ OPTION_FIELDS = {
     "deep_page",
     "workers",
     "log_repeats",
+    "engine_evaluations",
+    "engine_repetitions",
     "database",
     "server_cpu",
     "client_cpu",
@@ -137,6 +139,10 @@ def test_harness_runs_every_scenario_without_errors(tmp_path: Path) -> None:
             "2",
             "--log-repeats",
             "1",
+            "--engine-evaluations",
+            "10",
+            "--engine-repetitions",
+            "2",
             "--output",
             str(output),
             "--workdir",
@@ -151,9 +157,24 @@ def test_harness_runs_every_scenario_without_errors(tmp_path: Path) -> None:
     assert completed.returncode == 0, completed.stdout + completed.stderr
     report = json.loads((output / "latest.json").read_text())
 
-    assert {"date", "machine", "options", "data_sets", "scenarios", "durability", "floor"} <= set(
-        report
-    )
+    assert {
+        "date",
+        "machine",
+        "options",
+        "data_sets",
+        "scenarios",
+        "durability",
+        "floor",
+        "engine",
+    } <= set(report)
+    # The run engine on both databases (PostgreSQL: the tests' own server, as tests/support
+    # finds it): one run of 10 evaluations x 2, checked complete.
+    for backend in ("sqlite", "postgresql"):
+        engine = report["engine"][backend]
+        assert engine["results"] == 20 and engine["run_checked"], (backend, engine)
+        assert engine["results_per_s"] > 0 and engine["server_exit"] == 0, (backend, engine)
+        assert engine["server_log_problems"] == [], (backend, engine)
+    assert any(t["target"].startswith("run engine") for t in report["targets"])
     assert set(report["machine"]) >= MACHINE_FIELDS
     assert set(report["options"]) >= OPTION_FIELDS
     assert set(report["data_sets"]) == {"small", "large"}

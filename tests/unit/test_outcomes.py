@@ -230,3 +230,30 @@ def test_play_changes_neither_the_evaluation_nor_the_rule() -> None:
     before = (evaluation.SerializeToString(), rule.SerializeToString())
     _play(evaluation, rule)
     assert (evaluation.SerializeToString(), rule.SerializeToString()) == before
+
+
+def test_a_player_judges_once_and_times_each_repetition() -> None:
+    """The engine's Player reuses what one evaluation observes under one rule across its
+    repetitions: each repetition is still exactly what playing it alone records."""
+    player = outcomes.Player()
+    later = timestamp_pb2.Timestamp(seconds=STARTED.seconds + 60)
+    evaluation, rule = _golden(), Rule(name="r", outcome=Rule.FAIL)
+    first = player.play(
+        outcomes.Play(
+            evaluation, 0, rule, f"{evaluation.name}/results/a", f"{APP}/conversations/a", STARTED
+        )
+    )
+    given = outcomes.Play(
+        evaluation, 1, rule, f"{evaluation.name}/results/b", f"{APP}/conversations/b", later
+    )
+    second = player.play(given)
+    alone = outcomes.Player().play(given)
+    assert (second.result, second.conversation) == (alone.result, alone.conversation)
+    assert second.result.name.endswith("/results/b") and second.result.create_time == later
+    replays = second.result.golden_result.turn_replay_results
+    assert {replay.conversation for replay in replays} == {f"{APP}/conversations/b"}
+    assert second.conversation.turns[0].messages[0].event_time == later
+    assert [r.turn_latency for r in replays] != [
+        r.turn_latency for r in first.result.golden_result.turn_replay_results
+    ]
+    assert second.result.evaluation_status == first.result.evaluation_status == Result.FAIL

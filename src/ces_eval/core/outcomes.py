@@ -47,7 +47,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["Play", "Played", "play"]
+__all__ = ["Play", "Played", "Player", "play"]
 
 _Result = evaluation_pb2.EvaluationResult
 _Evaluation = evaluation_pb2.Evaluation
@@ -197,9 +197,7 @@ def _observe(
     outcome.outcome = _Result.FAIL if failing is not None else _Result.PASS
 
 
-def _user_message(
-    turn: _Evaluation.GoldenTurn, at: timestamp_pb2.Timestamp
-) -> content_pb2.Message | None:
+def _user_message(turn: _Evaluation.GoldenTurn) -> content_pb2.Message | None:
     chunks: list[content_pb2.Chunk] = []
     for step in turn.steps:
         if step.WhichOneof("step") != "user_input":
@@ -219,7 +217,7 @@ def _user_message(
         elif kind == "tool_responses":
             responses = given.tool_responses.tool_responses
             chunks += [content_pb2.Chunk(tool_response=r) for r in responses]
-    return content_pb2.Message(role=_USER, chunks=chunks, event_time=at) if chunks else None
+    return content_pb2.Message(role=_USER, chunks=chunks) if chunks else None
 
 
 def _turn_latency(play: Play, index: int) -> duration_pb2.Duration:
@@ -252,7 +250,7 @@ def _tool_latencies(
     return latencies
 
 
-def _golden(play: Play, clock: _Clock) -> tuple[_Result.GoldenResult, list[_Conversation.Turn]]:
+def _golden(play: Play) -> tuple[_Result.GoldenResult, list[_Conversation.Turn]]:
     rule = play.rule
     failing = rule if rule is not None and rule.outcome == _Rule.FAIL else None
     fail_at = _failing_position(play.evaluation, failing) if failing is not None else None
@@ -289,13 +287,9 @@ def _golden(play: Play, clock: _Clock) -> tuple[_Result.GoldenResult, list[_Conv
             replay.overall_tool_invocation_result.tool_invocation_score = min(tool_scores)
         if rule is not None and rule.HasField("hallucination_score"):
             replay.hallucination_result.score = rule.hallucination_score
-        latency = _turn_latency(play, index)
-        replay.turn_latency.CopyFrom(latency)
-        start, millis = clock.advance(latency)
-        replay.tool_call_latencies.extend(_tool_latencies(agent, start, millis))
-        messages = [m for m in (_user_message(turn, start),) if m is not None]
+        messages = [m for m in (_user_message(turn),) if m is not None]
         if agent:
-            messages.append(content_pb2.Message(role=_AGENT, chunks=agent, event_time=clock.at))
+            messages.append(content_pb2.Message(role=_AGENT, chunks=agent))
         turns.append(_Conversation.Turn(messages=messages))
     for listed in play.evaluation.golden.evaluation_expectations:
         golden.evaluation_expectation_results.add(
@@ -306,7 +300,7 @@ def _golden(play: Play, clock: _Clock) -> tuple[_Result.GoldenResult, list[_Conv
     return golden, turns
 
 
-def _scenario(play: Play, clock: _Clock) -> tuple[_Result.ScenarioResult, list[_Conversation.Turn]]:
+def _scenario(play: Play) -> tuple[_Result.ScenarioResult, list[_Conversation.Turn]]:
     scenario = play.evaluation.scenario
     rule = play.rule
     failing = rule if rule is not None and rule.outcome == _Rule.FAIL else None
@@ -317,11 +311,7 @@ def _scenario(play: Play, clock: _Clock) -> tuple[_Result.ScenarioResult, list[_
     turns = [
         _Conversation.Turn(
             messages=[
-                content_pb2.Message(
-                    role=_USER,
-                    chunks=[content_pb2.Chunk(text=scenario.task)],
-                    event_time=clock.at,
-                )
+                content_pb2.Message(role=_USER, chunks=[content_pb2.Chunk(text=scenario.task)])
             ]
         )
     ]
@@ -351,14 +341,7 @@ def _scenario(play: Play, clock: _Clock) -> tuple[_Result.ScenarioResult, list[_
             else:
                 outcome.observed_agent_response.CopyFrom(expectation.agent_response)
             chunks += outcome.observed_agent_response.chunks
-        latency = _turn_latency(play, index)
-        start, millis = clock.advance(latency)
-        result.tool_call_latencies.extend(_tool_latencies(chunks, start, millis))
-        turns.append(
-            _Conversation.Turn(
-                messages=[content_pb2.Message(role=_AGENT, chunks=chunks, event_time=clock.at)]
-            )
-        )
+        turns.append(_Conversation.Turn(messages=[content_pb2.Message(role=_AGENT, chunks=chunks)]))
     failed = failing is not None  # a failed scenario fails its goal and its rubrics
     for rubric in scenario.rubrics:
         result.rubric_outcomes.add(
@@ -391,15 +374,12 @@ def _error_info(rule: _Rule) -> _ErrorInfo:
     )
 
 
-def play(given: Play) -> Played:
-    """Play one repetition (see the module): its judged result, named ``given.result_name``
-    (the run's fields are the caller's to add), and the conversation it recorded."""
+def _judged(given: Play) -> Played:
+    """What ``given`` observes, judged, before its names and times: everything that depends
+    only on the evaluation, the rule and the persona (the same for every repetition)."""
     evaluation = given.evaluation
-    clock = _Clock(given.started)
-    result = _Result(name=given.result_name, create_time=given.started)
+    result = _Result()
     conversation = _Conversation(
-        name=given.conversation_name,
-        start_time=given.started,
         source=_Conversation.EVAL,
         channel_type=_Conversation.TEXT,
         input_types=[_Conversation.INPUT_TYPE_TEXT],
@@ -409,22 +389,88 @@ def play(given: Play) -> Played:
         result.execution_state = _Result.ERROR
         result.error_info.CopyFrom(_error_info(rule))
         getattr(result, _kind(evaluation)).SetInParent()
-        conversation.end_time.CopyFrom(given.started)
         return Played(result, conversation)
     if evaluation.WhichOneof("inputs") == "scenario":
-        scenario, turns = _scenario(given, clock)
+        scenario, turns = _scenario(given)
         result.scenario_result.CopyFrom(scenario)
         if given.persona is not None:
             result.persona.CopyFrom(given.persona)
     else:
-        golden, turns = _golden(given, clock)
+        golden, turns = _golden(given)
         result.golden_result.CopyFrom(golden)
     result.execution_state = _Result.COMPLETED
     if rule is not None and rule.outcome == _Rule.FAIL:
         result.evaluation_status = _Result.FAIL  # stands when nothing is judged
     conversation.turns.extend(turns)
-    conversation.end_time.CopyFrom(clock.at)
     return Played(rerun.rerun(result, evaluation), conversation)
+
+
+def _timed(judged: Played, given: Play) -> Played:
+    """``judged`` as ``given`` records it: its names, its start, and each turn's latency, tool
+    call latencies and message times (a turn's clock starts where the turn before ended)."""
+    result = _Result()
+    result.CopyFrom(judged.result)
+    result.name = given.result_name
+    result.create_time.CopyFrom(given.started)
+    conversation = _Conversation()
+    conversation.CopyFrom(judged.conversation)
+    conversation.name = given.conversation_name
+    conversation.start_time.CopyFrom(given.started)
+    clock = _Clock(given.started)
+    kind = result.WhichOneof("result")
+    if result.execution_state != _Result.ERROR and kind == "golden_result":
+        replays = result.golden_result.turn_replay_results
+        for index, (replay, turn) in enumerate(zip(replays, conversation.turns, strict=True)):
+            replay.conversation = given.conversation_name
+            latency = _turn_latency(given, index)
+            replay.turn_latency.CopyFrom(latency)
+            start, millis = clock.advance(latency)
+            for message in turn.messages:
+                message.event_time.CopyFrom(start if message.role == _USER else clock.at)
+                if message.role == _AGENT:
+                    replay.tool_call_latencies.extend(
+                        _tool_latencies(message.chunks, start, millis)
+                    )
+    elif result.execution_state != _Result.ERROR:
+        scenario = result.scenario_result
+        scenario.conversation = given.conversation_name
+        task, *answers = conversation.turns
+        task.messages[0].event_time.CopyFrom(clock.at)
+        for index, turn in enumerate(answers):
+            start, millis = clock.advance(_turn_latency(given, index))
+            [message] = turn.messages
+            message.event_time.CopyFrom(clock.at)
+            scenario.tool_call_latencies.extend(_tool_latencies(message.chunks, start, millis))
+    conversation.end_time.CopyFrom(clock.at)
+    return Played(result, conversation)
+
+
+class Player:
+    """Plays repetitions, judging each evaluation once per rule and persona: repetitions
+    differ only in names and times (:func:`_timed`). For one run, whose evaluations and rules
+    do not change while it plays (rules are identified by name)."""
+
+    def __init__(self) -> None:
+        self._judged: dict[tuple[str, str, str], Played] = {}
+
+    def play(self, given: Play) -> Played:
+        """Play one repetition (see the module): its judged result, named
+        ``given.result_name`` (the run's fields are the caller's to add), and the
+        conversation it recorded."""
+        key = (
+            given.evaluation.name,
+            given.rule.name if given.rule is not None else "",
+            given.persona.name if given.persona is not None else "",
+        )
+        judged = self._judged.get(key)
+        if judged is None:
+            judged = self._judged[key] = _judged(given)
+        return _timed(judged, given)
+
+
+def play(given: Play) -> Played:
+    """Play one repetition on its own (:meth:`Player.play`)."""
+    return Player().play(given)
 
 
 def _kind(evaluation: _Evaluation) -> str:

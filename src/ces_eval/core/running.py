@@ -315,8 +315,11 @@ class _Engine:
         self._stored = 0  # tasks whose results are stored
         self._pending: list[_Result] = []
         self._conversations: list[outcomes.Played] = []
+        # The write in progress: its task, the run it stores and how many tasks' results.
+        self._write: tuple[asyncio.Future[None], Run, int] | None = None
         self._rules: list[_Rule] = []
         self._latencies = _Latencies()
+        self._player = outcomes.Player()
 
     async def queued(self) -> None:
         """Return once no QUEUED hold matches the run's evaluations (the operation's
@@ -346,7 +349,7 @@ class _Engine:
             await self._before(task)
             self._pending.append(self._result(task))
             if len(self._pending) >= _BATCH:
-                await self._flush()
+                await self._flush(wait=False)
         await self._flush()
         self._run.state = Run.COMPLETED
         if self._request.generate_latency_report:
@@ -428,7 +431,7 @@ class _Engine:
             result.name = result_name
             result.create_time.CopyFrom(started)
         else:
-            played = outcomes.play(
+            played = self._player.play(
                 outcomes.Play(
                     evaluation=evaluation,
                     repetition=task.repetition,
@@ -486,36 +489,50 @@ class _Engine:
                 progress.cancelled_count += 1
         return run
 
-    async def _flush(self) -> None:
-        """Store the results played since the last flush with the run counting them."""
-        if not self._pending:
-            return
-        batch = self._pending
-        run = self._counted(batch)
-        conversations = [played.conversation for played in self._conversations]
-        write = asyncio.ensure_future(
-            self._context.storage.record_run(
-                run,
-                batch,
-                conversations,
-                new_etag(),
-                max_evaluation_bytes=limits.MAX_RESOURCE_BYTES,
+    async def _flush(self, *, wait: bool = True) -> None:
+        """Store the results played since the last flush with the run counting them, once
+        the write before has ended; without ``wait`` the write goes on while the engine plays
+        the next batch (one write at a time, in order)."""
+        await self._written()
+        if self._pending:
+            batch = self._pending
+            run = self._counted(batch)
+            conversations = [played.conversation for played in self._conversations]
+            self._pending = []
+            self._conversations = []
+            write = asyncio.ensure_future(
+                self._context.storage.record_run(
+                    run,
+                    batch,
+                    conversations,
+                    new_etag(),
+                    max_evaluation_bytes=limits.MAX_RESOURCE_BYTES,
+                )
             )
-        )
+            self._write = (write, run, len(batch))
+        if wait:
+            await self._written()
+
+    async def _written(self) -> None:
+        """Wait for the write in progress, if any; raises its error. Cancelled meanwhile, the
+        write goes on to its end: what it stored must be known."""
+        if self._write is None:
+            return
+        write, run, count = self._write
         try:
             await asyncio.shield(write)
         finally:
-            # Cancelled while writing: the write goes on; what it stored must be known.
             if not write.done():
                 await asyncio.wait([write])
+            self._write = None
             if not write.cancelled() and write.exception() is None:
                 self._run = run
-                self._stored += len(batch)
-                self._pending = []
-                self._conversations = []
+                self._stored += count
 
     async def _cancel(self) -> None:
         """Store every repetition not stored yet as CANCELLED, and the run CANCELLED."""
+        with contextlib.suppress(Exception):  # a failed write stored nothing
+            await self._written()
         self._pending = []
         self._conversations = []
         cancelled = []
@@ -540,6 +557,8 @@ class _Engine:
 
     async def _end_in_error(self, message: str) -> None:
         """Record the run ERROR with ``message`` (best effort: it may be gone)."""
+        with contextlib.suppress(Exception):  # a failed write stored nothing
+            await self._settled(self._written())
         self._run.state = Run.ERROR
         self._run.error_info.CopyFrom(_error(_ErrorInfo.RUNTIME_FAILURE, message))
         with contextlib.suppress(Missing):
