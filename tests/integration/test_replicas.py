@@ -16,10 +16,12 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import grpc
+import httpx
 import psycopg
 import pytest
 from google.longrunning import operations_pb2, operations_pb2_grpc
@@ -33,6 +35,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
 )
 from ces_eval.storage.postgresql import PostgresStorage
+from tests.integration import test_scheduler as scheduling
 from tests.integration.test_official_client import check_steps, run_scenario
 from tests.integration.test_official_engine import run_engine_scenario
 from tests.integration.test_official_runs import check_runs_steps, run_runs_scenario
@@ -400,6 +403,67 @@ def test_export_of_a_killed_replica_ends_and_cancel_crosses_replicas(
     finally:
         doomed.kill()
         survivor.kill()
+
+
+def test_schedules_and_runs_across_replicas(tmp_path: Path, postgres_url: str) -> None:
+    """A schedule made due on one replica fires once though both replicas' schedulers look;
+    a run is played by the replica that started it and seen from the other; when that replica
+    is killed mid-run, the other ends its operation (ABORTED, once the lease ran out) and the
+    run (ERROR), never leaving it RUNNING."""
+    first, second = _start(tmp_path, postgres_url, "a"), _start(tmp_path, postgres_url, "b")
+    try:
+        with (
+            httpx.Client(base_url=first.http_base, timeout=30) as one,
+            httpx.Client(base_url=second.http_base, timeout=30) as other,
+        ):
+            schedule = scheduling.seed(other, datetime.now(UTC) + timedelta(hours=1))
+            scheduling.as_json(
+                one.post(
+                    f"/emulator/v1/projects/{scheduling.PROJECT}/clock:advance",
+                    json={"by": "7200s"},
+                )
+            )
+            time.sleep(scheduling.LOOKS)  # both replicas' schedulers see the moved clock
+            [run] = scheduling.runs(other)
+            assert run["scheduledEvaluationRun"] == schedule["name"]
+            scheduling.until(
+                lambda: (
+                    scheduling.as_json(other.get(f"/v1beta/{run['name']}"))["state"] == "COMPLETED"
+                )
+            )
+            assert (
+                scheduling.as_json(other.get(f"/v1beta/{schedule['name']}"))["totalExecutions"] == 1
+            )
+
+            evaluation = schedule["request"]["evaluations"][0]
+            scheduling.as_json(
+                other.post(
+                    f"/emulator/v1/{scheduling.APP}/outcomeRules",
+                    json={"evaluation": evaluation, "hold": "RUNNING"},
+                )
+            )
+            operation = scheduling.as_json(
+                one.post(
+                    f"/v1beta/{scheduling.APP}:runEvaluation", json={"evaluations": [evaluation]}
+                )
+            )
+            held = operation["metadata"]["evaluationRun"]
+            scheduling.until(
+                lambda: scheduling.as_json(other.get(f"/v1beta/{held}"))["state"] == "RUNNING"
+            )
+            first.kill()
+            ended = scheduling.until(
+                lambda: (
+                    scheduling.as_json(other.get(f"/v1beta/{operation['name']}")).get("done")
+                    and scheduling.as_json(other.get(f"/v1beta/{operation['name']}"))
+                )
+            )
+            assert ended["error"]["code"] == code_pb2.ABORTED
+            found = scheduling.as_json(other.get(f"/v1beta/{held}"))
+            assert found["state"] == "ERROR" and found["errorInfo"]["errorMessage"], found
+    finally:
+        first.kill()
+        second.kill()
 
 
 def _health(server: RunningServer) -> tuple[int, dict[str, str]]:

@@ -24,7 +24,7 @@ APP = f"projects/{PROJECT}/locations/us-central1/apps/nightly"
 LOOKS = 3.0  # seconds: three looks of every worker's scheduler (scheduler.INTERVAL is 1 s)
 
 
-def _until(what: Callable[[], Any], timeout: float = 30) -> Any:
+def until(what: Callable[[], Any], timeout: float = 30) -> Any:
     """``what()`` once it is truthy, polled."""
     deadline = time.monotonic() + timeout
     while True:
@@ -35,14 +35,14 @@ def _until(what: Callable[[], Any], timeout: float = 30) -> Any:
         time.sleep(0.05)
 
 
-def _json(response: httpx.Response) -> Any:
+def as_json(response: httpx.Response) -> Any:
     assert response.status_code == 200, response.text
     return response.json()
 
 
-def _seed(http: httpx.Client, start: datetime) -> dict[str, Any]:
+def seed(http: httpx.Client, start: datetime) -> dict[str, Any]:
     """An evaluation and an active daily schedule of it from ``start``."""
-    evaluation = _json(
+    evaluation = as_json(
         http.post(
             f"/v1beta/{APP}/evaluations",
             json={
@@ -51,7 +51,7 @@ def _seed(http: httpx.Client, start: datetime) -> dict[str, Any]:
             },
         )
     )
-    schedule: dict[str, Any] = _json(
+    schedule: dict[str, Any] = as_json(
         http.post(
             f"/v1beta/{APP}/scheduledEvaluationRuns",
             json={
@@ -68,8 +68,8 @@ def _seed(http: httpx.Client, start: datetime) -> dict[str, Any]:
     return schedule
 
 
-def _runs(http: httpx.Client) -> list[dict[str, Any]]:
-    runs: list[dict[str, Any]] = _json(http.get(f"/v1beta/{APP}/evaluationRuns")).get(
+def runs(http: httpx.Client) -> list[dict[str, Any]]:
+    runs: list[dict[str, Any]] = as_json(http.get(f"/v1beta/{APP}/evaluationRuns")).get(
         "evaluationRuns", []
     )
     return runs
@@ -79,18 +79,20 @@ def test_a_moved_clock_fires_once_across_workers(tmp_path: Path) -> None:
     server = start_server(tmp_path / "ces-eval.db", "--workers", "2")
     try:
         with httpx.Client(base_url=server.http_base, timeout=30) as http:
-            schedule = _seed(http, datetime.now(UTC) + timedelta(hours=1))
-            clock = _json(
+            schedule = seed(http, datetime.now(UTC) + timedelta(hours=1))
+            clock = as_json(
                 http.post(f"/emulator/v1/projects/{PROJECT}/clock:advance", json={"by": "7200s"})
             )
             assert clock["offset"] == "7200s"
-            [run] = _runs(http)  # fired before AdvanceClock answered
+            [run] = runs(http)  # fired before AdvanceClock answered
             assert run["scheduledEvaluationRun"] == schedule["name"]
             time.sleep(LOOKS)  # both workers' schedulers see the moved clock, and fire nothing
-            assert [r["name"] for r in _runs(http)] == [run["name"]]
-            done = _until(lambda: _json(http.get(f"/v1beta/{run['name']}"))["state"] == "COMPLETED")
+            assert [r["name"] for r in runs(http)] == [run["name"]]
+            done = until(
+                lambda: as_json(http.get(f"/v1beta/{run['name']}"))["state"] == "COMPLETED"
+            )
             assert done
-            fired = _json(http.get(f"/v1beta/{schedule['name']}"))
+            fired = as_json(http.get(f"/v1beta/{schedule['name']}"))
             assert fired["totalExecutions"] == 1
             assert fired["lastCompletedRun"] == run["name"]
     finally:
@@ -102,19 +104,19 @@ def test_a_time_missed_while_down_fires_once_at_start(tmp_path: Path) -> None:
     first = start_server(database, "--scheduler", "off")
     try:
         with httpx.Client(base_url=first.http_base, timeout=30) as http:
-            schedule = _seed(http, datetime.now(UTC) + timedelta(seconds=1))
+            schedule = seed(http, datetime.now(UTC) + timedelta(seconds=1))
             due = datetime.fromisoformat(schedule["nextScheduledExecutionTime"])
             time.sleep(max(0.0, (due - datetime.now(UTC)).total_seconds()) + LOOKS / 2)
-            assert not _runs(http)  # the scheduler is off: the due time passes
+            assert not runs(http)  # the scheduler is off: the due time passes
     finally:
         assert first.stop(signal.SIGTERM) == 0
     second = start_server(database)
     try:
         with httpx.Client(base_url=second.http_base, timeout=30) as http:
-            [run] = _until(lambda: _runs(http))
+            [run] = until(lambda: runs(http))
             time.sleep(LOOKS)
-            assert [r["name"] for r in _runs(http)] == [run["name"]]
-            fired = _json(http.get(f"/v1beta/{schedule['name']}"))
+            assert [r["name"] for r in runs(http)] == [run["name"]]
+            fired = as_json(http.get(f"/v1beta/{schedule['name']}"))
             assert fired["totalExecutions"] == 1
             following = datetime.fromisoformat(fired["nextScheduledExecutionTime"])
             assert following > datetime.now(UTC)
@@ -126,7 +128,7 @@ def test_a_run_killed_mid_run_ends_in_error_at_the_next_start(tmp_path: Path) ->
     database = tmp_path / "ces-eval.db"
     first: RunningServer = start_server(database)
     with httpx.Client(base_url=first.http_base, timeout=30) as http:
-        evaluation = _json(
+        evaluation = as_json(
             http.post(
                 f"/v1beta/{APP}/evaluations",
                 json={
@@ -135,26 +137,26 @@ def test_a_run_killed_mid_run_ends_in_error_at_the_next_start(tmp_path: Path) ->
                 },
             )
         )
-        _json(
+        as_json(
             http.post(
                 f"/emulator/v1/{APP}/outcomeRules",
                 json={"evaluation": evaluation["name"], "hold": "RUNNING"},
             )
         )
-        operation = _json(
+        operation = as_json(
             http.post(f"/v1beta/{APP}:runEvaluation", json={"evaluations": [evaluation["name"]]})
         )
         run = operation["metadata"]["evaluationRun"]
-        _until(lambda: _json(http.get(f"/v1beta/{run}"))["state"] == "RUNNING")
+        until(lambda: as_json(http.get(f"/v1beta/{run}"))["state"] == "RUNNING")
     first.kill()  # SIGKILL: nothing of the process records anything
     second = start_server(database)
     try:
         with httpx.Client(base_url=second.http_base, timeout=30) as http:
-            found = _json(http.get(f"/v1beta/{run}"))
+            found = as_json(http.get(f"/v1beta/{run}"))
             assert found["state"] == "ERROR", found
             assert found["errorInfo"]["errorType"] == "RUNTIME_FAILURE"
             assert "stopped" in found["errorInfo"]["errorMessage"]
-            ended = _json(http.get(f"/v1beta/{operation['name']}"))
+            ended = as_json(http.get(f"/v1beta/{operation['name']}"))
             assert ended["done"] and ended["error"]["code"] == 10  # ABORTED
     finally:
         second.kill()
