@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from ces_eval.methods import markdown_table
+from ces_eval.contract import schema
+from ces_eval.methods import SERVED, markdown_table
 from tests.support import contract
 
 pytestmark = pytest.mark.integration  # runs the ces-eval program as a subprocess
@@ -45,6 +46,11 @@ EMULATOR_BINDINGS = {
     "POST /emulator/v1/{name=projects/*/locations/*/apps/*/outcomeRules/*}:release "
     "ces_eval.emulator.v1.EmulatorService.ReleaseOutcomeRule",
     "POST /emulator/v1/{name=projects/*}:reset ces_eval.emulator.v1.EmulatorService.ResetProject",
+    "POST /emulator/v1/{name=projects/*/locations/*/apps/*/scheduledEvaluationRuns/*}:fire "
+    "ces_eval.emulator.v1.EmulatorService.FireScheduledEvaluationRun",
+    "POST /emulator/v1/{name=projects/*/clock}:advance "
+    "ces_eval.emulator.v1.EmulatorService.AdvanceClock",
+    "GET /emulator/v1/{name=projects/*/clock} ces_eval.emulator.v1.EmulatorService.GetProjectClock",
     "POST /emulator/v1/{parent=projects/*/locations/*/apps/*}:importEvaluations "
     "ces_eval.emulator.v1.EmulatorService.ImportEvaluations",
 }
@@ -78,7 +84,16 @@ def test_describe_lists_the_official_and_emulator_bindings() -> None:
 def test_describe_markdown_prints_the_methods_table() -> None:
     completed = _ces_eval("describe", "--markdown")
     assert completed.stdout == markdown_table() + "\n"
-    assert "| `google.cloud.ces.v1beta.EvaluationService/RunEvaluation` |" in completed.stdout
+    run_evaluation = (
+        "| `google.cloud.ces.v1beta.EvaluationService/RunEvaluation` "
+        "| `POST /v1beta/{app=projects/*/locations/*/apps/*}:runEvaluation` "
+        "| `run_evaluation` | served |"
+    )
+    assert run_evaluation in completed.stdout.splitlines()
+    official = [f"| `{m.path.lstrip('/')}` |" for m in schema.official_routes().methods]
+    rows = [line for line in completed.stdout.splitlines() if line.startswith(tuple(official))]
+    assert len(rows) == len(official)
+    assert all(row.endswith(f"| {SERVED} |") for row in rows), rows
 
 
 def test_readme_lists_every_serve_option_with_its_variable() -> None:

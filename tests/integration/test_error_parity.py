@@ -419,17 +419,6 @@ def _oversized() -> evaluation_pb2.Evaluation:
     return evaluation
 
 
-def _unimplemented_grpc(world: World) -> Seen:
-    # An official method ces-eval does not serve yet (README, "Methods"): it has no descriptor
-    # of ours, so it is called by its path.
-    return world.grpc(f"/{_SERVICE.full_name}/RunEvaluation", b"", None, 30)
-
-
-def _unimplemented_rest(world: World) -> Seen:
-    # Its official route (src/ces_eval/generated/official_routes.json).
-    return world.rest("POST", f"/v1beta/{APP}:runEvaluation", {}, {}, {})
-
-
 @contextlib.contextmanager
 def _write_lock(world: World) -> Iterator[None]:
     """SQLite's write lock on the server's file, held by this process (a backup, a slow disk):
@@ -600,14 +589,6 @@ CASES = [
             )
         ),
     ),
-    # MCP offers no tool for a method ces-eval does not serve; an unknown tool is a JSON-RPC
-    # protocol error (tests/integration/test_mcp.py).
-    Case(
-        "unimplemented",
-        "UNIMPLEMENTED",
-        "METHOD_NOT_IMPLEMENTED",
-        {"grpc": _unimplemented_grpc, "rest": _unimplemented_rest},
-    ),
     Case(
         "request-too-large",
         "RESOURCE_EXHAUSTED",
@@ -684,6 +665,9 @@ ONE_SURFACE = {
     "parse JSON, whose errors are INVALID_ARGUMENT and JSON-RPC parse errors",
     "CLIENT_DISCONNECTED": "nobody receives it: the REST client went away",
     "EXPORT_WRITE_FAILED": "an operation's error, read back by GetOperation, not a call's",
+    "METHOD_NOT_IMPLEMENTED": "gRPC only: a method path no service of ours declares (every "
+    "official method is served; tests/integration/test_unimplemented.py). REST answers a path "
+    "no route binds 404 PATH_NOT_FOUND, and MCP an unknown tool a JSON-RPC error",
 }
 
 

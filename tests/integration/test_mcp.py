@@ -16,6 +16,7 @@ from mcp import Client
 
 from ces_eval.contract import schema
 from ces_eval.core.service import RPCS
+from ces_eval.surfaces import mcp_tools
 from ces_eval.surfaces.mcp_tools import build_server, tool_specs
 from tests.support.server import RunningServer
 
@@ -57,6 +58,7 @@ EXPECTED_TOOLS = {
     "list_evaluation_runs",
     "delete_evaluation_run",
     "export_evaluation_runs",
+    "run_evaluation",
     "list_operations",
     "get_operation",
     "delete_operation",
@@ -85,6 +87,7 @@ EXPECTED_HINTS = {
     "get_evaluation_run": (True, False, True, False),
     "delete_evaluation_run": (False, True, True, False),
     "export_evaluation_runs": (False, False, False, False),
+    "run_evaluation": (False, False, False, False),
     "cancel_operation": (False, False, True, False),
     "get_operation": (True, False, True, False),
     "list_locations": (True, False, True, False),
@@ -184,19 +187,47 @@ def test_tools_list_names_annotations_and_schemas(server: RunningServer) -> None
     run_with_client(server, scenario)
 
 
-def test_no_tool_for_a_method_the_core_does_not_implement() -> None:
-    """Tools are picked by the core's registry, not by what the descriptors declare: the
-    EvaluationService methods declared but not served yet (RunEvaluation) have none;
+def test_tools_are_the_methods_the_core_implements(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tools are picked by the core's registry, not by what the descriptors declare: every
+    method of EvaluationService, Operations and Locations the core implements has its tool, and
+    so every official method (RunEvaluation too); a method it lacked would have none.
     EmulatorService's methods (its ImportEvaluations too) are not tools."""
-    declared = schema.methods()
-    unserved = {path for path in declared if path not in RPCS}
-    assert "/google.cloud.ces.v1beta.EvaluationService/RunEvaluation" in unserved
-    assert all(spec.rpc in RPCS for spec in tool_specs().values())
-    assert not {spec.rpc for spec in tool_specs().values()} & unserved
-    assert not set(tool_specs()) & {"run_evaluation", "reset_project"}
-    assert "generate_evaluation" in tool_specs()
-    emulator = "/ces_eval.emulator.v1.EmulatorService/ImportEvaluations"
-    assert tool_specs()["import_evaluations"].rpc != emulator
+    specs = tool_specs()
+    assert all(spec.rpc in RPCS for spec in specs.values())
+    emulator_service = "/ces_eval.emulator.v1.EmulatorService/"
+    assert {spec.rpc for spec in specs.values()} == {
+        path for path in RPCS if not path.startswith(emulator_service)
+    }
+    # Every official method (EvaluationService's and the mixins') is a tool.
+    assert {m.path for m in schema.official_routes().methods} <= {s.rpc for s in specs.values()}
+    run_evaluation = "/google.cloud.ces.v1beta.EvaluationService/RunEvaluation"
+    assert specs["run_evaluation"].rpc == run_evaluation
+    assert "reset_project" not in specs
+    assert "generate_evaluation" in specs
+    assert specs["import_evaluations"].rpc != f"{emulator_service}ImportEvaluations"
+
+    implemented = mcp_tools.implements
+    monkeypatch.setattr(
+        mcp_tools,
+        "implements",
+        lambda method: method.name != "RunEvaluation" and implemented(method),
+    )
+    lacking = tool_specs.__wrapped__()  # past the cache, which holds the real registry's
+    assert "run_evaluation" not in lacking
+    assert set(specs) - set(lacking) == {"run_evaluation"}
+
+
+def test_run_evaluation_tool_reaches_its_method(server: RunningServer) -> None:
+    """RunEvaluation is served as a tool: its call reaches the method, which validates it."""
+
+    async def scenario(client: Client) -> None:
+        call = Checked(client, (await client.list_tools()).tools)
+        refused = await call.error("run_evaluation", {"app": APP})
+        assert (refused["code"], refused["status"]) == (400, "INVALID_ARGUMENT")
+        assert refused["details"][0]["reason"] == "INVALID_ARGUMENT"
+        assert violations(refused) == ["evaluations"]
+
+    run_with_client(server, scenario)
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])

@@ -145,10 +145,18 @@ def check_steps(steps: dict[str, dict[str, object]], transport: str, export_dir:
     assert operations["count"] == 5  # two evaluation exports, one results export, two metric runs
     assert operations["done"] is True
 
-    assert steps["unknown"] == {
-        "message": "Method google.cloud.ces.v1beta.EvaluationService/RunEvaluation is not "
-        "implemented by ces-eval.",
-        "reason": "METHOD_NOT_IMPLEMENTED",
+    # RunEvaluation is served: the method itself refuses a run of nothing, naming the field.
+    refused = dict(steps["run_refused"])
+    message = str(refused.pop("message"))
+    assert message.endswith(
+        "The run request is invalid (1 problem): evaluations: Give evaluations or an "
+        "evaluation_dataset."
+    ), message
+    assert refused == {
+        "exception": "InvalidArgument" if transport == "grpc" else "BadRequest",
+        "reason": "INVALID_ARGUMENT",
+        "domain": "ces.googleapis.com",
+        "violations": ["evaluations"],
     }
 
 

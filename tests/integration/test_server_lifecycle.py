@@ -46,11 +46,12 @@ def test_health_and_reflection(server: RunningServer) -> None:
     "method",
     [
         "google.cloud.ces.v1beta.EvaluationService/NoSuchMethod",
-        "google.cloud.ces.v1beta.EvaluationService/RunEvaluation",
+        # A method name the API has, on a service it does not.
+        "google.cloud.ces.v1beta.NoSuchService/RunEvaluation",
         "ces_eval.emulator.v1.EmulatorService/Unknown",
     ],
 )
-def test_unserved_methods_are_unimplemented_with_error_info(
+def test_unknown_methods_are_unimplemented_with_error_info(
     server: RunningServer, method: str
 ) -> None:
     with grpc.insecure_channel(server.grpc_target) as channel:

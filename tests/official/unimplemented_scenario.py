@@ -1,4 +1,4 @@
-"""Google's official Python client calls methods the server does not serve yet, and reports.
+"""Google's official Python client calls every official method, and one the server does not know.
 
 Runs in the official client's own environment (``.venv-client``), never beside ``ces_eval``
 (GUIDE §2). Usage: ``unimplemented_scenario.py grpc HOST:PORT`` or
@@ -6,7 +6,10 @@ Runs in the official client's own environment (``.venv-client``), never beside `
 ``{"client_method": ..., "http": [{"template": ...}, ...]}`` as in official_routes.json. Each
 method is called once through the client (no retry); the request names a resource matching the
 method's first HTTP template, so the REST transport can build its URL. One JSON line per method
-on stdout: the exception the client raised and the ErrorInfo it parsed.
+on stdout: the exception the client raised (if any) and the ErrorInfo it parsed. A last line,
+``{"unknown": ...}``, is what api_core makes of the server's answer to a method nobody declares:
+over gRPC a call of ``UNKNOWN_METHOD`` on the client's channel, over REST a POST of an unbound
+custom verb through the session the REST transport uses (google-auth's AuthorizedSession).
 """
 
 from __future__ import annotations
@@ -19,10 +22,13 @@ from typing import Any
 import grpc
 from google.api_core import exceptions
 from google.auth.credentials import AnonymousCredentials
+from google.auth.transport.requests import AuthorizedSession
 from google.cloud import ces_v1beta
 from google.cloud.ces_v1beta.services.evaluation_service.transports import grpc as grpc_transport
 
 _VARIABLE = re.compile(r"\{([^}=]+)(?:=([^}]*))?\}")
+UNKNOWN_METHOD = "/google.cloud.ces.v1beta.EvaluationService/NoSuchMethod"
+UNKNOWN_ROUTE = "/v1beta/projects/x/locations/x/apps/x:noSuchMethod"
 
 
 def request_for(templates: list[str]) -> dict[str, Any]:
@@ -40,9 +46,8 @@ def request_for(templates: list[str]) -> dict[str, Any]:
     return request
 
 
-def client_for(transport: str, target: str) -> Any:
+def client_for(transport: str, target: str, channel: grpc.Channel | None) -> Any:
     if transport == "grpc":
-        channel = grpc.insecure_channel(target)
         return ces_v1beta.EvaluationServiceClient(
             transport=grpc_transport.EvaluationServiceGrpcTransport(channel=channel)
         )
@@ -53,22 +58,27 @@ def client_for(transport: str, target: str) -> Any:
     )
 
 
+def parsed(error: exceptions.GoogleAPICallError) -> dict[str, Any]:
+    """What api_core parsed from an error answer."""
+    return {
+        "exception": type(error).__name__,
+        "grpc_status": getattr(error.grpc_status_code, "name", None),
+        # REST: the status of the HTTP response the client parsed (requests.Response)
+        "http_status": getattr(error.response, "status_code", None),
+        "message": error.message,
+        "reason": error.reason,
+        "domain": error.domain,
+        "metadata": dict(error.metadata or {}),
+    }
+
+
 def call(client: Any, method: dict[str, Any]) -> dict[str, Any]:
     request = request_for([h["template"] for h in method["http"]])
     report: dict[str, Any] = {"client_method": method["client_method"], "request": request}
     try:
         getattr(client, method["client_method"])(request=request, retry=None, timeout=30)
     except exceptions.GoogleAPICallError as error:
-        report.update(
-            exception=type(error).__name__,
-            grpc_status=getattr(error.grpc_status_code, "name", None),
-            # REST: the status of the HTTP response the client parsed (requests.Response)
-            http_status=getattr(error.response, "status_code", None),
-            message=error.message,
-            reason=error.reason,
-            domain=error.domain,
-            metadata=dict(error.metadata or {}),
-        )
+        report.update(parsed(error))
     except Exception as error:  # noqa: BLE001 - reported, for the test to show
         report.update(exception=type(error).__name__, message=str(error))
     else:
@@ -76,12 +86,32 @@ def call(client: Any, method: dict[str, Any]) -> dict[str, Any]:
     return report
 
 
+def unknown(transport: str, target: str, channel: grpc.Channel | None) -> dict[str, Any]:
+    """api_core's reading of the answer to a method (gRPC) or route (REST) nobody declares."""
+    if transport == "grpc":
+        assert channel is not None
+        try:
+            channel.unary_unary(UNKNOWN_METHOD)(b"", timeout=30)
+        except grpc.RpcError as error:
+            return parsed(exceptions.from_grpc_error(error))
+        return {"exception": None}
+    session = AuthorizedSession(AnonymousCredentials())
+    response = session.post(target + UNKNOWN_ROUTE, json={}, timeout=30)
+    if response.ok:
+        return {"exception": None, "http_status": response.status_code}
+    return parsed(exceptions.from_http_response(response))
+
+
 def main() -> int:
     transport, target = sys.argv[1], sys.argv[2]
     methods = json.load(sys.stdin)
-    client = client_for(transport, target)
+    channel = grpc.insecure_channel(target) if transport == "grpc" else None
+    client = client_for(transport, target, channel)
     for method in methods:
         print(json.dumps(call(client, method), default=str), flush=True)
+    print(json.dumps({"unknown": unknown(transport, target, channel)}, default=str), flush=True)
+    if channel is not None:
+        channel.close()
     return 0
 
 

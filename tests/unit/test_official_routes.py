@@ -1,12 +1,13 @@
 """The official client's routes (``generated/official_routes.json``) on REST, in process.
 
-Every official route this server does not serve yet answers 501 UNIMPLEMENTED naming the method,
-through the real Transcoder over a real core on a temporary SQLite file; our own routes are
-unaffected; 404 stays for paths nobody binds. A method is served when the core implements it:
-one our descriptors declare but the core does not implement (RunEvaluation) is unserved like
-one they do not declare (the Locations mixin).
-The unserved set is recomputed here from the raw JSON, our descriptors and the core's registry,
-independently of ``schema.unserved_bindings`` and ``rest.served_bindings``.
+Every official route is served: the router over the bindings of the methods the core implements
+(as ``serve`` builds it) resolves each official template to its own method, and none answers 501.
+The 501 machinery stays for a core without a method (one our descriptors declare before the core
+implements it, or an official one they do not declare): over the core's handlers minus one
+method (RunEvaluation here), that method's official routes answer 501 UNIMPLEMENTED naming it,
+before anything is read, authorized or parsed. Our own routes are unaffected; 404 stays for
+paths nobody binds. The unserved set is recomputed here from the raw JSON, our descriptors and
+the core's registry, independently of ``schema.unserved_bindings`` and ``rest.served_bindings``.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import logging
 import re
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
@@ -25,7 +27,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ces_eval.access import Tokens, authorized
+from ces_eval.access import Handler, Tokens, authorized
 from ces_eval.contract import openapi, schema
 from ces_eval.contract.limits import MAX_REQUEST_BYTES
 from ces_eval.core import pages
@@ -43,6 +45,8 @@ JSON_FILE = ROOT / "generated" / "official_routes.json"
 EVALUATION_SERVICE = "google.cloud.ces.v1beta.EvaluationService"
 APP = "/v1beta/projects/p/locations/l/apps/a"
 RUN_EVALUATION = "google.cloud.ces.v1beta.EvaluationService/RunEvaluation"
+# The answers of a route bound to no method (404), or bound to others only (405).
+ROUTING_REASONS = {"PATH_NOT_FOUND", "METHOD_NOT_ALLOWED"}
 _VARIABLE = re.compile(r"\{([^}=]+)(?:=([^}]*))?\}")
 
 
@@ -56,15 +60,15 @@ def sample_path(template: str) -> str:
     return _VARIABLE.sub(fill, template)
 
 
-def official_unserved() -> list[tuple[str, str, str, str]]:
+def official_unserved(implemented: Collection[str] = RPCS) -> list[tuple[str, str, str, str]]:
     """(gRPC path, verb, template, body) of every official binding whose method is not served:
-    our descriptors do not bind it, or they do but the core's registry has no implementation
-    for it. Read from the committed JSON itself."""
+    our descriptors do not bind it, or they do but ``implemented`` (default: the core's
+    registry) lacks it. Read from the committed JSON itself."""
     document = json.loads(JSON_FILE.read_text(encoding="utf-8"))
     ours = {
         f"/{b.method.containing_service.full_name}/{b.method.name}" for b in schema.http_bindings()
     }
-    served = ours & set(RPCS)
+    served = ours & set(implemented)
     return sorted(
         (m["path"], h["verb"], h["template"], h["body"])
         for m in document["methods"]
@@ -76,6 +80,17 @@ def official_unserved() -> list[tuple[str, str, str, str]]:
 def declared_unserved() -> set[str]:
     """gRPC paths of the methods our descriptors declare and the core does not implement."""
     return {path for path in schema.methods() if path not in RPCS}
+
+
+def bindings_without(path: str) -> tuple[schema.HttpBinding, ...]:
+    """The served bindings of a core that lacks the method at gRPC path ``path``."""
+    return tuple(b for b in served_bindings() if schema.method_path(b.method) != path)
+
+
+def operation_id(path: str) -> str:
+    """The OpenAPI operationId of the method at gRPC path ``path``: ``<Service>_<Method>``
+    (openapi.py)."""
+    return "_".join(path.lstrip("/").rsplit(".", 1)[1].split("/"))
 
 
 def error_info(body: dict[str, Any]) -> dict[str, Any]:
@@ -97,20 +112,32 @@ def assert_unimplemented(response: httpx.Response, method: str) -> None:
     assert info["metadata"] == {"method": method}
 
 
+def assert_served(response: httpx.Response, where: object) -> None:
+    """``response`` came from the method its route names: no 501, and no routing refusal."""
+    assert response.status_code != 501, (where, response.text)
+    if response.status_code >= 400:
+        assert error_info(response.json())["reason"] not in ROUTING_REASONS, (where, response.text)
+
+
 @asynccontextmanager
 async def rest_client(
-    tmp_path: Path, tokens: Tokens | None = None
+    tmp_path: Path, tokens: Tokens | None = None, without: str | None = None
 ) -> AsyncIterator[httpx.AsyncClient]:
-    """The REST surface as ``serve`` builds it: the router over our bindings, the core's
-    handlers over a real SQLite file."""
+    """The REST surface as ``serve`` builds it: the router over the served bindings, the core's
+    handlers over a real SQLite file. ``without``: the gRPC path of a method the core is taken
+    to lack (its bindings leave the router and its handler the handlers), as a method declared
+    before it is implemented."""
     storage = SqliteStorage(tmp_path / "ces-eval.db")
     await storage.open()
     try:
         core = Core(storage, pages.PageTokens(await storage.secret()))
+        implementations: Mapping[str, Handler] = {
+            path: handler for path, handler in handlers(core).items() if path != without
+        }
         app = BodyLimit(
             Transcoder(
-                Router(served_bindings()),
-                handlers(core) if tokens is None else authorized(handlers(core)),
+                Router(served_bindings() if without is None else bindings_without(without)),
+                implementations if tokens is None else authorized(implementations),
                 Boundary("rest", tokens=tokens),
             )
         )
@@ -121,9 +148,13 @@ async def rest_client(
         await storage.close()
 
 
-def run(tmp_path: Path, scenario: Callable[[httpx.AsyncClient], Awaitable[None]]) -> None:
+def run(
+    tmp_path: Path,
+    scenario: Callable[[httpx.AsyncClient], Awaitable[None]],
+    without: str | None = None,
+) -> None:
     async def main() -> None:
-        async with rest_client(tmp_path) as client:
+        async with rest_client(tmp_path, without=without) as client:
             await scenario(client)
 
     asyncio.run(main())
@@ -165,29 +196,55 @@ def test_the_file_is_package_data_beside_the_descriptor_set() -> None:
     assert packaged.read_text("utf-8") == JSON_FILE.read_text(encoding="utf-8")
 
 
-def test_unserved_set_is_official_minus_ours() -> None:
-    expected = official_unserved()
-    assert expected, "every official method is served: drop the 501 routes"
-    unserved = sorted(
-        (b.path, b.verb, b.template, b.body) for b in schema.unserved_bindings(served_bindings())
-    )
-    assert unserved == expected
+def test_every_official_route_is_served() -> None:
+    """The product's acceptance: no official method is left unserved, and each official
+    template resolves, through the router ``serve`` builds, to a route of its own method."""
+    assert official_unserved() == []
+    assert schema.unserved_bindings(served_bindings()) == ()
     router = Router(served_bindings())
-    compiled = sorted(
-        (u.binding.path, u.binding.verb, u.binding.template, u.binding.body)
-        for u in router.unserved
-    )
-    assert compiled == expected
+    assert router.unserved == ()
+    official = schema.official_routes().methods
+    assert {method.path for method in official} <= set(RPCS)
+    assert not declared_unserved() & {method.path for method in official}
+    for method in official:
+        assert method.bindings, method.path
+        for binding in method.bindings:
+            resolved = router.resolve(binding.verb, sample_path(binding.template))
+            assert isinstance(resolved, tuple), (binding, resolved)
+            assert resolved[0].path == method.path, binding
     served = {route.path for route in router.routes}
-    assert not served & {path for path, *_ in expected}
-    # RunEvaluation (declared, not implemented) is official, not served (yet); GenerateEvaluation
-    # and the Locations mixin are served.
-    assert f"/{RUN_EVALUATION}" in {path for path, *_ in expected}
-    assert f"/{EVALUATION_SERVICE}/GenerateEvaluation" in served
+    assert {f"/{RUN_EVALUATION}", f"/{EVALUATION_SERVICE}/GenerateEvaluation"} <= served
     assert "/google.cloud.location.Locations/GetLocation" in served
-    assert f"/{RUN_EVALUATION}" in declared_unserved()
-    # Every declared method without an implementation is official, and so has 501 routes.
-    assert declared_unserved() <= {path for path, *_ in expected}
+
+
+def test_unserved_set_is_official_minus_ours_for_a_core_without_a_method() -> None:
+    """For a core lacking any one official method, the three computations of its unserved set
+    (the raw JSON here, ``schema.unserved_bindings``, the router's) agree: that method's
+    official bindings, and nothing else."""
+    for method in schema.official_routes().methods:
+        expected = official_unserved(set(RPCS) - {method.path})
+        assert expected == sorted((b.path, b.verb, b.template, b.body) for b in method.bindings)
+        without = bindings_without(method.path)
+        unserved = sorted(
+            (b.path, b.verb, b.template, b.body) for b in schema.unserved_bindings(without)
+        )
+        assert unserved == expected
+        router = Router(without)
+        compiled = sorted(
+            (u.binding.path, u.binding.verb, u.binding.template, u.binding.body)
+            for u in router.unserved
+        )
+        assert compiled == expected
+        assert method.path not in {route.path for route in router.routes}
+
+
+def test_a_method_the_official_client_lacks_has_no_official_route() -> None:
+    """Without one of our own methods (the emulator's ResetProject) no official route is left
+    unbound: nothing answers 501, its path is merely unknown (404, below)."""
+    reset = "/ces_eval.emulator.v1.EmulatorService/ResetProject"
+    assert reset in {schema.method_path(b.method) for b in served_bindings()}
+    assert official_unserved(set(RPCS) - {reset}) == []
+    assert schema.unserved_bindings(bindings_without(reset)) == ()
 
 
 def test_served_bindings_are_ours_of_implemented_methods() -> None:
@@ -197,7 +254,11 @@ def test_served_bindings_are_ours_of_implemented_methods() -> None:
     assert [b for b in schema.http_bindings() if schema.method_path(b.method) in RPCS] == list(
         served
     )
-    assert not {schema.method_path(b.method) for b in served} & declared_unserved()
+    # Every binding our descriptors give an official method is served.
+    official = {method.path for method in schema.official_routes().methods}
+    assert {b for b in schema.http_bindings() if schema.method_path(b.method) in official} <= set(
+        served
+    )
 
 
 def test_a_method_leaves_the_unserved_set_once_our_bindings_bind_it() -> None:
@@ -210,15 +271,16 @@ def test_a_method_leaves_the_unserved_set_once_our_bindings_bind_it() -> None:
     }
 
 
-def test_every_unserved_template_resolves_to_its_route() -> None:
-    router = Router(served_bindings())
-    for path, verb, template, _ in official_unserved():
-        resolved = router.resolve(verb, sample_path(template))
-        assert isinstance(resolved, UnservedRoute), (template, resolved)
-        assert resolved.path == path
+def test_without_a_method_its_official_templates_resolve_to_unserved_routes() -> None:
+    for method in schema.official_routes().methods:
+        router = Router(bindings_without(method.path))
+        for binding in method.bindings:
+            resolved = router.resolve(binding.verb, sample_path(binding.template))
+            assert isinstance(resolved, UnservedRoute), (binding, resolved)
+            assert resolved.path == method.path
 
 
-def test_openapi_lists_no_unserved_route() -> None:
+def test_openapi_lists_every_official_route() -> None:
     document = openapi.committed_openapi()
     assert document == openapi.build_openapi(served_bindings())
     operations = {
@@ -227,16 +289,14 @@ def test_openapi_lists_no_unserved_route() -> None:
         for operation in item.values()
         if isinstance(operation, dict) and "operationId" in operation
     }
-    # operationId is ``<Service>_<Method>`` (openapi.py)
-    unserved = {
-        "_".join(path.lstrip("/").rsplit(".", 1)[1].split("/")) for path, *_ in official_unserved()
-    }
-    assert "EvaluationService_RunEvaluation" in unserved
-    assert "EvaluationService_GenerateEvaluation" in operations
-    assert "EvaluationService_CreateEvaluation" in operations
-    assert not operations & unserved
-    assert not [p for p in document["paths"] if p.endswith(":runEvaluation")]
+    official = {operation_id(method.path) for method in schema.official_routes().methods}
+    assert {"EvaluationService_RunEvaluation", "Locations_GetLocation"} <= official
+    assert official <= operations
+    assert [p for p in document["paths"] if p.endswith(":runEvaluation")]
     assert [p for p in document["paths"] if p.endswith(":generateEvaluation")]
+    # The document is of the served bindings: a method the core lacked would not be listed.
+    lacking = openapi.build_openapi(bindings_without(f"/{RUN_EVALUATION}"))
+    assert not [p for p in lacking["paths"] if p.endswith(":runEvaluation")]
 
 
 # -- generation -------------------------------------------------------------------------------
@@ -284,16 +344,41 @@ def test_generate_says_when_the_client_environment_is_missing(
 # -- through the ASGI app ---------------------------------------------------------------------
 
 
-def test_unserved_routes_answer_501_naming_the_method(tmp_path: Path) -> None:
+def test_every_official_route_answers_from_its_method(tmp_path: Path) -> None:
+    """Each official route, called with a sample path (and an empty body where it takes one),
+    reaches its method: an answer or the method's own error, never 501, 404 PATH_NOT_FOUND or
+    405. RunEvaluation validates the request (it names neither evaluations nor a dataset)."""
+
+    async def scenario(client: httpx.AsyncClient) -> None:
+        run_evaluation = await client.post(f"{APP}:runEvaluation", json={})
+        assert run_evaluation.status_code == 400, run_evaluation.text
+        details = run_evaluation.json()["error"]["details"]
+        violations = [d for d in details if d["@type"].endswith("google.rpc.BadRequest")]
+        assert [v["field"] for v in violations[0]["fieldViolations"]] == ["evaluations"]
+        for method in schema.official_routes().methods:
+            for binding in method.bindings:
+                body = {} if binding.body else None
+                response = await client.request(
+                    binding.verb, sample_path(binding.template), json=body
+                )
+                assert_served(response, (method.path, binding.verb, binding.template))
+
+    run(tmp_path, scenario)
+
+
+def test_routes_of_a_method_the_core_lacks_answer_501_naming_it(tmp_path: Path) -> None:
     async def scenario(client: httpx.AsyncClient) -> None:
         assert_unimplemented(await client.post(f"{APP}:runEvaluation", json={}), RUN_EVALUATION)
         served = await client.post(f"{APP}/conversations/c:generateEvaluation", json={})
         assert served.status_code == 404  # served: the conversation is not stored
-        for path, verb, template, _ in official_unserved():
+        assert error_info(served.json())["reason"] == "RESOURCE_NOT_FOUND"
+        unserved = official_unserved(set(RPCS) - {f"/{RUN_EVALUATION}"})
+        assert unserved
+        for path, verb, template, _ in unserved:
             response = await client.request(verb, sample_path(template))
             assert_unimplemented(response, path.lstrip("/"))
 
-    run(tmp_path, scenario)
+    run(tmp_path, scenario, without=f"/{RUN_EVALUATION}")
 
 
 def test_unserved_routes_answer_before_the_body_is_read(tmp_path: Path) -> None:
@@ -313,37 +398,56 @@ def test_unserved_routes_answer_before_the_body_is_read(tmp_path: Path) -> None:
         assert_unimplemented(await client.post(url, content=at_limit), RUN_EVALUATION)
         assert_unimplemented(await client.post(url + "?bogus=1", json={}), RUN_EVALUATION)
 
-    run(tmp_path, scenario)
+    run(tmp_path, scenario, without=f"/{RUN_EVALUATION}")
 
 
-def test_declared_unserved_routes_answer_501_before_the_body_even_if_routed(
-    tmp_path: Path,
+def test_routed_methods_without_a_handler_answer_501_before_the_body(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A router over every binding our descriptors declare (not only the served ones, as
-    ``serve`` builds it) routes RunEvaluation to its method; the Transcoder still answers 501
-    before authorizing or parsing anything, since the core has no handler for it."""
+    """A router over every binding our descriptors declare routes RunEvaluation to its
+    method; over handlers lacking it, the Transcoder answers 501 before authorizing or
+    parsing anything. No BodyLimit is mounted, so reading the body fails (INTERNAL, the
+    wiring fault :func:`ces_eval.surfaces.asgi.body_of` refuses): the 501 shows nothing was
+    read, where the same requests over every handler reach the method and fail so."""
+
+    async def answers(implementations: Mapping[str, Handler]) -> list[httpx.Response]:
+        app = Transcoder(Router(schema.http_bindings()), implementations)
+        transport = httpx.ASGITransport(app=app)
+        url = f"{APP}:runEvaluation"
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            return [
+                await client.post(url, content=b"{not json"),
+                await client.post(url + "?bogus=1", json={"unknownField": 1}),
+            ]
 
     async def main() -> None:
         storage = SqliteStorage(tmp_path / "ces-eval.db")
         await storage.open()
         try:
             core = Core(storage, pages.PageTokens(await storage.secret()))
-            app = Transcoder(Router(schema.http_bindings()), handlers(core))
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
-                url = f"{APP}:runEvaluation"
-                for response in (
-                    await client.post(url, content=b"{not json"),
-                    await client.post(url + "?bogus=1", json={"unknownField": 1}),
-                ):
-                    assert_unimplemented(response, RUN_EVALUATION)
+            every = handlers(core)
+            lacking = {path: h for path, h in every.items() if path != f"/{RUN_EVALUATION}"}
+            for response in await answers(lacking):
+                assert_unimplemented(response, RUN_EVALUATION)
+            assert not caplog.records
+            for response in await answers(every):
+                assert response.status_code == 500, response.text
+                assert error_info(response.json())["reason"] == "INTERNAL"
+            faults = [r for r in caplog.records if r.exc_info is not None]
+            assert len(faults) == 2
+            assert all("behind BodyLimit" in str(r.exc_info[1]) for r in faults if r.exc_info)
         finally:
             await storage.close()
 
-    asyncio.run(main())
+    with caplog.at_level(logging.ERROR, logger="ces_eval.surfaces.boundary"):
+        asyncio.run(main())
 
 
-def test_wrong_verb_on_an_unserved_path_is_405_with_its_verbs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("without", [None, f"/{RUN_EVALUATION}"], ids=["served", "lacking"])
+def test_wrong_verb_is_405_with_its_verbs(tmp_path: Path, without: str | None) -> None:
+    """A served path and the official path of a method the core lacks answer a wrong verb
+    alike."""
+
     async def scenario(client: httpx.AsyncClient) -> None:
         wrong = await client.get(f"{APP}:runEvaluation")
         assert wrong.status_code == 405
@@ -358,7 +462,7 @@ def test_wrong_verb_on_an_unserved_path_is_405_with_its_verbs(tmp_path: Path) ->
         assert run_resource.status_code == 405
         assert set(run_resource.headers["allow"].split(", ")) == {"GET", "DELETE"}
 
-    run(tmp_path, scenario)
+    run(tmp_path, scenario, without=without)
 
 
 def test_served_routes_and_unknown_paths_are_unaffected(tmp_path: Path) -> None:
@@ -386,33 +490,54 @@ def test_served_routes_and_unknown_paths_are_unaffected(tmp_path: Path) -> None:
         operations = await client.get("/v1beta/projects/p/locations/l/operations")
         assert operations.status_code == 200, operations.text
 
-        nowhere = await client.get(f"{APP}/widgets")
-        assert nowhere.status_code == 404
-        assert error_info(nowhere.json())["reason"] == "PATH_NOT_FOUND"
+        # A path or custom verb nobody binds is 404 PATH_NOT_FOUND in Google's envelope, not
+        # 501: no method is named.
+        for verb, path in (("GET", f"{APP}/widgets"), ("POST", f"{APP}:noSuchMethod")):
+            nowhere = await client.request(verb, path, json={} if verb == "POST" else None)
+            assert nowhere.status_code == 404
+            body = nowhere.json()
+            assert set(body) == {"error"}
+            assert (body["error"]["code"], body["error"]["status"]) == (404, "NOT_FOUND")
+            assert body["error"]["message"] == f"No API method is bound to {verb} {path}."
+            info = error_info(body)
+            assert (info["reason"], info["domain"]) == ("PATH_NOT_FOUND", "ces.googleapis.com")
+            assert info["metadata"] == {"method": verb, "path": path}
 
     run(tmp_path, scenario)
 
 
 def test_unserved_routes_authenticate_first(tmp_path: Path) -> None:
     """With --auth-tokens a caller must authenticate before learning anything; per-project
-    authorization does not apply (no method descriptor names the resource fields), so an
-    authenticated caller of another project also gets 501."""
+    authorization does not apply to a method the core lacks (no method descriptor names the
+    resource fields), so an authenticated caller of another project also gets 501. Served,
+    RunEvaluation authorizes per project."""
     tokens = Tokens.load(write_token_file(tmp_path / "tokens.json"))
+    headers = {"Authorization": f"Bearer {ALICE}"}
+    own = "/v1beta/projects/proj-a/locations/l/apps/a:runEvaluation"
+    foreign = "/v1beta/projects/proj-b/locations/l/apps/a:runEvaluation"
 
     async def main() -> None:
-        async with rest_client(tmp_path, tokens) as client:
+        async with rest_client(tmp_path, tokens, without=f"/{RUN_EVALUATION}") as client:
             anonymous = await client.post(f"{APP}:runEvaluation", json={})
             assert anonymous.status_code == 401
             assert "www-authenticate" in anonymous.headers
-            headers = {"Authorization": f"Bearer {ALICE}"}
-            own = "/v1beta/projects/proj-a/locations/l/apps/a:runEvaluation"
             assert_unimplemented(await client.post(own, json={}, headers=headers), RUN_EVALUATION)
-            foreign = "/v1beta/projects/proj-b/locations/l/apps/a:runEvaluation"
             assert_unimplemented(
                 await client.post(foreign, json={}, headers=headers), RUN_EVALUATION
             )
             wrong_verb = await client.delete(foreign, headers=headers)
             assert wrong_verb.status_code == 405
+
+        async with rest_client(tmp_path, tokens) as client:
+            anonymous = await client.post(f"{APP}:runEvaluation", json={})
+            assert anonymous.status_code == 401
+            mine = await client.post(own, json={}, headers=headers)
+            assert mine.status_code == 400, mine.text  # served: the request is validated
+            refused = await client.post(foreign, json={}, headers=headers)
+            assert refused.status_code == 403, refused.text
+            assert error_info(refused.json())["reason"] == "IAM_PERMISSION_DENIED"
+            wrong_verb = await client.delete(foreign, headers=headers)
+            assert wrong_verb.status_code == 403  # a wrong verb on a foreign resource
 
     asyncio.run(main())
 

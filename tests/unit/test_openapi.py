@@ -25,7 +25,7 @@ from ces_eval.contract.openapi import (
     build_openapi,
     convert_template,
 )
-from ces_eval.contract.schema import http_bindings
+from ces_eval.contract.schema import HttpBinding, http_bindings
 from ces_eval.errors import ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2, evaluation_service_pb2
 from ces_eval.surfaces.rest import served_bindings
@@ -95,6 +95,7 @@ EXPECTED = {
     "EvaluationService_ListEvaluationRuns": ("get", f"/v1beta{APP}/evaluationRuns"),
     "EvaluationService_DeleteEvaluationRun": ("delete", f"/v1beta{RUN}"),
     "EvaluationService_ExportEvaluationRuns": ("post", f"/v1beta{APP}/evaluationRuns:export"),
+    "EvaluationService_RunEvaluation": ("post", f"/v1beta{APP}:runEvaluation"),
     "EvaluationService_GenerateEvaluation": ("post", f"/v1beta{CONVERSATION}:generateEvaluation"),
     "EmulatorService_CreateEvaluationResult": ("post", f"/emulator/v1{EVAL}/results"),
     "EmulatorService_CreateConversation": ("post", f"/emulator/v1{APP}/conversations"),
@@ -108,6 +109,9 @@ EXPECTED = {
     "EmulatorService_ReleaseOutcomeRule": ("post", f"/emulator/v1{RULE}:release"),
     "EmulatorService_ImportEvaluations": ("post", f"/emulator/v1{APP}:importEvaluations"),
     "EmulatorService_ResetProject": ("post", "/emulator/v1/projects/{project}:reset"),
+    "EmulatorService_FireScheduledEvaluationRun": ("post", f"/emulator/v1{SCHEDULED}:fire"),
+    "EmulatorService_AdvanceClock": ("post", "/emulator/v1/projects/{project}/clock:advance"),
+    "EmulatorService_GetProjectClock": ("get", "/emulator/v1/projects/{project}/clock"),
     "Operations_ListOperations": ("get", f"/v1beta{LOCATION}/operations"),
     "Operations_GetOperation": ("get", f"/v1beta{OPERATION}"),
     "Operations_DeleteOperation": ("delete", f"/v1beta{OPERATION}"),
@@ -169,6 +173,7 @@ QUERY = {
     "EvaluationService_ListEvaluationRuns": ["pageSize", "pageToken", "filter", "orderBy"],
     "EvaluationService_DeleteEvaluationRun": [],
     "EvaluationService_ExportEvaluationRuns": [],
+    "EvaluationService_RunEvaluation": [],
     "EvaluationService_GenerateEvaluation": [],
     "EmulatorService_CreateEvaluationResult": ["evaluationResultId"],
     "EmulatorService_CreateConversation": ["conversationId"],
@@ -182,6 +187,9 @@ QUERY = {
     "EmulatorService_ReleaseOutcomeRule": [],
     "EmulatorService_ImportEvaluations": [],
     "EmulatorService_ResetProject": [],
+    "EmulatorService_FireScheduledEvaluationRun": [],
+    "EmulatorService_AdvanceClock": [],
+    "EmulatorService_GetProjectClock": [],
     "Operations_ListOperations": ["filter", "pageSize", "pageToken", "returnPartialSuccess"],
     "Operations_GetOperation": [],
     "Operations_DeleteOperation": [],
@@ -215,6 +223,7 @@ RESPONSES = {
     "EvaluationService_ListEvaluationRuns": f"{V1B}.ListEvaluationRunsResponse",
     "EvaluationService_DeleteEvaluationRun": "google.longrunning.Operation",
     "EvaluationService_ExportEvaluationRuns": "google.longrunning.Operation",
+    "EvaluationService_RunEvaluation": "google.longrunning.Operation",
     "EvaluationService_GenerateEvaluation": "google.longrunning.Operation",
     "EmulatorService_CreateEvaluationResult": f"{V1B}.EvaluationResult",
     "EmulatorService_CreateConversation": f"{V1B}.Conversation",
@@ -227,6 +236,9 @@ RESPONSES = {
     "EmulatorService_ReleaseOutcomeRule": "ces_eval.emulator.v1.OutcomeRule",
     "EmulatorService_ImportEvaluations": "ces_eval.emulator.v1.ImportEvaluationsResponse",
     "EmulatorService_ResetProject": "ces_eval.emulator.v1.ResetProjectResponse",
+    "EmulatorService_FireScheduledEvaluationRun": "google.longrunning.Operation",
+    "EmulatorService_AdvanceClock": "ces_eval.emulator.v1.ProjectClock",
+    "EmulatorService_GetProjectClock": "ces_eval.emulator.v1.ProjectClock",
     "Operations_ListOperations": "google.longrunning.ListOperationsResponse",
     "Operations_GetOperation": "google.longrunning.Operation",
     "Locations_GetLocation": "google.cloud.location.Location",
@@ -292,17 +304,29 @@ def test_document_is_valid_openapi_3_1() -> None:
     assert document["openapi"] == "3.1.0"
 
 
+def _operation_ids(document: dict[str, Any]) -> set[str]:
+    return {op["operationId"] for item in document["paths"].values() for op in item.values()}
+
+
+def _binding_id(binding: HttpBinding) -> str:
+    return f"{binding.method.containing_service.name}_{binding.method.name}"
+
+
 def test_document_of_every_declared_binding_is_valid_openapi_3_1() -> None:
-    """By default the builder takes every binding our descriptors declare, the methods the
-    core does not implement yet included (their schemas must be sound too); the served
-    document leaves those out."""
+    """By default the builder takes every binding our descriptors declare, those of methods
+    the core does not implement (yet) included: their schemas must be sound too. The served
+    document has the served bindings alone: RunEvaluation's, as the core implements it, and
+    none of a method the core would lack."""
     document = build_openapi()
     validate(document)
     assert list(OpenAPIV31SpecValidator(document).iter_errors()) == []
-    ids = {op["operationId"] for item in document["paths"].values() for op in item.values()}
-    assert len(ids) == len(http_bindings()) > len(served_bindings())
-    assert "EvaluationService_RunEvaluation" in ids
-    assert "EvaluationService_RunEvaluation" not in _operations()
+    ids = _operation_ids(document)
+    assert ids == {_binding_id(binding) for binding in http_bindings()}
+    assert len(ids) == len(http_bindings())
+    assert set(_operations()) == {_binding_id(binding) for binding in served_bindings()}
+    assert "EvaluationService_RunEvaluation" in _operations()
+    lacking = build_openapi([b for b in served_bindings() if b.method.name != "RunEvaluation"])
+    assert _operation_ids(lacking) == set(_operations()) - {"EvaluationService_RunEvaluation"}
 
 
 def test_info_and_servers() -> None:
@@ -354,6 +378,7 @@ def test_methods_of_one_path_share_its_item() -> None:
             "parent",
         ),
         ("EmulatorService_ResetProject", ["project"], "name"),
+        ("EvaluationService_RunEvaluation", ["project", "location", "app"], "app"),
     ],
 )
 def test_path_parameters(operation_id: str, names: list[str], field: str) -> None:
@@ -437,6 +462,12 @@ def test_body_star_is_the_request_without_path_fields() -> None:
     assert list(validator.iter_errors({"names": ["n"], "includeEvaluations": True})) == []
     assert list(validator.iter_errors({"names": ["n"], "parent": "projects/p"}))
     assert list(validator.iter_errors({}))
+    run = _body_schema("EvaluationService_RunEvaluation")
+    assert "app" not in run["properties"]
+    assert {"evaluations", "evaluationDataset", "runCount"} <= set(run["properties"])
+    assert run["additionalProperties"] is False
+    assert list(_validator(run).iter_errors({"evaluations": ["e"], "runCount": 2})) == []
+    assert list(_validator(run).iter_errors({"app": "projects/p/locations/l/apps/a"}))
     metrics = _body_schema("EvaluationService_RunEvaluationResultMetrics")
     assert metrics["properties"] == {}
     assert list(_validator(metrics).iter_errors({})) == []
@@ -503,6 +534,12 @@ def test_long_running_operations() -> None:
     assert metrics["x-ces-eval-long-running"]["metadataType"] == (
         f"{V1B}.RunEvaluationResultMetricsOperationMetadata"
     )
+    run = _operation("EvaluationService_RunEvaluation")["responses"]["200"]
+    assert run["x-ces-eval-long-running"] == {
+        "responseType": f"{V1B}.RunEvaluationResponse",
+        "metadataType": f"{V1B}.RunEvaluationOperationMetadata",
+    }
+    assert {f"{V1B}.RunEvaluationResponse", f"{V1B}.RunEvaluationOperationMetadata"} <= set(schemas)
     sample = populate(operations_pb2.Operation(), 0)
     sample.response.Pack(evaluation_service_pb2.ExportEvaluationsResponse(evaluations_uri="gs://b"))
     validator = _validator(_response_schema("EvaluationService_ExportEvaluations"))
