@@ -28,10 +28,7 @@ import contextlib
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from ces_eval.core import names, schedules, standard, validation
-from ces_eval.core.datasets import DATASETS
-from ces_eval.core.evaluations import EVALUATIONS
-from ces_eval.errors import FieldViolation
+from ces_eval.core import names, running, schedules, standard, validation
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.storage import tables
 
@@ -39,6 +36,7 @@ if TYPE_CHECKING:
     from google.protobuf import timestamp_pb2
 
     from ces_eval.core.context import Context, Rpc
+    from ces_eval.errors import FieldViolation
 
 __all__ = ["RPCS", "SCHEDULED_RUNS", "set_next_execution"]
 
@@ -68,79 +66,16 @@ def _rules(run: Scheduled, path: str, parts: dict[str, str]) -> list[FieldViolat
         violations += [v for v in found if v.field not in reported]
     if run.HasField("request"):
         app = names.APP.format(**{key: parts[key] for key in names.APP.variables})
-        violations += _request_violations(run.request, f"{path}.request", app)
+        violations += running.request_violations(run.request, f"{path}.request", app)
     return violations
-
-
-def _request_violations(
-    request: evaluation_pb2.RunEvaluationRequest, path: str, app: str
-) -> list[FieldViolation]:
-    """What RunEvaluation would refuse in ``request`` without reading storage."""
-    found = validation.reference_violations(request, path, app)
-    if request.evaluations and request.evaluation_dataset:
-        found.append(
-            FieldViolation(
-                f"{path}.evaluation_dataset",
-                "Give either evaluations or evaluation_dataset, not both.",
-                "CONFLICT",
-            )
-        )
-    elif not request.evaluations and not request.evaluation_dataset:
-        found.append(
-            FieldViolation(
-                f"{path}.evaluations", "Give evaluations or an evaluation_dataset.", "REQUIRED"
-            )
-        )
-    first_at: dict[str, int] = {}
-    for index, name in enumerate(request.evaluations):
-        if name in first_at:
-            found.append(
-                FieldViolation(
-                    f"{path}.evaluations[{index}]",
-                    f"Already listed at evaluations[{first_at[name]}].",
-                    "DUPLICATE",
-                )
-            )
-        first_at.setdefault(name, index)
-    if request.HasField("run_count") and request.run_count < 1:
-        found.append(
-            FieldViolation(
-                f"{path}.run_count",
-                f"Must be at least 1 when set; got {request.run_count}.",
-                "OUT_OF_RANGE",
-            )
-        )
-    for index, persona in enumerate(request.persona_run_configs):
-        if persona.task_count < 0:
-            found.append(
-                FieldViolation(
-                    f"{path}.persona_run_configs[{index}].task_count",
-                    f"Must not be negative; got {persona.task_count}.",
-                    "OUT_OF_RANGE",
-                )
-            )
-    return found
 
 
 async def _verify(context: Context, run: Scheduled) -> list[FieldViolation]:
     """The evaluations (or the dataset) the request runs exist now (their form and app were
     checked by the field rules)."""
-    request = run.request
-    path = f"{_FIELD}.request"
-    app = tables.parent_of(run.name)
-    found = await standard.references(
-        context, EVALUATIONS, request.evaluations, f"{path}.evaluations", app
+    return await running.verify(
+        context, run.request, f"{_FIELD}.request", tables.parent_of(run.name)
     )
-    if request.evaluation_dataset:
-        found += await standard.references(
-            context,
-            DATASETS,
-            [request.evaluation_dataset],
-            f"{path}.evaluation_dataset",
-            app,
-            repeated=False,
-        )
-    return found
 
 
 def set_next_execution(run: Scheduled, after: datetime) -> None:
