@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import contract
+from tests.support.official import run_official
 from tests.support.server import RunningServer
 from tests.support.tokens import ALICE, BOB, guarded_server
 
@@ -27,28 +28,7 @@ TOOL = APP + "/tools/lookup-order"
 
 def run_scenario(servers: list[RunningServer], transport: str) -> dict[str, dict[str, object]]:
     """The scenario's steps by name; with several servers (replicas), calls alternate."""
-    arguments = (
-        [",".join(s.grpc_target for s in servers), str(contract.DESCRIPTOR_SET)]
-        if transport == "grpc"
-        else [",".join(s.http_base for s in servers)]
-    )
-    completed = subprocess.run(
-        [
-            str(contract.CLIENT_PYTHON),
-            str(contract.ROOT / "tests" / "official" / "client_scenario.py"),
-            transport,
-            *arguments,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert completed.returncode == 0, (
-        completed.stdout + completed.stderr + "".join(s.output() for s in servers)
-    )
-    steps = [json.loads(line) for line in completed.stdout.splitlines()]
-    return {step.pop("step"): step for step in steps}
+    return run_official("client_scenario.py", servers, transport)
 
 
 @pytest.mark.parametrize("transport", ["grpc", "rest"])

@@ -5,13 +5,11 @@ scenario alternating between two replicas."""
 
 from __future__ import annotations
 
-import json
-import subprocess
 from typing import Any
 
 import pytest
 
-from tests.support import contract
+from tests.support.official import run_official
 from tests.support.server import RunningServer
 
 pytestmark = pytest.mark.external
@@ -22,27 +20,7 @@ RUNS = APP + "/evaluationRuns/"
 
 def run_runs_scenario(servers: list[RunningServer], transport: str) -> dict[str, dict[str, Any]]:
     """The scenario's steps by name; with several servers (replicas), calls alternate."""
-    arguments = (
-        [",".join(s.grpc_target for s in servers), str(contract.DESCRIPTOR_SET)]
-        if transport == "grpc"
-        else [",".join(s.http_base for s in servers)]
-    )
-    completed = subprocess.run(
-        [
-            str(contract.CLIENT_PYTHON),
-            str(contract.ROOT / "tests" / "official" / "runs_scenario.py"),
-            transport,
-            *arguments,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert completed.returncode == 0, (
-        completed.stdout + completed.stderr + "".join(s.output() for s in servers)
-    )
-    return {s.pop("step"): s for s in map(json.loads, completed.stdout.splitlines())}
+    return run_official("runs_scenario.py", servers, transport)
 
 
 def check_runs_steps(steps: dict[str, dict[str, Any]], server: RunningServer) -> None:

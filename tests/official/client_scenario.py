@@ -256,14 +256,15 @@ class RoundRobin:
         return getattr(target, name)
 
 
-def main(transport: str, targets: str, descriptor_set: str = "") -> int:
-    channels: list[grpc.Channel] = []
+def wiring(transport: str, targets: str, descriptor_set: str = "") -> tuple[Any, Any]:
+    """The official client and our emulator's client of ``targets`` over ``transport``
+    (``grpc``: ``HOST:PORT`` and our descriptor set; ``rest``: ``http://HOST:PORT``); several
+    comma-separated targets (replicas sharing one database) are called in turn, one call each."""
     clients: list[ces_v1beta.EvaluationServiceClient] = []
     emulators: list[Emulator | RestEmulator] = []
     for target in targets.split(","):
         if transport == "grpc":
             channel = grpc.insecure_channel(target)
-            channels.append(channel)
             clients.append(
                 ces_v1beta.EvaluationServiceClient(
                     transport=grpc_transport.EvaluationServiceGrpcTransport(channel=channel)
@@ -279,8 +280,22 @@ def main(transport: str, targets: str, descriptor_set: str = "") -> int:
                 )
             )
             emulators.append(RestEmulator(target))
-    client: Any = RoundRobin(clients) if len(clients) > 1 else clients[0]
-    emulator: Any = RoundRobin(emulators) if len(emulators) > 1 else emulators[0]
+    if len(clients) == 1:
+        return clients[0], emulators[0]
+    return RoundRobin(clients), RoundRobin(emulators)
+
+
+def refused(call: Any, kind: type[exceptions.GoogleAPICallError]) -> dict[str, Any]:
+    """What api_core parsed from the error of ``call()``, which must raise ``kind``."""
+    try:
+        call()
+    except kind as error:
+        return details_of(error)
+    raise AssertionError(f"expected {kind.__name__}")
+
+
+def main(transport: str, targets: str, descriptor_set: str = "") -> int:
+    client, emulator = wiring(transport, targets, descriptor_set)
 
     # Create with and without an ID.
     first = client.create_evaluation(
@@ -467,8 +482,6 @@ def main(transport: str, targets: str, descriptor_set: str = "") -> int:
             message=error.message,
             **details_of(error),
         )
-    for channel in channels:
-        channel.close()
     return 0
 
 

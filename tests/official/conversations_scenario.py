@@ -12,14 +12,10 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-import grpc
-
 # The scenarios run as scripts: their folder is on sys.path.
-from client_scenario import Emulator, RestEmulator, details_of, step  # type: ignore[import-not-found]
+from client_scenario import refused, step, wiring  # type: ignore[import-not-found]
 from google.api_core import exceptions
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import ces_v1beta
-from google.cloud.ces_v1beta.services.evaluation_service.transports import grpc as grpc_transport
 from google.protobuf import struct_pb2
 
 Conversation = ces_v1beta.Conversation
@@ -85,14 +81,6 @@ def _generated(client: Any, request: dict[str, Any]) -> ces_v1beta.Evaluation:
     return evaluation
 
 
-def _refused(call: Any, kind: type[exceptions.GoogleAPICallError]) -> dict[str, Any]:
-    try:
-        call()
-    except kind as error:
-        return details_of(error)
-    raise AssertionError(f"expected {kind.__name__}")
-
-
 def scenario(client: Any, emulator: Any, app: str) -> None:
     seeded = emulator.create_conversation(app, _conversation(app), "c1")
     assert seeded.name == f"{app}/conversations/c1" and seeded.turn_count == 2
@@ -134,11 +122,11 @@ def scenario(client: Any, emulator: Any, app: str) -> None:
     assert scenario_made.display_name == "Generated from c1 (3)", scenario_made.display_name
     step("scenario", display_name=scenario_made.display_name, rubrics=len(made.rubrics))
 
-    missing = _refused(
+    missing = refused(
         lambda: client.generate_evaluation(conversation=f"{app}/conversations/none"),
         exceptions.NotFound,
     )
-    other = _refused(
+    other = refused(
         lambda: client.generate_evaluation(
             request={"conversation": seeded.name, "source": Conversation.Source.SIMULATOR}
         ),
@@ -164,19 +152,7 @@ def scenario(client: Any, emulator: Any, app: str) -> None:
 
 
 def main(transport: str, target: str, descriptor_set: str = "") -> int:
-    if transport == "grpc":
-        channel = grpc.insecure_channel(target)
-        client = ces_v1beta.EvaluationServiceClient(
-            transport=grpc_transport.EvaluationServiceGrpcTransport(channel=channel)
-        )
-        emulator: Any = Emulator(channel, descriptor_set)
-    else:
-        client = ces_v1beta.EvaluationServiceClient(
-            transport="rest",
-            client_options={"api_endpoint": target},
-            credentials=AnonymousCredentials(),
-        )
-        emulator = RestEmulator(target)
+    client, emulator = wiring(transport, target, descriptor_set)
     scenario(
         client, emulator, f"projects/conversations-project/locations/us-central1/apps/{transport}"
     )

@@ -16,22 +16,16 @@ import sys
 import time
 from typing import Any
 
-import grpc
-
 # The scenarios run as scripts: their folder is on sys.path.
 from client_scenario import (  # type: ignore[import-not-found]
     TOOL,
-    Emulator,
-    RestEmulator,
-    RoundRobin,
-    details_of,
     golden,
+    refused,
     step,
+    wiring,
 )
 from google.api_core import exceptions
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import ces_v1beta
-from google.cloud.ces_v1beta.services.evaluation_service.transports import grpc as grpc_transport
 
 Run = ces_v1beta.EvaluationRun
 Result = ces_v1beta.EvaluationResult
@@ -83,14 +77,6 @@ def _state(client: Any, run: str, wanted: int, completed: int = 0, timeout: floa
             return found
         assert time.monotonic() < deadline, f"{run} stayed {found.state.name}"
         time.sleep(0.05)
-
-
-def _refused(call: Any, kind: type[exceptions.GoogleAPICallError]) -> dict[str, Any]:
-    try:
-        call()
-    except kind as error:
-        return details_of(error)
-    raise AssertionError(f"expected {kind.__name__}")
 
 
 def scenario(client: Any, emulator: Any, app: str) -> None:
@@ -182,7 +168,11 @@ def scenario(client: Any, emulator: Any, app: str) -> None:
     name = operation.metadata.evaluation_run
     _state(client, name, Run.EvaluationRunState.RUNNING, completed=3)
     operation.cancel()
-    cancelled = _refused(lambda: operation.result(timeout=60), exceptions.GoogleAPICallError)
+    try:
+        operation.result(timeout=60)
+        raise AssertionError("a cancelled run's operation succeeded")
+    except exceptions.GoogleAPICallError as error:  # the operation's error, as api_core raises it
+        cancelled = type(error).__name__
     run = _state(client, name, Run.EvaluationRunState.CANCELLED)
     progress = run.progress
     # The first evaluation's three repetitions came before the hold; the rest were cancelled.
@@ -191,7 +181,7 @@ def scenario(client: Any, emulator: Any, app: str) -> None:
     states = sorted(r.execution_state.name for r in _results(client, app, name))
     assert states == ["CANCELLED"] * 3 + ["COMPLETED"] * 3, states
     emulator.delete_outcome_rule(stuck["name"])
-    step("cancelled", run=name, reason=cancelled["reason"])
+    step("cancelled", run=name, exception=cancelled)
 
     dataset = client.create_evaluation_dataset(
         parent=app,
@@ -219,25 +209,25 @@ def scenario(client: Any, emulator: Any, app: str) -> None:
     assert stored.aggregated_metrics.metrics_by_app_version, stored
     step("dataset", run=run.name, tools=len(report.tool_latencies))
 
-    both = _refused(
+    both = refused(
         lambda: client.run_evaluation(
             request={"app": app, "evaluations": [first.name], "evaluation_dataset": dataset.name}
         ),
         exceptions.BadRequest,  # REST: HTTP 400; gRPC: InvalidArgument, its subclass
     )
-    missing = _refused(
+    missing = refused(
         lambda: client.run_evaluation(
             request={"app": app, "evaluations": [first.name, f"{app}/evaluations/gone"]}
         ),
         exceptions.NotFound,
     )
-    zero = _refused(
+    zero = refused(
         lambda: client.run_evaluation(
             request={"app": app, "evaluations": [first.name], "run_count": 0}
         ),
         exceptions.BadRequest,  # REST: HTTP 400; gRPC: InvalidArgument, its subclass
     )
-    persona = _refused(
+    persona = refused(
         lambda: client.run_evaluation(
             request={
                 "app": app,
@@ -257,28 +247,7 @@ def scenario(client: Any, emulator: Any, app: str) -> None:
 
 
 def main(transport: str, targets: str, descriptor_set: str = "") -> int:
-    clients: list[Any] = []
-    emulators: list[Any] = []
-    for target in targets.split(","):
-        if transport == "grpc":
-            channel = grpc.insecure_channel(target)
-            clients.append(
-                ces_v1beta.EvaluationServiceClient(
-                    transport=grpc_transport.EvaluationServiceGrpcTransport(channel=channel)
-                )
-            )
-            emulators.append(Emulator(channel, descriptor_set))
-        else:
-            clients.append(
-                ces_v1beta.EvaluationServiceClient(
-                    transport="rest",
-                    client_options={"api_endpoint": target},
-                    credentials=AnonymousCredentials(),
-                )
-            )
-            emulators.append(RestEmulator(target))
-    client = RoundRobin(clients) if len(clients) > 1 else clients[0]
-    emulator = RoundRobin(emulators) if len(emulators) > 1 else emulators[0]
+    client, emulator = wiring(transport, targets, descriptor_set)
     scenario(client, emulator, f"projects/engine-project/locations/us-central1/apps/{transport}")
     return 0
 

@@ -17,20 +17,14 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-import grpc
-
 # The scenarios run as scripts: their folder is on sys.path.
 from client_scenario import (  # type: ignore[import-not-found]
-    Emulator,
-    RestEmulator,
-    RoundRobin,
     details_of,
     step,
+    wiring,
 )
 from google.api_core import exceptions
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import ces_v1beta
-from google.cloud.ces_v1beta.services.evaluation_service.transports import grpc as grpc_transport
 from google.protobuf import empty_pb2
 
 APP = "projects/runs-project/locations/us-central1/apps/runs"
@@ -169,27 +163,8 @@ def scenario(client: Any, emulator: Any) -> None:
 
 
 def main(transport: str, targets: str, descriptor_set: str = "") -> int:
-    clients: list[Any] = []
-    emulators: list[Any] = []
-    for target in targets.split(","):  # replicas of one database: called in turn
-        if transport == "grpc":
-            channel = grpc.insecure_channel(target)
-            clients.append(
-                ces_v1beta.EvaluationServiceClient(
-                    transport=grpc_transport.EvaluationServiceGrpcTransport(channel=channel)
-                )
-            )
-            emulators.append(Emulator(channel, descriptor_set))
-        else:
-            clients.append(
-                ces_v1beta.EvaluationServiceClient(
-                    transport="rest",
-                    client_options={"api_endpoint": target},
-                    credentials=AnonymousCredentials(),
-                )
-            )
-            emulators.append(RestEmulator(target))
-    scenario(RoundRobin(clients), RoundRobin(emulators))
+    client, emulator = wiring(transport, targets, descriptor_set)
+    scenario(client, emulator)
     return 0
 
 
