@@ -40,17 +40,23 @@ def as_json(response: httpx.Response) -> Any:
     return response.json()
 
 
-def seed(http: httpx.Client, start: datetime) -> dict[str, Any]:
-    """An evaluation and an active daily schedule of it from ``start``."""
-    evaluation = as_json(
+def golden(http: httpx.Client, display_name: str) -> dict[str, Any]:
+    """A new one-turn golden evaluation of the app."""
+    created: dict[str, Any] = as_json(
         http.post(
             f"/v1beta/{APP}/evaluations",
             json={
-                "displayName": "Golden",
+                "displayName": display_name,
                 "golden": {"turns": [{"steps": [{"userInput": {"text": "Hi"}}]}]},
             },
         )
     )
+    return created
+
+
+def seed(http: httpx.Client, start: datetime) -> dict[str, Any]:
+    """An evaluation and an active daily schedule of it from ``start``."""
+    evaluation = golden(http, "Golden")
     schedule: dict[str, Any] = as_json(
         http.post(
             f"/v1beta/{APP}/scheduledEvaluationRuns",
@@ -128,15 +134,7 @@ def test_a_run_killed_mid_run_ends_in_error_at_the_next_start(tmp_path: Path) ->
     database = tmp_path / "ces-eval.db"
     first: RunningServer = start_server(database)
     with httpx.Client(base_url=first.http_base, timeout=30) as http:
-        evaluation = as_json(
-            http.post(
-                f"/v1beta/{APP}/evaluations",
-                json={
-                    "displayName": "Held",
-                    "golden": {"turns": [{"steps": [{"userInput": {"text": "Hi"}}]}]},
-                },
-            )
-        )
+        evaluation = golden(http, "Held")
         as_json(
             http.post(
                 f"/emulator/v1/{APP}/outcomeRules",
