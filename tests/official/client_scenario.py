@@ -134,6 +134,9 @@ class Emulator:
     def delete_outcome_rule(self, name: str) -> None:
         self._call("DeleteOutcomeRule", {"name": name})
 
+    def advance_clock(self, project: str, seconds: int) -> dict[str, Any]:
+        return self._call("AdvanceClock", {"name": f"{project}/clock", "by": f"{seconds}s"})
+
 
 class RestEmulator:
     """The emulator's REST bindings: POST /emulator/v1/{parent}/results?evaluationResultId=,
@@ -190,6 +193,10 @@ class RestEmulator:
 
     def delete_outcome_rule(self, name: str) -> None:
         self._json("DELETE", f"{self._base}/emulator/v1/{name}", None)
+
+    def advance_clock(self, project: str, seconds: int) -> dict[str, Any]:
+        url = f"{self._base}/emulator/v1/{project}/clock:advance"
+        return self._json("POST", url, {"by": f"{seconds}s"})
 
 
 def result(

@@ -1,7 +1,8 @@
 """The run workflow driven by Google's official Python client: create evaluations, RunEvaluation,
 wait for the operation, read the run and its results; scripted FAIL and ERROR outcomes, holds
-observed QUEUED then RUNNING, a cancelled run, a dataset run with its latency report, and the
-request checks (client_scenario's emulator clients script the outcomes).
+observed QUEUED then RUNNING, a cancelled run, a dataset run with its latency report, a
+schedule fired by moving the project's clock, and the request checks (client_scenario's emulator
+clients script the outcomes).
 
 Runs in the official client's own environment (``.venv-client``), never beside ``ces_eval``
 (GUIDE §2). Usage: ``engine_scenario.py grpc HOST:PORT DESCRIPTOR_SET`` or
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 # The scenarios run as scripts: their folder is on sys.path.
@@ -208,6 +210,33 @@ def scenario(client: Any, emulator: Any, app: str) -> None:
     stored = client.get_evaluation_dataset(name=dataset.name)
     assert stored.aggregated_metrics.metrics_by_app_version, stored
     step("dataset", run=run.name, tools=len(report.tool_latencies))
+
+    start = datetime.now(UTC) + timedelta(hours=1)
+    schedule = client.create_scheduled_evaluation_run(
+        parent=app,
+        scheduled_evaluation_run=ces_v1beta.ScheduledEvaluationRun(
+            display_name="Hourly from now",
+            active=True,
+            request=ces_v1beta.RunEvaluationRequest(app=app, evaluations=[first.name]),
+            scheduling_config=ces_v1beta.ScheduledEvaluationRun.SchedulingConfig(
+                frequency=ces_v1beta.ScheduledEvaluationRun.SchedulingConfig.Frequency.DAILY,
+                start_time=start,
+            ),
+        ),
+    )
+    clock = emulator.advance_clock(app.split("/locations/", maxsplit=1)[0], 2 * 3600)
+    assert clock["offset"] == "7200s", clock
+    fired = list(
+        client.list_evaluation_runs(
+            request={"parent": app, "filter": f'scheduled_evaluation_run = "{schedule.name}"'}
+        )
+    )
+    assert len(fired) == 1, fired
+    _state(client, fired[0].name, Run.EvaluationRunState.COMPLETED)
+    counted = client.get_scheduled_evaluation_run(name=schedule.name)
+    assert counted.total_executions == 1 and counted.last_completed_run == fired[0].name
+    assert counted.next_scheduled_execution_time > start
+    step("scheduled", run=fired[0].name, executions=counted.total_executions)
 
     both = refused(
         lambda: client.run_evaluation(
