@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from google.longrunning import operations_pb2
 from google.protobuf import duration_pb2
-from google.rpc import code_pb2
+from google.rpc import code_pb2, error_details_pb2
 
 from ces_eval.contract import limits
 from ces_eval.errors import Code
@@ -350,3 +350,20 @@ def test_a_crashed_run_ends_in_error_at_the_next_start(core: Harness, tmp_path: 
     finally:
         after.run(after.core.context.runner.shutdown())
         after.close()
+
+
+def test_an_evaluation_deleted_mid_run_ends_the_run_in_error(core: Harness) -> None:
+    first, second = _golden(core, "First"), _golden(core, "Second")
+    rule = _rule(core, evaluation=second.name, hold=Rule.RUNNING)
+    operation = _start(core, evaluations=[first.name, second.name])
+    run = _until(core, _run_of(operation), lambda r: r.progress.completed_count == 1)
+    core.call("delete_evaluation", service_pb2.DeleteEvaluationRequest(name=second.name))
+    core.call("release_outcome_rule", emulator_pb2.ReleaseOutcomeRuleRequest(name=rule.name))
+    done = _wait(core, operation)
+    assert done.error.code == code_pb2.FAILED_PRECONDITION, done.error
+    info = error_details_pb2.ErrorInfo()
+    assert done.error.details[0].Unpack(info) and info.reason == "RESOURCE_DELETED"
+    assert info.metadata["resource"] == second.name
+    run = _get(core, run.name)
+    assert run.state == Run.ERROR and second.name in run.error_info.error_message
+    assert run.progress.completed_count == 1  # what was stored before stays

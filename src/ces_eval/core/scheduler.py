@@ -32,7 +32,15 @@ from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.storage import tables
-from ces_eval.storage.base import Conflict, EtagMismatch, ListQuery, Missing, OrderBy, SortKey
+from ces_eval.storage.base import (
+    Conflict,
+    EtagMismatch,
+    ListQuery,
+    Missing,
+    OrderBy,
+    SortKey,
+    Unavailable,
+)
 
 if TYPE_CHECKING:
     from google.longrunning import operations_pb2
@@ -173,11 +181,18 @@ class Scheduler:
             self._task = asyncio.create_task(self._loop(), name="scheduler")
 
     async def _loop(self) -> None:
+        away = False  # the database was unavailable at the last look: said once, not again
         while True:
             try:
                 await fire_due(self._context)
-            except Exception:  # noqa: BLE001 - the database may be away for a moment; retry
+            except Unavailable as error:  # away for a moment (an outage, no file descriptors)
+                if not away:
+                    _log.warning("cannot look for due scheduled evaluation runs (%s)", error)
+                away = True
+            except Exception:  # noqa: BLE001 - a bug: logged, and the next look goes on
                 _log.exception("could not fire the due scheduled evaluation runs")
+            else:
+                away = False
             await asyncio.sleep(self._interval)
 
     async def stop(self) -> None:
