@@ -56,6 +56,7 @@ class Owned:
     def names(self) -> list[str]:
         return [
             PROJECT_A,
+            f"{PROJECT_A}/clock",  # every project has its clock
             LOCATION_A,
             APP_A,
             self.evaluation.name,
