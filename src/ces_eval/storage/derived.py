@@ -89,6 +89,7 @@ Incremental upkeep
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from collections.abc import Mapping
@@ -300,6 +301,7 @@ def _nanos(timestamp: timestamp_pb2.Timestamp) -> int:
     return timestamp.seconds * 1_000_000_000 + timestamp.nanos
 
 
+@functools.lru_cache(maxsize=65_536)  # the same few keys for every result of an evaluation
 def _key(group: str, turn: int | None, kind: str, tool: str = "") -> str:
     return json.dumps([group, turn, kind, tool], ensure_ascii=False, separators=(",", ":"))
 
