@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -70,7 +71,10 @@ _Rule = outcome_rules.Rule
 _ErrorInfo = evaluation_config_pb2.EvaluationErrorInfo
 _Caching = common_pb2.EvaluationRunCachingSettings
 _GOLDEN_RUNS, _SCENARIO_RUNS = 1, 5  # the client's documented defaults of run_count
-_BATCH = 100  # results stored per transaction at most
+# Results are stored in batches: at most this many per transaction, and at least every
+# _FLUSH_EVERY seconds, so a poller sees progress that is never older than that.
+_BATCH = 500
+_FLUSH_EVERY = 0.25
 _HOLD_POLL = 0.1  # seconds between two looks at a hold
 _VERB = "run"
 _SHUT_DOWN = "The server shut down before this run finished; run the evaluations again."
@@ -315,8 +319,6 @@ class _Engine:
         self._stored = 0  # tasks whose results are stored
         self._pending: list[_Result] = []
         self._conversations: list[outcomes.Played] = []
-        # The write in progress: its task, the run it stores and how many tasks' results.
-        self._write: tuple[asyncio.Future[None], Run, int] | None = None
         self._rules: list[_Rule] = []
         self._latencies = _Latencies()
         self._player = outcomes.Player()
@@ -343,13 +345,15 @@ class _Engine:
     async def _played(self) -> None:
         self._run.state = Run.RUNNING
         await self._settled(self._replace(self._run))
-        for index, task in enumerate(self._tasks):
-            if index % _BATCH == 0:
+        flushed = time.monotonic()
+        for task in self._tasks:
+            if not self._pending:  # a batch begins: the rules as they are now
                 self._rules = await outcome_rules.of_app(self._context, self._app)
             await self._before(task)
             self._pending.append(self._result(task))
-            if len(self._pending) >= _BATCH:
-                await self._flush(wait=False)
+            if len(self._pending) >= _BATCH or time.monotonic() - flushed >= _FLUSH_EVERY:
+                await self._flush()
+                flushed = time.monotonic()
         await self._flush()
         self._run.state = Run.COMPLETED
         if self._request.generate_latency_report:
@@ -489,50 +493,38 @@ class _Engine:
                 progress.cancelled_count += 1
         return run
 
-    async def _flush(self, *, wait: bool = True) -> None:
-        """Store the results played since the last flush with the run counting them, once
-        the write before has ended; without ``wait`` the write goes on while the engine plays
-        the next batch (one write at a time, in order)."""
-        await self._written()
-        if self._pending:
-            batch = self._pending
-            run = self._counted(batch)
-            conversations = [played.conversation for played in self._conversations]
-            self._pending = []
-            self._conversations = []
-            write = asyncio.ensure_future(
-                self._context.storage.record_run(
-                    run,
-                    batch,
-                    conversations,
-                    new_etag(),
-                    max_evaluation_bytes=limits.MAX_RESOURCE_BYTES,
-                )
-            )
-            self._write = (write, run, len(batch))
-        if wait:
-            await self._written()
-
-    async def _written(self) -> None:
-        """Wait for the write in progress, if any; raises its error. Cancelled meanwhile, the
-        write goes on to its end: what it stored must be known."""
-        if self._write is None:
+    async def _flush(self) -> None:
+        """Store the results played since the last flush with the run counting them.
+        Cancelled while writing, the write goes on to its end: what it stored must be known.
+        (Playing the next batch during the write gains nothing: the GIL serializes the two, and
+        on one core they share it.)"""
+        if not self._pending:
             return
-        write, run, count = self._write
+        batch = self._pending
+        run = self._counted(batch)
+        conversations = [played.conversation for played in self._conversations]
+        write = asyncio.ensure_future(
+            self._context.storage.record_run(
+                run,
+                batch,
+                conversations,
+                new_etag(),
+                max_evaluation_bytes=limits.MAX_RESOURCE_BYTES,
+            )
+        )
         try:
             await asyncio.shield(write)
         finally:
             if not write.done():
                 await asyncio.wait([write])
-            self._write = None
             if not write.cancelled() and write.exception() is None:
                 self._run = run
-                self._stored += count
+                self._stored += len(batch)
+                self._pending = []
+                self._conversations = []
 
     async def _cancel(self) -> None:
         """Store every repetition not stored yet as CANCELLED, and the run CANCELLED."""
-        with contextlib.suppress(Exception):  # a failed write stored nothing
-            await self._written()
         self._pending = []
         self._conversations = []
         cancelled = []
@@ -557,8 +549,6 @@ class _Engine:
 
     async def _end_in_error(self, message: str) -> None:
         """Record the run ERROR with ``message`` (best effort: it may be gone)."""
-        with contextlib.suppress(Exception):  # a failed write stored nothing
-            await self._settled(self._written())
         self._run.state = Run.ERROR
         self._run.error_info.CopyFrom(_error(_ErrorInfo.RUNTIME_FAILURE, message))
         with contextlib.suppress(Missing):
