@@ -494,34 +494,30 @@ class _Engine:
         return run
 
     async def _flush(self) -> None:
-        """Store the results played since the last flush with the run counting them.
-        Cancelled while writing, the write goes on to its end: what it stored must be known.
-        (Playing the next batch during the write gains nothing: the GIL serializes the two, and
-        on one core they share it.)"""
+        """Store the results played since the last flush with the run counting them; the
+        engine counts them stored once the write succeeded, which it always waits for (see
+        :meth:`_settled`). (Playing the next batch during the write gains nothing: the GIL
+        serializes the two, and the bench's server has one core.)"""
         if not self._pending:
             return
         batch = self._pending
         run = self._counted(batch)
         conversations = [played.conversation for played in self._conversations]
-        write = asyncio.ensure_future(
-            self._context.storage.record_run(
+
+        async def write() -> None:
+            await self._context.storage.record_run(
                 run,
                 batch,
                 conversations,
                 new_etag(),
                 max_evaluation_bytes=limits.MAX_RESOURCE_BYTES,
             )
-        )
-        try:
-            await asyncio.shield(write)
-        finally:
-            if not write.done():
-                await asyncio.wait([write])
-            if not write.cancelled() and write.exception() is None:
-                self._run = run
-                self._stored += len(batch)
-                self._pending = []
-                self._conversations = []
+            self._run = run
+            self._stored += len(batch)
+            self._pending = []
+            self._conversations = []
+
+        await self._settled(write())
 
     async def _cancel(self) -> None:
         """Store every repetition not stored yet as CANCELLED, and the run CANCELLED."""
@@ -559,7 +555,8 @@ class _Engine:
 
     @staticmethod
     async def _settled(write: Coroutine[Any, Any, None]) -> None:
-        """Await ``write`` to its end even when cancelled meanwhile."""
+        """Await ``write`` to its end even when cancelled meanwhile (the cancellation is
+        raised once it ended): what a write stored must be known."""
         task = asyncio.ensure_future(write)
         try:
             await asyncio.shield(task)
