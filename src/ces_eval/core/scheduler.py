@@ -14,7 +14,8 @@ When the stored request no longer runs (an evaluation deleted since), the firing
 with a run that ended ERROR saying why.
 
 Each server process with the scheduler on (``--scheduler on``, the default) looks for due
-schedules every :data:`INTERVAL` seconds; AdvanceClock fires the project's due schedules before
+schedules every :data:`INTERVAL` seconds (an index seek on the event loop's thread), by the
+projects' clocks as read every ten looks; AdvanceClock fires the project's due schedules before
 it answers. ``last_completed_run`` is kept by the run engine when a run completes.
 """
 
@@ -56,6 +57,7 @@ Scheduled = evaluation_pb2.ScheduledEvaluationRun
 Clock = emulator_pb2.ProjectClock
 INTERVAL = 1.0  # seconds between two looks for due schedules
 _BATCH = 100  # due schedules read at a time
+_CLOCK_LOOKS = 10  # the background loop reads the projects' clocks every this many looks
 _MAX_OFFSET_SECONDS = 10 * 366 * 86400  # how far a clock may be moved ahead, in all
 _CLOCK = names.of(Clock)
 _SCHEDULE = names.of(Scheduled)
@@ -141,12 +143,15 @@ async def fire(
     return operation
 
 
-async def fire_due(context: Context, project: str | None = None) -> int:
-    """Fire every schedule due now (of ``project`` only when given); how many fired."""
-    if project is None:
-        offsets = await _offsets(context)
-    else:
+async def fire_due(
+    context: Context, project: str | None = None, offsets: dict[str, int] | None = None
+) -> int:
+    """Fire every schedule due now (of ``project`` only when given; by the clocks' ``offsets``
+    when given, else as stored now); how many fired."""
+    if project is not None:
         offsets = {project: await _offset(context, project)}
+    elif offsets is None:
+        offsets = await _offsets(context)
     wall = now()
     wall_micros = _micros(wall)
     horizon = wall_micros + max(offsets.values(), default=0)
@@ -169,7 +174,9 @@ async def fire_due(context: Context, project: str | None = None) -> int:
 
 
 class Scheduler:
-    """The background loop of one server process: :func:`fire_due` every ``interval``."""
+    """The background loop of one server process: :func:`fire_due` every ``interval``, by the
+    projects' clocks as read every :data:`_CLOCK_LOOKS` looks (a clock moved through this
+    process fires what became due at once; one moved through another is seen within that)."""
 
     def __init__(self, context: Context, interval: float = INTERVAL) -> None:
         self._context = context
@@ -182,9 +189,14 @@ class Scheduler:
 
     async def _loop(self) -> None:
         away = False  # the database was unavailable at the last look: said once, not again
+        offsets: dict[str, int] | None = None
+        looks = 0
         while True:
             try:
-                await fire_due(self._context)
+                if offsets is None or looks % _CLOCK_LOOKS == 0:
+                    offsets = await _offsets(self._context)
+                looks += 1
+                await fire_due(self._context, offsets=offsets)
             except Unavailable as error:  # away for a moment (an outage, no file descriptors)
                 if not away:
                     _log.warning("cannot look for due scheduled evaluation runs (%s)", error)

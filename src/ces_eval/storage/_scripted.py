@@ -232,7 +232,10 @@ class ScriptedStorage(abc.ABC):
     async def due_schedules(
         self, before: int, limit: int
     ) -> list[evaluation_pb2.ScheduledEvaluationRun]:
-        return await self._query(partial(_scripts.due_schedules, self._sql, before, limit))
+        # An index seek that finds nothing nearly every time: a point read (no thread hop on
+        # SQLite), since every server process asks every second.
+        statement = Statement(self._sql.schedules_due, (before, limit))
+        return await self._point_query(statement, _scripts.schedules_of)
 
     async def fire_schedule(
         self,

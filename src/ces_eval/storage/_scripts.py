@@ -437,11 +437,9 @@ def record_run(
     yield from replace_row(sql, tables.RUNS, run, "")
 
 
-def due_schedules(sql: Sql, before: int, limit: int) -> Script[list[_Scheduled]]:
-    """Up to ``limit`` scheduled runs whose next execution is at or before ``before``
-    (microseconds), soonest first."""
-    rows = (yield Statement(sql.schedules_due, (before, limit))).rows
-    return [_Scheduled.FromString(bytes(data)) for (data,) in rows]
+def schedules_of(rows: Rows) -> list[_Scheduled]:
+    """The answer of ``sql.schedules_due``."""
+    return [_Scheduled.FromString(bytes(data)) for (data,) in rows.rows]
 
 
 def fire_schedule(
