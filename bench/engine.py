@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -25,7 +24,7 @@ import grpc
 from google.longrunning import operations_pb2
 
 from bench import data
-from bench.servers import pinned, start
+from bench.servers import pinned, serve_command, start
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 
@@ -44,30 +43,6 @@ def _call(channel: grpc.Channel, method: str, request: Any, response: type[Any])
     return stub(request, timeout=120)
 
 
-def _command(url: str, exports: Path, server_cpu: int | None) -> list[str]:
-    return pinned(
-        server_cpu,
-        [
-            sys.executable,
-            "-m",
-            "ces_eval.cli",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--grpc-port",
-            "0",
-            "--http-port",
-            "0",
-            "--database",
-            url,
-            "--export-dir",
-            str(exports),
-            "--scheduler",
-            "off",
-        ],
-    )
-
-
 def measure_engine(
     url: str,
     work: Path,
@@ -80,7 +55,8 @@ def measure_engine(
     """One run of ``evaluations`` x ``repetitions`` on the database ``url``: its numbers."""
     app = f"projects/bench/locations/us-central1/apps/engine-{time.strftime('%Y%m%d%H%M%S')}"
     data_set = data.DataSet(app, evaluations, 1)
-    server = start(label, _command(url, work / "exports", server_cpu), work / f"{label}.log")
+    command = pinned(server_cpu, serve_command(url, work / "exports", "--scheduler", "off"))
+    server = start(label, command, work / f"{label}.log")
     try:
         with grpc.insecure_channel(server.grpc_target) as channel:
             names = []

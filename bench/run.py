@@ -57,7 +57,16 @@ from bench.report import (
     targets,
     write_reports,
 )
-from bench.servers import CpuMeter, Process, grpc_call, http_call, pinned, start, which
+from bench.servers import (
+    CpuMeter,
+    Process,
+    grpc_call,
+    http_call,
+    pinned,
+    serve_command,
+    start,
+    which,
+)
 from ces_eval import storage as storage_backends
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
@@ -457,26 +466,7 @@ def _serve_command(options: Options, url: str, exports: Path, log_level: str = "
     """``ces-eval serve`` on ``url``. ``--log-level info`` and ``--log-format text`` are the
     defaults, what users run (a request line per call, on stderr); passed anyway so that the
     flags, not the environment, say so (bench/servers.py starts no server with CES_EVAL_*)."""
-    command = [
-        sys.executable,
-        "-m",
-        "ces_eval.cli",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--grpc-port",
-        "0",
-        "--http-port",
-        "0",
-        "--database",
-        url,
-        "--export-dir",
-        str(exports),
-        "--log-level",
-        log_level,
-        "--log-format",
-        "text",
-    ]
+    command = serve_command(url, exports, "--log-level", log_level, "--log-format", "text")
     if options.workers is not None:
         command += ["--workers", str(options.workers)]
     return pinned(options.server_cpu, command)

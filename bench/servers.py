@@ -9,6 +9,7 @@ import shutil
 import signal
 import struct
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -123,6 +124,28 @@ class Process:
         """Lines of the log containing ``marker``."""
         with self.log.open(errors="replace") as lines:
             return sum(marker in line for line in lines)
+
+
+def serve_command(url: str, exports: Path, *extra: str) -> list[str]:
+    """``ces-eval serve`` on the database ``url`` on free local ports, exports to ``exports``,
+    with ``extra`` flags."""
+    return [
+        sys.executable,
+        "-m",
+        "ces_eval.cli",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--grpc-port",
+        "0",
+        "--http-port",
+        "0",
+        "--database",
+        url,
+        "--export-dir",
+        str(exports),
+        *extra,
+    ]
 
 
 def start(name: str, command: list[str], log: Path, timeout: float = 300) -> Process:
