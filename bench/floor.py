@@ -2,10 +2,11 @@
 
 One process, one event loop, like ``ces-eval serve``: a bare ``grpc.aio`` server whose one
 generic handler answers each known method path with fixed, pre-serialized bytes (no parsing, no
-storage), and a bare Starlette app under uvicorn (the same ``uvicorn.Config`` settings as
-ces-eval: default protocol and loop selection, ``log_level="warning"``) answering fixed JSON
-bytes on fixed paths (query strings ignored). The bytes are real responses of the server under
-test, captured by the harness, so both sides move the same payloads.
+storage), and a bare Starlette app under uvicorn with its standard extras, as a user would
+serve one (uvloop's event loop, httptools' parser; the floor refuses to start without them)
+answering fixed JSON bytes on fixed paths (query strings ignored). The bytes are real
+responses of the server under test, captured by the harness, so both sides move the same
+payloads.
 
     python -m bench.floor SPEC.json
 
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 import uvicorn
+import uvloop
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -97,7 +99,9 @@ async def serve(spec_path: Path, host: str = "127.0.0.1") -> int:
     server.add_generic_rpc_handlers((_FixedAnswers(answers),))
     grpc_port = server.add_insecure_port(f"{host}:0")
     await server.start()
-    http = _Uvicorn(uvicorn.Config(_app(spec, folder), host=host, port=0, log_level="warning"))
+    http = _Uvicorn(
+        uvicorn.Config(_app(spec, folder), host=host, port=0, log_level="warning", http="httptools")
+    )
     http_task = asyncio.create_task(http.serve())
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -127,7 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m bench.floor SPEC.json", file=sys.stderr)
         return 2
-    return asyncio.run(serve(Path(args[0])))
+    # uvloop's loop, as ``uvicorn --loop uvloop`` runs (uvicorn's Config.loop applies only to
+    # uvicorn.run, not to a server started on a loop of one's own).
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(serve(Path(args[0])))
 
 
 if __name__ == "__main__":

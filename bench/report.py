@@ -21,6 +21,8 @@ __all__ = [
 LOG_COST_LIMIT = 0.05
 # The run engine: results produced per second on SQLite (a run of 200 evaluations x 5).
 ENGINE_TARGET = 500
+# Durable gRPC creates per second (issue 19); REST must reach two thirds of gRPC's rate.
+CREATE_TARGET = 1500
 _LABELS = {
     "get-grpc": "gRPC GetEvaluation",
     "get-rest": "REST GetEvaluation",
@@ -144,6 +146,13 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
         add(
             f"REST GetEvaluation ≥ 0.6x floor ({set_name})", r[f"get-rest-{set_name}-vs-floor"], 0.6
         )
+    for surface, label, threshold in (("grpc", "gRPC", 0.5), ("rest", "REST", 0.3)):
+        for set_name in ("small", "large"):
+            add(
+                f"{label} list first page ≥ {threshold}x floor ({set_name})",
+                r[f"list-first-{surface}-{set_name}-vs-floor"],
+                threshold,
+            )
     for surface, label in (("grpc", "gRPC"), ("rest", "REST")):
         for page in ("first", "deep"):
             add(
@@ -157,14 +166,20 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
             0.85,
         )
     for set_name in ("small", "large"):
-        for surface, label in (("grpc", "gRPC"), ("rest", "REST")):
-            found = _find(scenarios, f"create-{surface}", set_name)
-            add(
-                f"{label} CreateEvaluation (durable) ≥ 1000/s ({set_name})",
-                found["requests_per_s"] if found else None,
-                1000,
-                "req/s",
-            )
+        grpc_create = _find(scenarios, "create-grpc", set_name)
+        rest_create = _find(scenarios, "create-rest", set_name)
+        add(
+            f"gRPC CreateEvaluation (durable) ≥ {CREATE_TARGET:,}/s ({set_name})",
+            grpc_create["requests_per_s"] if grpc_create else None,
+            CREATE_TARGET,
+            "req/s",
+        )
+        # REST within 1.5x of gRPC: REST's rate at least two thirds of gRPC's.
+        add(
+            f"REST CreateEvaluation ≥ gRPC's / 1.5 ({set_name})",
+            _ratio(rest_create, grpc_create),
+            round(1 / 1.5, 3),
+        )
     for row in report.get("request_log", {}).get("summary", []):
         rows.append(
             {

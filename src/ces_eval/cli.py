@@ -10,7 +10,6 @@ mistake (:class:`ces_eval.server.StartupError`); ``--log-level debug`` adds the 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import socket
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from ces_eval import __version__, logs
+from ces_eval import __version__, logs, loops
 from ces_eval.contract import schema
 from ces_eval.core.names import foreign_id
 from ces_eval.server import ExitStatus, ServerConfig, StartupError, preflight, serve
@@ -78,20 +77,23 @@ def _serve(args: argparse.Namespace) -> int:
         body_timeout=args.body_timeout,
         log_level=args.log_level,
         log_format=args.log_format,
+        event_loop=args.loop,
         allow_host=tuple(args.allow_host),
         allow_origin=tuple(args.allow_origin),
     )
     try:
         if args.worker_of is not None:  # started by a supervisor (below), never by hand
-            return asyncio.run(serve(config, worker_of=socket.socket(fileno=args.worker_of)))
+            return loops.run(
+                serve(config, worker_of=socket.socket(fileno=args.worker_of)), config.event_loop
+            )
         if args.workers > 1:
             # Imported here: a single-process server does not need the supervisor.
             from ces_eval.workers import supervise  # noqa: PLC0415
 
             # Checked before any worker starts: a refusal must not become a restart loop.
             preflight(config)
-            return asyncio.run(supervise(config, args.workers))
-        return asyncio.run(serve(config))
+            return loops.run(supervise(config, args.workers), config.event_loop)
+        return loops.run(serve(config), config.event_loop)
     except StartupError as error:
         _log.debug("start-up failed", exc_info=True)
         print(f"ces-eval: {error}", file=sys.stderr, flush=True)
@@ -454,6 +456,12 @@ def _serve_parser(commands: argparse._SubParsersAction[_Parser]) -> argparse.Arg
         choices=logs.FORMATS,
         default=defaults.log_format,
         help="text lines, or one JSON object per line",
+    )
+    add(
+        "--loop",
+        choices=loops.LOOPS,
+        default=defaults.event_loop,
+        help="the event loop: uvloop (auto, where installed) or asyncio's own",
     )
     add("--worker-of", type=int, help=argparse.SUPPRESS)
     serve_parser.set_defaults(run=_serve)

@@ -9,6 +9,7 @@ one ``serve --workers`` supervisor share their ports.
 from __future__ import annotations
 
 import os
+import sys
 import subprocess
 from pathlib import Path
 
@@ -215,3 +216,51 @@ def test_a_memory_database_serves_and_leaves_nothing_behind(tmp_path: Path) -> N
         assert running.stop() == 0
     assert not (tmp_path / "unused.db").exists()
     assert not any(folder.exists() for folder in held)
+
+
+def _mapped(pid: int, library: str) -> bool:
+    """Whether the process ``pid`` has a shared object of ``library`` loaded."""
+    return f"/{library}/" in Path(f"/proc/{pid}/maps").read_text()
+
+
+# ``ces-eval`` where neither uvloop nor httptools can be imported.
+_WITHOUT_SPEEDUPS = [
+    sys.executable,
+    "-c",
+    "import runpy, sys\n"
+    "sys.modules['uvloop'] = sys.modules['httptools'] = None\n"
+    "runpy.run_module('ces_eval.cli', run_name='__main__', alter_sys=True)\n",
+]
+_FALLBACK = "install uvicorn's standard extras"
+
+
+@pytest.mark.parametrize("loop", ["auto", "asyncio"])
+def test_the_server_runs_on_uvloop_and_httptools_where_installed(tmp_path: Path, loop: str) -> None:
+    """The defaults users get from pip: uvloop's event loop (unless ``--loop asyncio``) and
+    httptools' parser, with no fallback said."""
+    running = start_server(tmp_path / "db.sqlite", "--loop", loop)
+    try:
+        name = _create(running)
+        with httpx.Client(base_url=running.http_base, timeout=10) as http:
+            assert http.get(f"/v1beta/{name}").status_code == 200
+        assert _mapped(running.process.pid, "uvloop") == (loop == "auto")
+        assert _mapped(running.process.pid, "httptools")
+        assert _FALLBACK not in running.output()
+    finally:
+        assert running.stop() == 0
+
+
+def test_without_uvloop_and_httptools_the_server_says_so_and_serves(tmp_path: Path) -> None:
+    running = start_server(tmp_path / "db.sqlite", program=_WITHOUT_SPEEDUPS)
+    try:
+        name = _create(running)
+        with httpx.Client(base_url=running.http_base, timeout=10) as http:
+            assert http.get(f"/v1beta/{name}").status_code == 200
+        said = [line for line in running.output().splitlines() if _FALLBACK in line]
+        assert len(said) == 2, said
+        assert "uvloop is not installed" in said[0]
+        assert "httptools is not installed" in said[1]
+        assert not _mapped(running.process.pid, "uvloop")
+        assert not _mapped(running.process.pid, "httptools")
+    finally:
+        assert running.stop() == 0
