@@ -92,7 +92,9 @@ def _serve(args: argparse.Namespace) -> int:
 
             # Checked before any worker starts: a refusal must not become a restart loop.
             preflight(config)
-            return loops.run(supervise(config, args.workers), config.event_loop)
+            # The supervisor runs on asyncio's own loop: it only starts and watches workers,
+            # and uvloop's subprocesses take no process_group. Workers run on config.event_loop.
+            return loops.run(supervise(config, args.workers), "asyncio")
         return loops.run(serve(config), config.event_loop)
     except StartupError as error:
         _log.debug("start-up failed", exc_info=True)

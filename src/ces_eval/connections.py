@@ -25,11 +25,12 @@ Bodies are bounded where they are read, before an admission slot is taken
 **File descriptors.** :func:`raise_open_file_limit` lifts the soft ``RLIMIT_NOFILE`` to the hard
 limit at start, as servers do (a login shell's soft limit is often 1,024). Should the process
 still run out on uvloop (:mod:`ces_eval.loops`), libuv accepts and closes each connection it has
-no descriptor for, and says nothing. On asyncio's own loop, asyncio stops accepting on that socket and retries a second later, but before
-CPython gh-151615 its accept loop carries on after the failure and reports every further
-``accept()`` too, a backlog's worth (2,048) per second, each an ERROR with a traceback (61 MB of
-log in 20 s). :class:`AcceptErrors`, the loop's exception handler, turns them into one warning
-per :data:`LOG_INTERVAL` with their count, and passes everything else on.
+no descriptor for, and says nothing. On asyncio's own loop, asyncio stops accepting on that
+socket and retries a second later, but before CPython gh-151615 its accept loop carries on after
+the failure and reports every further ``accept()`` too, a backlog's worth (2,048) per second,
+each an ERROR with a traceback (61 MB of log in 20 s). :class:`AcceptErrors`, the loop's
+exception handler, turns them into one warning per :data:`LOG_INTERVAL` with their count, and
+passes everything else on.
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ one ``serve --workers`` supervisor share their ports.
 from __future__ import annotations
 
 import os
-import sys
 import subprocess
+import sys
 from pathlib import Path
 
 import grpc

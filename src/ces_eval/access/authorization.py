@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
     from ces_eval.access.caller import Caller, Handler
     from ces_eval.access.tokens import Principal
+    from ces_eval.contract.encoded import Response
 
 __all__ = [
     "FieldPath",
@@ -171,7 +172,7 @@ def authorize(
 def _authorized(method: descriptor.MethodDescriptor, implementation: Handler) -> Handler:
     """``implementation`` behind :func:`authorize`: the first thing it does for every call."""
 
-    async def call(request: Message, caller: Caller) -> Message:
+    async def call(request: Message, caller: Caller) -> Response:
         if caller.principal is None:
             # The boundary authenticates first; reaching here without a principal is a wiring
             # fault, and it must fail closed.

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from google.protobuf.message import Message
 
     from ces_eval.access.tokens import Principal
+    from ces_eval.contract.encoded import Response
 
 __all__ = ["DEFAULT_USER", "Caller", "Handler"]
 
@@ -32,6 +33,7 @@ class Caller:
     principal: Principal | None = None
 
 
-# One RPC bound to a core: the request message and the caller in, the response message out (or
-# a ServiceError raised). What the surfaces dispatch to (ces_eval.core.service.handlers).
-Handler = Callable[["Message", Caller], Awaitable["Message"]]
+# One RPC bound to a core: the request message and the caller in, the response out (a message,
+# or one held as its wire bytes: ces_eval.contract.encoded), or a ServiceError raised. What the
+# surfaces dispatch to (ces_eval.core.service.handlers).
+Handler = Callable[["Message", Caller], Awaitable["Response"]]

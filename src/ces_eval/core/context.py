@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING, Any
 from ces_eval.core.exchange import objects
 
 if TYPE_CHECKING:
-    from google.protobuf.message import Message
-
     from ces_eval.access import Caller
+    from ces_eval.contract.encoded import Response
     from ces_eval.core.operations import OperationRunner
     from ces_eval.core.pages import PageTokens
     from ces_eval.storage.base import Storage
@@ -51,4 +50,4 @@ class Context:
 
 # One RPC's implementation: its request is the RPC's own message type, hence Any here (a
 # Callable's parameters are contravariant: no narrower type admits every RPC's function).
-Rpc = Callable[[Context, Any, "Caller"], Awaitable["Message"]]
+Rpc = Callable[[Context, Any, "Caller"], Awaitable["Response"]]

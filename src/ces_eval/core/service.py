@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ces_eval.contract import schema
+from ces_eval.contract.encoded import message_of
 from ces_eval.core import (
     conversations,
     datasets,
@@ -40,12 +41,17 @@ from ces_eval.errors import Code, ServiceError
 from ces_eval.storage.base import Unavailable
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from google.protobuf import descriptor
     from google.protobuf.message import Message
 
     from ces_eval.access import Caller, Handler
+    from ces_eval.contract.encoded import Response
     from ces_eval.core import pages
     from ces_eval.storage.base import Storage
+
+    MessageHandler = Callable[[Message, Caller], Awaitable[Message]]
 
 __all__ = [
     "DEFAULT_EXPORT_ROOT",
@@ -127,21 +133,28 @@ class Core:
     def handler(self, path: str) -> Handler:
         """The implementation of the RPC at gRPC path ``path``
         (``/google.cloud.ces.v1beta.EvaluationService/CreateEvaluation``) over this core's
-        context."""
+        context, as the surfaces call it: its response may be held as wire bytes
+        (:class:`~ces_eval.contract.encoded.Encoded`)."""
         implementation = RPCS[path]
         context = self.context
 
-        async def call(request: Message, caller: Caller) -> Message:
+        async def call(request: Message, caller: Caller) -> Response:
             return await implementation(context, request, caller)
 
         return call
 
-    def __getattr__(self, name: str) -> Handler:
-        """An RPC by its snake_case name (``core.create_evaluation``), as tests call it."""
+    def __getattr__(self, name: str) -> MessageHandler:
+        """An RPC by its snake_case name (``core.create_evaluation``), as tests call it: its
+        response is always a message."""
         path = _BY_METHOD_NAME.get(name)
         if path is None:
             raise AttributeError(name)
-        return self.handler(path)
+        implementation = self.handler(path)
+
+        async def call(request: Message, caller: Caller) -> Message:
+            return message_of(await implementation(request, caller))
+
+        return call
 
 
 def implements(method: descriptor.MethodDescriptor) -> bool:
@@ -152,7 +165,7 @@ def implements(method: descriptor.MethodDescriptor) -> bool:
 def _guarded(implementation: Handler) -> Handler:
     """``implementation`` answering UNAVAILABLE (retryable) while the database is away."""
 
-    async def call(request: Message, caller: Caller) -> Message:
+    async def call(request: Message, caller: Caller) -> Response:
         try:
             return await implementation(request, caller)
         except Unavailable as error:

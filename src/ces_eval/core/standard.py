@@ -26,6 +26,7 @@ from google.protobuf import empty_pb2, message_factory
 
 from ces_eval import filtering
 from ces_eval.contract import checks, fields, limits, schema
+from ces_eval.contract.encoded import Encoded
 from ces_eval.core import names, pages, validation
 from ces_eval.core.stamps import new_etag, now
 from ces_eval.errors import FieldViolation, ServiceError
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from google.protobuf.message import Message
 
     from ces_eval.access import Caller
+    from ces_eval.contract.encoded import Response
     from ces_eval.core.context import Context, Rpc
     from ces_eval.storage.base import Storage
     from ces_eval.storage.tables import Table
@@ -83,7 +85,9 @@ class Store(Generic[M]):
     cursor. ``delete`` receives the etag the deleted version had (for a resource
     without an etag: nothing to compare); ``replace`` only exists for an updatable resource.
     ``orders``: the list orders of its own (``order_by`` field → descending by default) the
-    storage sorts by, besides name, create_time and update_time."""
+    storage sorts by, besides name, create_time and update_time. ``read``: ``get``'s answer as
+    its wire bytes, unparsed, for a resource the storage holds exactly as it is served (the Get
+    RPC then answers those bytes: :class:`~ces_eval.contract.encoded.Encoded`)."""
 
     get: Callable[[Storage, str], Awaitable[M | None]]
     insert: Callable[[Storage, M], Awaitable[None]]
@@ -91,6 +95,7 @@ class Store(Generic[M]):
     delete: Callable[[Storage, str, str], Awaitable[None]]
     replace: Callable[[Storage, M, str], Awaitable[None]] | None = None
     orders: Mapping[str, bool] = field(default_factory=dict)
+    read: Callable[[Storage, str], Awaitable[bytes | None]] | None = None
 
     @classmethod
     def of(cls, table: Table[M], *, updatable: bool = True) -> Store[M]:
@@ -107,6 +112,7 @@ class Store(Generic[M]):
             delete=lambda storage, name, etag: storage.delete_row(table, name, etag),
             replace=replace if updatable else None,
             orders={order.field: order.descending for order in table.orders},
+            read=lambda storage, name: storage.read_row(table, name),
         )
 
 
@@ -315,20 +321,37 @@ async def get(context: Context, resource: Resource[M], name: str) -> M:
     return await existing(context, resource, name)
 
 
+async def _get_rpc(context: Context, resource: Resource[M], name: str) -> Response:
+    """The Get RPC: :func:`get`, answered as the stored bytes where the storage holds the
+    resource as it is served (no parsing, no serializing)."""
+    read = resource.store.read
+    if read is None:
+        return await get(context, resource, name)
+    resource.pattern.parse(name, "name", owned=resource.owned)
+    data = await read(context.storage, name)
+    if data is None:
+        raise ServiceError.not_found(resource.pattern.type, name)
+    return Encoded(resource.message, data)
+
+
 # -- AIP-132 -------------------------------------------------------------------------------------
 
 
 @cache
-def _items_field(response: descriptor.Descriptor, item: descriptor.Descriptor) -> str:
+def _items_field(
+    response: descriptor.Descriptor, item: descriptor.Descriptor
+) -> descriptor.FieldDescriptor:
     """The repeated field of a List response holding the items."""
-    return next(f.name for f in response.fields if f.message_type is item and f.is_repeated)
+    return next(f for f in response.fields if f.message_type is item and f.is_repeated)
 
 
 async def list_page(
     context: Context, resource: Resource[M], request: ListRequest, response: R
-) -> R:
+) -> R | Encoded:
     """AIP-132 List into ``response``: AIP-158 pages bounded in items and bytes, AIP-160
-    filters, AIP-132 order_by; page tokens bound to the query that issued them."""
+    filters, AIP-132 order_by; page tokens bound to the query that issued them. A page of
+    items the storage gave as bytes is answered as those bytes (:class:`Encoded`: ``response``
+    holds the rest), never parsed."""
     parent_pattern = resource.parent
     across_variable = parent_pattern.variables[-1] if resource.list_across else ""
     parts = parent_pattern.parse(
@@ -386,14 +409,19 @@ async def list_page(
     page = [item for item, _ in rows[:taken]]
     if resource.enrich is not None and page:
         taken = await resource.enrich(context, cast("Message", request), page, sizes)
-    items = getattr(response, _items_field(response.DESCRIPTOR, resource.message.DESCRIPTOR))
-    for item in page[:taken]:
+    if taken < len(rows):
+        cast("_Paged", response).next_page_token = tokens.encode(query_key, rows[taken - 1][1])
+    items_field = _items_field(response.DESCRIPTOR, resource.message.DESCRIPTOR)
+    kept = page[:taken]
+    if all(isinstance(item, bytes) for item in kept):
+        encoded = cast("list[bytes]", kept)
+        return Encoded.of_page(type(response), items_field, encoded, response)
+    items = getattr(response, items_field.name)
+    for item in kept:
         if isinstance(item, bytes):
             items.add().MergeFromString(item)
         else:
             items.append(item)
-    if taken < len(rows):
-        cast("_Paged", response).next_page_token = tokens.encode(query_key, rows[taken - 1][1])
     return response
 
 
@@ -614,15 +642,15 @@ def _output(rpc: str) -> type[Message]:
 def _bound(resource: Resource[Any], verb: str, rpc: str) -> Rpc:
     """The standard method ``verb`` of ``resource`` as the implementation of RPC ``rpc``."""
 
-    async def call(context: Context, request: Any, caller: Caller) -> Message:  # noqa: ANN401 - the RPC's own request type
+    async def call(context: Context, request: Any, caller: Caller) -> Response:  # noqa: ANN401 - the RPC's own request type
         if verb == "Get":
-            return await get(context, resource, request.name)
+            return await _get_rpc(context, resource, request.name)
         if verb == "List":
             return await list_page(context, resource, request, _output(rpc)())
         if verb == "Create":
-            return await create(context, resource, request, caller)
+            return cast("Message", await create(context, resource, request, caller))
         if verb == "Update":
-            return await update(context, resource, request, caller)
+            return cast("Message", await update(context, resource, request, caller))
         return await delete(context, resource, request)
 
     return call

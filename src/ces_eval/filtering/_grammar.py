@@ -26,7 +26,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, TypeAlias
 
 import lark
@@ -323,11 +323,14 @@ def _syntax_error(text: str, error: UnexpectedInput) -> FilterError:
     return FilterError(f"syntax error: unexpected {found}{hint}", position)
 
 
+@lru_cache(maxsize=1024)
 def parse(text: str) -> Expr | None:
     """Parse an AIP-160 filter into its syntax tree; ``None`` for an empty filter.
 
     An empty (or whitespace-only) filter matches everything (AIP-160). Every problem, syntax or
-    limit, raises ``FilterError`` with the position of the offending character.
+    limit, raises ``FilterError`` with the position of the offending character. The trees are
+    immutable, so the filters asked for most recently are remembered by their text: a client
+    paging through a list sends the same filter with every page.
     """
     _check_text(text)
     try:

@@ -40,6 +40,10 @@ _Dataset = evaluation_pb2.EvaluationDataset
 _Metrics = evaluation_pb2.AggregatedMetrics
 
 
+def _parsed(message_class: type[M], data: bytes | None) -> M | None:
+    return None if data is None else message_class.FromString(data)
+
+
 class ScriptedStorage(abc.ABC):
     """Storage methods as scripts; subclasses run them (see the module docstring)."""
 
@@ -81,10 +85,13 @@ class ScriptedStorage(abc.ABC):
     async def insert_evaluation(self, evaluation: _Evaluation) -> None:
         await self._write(partial(_scripts.insert_evaluation, self._sql, evaluation))
 
-    async def get_evaluation(self, name: str) -> _Evaluation | None:
+    async def read_evaluation(self, name: str) -> bytes | None:
         return await self._point_query(
-            Statement(self._sql.evaluation_get, (name,)), _scripts.evaluation_of
+            Statement(self._sql.evaluation_get, (name,)), _scripts.evaluation_bytes_of
         )
+
+    async def get_evaluation(self, name: str) -> _Evaluation | None:
+        return _parsed(_Evaluation, await self.read_evaluation(name))
 
     async def list_evaluations(self, query: ListQuery) -> list[tuple[_Evaluation, Cursor]]:
         return await self._query(partial(_scripts.list_evaluations, self._sql, query))
@@ -117,8 +124,11 @@ class ScriptedStorage(abc.ABC):
             partial(_scripts.insert_result, self._sql, result, parent_etag, max_evaluation_bytes)
         )
 
+    async def read_result(self, name: str) -> bytes | None:
+        return await self._point_query(Statement(self._sql.result_get, (name,)), _scripts.data_of)
+
     async def get_result(self, name: str) -> _Result | None:
-        return await self._point_query(Statement(self._sql.result_get, (name,)), _scripts.result_of)
+        return _parsed(_Result, await self.read_result(name))
 
     async def replace_result(
         self, result: _Result, parent_etag: str, *, max_evaluation_bytes: int | None = None
@@ -163,9 +173,12 @@ class ScriptedStorage(abc.ABC):
     async def insert_row(self, table: Table[M], message: M) -> None:
         await self._write(partial(_scripts.insert_row, self._sql, table, message))
 
-    async def get_row(self, table: Table[M], name: str) -> M | None:
+    async def read_row(self, table: Table[M], name: str) -> bytes | None:
         statement = Statement(self._sql.table(table).get, (name,))
-        return await self._point_query(statement, _scripts.row_of(table))
+        return await self._point_query(statement, _scripts.data_of)
+
+    async def get_row(self, table: Table[M], name: str) -> M | None:
+        return _parsed(table.message, await self.read_row(table, name))
 
     async def list_rows(self, table: Table[M], query: ListQuery) -> list[tuple[bytes, Cursor]]:
         return await self._query(partial(_scripts.list_rows, self._sql, table, query))

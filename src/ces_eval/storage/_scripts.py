@@ -190,9 +190,9 @@ def insert_evaluation(sql: Sql, evaluation: _Evaluation) -> Script[None]:
     yield _insert_evaluation(sql, evaluation)
 
 
-def evaluation_of(rows: Rows) -> _Evaluation | None:
-    """The answer of ``sql.evaluation_get``."""
-    return _tables.evaluation_from_row(*rows.rows[0]) if rows.rows else None
+def evaluation_bytes_of(rows: Rows) -> bytes | None:
+    """The answer of ``sql.evaluation_get``: the evaluation's wire bytes as served."""
+    return _tables.evaluation_bytes(*rows.rows[0]) if rows.rows else None
 
 
 def list_evaluations(sql: Sql, query: ListQuery) -> Script[list[tuple[_Evaluation, Cursor]]]:
@@ -347,9 +347,10 @@ def insert_result(
     yield from _refresh_derived(sql, evaluation, parent_etag, change, max_bytes)
 
 
-def result_of(rows: Rows) -> _Result | None:
-    """The answer of ``sql.result_get``."""
-    return _Result.FromString(rows.rows[0][0]) if rows.rows else None
+def data_of(rows: Rows) -> bytes | None:
+    """The answer of ``sql.result_get`` and of a generic table's ``get``: the stored
+    resource's wire bytes (its ``data`` column)."""
+    return bytes(rows.rows[0][0]) if rows.rows else None
 
 
 def replace_result(

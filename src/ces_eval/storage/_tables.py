@@ -31,6 +31,7 @@ __all__ = [
     "RESULT_COLUMNS",
     "RESULT_FILTER_FIELDS",
     "derived_blob",
+    "evaluation_bytes",
     "evaluation_from_row",
     "evaluation_row",
     "expectations_of",
@@ -186,12 +187,15 @@ def expectations_of(evaluation: _Evaluation) -> list[str]:
 
 
 def evaluation_from_row(data: bytes, derived: bytes, etag: str) -> _Evaluation:
-    """The evaluation as served from its row. Serialized protobuf messages merge when
-    concatenated; the blobs hold disjoint fields, neither the etag, which is set after parsing
-    (cheaper than serializing a message of it to append)."""
-    message = _Evaluation.FromString(bytes(data) + bytes(derived) if derived else bytes(data))
-    message.etag = etag
-    return message
+    """The evaluation as served from its row (:func:`evaluation_bytes`, parsed)."""
+    return _Evaluation.FromString(evaluation_bytes(data, derived, etag))
+
+
+def evaluation_bytes(data: bytes, derived: bytes, etag: str) -> bytes:
+    """The wire bytes of the evaluation served from its row, unparsed: serialized protobuf
+    messages merge when concatenated, and the blobs and the etag hold disjoint fields."""
+    tail = _Evaluation(etag=etag).SerializeToString() if etag else b""
+    return b"".join((bytes(data), bytes(derived) if derived else b"", tail))
 
 
 def refuse_growth(

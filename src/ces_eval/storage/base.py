@@ -149,6 +149,9 @@ class Storage(Protocol):
     async def get_evaluation(self, name: str) -> evaluation_pb2.Evaluation | None:
         """The evaluation with its derived fields, or None."""
 
+    async def read_evaluation(self, name: str) -> bytes | None:
+        """:meth:`get_evaluation`'s answer as its wire bytes, unparsed (issue 19)."""
+
     async def list_evaluations(
         self, query: ListQuery
     ) -> list[tuple[evaluation_pb2.Evaluation, Cursor]]:
@@ -189,6 +192,9 @@ class Storage(Protocol):
         ``max_evaluation_bytes`` and larger than it was (the same for every result write)."""
 
     async def get_result(self, name: str) -> evaluation_pb2.EvaluationResult | None: ...
+
+    async def read_result(self, name: str) -> bytes | None:
+        """:meth:`get_result`'s answer as its wire bytes, unparsed."""
 
     async def replace_result(
         self,
@@ -236,6 +242,9 @@ class Storage(Protocol):
         parent."""
 
     async def get_row(self, table: Table[M], name: str) -> M | None: ...
+
+    async def read_row(self, table: Table[M], name: str) -> bytes | None:
+        """:meth:`get_row`'s answer as its wire bytes, unparsed."""
 
     async def list_rows(self, table: Table[M], query: ListQuery) -> list[tuple[bytes, Cursor]]:
         """Up to ``query.limit`` rows of ``query.parent`` after ``query.after``, serialized

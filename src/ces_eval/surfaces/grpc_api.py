@@ -21,6 +21,7 @@ from grpc_status import rpc_status
 from ces_eval import logs
 from ces_eval.admission import Admission
 from ces_eval.contract import schema
+from ces_eval.contract.encoded import Encoded
 from ces_eval.contract.limits import ENCODED_CHECK_BYTES, LIMITS, LOOP_BYTES
 from ces_eval.core.validation import raise_if_invalid
 from ces_eval.errors import Code, FieldViolation, ServiceError
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from google.protobuf.message import Message
 
     from ces_eval.access import Caller, Handler
+    from ces_eval.contract.encoded import Response
 
 __all__ = ["CALLER_METADATA", "Dispatcher"]
 
@@ -151,10 +153,10 @@ def _behavior(
     request_class = message_factory.GetMessageClass(method.input_type) if method else None
     resource = logs.resource_field(method) if method else ""
 
-    async def handle(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Message:
+    async def handle(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Response:
         line = boundary.start(name)
 
-        async def work(caller: Caller) -> Message:
+        async def work(caller: Caller) -> Response:
             if implementation is None or request_class is None:
                 raise ServiceError.unimplemented(name)
             request = await off_loop(len(raw) > LOOP_BYTES, _decode, request_class, raw)
@@ -173,7 +175,10 @@ def _behavior(
             raise AssertionError("abort_with_status returned")  # pragma: no cover
         return outcome
 
-    serialize: Callable[[Message], bytes] = lambda m: m.SerializeToString()  # noqa: E731
+    # An answer held as its wire bytes goes out as it is (ces_eval.contract.encoded).
+    serialize: Callable[[Response], bytes] = lambda m: (  # noqa: E731
+        m.data if isinstance(m, Encoded) else m.SerializeToString()
+    )
     # Requests are parsed inside ``handle``: a malformed one is INVALID_ARGUMENT in our error
     # model, where a failing request_deserializer would answer UNKNOWN with the exception text.
     return grpc.unary_unary_rpc_method_handler(handle, response_serializer=serialize)

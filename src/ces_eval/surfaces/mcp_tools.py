@@ -73,6 +73,7 @@ from ces_eval import logs
 from ces_eval.access import Caller, Handler, JsonFields, authorize
 from ces_eval.contract import schema
 from ces_eval.contract.comments import comment
+from ces_eval.contract.encoded import message_of
 from ces_eval.contract.jsonschema import JsonSchema, document
 from ces_eval.contract.limits import LOOP_BYTES, MAX_REQUEST_BYTES
 from ces_eval.core.service import implements, snake_case
@@ -252,7 +253,7 @@ async def _call(
     request = await off_loop(large, _request, spec, arguments)
     if call is not None and (field := logs.resource_field(spec.method)):
         call.resource = logs.field_value(request, field)
-    response = await implementations[spec.rpc](request, caller)
+    response = message_of(await implementations[spec.rpc](request, caller))
     return await off_loop(large or response.ByteSize() > LOOP_BYTES, result, response)
 
 

@@ -25,6 +25,7 @@ from urllib.parse import parse_qsl
 from ces_eval.access import VariableFields, authorize
 from ces_eval.admission import WATCHED_METHODS, server_timeout, until_disconnected
 from ces_eval.contract import schema
+from ces_eval.contract.encoded import Encoded
 from ces_eval.contract.limits import LOOP_BYTES
 from ces_eval.core.service import implements
 from ces_eval.errors import FieldViolation, ServiceError
@@ -167,8 +168,17 @@ class Transcoder:
         if route.path in WATCHED_METHODS:  # long calls end when their client goes
             call = until_disconnected(call, receive)
         response = await call
+        renderer = self._renderer
+        if isinstance(response, Encoded):
+            # Remembered renderings are joined on the loop; anything to render goes to a
+            # worker thread when large.
+            rendered = renderer.cached_encoded(response, int_enums)
+            if rendered is not None:
+                return rendered
+            large = large or len(response.data) > LOOP_BYTES
+            return await off_loop(large, renderer.render_encoded, response, int_enums)
         large = large or response.ByteSize() > LOOP_BYTES
-        return await off_loop(large, self._renderer.render, response, int_enums)
+        return await off_loop(large, renderer.render, response, int_enums)
 
     @staticmethod
     def _request(

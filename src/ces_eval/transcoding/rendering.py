@@ -21,10 +21,12 @@ import threading
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from google.protobuf import descriptor, field_mask_pb2, json_format
+from google.protobuf import descriptor, field_mask_pb2, json_format, message_factory
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message
+
+    from ces_eval.contract.encoded import Encoded, Page
 
 __all__ = ["COMPACT", "PIECE_BYTES", "JsonRenderer", "encode"]
 
@@ -87,7 +89,10 @@ def encode(
 
 class JsonRenderer:
     """``render(message, int_enums)`` → compact UTF-8 JSON bytes, cached up to ``max_bytes``
-    (keys and values counted)."""
+    (keys and values counted). :meth:`render_encoded` renders a response held as its wire
+    bytes: by those bytes for a message, item by item for a List page (each item's rendering
+    remembered by its own bytes, the page a join of them), so a page read again, or an item
+    already read on another page or by Get, costs no rendering."""
 
     def __init__(self, max_bytes: int = 64 * 1024 * 1024) -> None:
         self._max_bytes = max_bytes
@@ -102,19 +107,33 @@ class JsonRenderer:
         return encode(message, int_enums, COMPACT, size).encode()
 
     def render(self, message: Message, int_enums: bool) -> bytes:
-        key = (
-            message.DESCRIPTOR.full_name,
-            message.SerializeToString(deterministic=True),
-            int_enums,
-        )
+        data = message.SerializeToString(deterministic=True)
+        return self._bytes(type(message), data, int_enums, message)
+
+    def _cached(self, key: tuple[str, bytes, bool]) -> bytes | None:
         with self._lock:
             cached = self._entries.get(key)
             if cached is not None:
                 self._entries.move_to_end(key)
                 self.hits += 1
-                return cached
-        rendered = self._render(message, int_enums, len(key[1]))
-        size = len(key[1]) + len(rendered)
+            return cached
+
+    def _bytes(
+        self,
+        message_class: type[Message],
+        data: bytes,
+        int_enums: bool,
+        message: Message | None = None,
+    ) -> bytes:
+        """The rendering of the ``message_class`` message whose wire bytes are ``data``
+        (``message``: it parsed, when the caller has it)."""
+        key = (message_class.DESCRIPTOR.full_name, data, int_enums)
+        cached = self._cached(key)
+        if cached is not None:
+            return cached
+        parsed = message_class.FromString(data) if message is None else message
+        rendered = self._render(parsed, int_enums, len(data))
+        size = len(data) + len(rendered)
         if size > self._max_bytes // 8:
             return rendered  # too large to be worth a slot
         with self._lock:
@@ -126,3 +145,48 @@ class JsonRenderer:
                     (_, old_bytes, _), old = self._entries.popitem(last=False)
                     self._used -= len(old_bytes) + len(old)
         return rendered
+
+    def cached_encoded(self, encoded: Encoded, int_enums: bool) -> bytes | None:
+        """:meth:`render_encoded`'s answer when every rendering it needs is remembered (no
+        parsing, no rendering: fit for the event loop), else None."""
+        page = encoded.page
+        if page is None:
+            return self._cached(
+                (encoded.message_class.DESCRIPTOR.full_name, encoded.data, int_enums)
+            )
+        name = page.item_type.full_name
+        items = []
+        for item in page.items:
+            rendered = self._cached((name, item, int_enums))
+            if rendered is None:
+                return None
+            items.append(rendered)
+        return self._page(encoded, page, items, int_enums)
+
+    def render_encoded(self, encoded: Encoded, int_enums: bool) -> bytes:
+        """Exactly what :meth:`render` gives for ``encoded``'s message, from its bytes."""
+        page = encoded.page
+        if page is None:
+            return self._bytes(encoded.message_class, encoded.data, int_enums)
+        item_class = message_factory.GetMessageClass(page.item_type)
+        items = [self._bytes(item_class, item, int_enums) for item in page.items]
+        return self._page(encoded, page, items, int_enums)
+
+    def _page(self, encoded: Encoded, page: Page, items: list[bytes], int_enums: bool) -> bytes:
+        """A List page's JSON from its items' renderings. json_format writes fields in field
+        number order: the items' member first when their field's number is below every other
+        field set (every AIP-132 response), else the page is rendered as a message."""
+        rest = page.rest.ListFields()
+        if any(field.number < page.field.number for field, _ in rest):
+            return self.render(encoded.message(), int_enums)
+        # The rest (a page token) differs from page to page: rendered, never remembered.
+        head = self._render(page.rest, int_enums, page.rest.ByteSize()) if rest else b"{}"
+        if not items:
+            return head
+        # One join, one buffer: each concatenation of a page's megabyte would be a fresh
+        # allocation to fault in.
+        parts = [b'{"' + page.field.json_name.encode() + b'":[']
+        for item in items:
+            parts += (item, b",")
+        parts[-1] = b"]}" if head == b"{}" else b"]," + head[1:]
+        return b"".join(parts)
