@@ -77,14 +77,14 @@ def _serve(args: argparse.Namespace) -> int:
         body_timeout=args.body_timeout,
         log_level=args.log_level,
         log_format=args.log_format,
-        event_loop=args.loop,
+        loop=args.loop,
         allow_host=tuple(args.allow_host),
         allow_origin=tuple(args.allow_origin),
     )
     try:
         if args.worker_of is not None:  # started by a supervisor (below), never by hand
             return loops.run(
-                serve(config, worker_of=socket.socket(fileno=args.worker_of)), config.event_loop
+                serve(config, worker_of=socket.socket(fileno=args.worker_of)), config.loop
             )
         if args.workers > 1:
             # Imported here: a single-process server does not need the supervisor.
@@ -93,9 +93,9 @@ def _serve(args: argparse.Namespace) -> int:
             # Checked before any worker starts: a refusal must not become a restart loop.
             preflight(config)
             # The supervisor runs on asyncio's own loop: it only starts and watches workers,
-            # and uvloop's subprocesses take no process_group. Workers run on config.event_loop.
+            # and uvloop's subprocesses take no process_group. Workers run on config.loop.
             return loops.run(supervise(config, args.workers), "asyncio")
-        return loops.run(serve(config), config.event_loop)
+        return loops.run(serve(config), config.loop)
     except StartupError as error:
         _log.debug("start-up failed", exc_info=True)
         print(f"ces-eval: {error}", file=sys.stderr, flush=True)
@@ -462,7 +462,7 @@ def _serve_parser(commands: argparse._SubParsersAction[_Parser]) -> argparse.Arg
     add(
         "--loop",
         choices=loops.LOOPS,
-        default=defaults.event_loop,
+        default=defaults.loop,
         help="the event loop: uvloop (auto, where installed) or asyncio's own",
     )
     add("--worker-of", type=int, help=argparse.SUPPRESS)

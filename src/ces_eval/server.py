@@ -96,7 +96,7 @@ class ServerConfig:
     body_timeout: float = connections.Timeouts.body
     log_level: str = "info"  # logs.LEVELS; info writes the request log
     log_format: str = "text"  # logs.FORMATS
-    event_loop: str = "auto"  # loops.LOOPS: --loop auto|uvloop|asyncio
+    loop: str = "auto"  # loops.LOOPS: --loop auto|uvloop|asyncio
     # Web pages (http_app.BrowserGuard): more Host names (any port) and cross-origin origins.
     allow_host: tuple[str, ...] = ()
     allow_origin: tuple[str, ...] = ()

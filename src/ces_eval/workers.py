@@ -178,7 +178,7 @@ class _Group:
             "--log-format",
             config.log_format,
             "--loop",
-            config.event_loop,
+            config.loop,
             *(["--auth-tokens", str(config.auth_tokens)] if config.auth_tokens else []),
             *(["--allow-unauthenticated"] if config.allow_unauthenticated else []),
             *(["--allow-host", ",".join(config.allow_host)] if config.allow_host else []),

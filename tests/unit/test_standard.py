@@ -15,6 +15,7 @@ from google.protobuf.message import Message
 
 from ces_eval.access import Caller
 from ces_eval.contract import schema
+from ces_eval.contract.encoded import message_of
 from ces_eval.core import names, standard
 from ces_eval.core.datasets import DATASETS
 from ces_eval.core.evaluations import EVALUATIONS
@@ -291,11 +292,13 @@ def test_list_pages_through_everything_once(core: Harness, kind: Kind) -> None:
     made = {core.make(kind, f"item-{i}", f"Item {i}").name for i in range(5)}
     seen: list[str] = []
     token = ""
-    items = standard._items_field(kind.list_response.DESCRIPTOR, kind.resource.message.DESCRIPTOR)
+    items = standard._items_field(
+        kind.list_response.DESCRIPTOR, kind.resource.message.DESCRIPTOR
+    ).name
     while True:
         request = kind.list_request(parent=kind.parent, page_size=2, page_token=token)
         page = core.run(
-            standard.list_page(core.context, kind.resource, request, kind.list_response())
+            _message(standard.list_page(core.context, kind.resource, request, kind.list_response()))
         )
         seen += [item.name for item in getattr(page, items)]
         token = page.next_page_token
@@ -307,7 +310,12 @@ def test_list_pages_through_everything_once(core: Harness, kind: Kind) -> None:
 
 def _list(core: Harness, kind: Kind, **fields: Any) -> Awaitable[Any]:
     request = kind.list_request(parent=kind.parent, **fields)
-    return standard.list_page(core.context, kind.resource, request, kind.list_response())
+    return _message(standard.list_page(core.context, kind.resource, request, kind.list_response()))
+
+
+async def _message(call: Awaitable[Any]) -> Any:
+    """A List answer as a message (a page of stored items comes as its bytes)."""
+    return message_of(await call)
 
 
 @each_kind
@@ -335,7 +343,9 @@ def test_list_filters_and_orders(core: Harness, kind: Kind) -> None:
         core.make(kind, f"item-{i}", f"Item {i}")
     wanted = 'display_name = "Item 1" OR display_name = "Item 2"'
     page = core.run(_list(core, kind, filter=wanted, order_by="name desc"))
-    items = standard._items_field(kind.list_response.DESCRIPTOR, kind.resource.message.DESCRIPTOR)
+    items = standard._items_field(
+        kind.list_response.DESCRIPTOR, kind.resource.message.DESCRIPTOR
+    ).name
     assert [i.display_name for i in getattr(page, items)] == ["Item 2", "Item 1"]
 
 
@@ -350,8 +360,10 @@ def test_list_of_a_missing_stored_parent_is_not_found_unless_across(core: Harnes
     assert error.code == Code.NOT_FOUND
     across = service_pb2.ListEvaluationResultsRequest(parent=f"{APP}/evaluations/-")
     page = core.run(
-        standard.list_page(
-            core.context, RESULTS, across, service_pb2.ListEvaluationResultsResponse()
+        _message(
+            standard.list_page(
+                core.context, RESULTS, across, service_pb2.ListEvaluationResultsResponse()
+            )
         )
     )
     assert [r.display_name for r in page.evaluation_results] == ["Seen"]

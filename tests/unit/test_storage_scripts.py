@@ -104,9 +104,9 @@ def test_the_async_driver_runs_the_same_script() -> None:
     async def execute(statement: Statement) -> Rows:
         return engine(statement)
 
-    point = _scripts.point(Statement(sql.evaluation_get, (NAME,)), _scripts.evaluation_of)
+    point = _scripts.point(Statement(sql.evaluation_get, (NAME,)), _scripts.evaluation_bytes_of)
     found = asyncio.run(_scripts.drive_async(point, execute))
-    assert found == evaluation_pb2.Evaluation(etag="e7")
+    assert found == evaluation_pb2.Evaluation(etag="e7").SerializeToString()
     assert engine.asked == [Statement(sql.evaluation_get, (NAME,))]
 
 

@@ -60,14 +60,21 @@ class Page:
         return item_type
 
 
-@dataclass(frozen=True, slots=True)
 class Encoded:
-    """A response message of type ``message_class`` as its wire bytes ``data``; ``page`` tells
-    a List response's parts (None for any other message)."""
+    """A response message of type ``message_class`` as its wire bytes :attr:`data`; ``page``
+    tells a List response's parts (None for any other message), whose bytes are joined only
+    when a surface asks for them (REST renders a page from its items and never needs them)."""
 
-    message_class: type[Message]
-    data: bytes
-    page: Page | None = None
+    __slots__ = ("_data", "message_class", "page")
+
+    def __init__(
+        self, message_class: type[Message], data: bytes | None = None, page: Page | None = None
+    ) -> None:
+        if data is None and page is None:
+            raise ValueError("an Encoded response needs its bytes or its page")
+        self.message_class = message_class
+        self.page = page
+        self._data = data
 
     @classmethod
     def of_page(
@@ -79,12 +86,30 @@ class Encoded:
     ) -> Encoded:
         """The List response ``rest`` with ``items`` (encodings of ``field``'s message type) in
         its repeated ``field``, without parsing an item."""
-        tag = varint(field.number << 3 | _LENGTH_DELIMITED)
-        parts: list[bytes] = []
-        for item in items:
-            parts += (tag, varint(len(item)), item)
-        parts.append(rest.SerializeToString())
-        return cls(message_class, b"".join(parts), Page(field, items, rest))
+        return cls(message_class, page=Page(field, items, rest))
+
+    @property
+    def data(self) -> bytes:
+        """The message's wire bytes: a page's items, each as its tag, length and bytes, then
+        the rest serialized (joined on first use)."""
+        if self._data is None:
+            page = self.page
+            if page is None:  # pragma: no cover - __init__ allows no other state
+                raise AssertionError("an Encoded response with neither bytes nor a page")
+            tag = varint(page.field.number << 3 | _LENGTH_DELIMITED)
+            parts: list[bytes] = []
+            for item in page.items:
+                parts += (tag, varint(len(item)), item)
+            parts.append(page.rest.SerializeToString())
+            self._data = b"".join(parts)
+        return self._data
+
+    @property
+    def size(self) -> int:
+        """About ``len(data)``, without joining a page (its items' tags and lengths left out)."""
+        if self._data is not None or self.page is None:
+            return len(self.data)
+        return sum(map(len, self.page.items)) + self.page.rest.ByteSize()
 
     def message(self) -> Message:
         """The message these bytes encode (parsed on each call)."""

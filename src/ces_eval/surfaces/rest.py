@@ -175,7 +175,7 @@ class Transcoder:
             rendered = renderer.cached_encoded(response, int_enums)
             if rendered is not None:
                 return rendered
-            large = large or len(response.data) > LOOP_BYTES
+            large = large or response.size > LOOP_BYTES
             return await off_loop(large, renderer.render_encoded, response, int_enums)
         large = large or response.ByteSize() > LOOP_BYTES
         return await off_loop(large, renderer.render, response, int_enums)
