@@ -11,11 +11,28 @@ import gc
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-__all__ = ["collector_paused", "off_loop"]
+from ces_eval.contract.limits import LOOP_BYTES
+
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
+
+__all__ = ["collector_paused", "is_heavy", "off_loop"]
 
 _T = TypeVar("_T")
+
+# Set in a request's context once part of its work left the loop: the rest of it is as large.
+_heavy_request: ContextVar[bool] = ContextVar("ces_eval_heavy_request", default=False)
+
+
+def is_heavy(*messages: Message) -> bool:
+    """Whether work on ``messages`` belongs off the loop: the request they are part of was
+    found large already (:func:`off_loop` remembers it), or one of them serializes to more
+    than LOOP_BYTES. Sizing a message walks all of it, holding the interpreter (~17 ms for
+    the largest evaluation the limits allow), so a request known large is not sized again."""
+    return _heavy_request.get() or any(m.ByteSize() > LOOP_BYTES for m in messages)
 
 
 async def off_loop(heavy: bool, work: Callable[..., _T], *args: Any) -> _T:  # noqa: ANN401
@@ -26,6 +43,7 @@ async def off_loop(heavy: bool, work: Callable[..., _T], *args: Any) -> _T:  # n
     for a tenth of a second or more at a time."""
     if not heavy:
         return work(*args)
+    _heavy_request.set(True)
     return await asyncio.to_thread(_collector_waiting, work, *args)
 
 

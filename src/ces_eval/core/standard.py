@@ -30,7 +30,7 @@ from ces_eval.contract.encoded import Encoded
 from ces_eval.core import names, pages, validation
 from ces_eval.core.stamps import new_etag, now
 from ces_eval.errors import FieldViolation, ServiceError
-from ces_eval.offload import off_loop
+from ces_eval.offload import is_heavy, off_loop
 from ces_eval.storage.base import (
     Conflict,
     Cursor,
@@ -486,7 +486,7 @@ async def create(
     present = cast("Message", request).HasField(resource.field) or not resource.require_body
     body: M | None = getattr(request, resource.field) if present else None
     # Validated in a worker thread when large: the event loop serves everyone else meanwhile.
-    large = body is not None and body.ByteSize() > limits.LOOP_BYTES
+    large = body is not None and is_heavy(body)
     draft = partial(_new, resource, body, name=name, parts=parts, user=caller.user, parent=parent)
     message, violations = await off_loop(large, draft)
     validation.raise_if_invalid(violations, resource.field)
@@ -568,7 +568,7 @@ async def update(
         current = await existing(context, resource, name)
         if etag and etag != _etag(current):
             raise ServiceError.aborted_etag(resource.pattern.type, name)
-        large = max(body.ByteSize(), current.ByteSize()) > limits.LOOP_BYTES
+        large = is_heavy(body, current)
         paths = list(request.update_mask.paths)
         apply = partial(
             _updated, resource, current, body, paths=paths, user=caller.user, parts=parts

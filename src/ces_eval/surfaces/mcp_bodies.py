@@ -73,6 +73,10 @@ class Large:
             structured_content={STAND_IN: self.token},
         )
 
+    def forget(self) -> None:
+        """Let the arguments go (freed in the thread that calls this)."""
+        self.arguments = None
+
     def replaced(self, body: bytes) -> bytes | None:
         """``body``, the SDK's answer, with the rendered result in place of its stand-ins;
         None when they are not both there exactly once (nothing of ours to replace)."""
@@ -174,7 +178,12 @@ def lightened(app: ASGIApp) -> ASGIApp:
             except ServiceError as error:
                 await send_error(scope, send, error, jsonrpc=True)
                 return
-            await _handed(app, scope, receive, send, large=large, body=body)
+            try:
+                await _handed(app, scope, receive, send, large=large, body=body)
+            finally:
+                # Freed before the collector is back (its first collection would walk them)
+                # and off the loop: freeing their ~10^5 objects takes tens of milliseconds.
+                await off_loop(True, large.forget)
 
     return light
 
@@ -203,7 +212,7 @@ async def _handed(
             start = message  # sent with the body, whose length changes
             return
         if message["type"] == "http.response.body" and start is not None:
-            answer = large.replaced(message.get("body", b""))
+            answer = await off_loop(True, large.replaced, message.get("body", b""))
             if answer is None or message.get("more_body", False):
                 _log.error("the MCP SDK's answer does not hold the result's stand-ins")
                 await send_error(scope, send, internal_error(), jsonrpc=True)
