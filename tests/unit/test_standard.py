@@ -15,7 +15,7 @@ from google.protobuf.message import Message
 
 from ces_eval.access import Caller
 from ces_eval.contract import schema
-from ces_eval.contract.encoded import message_of
+from ces_eval.contract.encoded import Encoded, message_of
 from ces_eval.core import names, standard
 from ces_eval.core.datasets import DATASETS
 from ces_eval.core.evaluations import EVALUATIONS
@@ -212,6 +212,20 @@ def test_core_modules_import_no_cycle() -> None:
 def test_get_returns_what_create_stored(core: Harness, kind: Kind) -> None:
     created = core.make(kind, "one", "One")
     assert core.run(standard.get(core.context, kind.resource, created.name)) == created
+
+
+@pytest.mark.parametrize("kind", [KINDS["evaluation"], KINDS["evaluation_result"]])
+def test_the_get_rpc_answers_the_stored_bytes_unparsed(core: Harness, kind: Kind) -> None:
+    """An evaluation and a result are stored exactly as they are served: the Get RPC answers
+    the stored wire bytes (Encoded: no parse, no serialize on the read), which are what create
+    stored. (A dataset's aggregated_metrics are tallied on each read.)"""
+    created = core.make(kind, "one", "One")
+    rpc = f"Get{kind.resource.message.DESCRIPTOR.name}"
+    call = standard.methods(kind.resource, "Get")[rpc]
+    request = type("Request", (), {"name": created.name})()
+    answer = core.run(call(core.context, request, ME))
+    assert isinstance(answer, Encoded)
+    assert message_of(answer) == created
 
 
 @each_kind

@@ -113,6 +113,7 @@ EVALUATIONS = standard.Resource(
         replace=lambda storage, evaluation, etag: storage.replace_evaluation(
             evaluation, expected_etag=etag
         ),
+        read=lambda storage, name: storage.read_evaluation(name),
     ),
     rules=_rules,
     filters=("filter", "evaluation_filter"),

@@ -85,6 +85,7 @@ RESULTS = standard.Resource(
         list=lambda storage, query: storage.list_results(query),
         # Results carry no etag; their evaluation gets a new one.
         delete=lambda storage, name, _etag: storage.delete_result(name, new_etag()),
+        read=lambda storage, name: storage.read_result(name),
     ),
     rules=_rules,
     list_across=True,
