@@ -546,6 +546,7 @@ async def _serve(
             timeout_graceful_shutdown=int(DRAIN_SECONDS),
             http=connections.http_protocol(listener),
             ws="none",
+            access_log=False,  # our own request log (logs.RequestLog) writes each call's line
             timeout_keep_alive=config.timeouts.idle,
         )
     )

@@ -413,3 +413,67 @@ def test_match_never_raises(template: str, raw: str) -> None:
     for candidate in (raw, "/" + raw):
         result = parsed.match(candidate)
         assert result is None or set(result) == set(parsed.variables)
+
+
+def _escape_one(raw: str, at: int) -> str:
+    """``raw`` with its unreserved character ``at`` percent-encoded (same meaning)."""
+    return raw[:at] + f"%{ord(raw[at]):02X}" + raw[at + 1 :]
+
+
+# A path each template matches: the property tests below change them.
+_EXAMPLES = [
+    (LIST, f"/v1beta/{APP}/evaluations"),
+    (UPDATE, f"/v1beta/{EVALUATION}"),
+    (EXPORT_RESULTS, f"/v1beta/{EVALUATION}/results:export"),
+    (RUN_METRICS, f"/v1beta/{EVALUATION}/results/r:runEvaluationResultMetrics"),
+    (RESET, "/emulator/v1/projects/p:reset"),
+    ("/v1/{name=**}", "/v1/a/b/c"),
+    ("/v1/*/x/**", "/v1/a/x"),
+    ("/v1/*/x/**", "/v1/a/x/b/c"),
+    (BOOKS, "/v1/shelves/s/books/b"),
+]
+
+
+_WORDS = st.sampled_from(
+    ["x", "", "v1", "v1beta", "projects", "apps", "evaluations", "results", "a:b", "p:reset"]
+)
+
+
+@pytest.mark.parametrize(("template", "path"), _EXAMPLES)
+@given(data=st.data())
+def test_a_path_without_escapes_matches_as_its_escaped_twin(
+    template: str, path: str, data: st.DataObject
+) -> None:
+    """A path holding no ``%`` takes a shorter way through match; escaping one of its letters
+    (which changes nothing it means) must give the same answer, for the template's own path
+    with any segment changed, dropped or repeated."""
+    parsed = parse_template(template)
+    segments = path[1:].split("/")
+    at = data.draw(st.integers(0, len(segments) - 1))
+    change = data.draw(st.sampled_from(["replace", "drop", "repeat"]))
+    if change == "replace":
+        segments[at] = data.draw(_WORDS)
+    elif change == "drop":
+        del segments[at]
+    else:
+        segments.insert(at, segments[at])
+    raw = "/" + "/".join(segments)
+    letters = [i for i, c in enumerate(raw) if c.isascii() and c.isalpha()]
+    twin = _escape_one(raw, data.draw(st.sampled_from(letters)))
+    assert parsed.match(raw) == parsed.match(twin)
+
+
+@pytest.mark.parametrize(("template", "path"), _EXAMPLES)
+def test_fits_refuses_only_paths_that_do_not_match(template: str, path: str) -> None:
+    """The router's quick refusal: never False for a path that matches (escaped or not),
+    whose segment count is one the template's counts admit."""
+    parsed = parse_template(template)
+    fixed, more = parsed.counts
+    for candidate in (path, _escape_one(path, 1), _escape_one(path, len(path) - 1)):
+        assert parsed.match(candidate) is not None, candidate
+        segments = candidate[1:].split("/")
+        assert len(segments) >= fixed if more else len(segments) == fixed
+        assert parsed.fits(segments)
+    wrong = parse_template("/v1/shelves/{s}/books")
+    assert not wrong.fits(["v1", "desks", "s", "books"])
+    assert wrong.fits(["v1", "%73helves", "s", "books"])  # an escape: match decides

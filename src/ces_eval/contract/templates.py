@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from typing import NoReturn
@@ -125,6 +125,8 @@ def _decode(raw: str) -> str | None:
 
 def _decode_reserved(raw: str) -> str | None:
     """Decode like ``_decode`` but leave ``%2F`` / ``%2f`` as sent (reserved expansion)."""
+    if "%" not in raw:
+        return raw
     pieces = _ENCODED_SLASH.split(raw)
     out: list[str] = []
     for index, piece in enumerate(pieces):
@@ -157,6 +159,8 @@ class PathTemplate:
     _segments: tuple[_Segment, ...] = field(repr=False, compare=False)
     _bindings: tuple[_Variable, ...] = field(repr=False, compare=False)
     _verb_decoded: str | None = field(repr=False, compare=False)
+    # The index and decoded text of each literal segment, in order (for fits).
+    _literals: tuple[tuple[int, str], ...] = field(default=(), repr=False, compare=False)
 
     def match(self, raw_path: str) -> dict[str, str] | None:
         """Match a raw (still percent-encoded) URL path, without its query string.
@@ -167,6 +171,8 @@ class PathTemplate:
         raw_segments = self._split(raw_path)
         if raw_segments is None:
             return None
+        if "%" not in raw_path:
+            return self._match_plain(raw_segments)
         decoded: list[str] = []
         for raw, segment in zip(raw_segments, self._pattern(len(raw_segments)), strict=True):
             text = _decode(raw) if raw else None
@@ -183,6 +189,45 @@ class PathTemplate:
             # Cannot be None once _decode succeeded: 0x2F is never inside a UTF-8 sequence.
             values[variable.field_path] = "/".join(part or "" for part in parts)
         return values
+
+    def _match_plain(self, raw_segments: list[str]) -> dict[str, str] | None:
+        """:meth:`match` of a path without escapes: each segment is its own decoding."""
+        if "" in raw_segments:
+            return None
+        for index, literal in self._literals:
+            if raw_segments[index] != literal:
+                return None
+        count = len(raw_segments)
+        values: dict[str, str] = {}
+        for variable in self._bindings:
+            if not variable.multi:
+                values[variable.field_path] = raw_segments[variable.start]
+                continue
+            end = count if variable.end == len(self._segments) else variable.end
+            values[variable.field_path] = "/".join(raw_segments[variable.start : end])
+        return values
+
+    @property
+    def counts(self) -> tuple[int, bool]:
+        """How many segments a matching path has (its verb on the last), and whether it may
+        have more (a template ending in ``**``: then that many or more, the ``**`` matching
+        none)."""
+        fixed = len(self._segments)
+        if self._segments[-1].kind is _Kind.DOUBLE_STAR:
+            return fixed - 1, True
+        return fixed, False
+
+    def fits(self, raw_segments: Sequence[str]) -> bool:
+        """A quick refusal before :meth:`match`: False when a literal segment of the template
+        (before the last, which may carry the verb) differs from the request's raw segment
+        there and that holds no escape; the segment count is the caller's (:attr:`counts`)."""
+        for index, literal in self._literals:
+            if index >= len(raw_segments) - 1:
+                break
+            raw = raw_segments[index]
+            if raw != literal and "%" not in raw:
+                return False
+        return True
 
     def _split(self, raw_path: str) -> list[str] | None:
         """The raw segments of ``raw_path`` without the verb; ``None`` if their count can't fit."""
@@ -351,6 +396,11 @@ class _Parser:
             _segments=tuple(self.segments),
             _bindings=tuple(self.bindings),
             _verb_decoded=None if verb is None else _decode(verb),
+            _literals=tuple(
+                (index, segment.decoded)
+                for index, segment in enumerate(self.segments)
+                if segment.kind is _Kind.LITERAL
+            ),
         )
 
     def segment(self) -> None:

@@ -147,6 +147,9 @@ class SqliteStorage(ScriptedStorage):
             connection.execute(f"PRAGMA synchronous={'FULL' if self._durable else 'OFF'}")
             connection.execute("PRAGMA foreign_keys=ON")
             connection.execute("PRAGMA busy_timeout=30000")
+            # A savepoint's statement journal (every job of a group commit has one) in memory,
+            # not in a temporary file written page by page.
+            connection.execute("PRAGMA temp_store=MEMORY")
             self._check()
         except BaseException:
             connection.close()

@@ -145,12 +145,55 @@ def apply_query(
         _apply_one(message, name, value, state)
 
 
+@dataclass(frozen=True, slots=True)
+class _Resolved:
+    """What applying a parameter name needs of its field chain (:func:`_resolve`), worked out
+    once per message type and name: the chain, its proto path, the path of each of its
+    prefixes, and per member of a real oneof the key it is tracked by, its own path and the
+    oneof's name."""
+
+    chain: tuple[FieldDescriptor, ...]
+    path: str
+    prefixes: tuple[str, ...]
+    oneofs: tuple[tuple[str, str, str], ...]
+
+
+# Resolved names by (message type, parameter name). Names come from requests, so the table is
+# bounded: a name beyond it is resolved again on every use (correct, only slower).
+_RESOLVED: dict[tuple[Descriptor, str], _Resolved] = {}
+_MAX_RESOLVED = 4096
+
+
+def _resolved(descriptor: Descriptor, name: str) -> _Resolved:
+    key = (descriptor, name)
+    found = _RESOLVED.get(key)
+    if found is not None:
+        return found
+    chain = _resolve(descriptor, name)
+    names = [f.name for f in chain]
+    oneofs = []
+    for depth, member in enumerate(chain):
+        oneof = member.containing_oneof
+        if oneof is None or len(oneof.fields) < 2:
+            continue  # not in a oneof, or proto3 `optional` (a synthetic one-member oneof)
+        tracked = ".".join(names[:depth]) + "#" + oneof.name
+        oneofs.append((tracked, ".".join(names[: depth + 1]), oneof.name))
+    found = _Resolved(
+        tuple(chain),
+        ".".join(names),
+        tuple(".".join(names[:depth]) for depth in range(1, len(names) + 1)),
+        tuple(oneofs),
+    )
+    if len(_RESOLVED) < _MAX_RESOLVED:
+        _RESOLVED[key] = found
+    return found
+
+
 def _apply_one(message: Message, name: str, value: str, state: _State) -> None:
     # The stubs type DESCRIPTOR as the pure-Python class or upb's twin, which share one interface.
-    chain = _resolve(cast("Descriptor", message.DESCRIPTOR), name)
-    path = ".".join(f.name for f in chain)
-    for depth in range(1, len(chain) + 1):
-        prefix = ".".join(f.name for f in chain[:depth])
+    resolved = _resolved(cast("Descriptor", message.DESCRIPTOR), name)
+    path = resolved.path
+    for prefix in resolved.prefixes:
         if prefix in state.bound:
             raise QueryError(
                 name,
@@ -158,6 +201,7 @@ def _apply_one(message: Message, name: str, value: str, state: _State) -> None:
                 f"field {prefix!r} is set by the URL path or the request body; "
                 "it cannot also be set by a query parameter",
             )
+    chain = resolved.chain
     leaf = chain[-1]
     if not leaf.is_repeated:
         earlier = state.singular.get(path)
@@ -165,19 +209,14 @@ def _apply_one(message: Message, name: str, value: str, state: _State) -> None:
             again = "" if earlier == name else f" (first as {earlier!r})"
             raise QueryError(name, path, f"field {path!r} is not repeated but given twice{again}")
         state.singular[path] = name
-    for depth, member in enumerate(chain):
-        oneof = member.containing_oneof
-        if oneof is None or len(oneof.fields) < 2:
-            continue  # not in a oneof, or proto3 `optional` (a synthetic one-member oneof)
-        member_path = ".".join(f.name for f in chain[: depth + 1])
-        key = ".".join(f.name for f in chain[:depth]) + "#" + oneof.name
-        other = state.oneofs.setdefault(key, (member_path, name))
+    for tracked, member_path, oneof_name in resolved.oneofs:
+        other = state.oneofs.setdefault(tracked, (member_path, name))
         if other[0] != member_path:
             raise QueryError(
                 name,
                 path,
                 f"{member_path!r} and {other[0]!r} (from {other[1]!r}) are members of oneof "
-                f"{oneof.name!r}; only one may be set",
+                f"{oneof_name!r}; only one may be set",
             )
     target: Any = message
     for parent_field in chain[:-1]:

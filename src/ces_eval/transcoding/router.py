@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from google.protobuf import message_factory
@@ -36,7 +37,7 @@ class Route:
     template: PathTemplate
     request_class: type[Message]
 
-    @property
+    @cached_property
     def path(self) -> str:
         """gRPC-style method path, the key of the core's handlers."""
         return schema.method_path(self.binding.method)
@@ -85,25 +86,41 @@ class Router:
             UnservedRoute(b, _compile(b.template, b.path.lstrip("/"), b.verb)) for b in unserved
         )
 
+        # Every route, ours before the unserved (the order resolution answers in), by the
+        # number of path segments it matches: a request is matched against those alone.
+        entries: tuple[Route | UnservedRoute, ...] = (*self.routes, *self.unserved)
+        self._longest = max((e.template.counts[0] for e in entries), default=0)
+        self._fitting = {
+            count: tuple(e for e in entries if _fits_count(e.template, count))
+            for count in range(self._longest + 2)
+        }
+
     def resolve(
         self, verb: str, raw_path: str
     ) -> tuple[Route, dict[str, str]] | UnservedRoute | list[str]:
         """The route and variables for ``verb raw_path``, else the unserved official route it
-        names, else the verbs its path allows (empty when no binding has this path)."""
+        names, else the verbs its path allows (empty when no binding has this path). Only the
+        routes of the path's segment count whose literals it may hold are matched."""
+        if not raw_path.startswith("/"):
+            return []
+        body = raw_path[1:]
+        segments = body.split("/") if body else []
         allowed: list[str] = []
-        for route in self.routes:
-            variables = route.template.match(raw_path)
+        for entry in self._fitting[min(len(segments), self._longest + 1)]:
+            template = entry.template
+            if not template.fits(segments):
+                continue
+            variables = template.match(raw_path)
             if variables is None:
                 continue
-            if route.binding.verb == verb:
-                return route, variables
-            if route.binding.verb not in allowed:
-                allowed.append(route.binding.verb)
-        for unserved in self.unserved:
-            if unserved.template.match(raw_path) is None:
-                continue
-            if unserved.binding.verb == verb:
-                return unserved
-            if unserved.binding.verb not in allowed:
-                allowed.append(unserved.binding.verb)
+            if entry.binding.verb == verb:
+                return (entry, variables) if isinstance(entry, Route) else entry
+            if entry.binding.verb not in allowed:
+                allowed.append(entry.binding.verb)
         return allowed
+
+
+def _fits_count(template: PathTemplate, count: int) -> bool:
+    """Whether a path of ``count`` segments may match ``template``."""
+    fixed, more = template.counts
+    return count >= fixed if more else count == fixed
