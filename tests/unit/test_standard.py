@@ -217,7 +217,7 @@ def test_get_returns_what_create_stored(core: Harness, kind: Kind) -> None:
 @pytest.mark.parametrize("kind", [KINDS["evaluation"], KINDS["evaluation_result"]])
 def test_the_get_rpc_answers_the_stored_bytes_unparsed(core: Harness, kind: Kind) -> None:
     """An evaluation and a result are stored exactly as they are served: the Get RPC answers
-    the stored wire bytes (Encoded: no parse, no serialize on the read), which are what create
+    the stored wire bytes (Encoded: not serialized again on the read), which are what create
     stored. (A dataset's aggregated_metrics are tallied on each read.)"""
     created = core.make(kind, "one", "One")
     rpc = f"Get{kind.resource.message.DESCRIPTOR.name}"

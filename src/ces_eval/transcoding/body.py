@@ -591,6 +591,199 @@ def parse_body(data: bytes, message: Message, path: str) -> None:
     parse_document(document, message, path, structs=len(data) > 2 * MAX_STRUCT_ENTRIES)
 
 
+# -- the conversion of a checked document ----------------------------------------------------------
+#
+# json_format walks any document generically, looking each key up and deciding each value's kind
+# on the way; for a document check_document accepted, the common kinds need none of that. A
+# message's fields are set here directly: messages and lists of them by descent, and strings,
+# booleans, integers and enum names given as such, each as json_format sets it. Anything else
+# (well-known types, maps, bytes, floats, nulls, integers or enums in another spelling) is left
+# to json_format, field by field, with the depth it has left: the result is json_format's.
+
+_DIRECT: dict[int, type | tuple[type, ...]] = {
+    descriptor.FieldDescriptor.CPPTYPE_STRING: str,
+    descriptor.FieldDescriptor.CPPTYPE_BOOL: bool,
+    descriptor.FieldDescriptor.CPPTYPE_INT32: int,
+    descriptor.FieldDescriptor.CPPTYPE_INT64: int,
+    descriptor.FieldDescriptor.CPPTYPE_UINT32: int,
+    descriptor.FieldDescriptor.CPPTYPE_UINT64: int,
+}
+_MESSAGE = descriptor.FieldDescriptor.CPPTYPE_MESSAGE
+_ENUM = descriptor.FieldDescriptor.CPPTYPE_ENUM
+_BYTES = descriptor.FieldDescriptor.TYPE_BYTES
+_MERGED_FIELDS: dict[descriptor.Descriptor, dict[str, descriptor.FieldDescriptor]] = {}
+
+
+def _fields_by_key(message_type: descriptor.Descriptor) -> dict[str, descriptor.FieldDescriptor]:
+    """A message's fields by JSON name, then by proto name (json_format's lookup order)."""
+    found = _MERGED_FIELDS.get(message_type)
+    if found is None:
+        found = {f.name: f for f in message_type.fields}
+        found.update((f.json_name, f) for f in message_type.fields)
+        _MERGED_FIELDS[message_type] = found
+    return found
+
+
+def _scalar(field: descriptor.FieldDescriptor, value: object) -> tuple[bool, object]:
+    """Whether ``value`` is set as it is (for an enum: its number), and what is set."""
+    if field.cpp_type == _ENUM:
+        if type(value) is str:
+            enum_type: descriptor.EnumDescriptor = field.enum_type  # type: ignore[assignment]
+            named = enum_type.values_by_name.get(value)
+            if named is not None:
+                return True, named.number
+        return False, None
+    kind = _DIRECT.get(field.cpp_type)
+    if kind is None or type(value) is not kind or field.type == _BYTES:
+        return False, None
+    return True, value
+
+
+def _merged(document: dict[str, Any], message: Message) -> None:
+    """:func:`_merge` of a whole document; a refusal is json_format's, in its words (the
+    document read again by json_format alone: refusals are rare once the check passed)."""
+    try:
+        _merge(document, message, 1)
+    except (json_format.ParseError, ValueError, TypeError, OverflowError) as refused:
+        json_format.ParseDict(document, type(message)(), max_recursion_depth=MAX_NESTING)
+        # json_format took what _merge refused: a fault of ours (INTERNAL, logged).
+        raise RuntimeError("the document merge refused what json_format reads") from refused
+
+
+def _merge(document: dict[str, Any], message: Message, depth: int) -> None:
+    """Merge the checked ``document`` into ``message``, ``depth`` messages deep (the top is 1),
+    as json_format.ParseDict(max_recursion_depth=MAX_NESTING) would; what it refuses raises
+    here too, in other words (:func:`_merged` gives json_format's)."""
+    if depth > MAX_NESTING:
+        raise json_format.ParseError("too deep")
+    message_type: descriptor.Descriptor = message.DESCRIPTOR  # type: ignore[assignment]
+    if message_type.full_name in _OPAQUE:
+        json_format.ParseDict(document, message, max_recursion_depth=MAX_NESTING - depth + 1)
+        return
+    fields = _fields_by_key(message_type)
+    for key, value in document.items():
+        field = fields.get(key)
+        if field is None or not _merged_field(message, field, value, depth):
+            json_format.ParseDict(
+                {key: value}, message, max_recursion_depth=MAX_NESTING - depth + 1
+            )
+
+
+def _merged_field(
+    message: Message, field: descriptor.FieldDescriptor, value: object, depth: int
+) -> bool:
+    """Set ``field`` from ``value`` when it is of a kind set here; False to leave it to
+    json_format (nothing set then)."""
+    if field.cpp_type == _MESSAGE:
+        return _merged_messages(message, field, value, depth)
+    if not field.is_repeated:
+        direct, setting = _scalar(field, value)
+        if direct:
+            setattr(message, field.name, setting)
+        return direct
+    if type(value) is not list:
+        return False
+    converted = []
+    for item in value:
+        direct, setting = _scalar(field, item)
+        if not direct:
+            return False
+        converted.append(setting)
+    message.ClearField(field.name)
+    getattr(message, field.name).extend(converted)
+    return True
+
+
+def _merged_messages(
+    message: Message, field: descriptor.FieldDescriptor, value: object, depth: int
+) -> bool:
+    """:func:`_merged_field` of a message field (a map's and a well-known type's are
+    json_format's)."""
+    child_type: descriptor.Descriptor = field.message_type  # type: ignore[assignment]
+    if child_type.full_name in _DOCUMENTS:
+        return _merged_document(message, field, value, depth)
+    if child_type.GetOptions().map_entry or child_type.full_name in _OPAQUE:
+        return False
+    if not field.is_repeated:
+        if type(value) is not dict:
+            return False
+        child = getattr(message, field.name)
+        child.SetInParent()
+        _merge(value, child, depth + 1)
+        return True
+    if type(value) is not list or not all(type(item) is dict for item in value):
+        return False
+    message.ClearField(field.name)
+    target = getattr(message, field.name)
+    for item in value:
+        _merge(item, target.add(), depth + 1)
+    return True
+
+
+def _merged_document(
+    message: Message, field: descriptor.FieldDescriptor, value: object, depth: int
+) -> bool:
+    """:func:`_merged_field` of a singular Struct, ListValue or Value field (a null and a
+    repeated one are json_format's)."""
+    takes, merge = _DOCUMENTS[field.message_type.full_name]  # type: ignore[union-attr]
+    if field.is_repeated or value is None or not takes(value):
+        return False
+    child = getattr(message, field.name)
+    child.SetInParent()
+    merge(value, child, depth + 1)
+    return True
+
+
+def _deeper(depth: int) -> None:
+    if depth > MAX_NESTING:
+        raise json_format.ParseError("too deep")
+
+
+def _merge_struct(document: Any, message: Message, depth: int) -> None:  # noqa: ANN401 - a JSON object
+    """A Struct from its JSON object, as json_format reads one (each level counted)."""
+    _deeper(depth)
+    message.Clear()  # present even when empty, as json_format makes it
+    entries = message.fields  # type: ignore[attr-defined]
+    for key, item in document.items():
+        _merge_value(item, entries[key], depth + 1)
+
+
+def _merge_list(document: Any, message: Message, depth: int) -> None:  # noqa: ANN401 - a JSON array
+    _deeper(depth)
+    message.ClearField("values")
+    values = message.values  # type: ignore[attr-defined]
+    for item in document:
+        _merge_value(item, values.add(), depth + 1)
+
+
+def _merge_value(document: Any, message: Message, depth: int) -> None:  # noqa: ANN401 - any JSON value
+    _deeper(depth)
+    kind = type(document)
+    if kind is dict:
+        _merge_struct(document, message.struct_value, depth + 1)  # type: ignore[attr-defined]
+    elif kind is list:
+        _merge_list(document, message.list_value, depth + 1)  # type: ignore[attr-defined]
+    elif document is None:
+        message.null_value = 0  # type: ignore[attr-defined]
+    elif kind is bool:
+        message.bool_value = document  # type: ignore[attr-defined]
+    elif kind is str:
+        message.string_value = document  # type: ignore[attr-defined]
+    elif kind is int or kind is float:
+        message.number_value = document  # type: ignore[attr-defined]
+    else:
+        raise json_format.ParseError(f"a {kind.__name__} in a Value")
+
+
+# The documents of their own a message may hold, read here as json_format reads them: which JSON
+# values each takes, and its reader.
+_DOCUMENTS: dict[str, tuple[Callable[[object], bool], Callable[[Any, Message, int], None]]] = {
+    "google.protobuf.Struct": (lambda value: type(value) is dict, _merge_struct),
+    "google.protobuf.ListValue": (lambda value: type(value) is list, _merge_list),
+    "google.protobuf.Value": (lambda value: True, _merge_value),
+}
+
+
 def parse_document(
     document: object,
     message: Message,
@@ -616,9 +809,7 @@ def parse_document(
     if violations:
         raise _refused(violations, refusal)
     try:
-        json_format.ParseDict(
-            cast("dict[str, Any]", document), message, max_recursion_depth=MAX_NESTING
-        )
+        _merged(cast("dict[str, Any]", document), message)
     except RecursionError as error:
         raise _too_deep(path) from error
     except (json_format.ParseError, ValueError, TypeError, OverflowError) as error:
