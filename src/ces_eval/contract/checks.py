@@ -20,10 +20,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from ces_eval.contract import json_safe
-from ces_eval.contract.fields import OUTPUT_ONLY, REQUIRED, has_behavior, target_of
+from ces_eval.contract.fields import (
+    OUTPUT_ONLY,
+    REQUIRED,
+    has_behavior,
+    required_fields,
+    target_of,
+)
 from ces_eval.contract.fields import own_required_violations as _own_required_violations
 from ces_eval.contract.fields import subtree_has as _subtree_has
 from ces_eval.contract.limits import MAX_VIOLATIONS, key_path
@@ -61,6 +67,9 @@ class _Plan:
     judged: dict[str, tuple[int, bool]]
     descend: dict[str, tuple[bool, bool]]
     limits: Rules
+    required: bool = False  # whether the type has REQUIRED fields of its own
+    # The fields with anything to do (bounded, judged or descended into; never OUTPUT_ONLY).
+    acted: frozenset[str] = frozenset()
 
 
 def _reaches(
@@ -165,19 +174,23 @@ class Checks:
                 f.name for f in message_descriptor.fields if has_behavior(f, OUTPUT_ONLY)
             )
         )
+        bounded = {
+            name: bounds
+            for (message, name), bounds in self._bounds.items()
+            if message == message_descriptor.full_name
+        }
         plan = _Plan(
             output_only=output_only,
-            bounded={
-                name: bounds
-                for (message, name), bounds in self._bounds.items()
-                if message == message_descriptor.full_name
-            },
+            bounded=bounded,
             judged=judged,
             descend=descend,
             limits=self._limits.rules(message_descriptor, output_only, frozenset(descend))
             if self._limits is not None
             else ({}, {}),
+            required=bool(required_fields(message_descriptor)),
+            acted=frozenset({*bounded, *judged, *descend}) - output_only,
         )
+
         self._plans[message_descriptor] = plan
         return plan
 
@@ -200,24 +213,28 @@ class Checks:
     def _inspect(  # noqa: PLR0912 - one pass does five jobs; helpers would cost a call per message
         self, message: Message, path: str, state: _Pass, *, check_required: bool
     ) -> None:
-        if state.full():
+        walk = state.walk
+        if (state.required or state.found or (walk is not None and walk.violations)) and (
+            state.full()
+        ):
             raise _Enough
         # types-protobuf types DESCRIPTOR as a union with the upb implementation class.
-        plan = self._plan(cast("descriptor.Descriptor", message.DESCRIPTOR))
+        descriptor_: descriptor.Descriptor = message.DESCRIPTOR  # type: ignore[assignment]
+        plan = self._plans.get(descriptor_) or self._plan(descriptor_)
         present = message.ListFields()
         if plan.output_only:
             for f, _ in present:
                 if f.name in plan.output_only:
                     message.ClearField(f.name)
-        if check_required:
+        if check_required and plan.required:
             state.required += _own_required_violations(message, path)
         over: tuple[descriptor.FieldDescriptor, ...] = ()
-        walk = state.walk
         if walk is not None and plan.limits[walk.large]:
             over = walk.fields(plan.limits[walk.large], present, path)
+        acted = plan.acted
         for f, value in present:
             name = f.name
-            if name in plan.output_only or (over and f in over):
+            if name not in acted or (over and f in over):
                 continue
             bounds = plan.bounded.get(name)
             if bounds is not None and not bounds[0] <= value <= bounds[1]:

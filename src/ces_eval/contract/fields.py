@@ -24,6 +24,7 @@ __all__ = [
     "apply_update_mask",
     "has_behavior",
     "own_required_violations",
+    "required_fields",
     "subtree_has",
     "target_of",
     "updatable_paths",
@@ -90,7 +91,7 @@ def subtree_has(message_descriptor: descriptor.Descriptor, behavior: int) -> boo
 
 
 @cache
-def _required_fields(
+def required_fields(
     message_descriptor: descriptor.Descriptor,
 ) -> tuple[descriptor.FieldDescriptor, ...]:
     return tuple(
@@ -113,7 +114,7 @@ def own_required_violations(message: Message, path: str) -> list[FieldViolation]
     REQUIRED member of a oneof is satisfied by any member of that oneof, reported as the
     oneof (once per member: the caller deduplicates)."""
     violations: list[FieldViolation] = []
-    for field in _required_fields(_descriptor(message)):
+    for field in required_fields(_descriptor(message)):
         oneof = field.containing_oneof
         if oneof is not None and len(oneof.fields) > 1:
             if message.WhichOneof(oneof.name) is None:
