@@ -135,7 +135,7 @@ def test_storage_imports_nothing_of_the_core() -> None:
 def test_the_backends_hold_no_transaction_script() -> None:
     """Every Storage data method is written once (ScriptedStorage); the backends add only
     plumbing: they define none of those methods and hold no SQL of a resource table."""
-    plumbing = {"open", "close", "secret", "shared", "ping"}
+    plumbing = {"open", "close", "secret", "shared", "ping", "version"}
     methods = {name for name in vars(base.Storage) if not name.startswith("_")} - plumbing
     assert len(methods) >= 24  # evaluations, results, operations, reset
     for backend in (SqliteStorage, PostgresStorage):

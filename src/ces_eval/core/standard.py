@@ -328,13 +328,22 @@ async def _get_rpc(context: Context, resource: Resource[M], name: str) -> Respon
     if read is None:
         return await get(context, resource, name)
     resource.pattern.parse(name, "name", owned=resource.owned)
+    # Read before the row: a write committed in between moves it, and drops what is kept.
+    version = await context.storage.version()
+    if version is not None:
+        kept = context.hot.get(version, name)
+        if kept is not None:
+            return kept
     data = await read(context.storage, name)
     if data is None:
         raise ServiceError.not_found(resource.pattern.type, name)
     # Parsed, not used: a row damaged on disk is INTERNAL here (DecodeError, the last-resort
     # catch), as for every other read, never bytes no client can read.
     resource.message.FromString(data)
-    return Encoded(resource.message, data)
+    answer = Encoded(resource.message, data)
+    if version is not None:
+        context.hot.put(version, name, answer)
+    return answer
 
 
 # -- AIP-132 -------------------------------------------------------------------------------------

@@ -140,6 +140,10 @@ class Storage(Protocol):
     async def ping(self) -> None:
         """Raise if the database cannot answer a trivial query now."""
 
+    async def version(self) -> int | None:
+        """A number that changes whenever a write commits, by any process (None: this
+        database cannot tell). What was read at one version still holds while it lasts."""
+
     async def insert_evaluation(self, evaluation: evaluation_pb2.Evaluation) -> None:
         """Store a new evaluation (name, times and etag already set).
 

@@ -178,5 +178,9 @@ class PostgresStorage(ScriptedStorage):
     def shared(self) -> bool:
         return True
 
+    async def version(self) -> int | None:
+        """None: replicas write without this process seeing it, so no read is kept."""
+        return None
+
     async def ping(self) -> None:
         await self._query(partial(_scripts.ping, self._sql))

@@ -71,6 +71,10 @@ def _run(make: Make[T], connection: sqlite3.Connection) -> T:
     return _scripts.drive(make(), partial(_execute, connection))
 
 
+def _version_of(rows: Rows) -> int:
+    return int(rows.rows[0][0])
+
+
 def _hold(connections: list[sqlite3.Connection]) -> None:
     """Keep ``connections`` referenced from this thread's frame until the process ends (the
     interpreter's shutdown leaves a daemon thread's frame alone; the kernel closes the files)."""
@@ -334,6 +338,12 @@ class SqliteStorage(ScriptedStorage):
         """One process owns a SQLite file (nothing else runs its operations), unless it is one
         of the worker processes of a group (``shared``)."""
         return self._shared
+
+    async def version(self) -> int | None:
+        """SQLite's ``data_version`` of the point reader's connection, which moves with every
+        commit of another connection (this server's writer, another worker's, any program's);
+        a point read, so the files are checked as for any read."""
+        return await self._point_query(Statement("PRAGMA data_version", ()), _version_of)
 
     async def ping(self) -> None:
         def work(connection: sqlite3.Connection) -> None:

@@ -1,0 +1,98 @@
+"""Gets answered again from what was read (core/context.py HotReads, standard._get_rpc), over a
+real SQLite file: never older than the database, whoever wrote to it (this server's own writes,
+another program's), and bounded."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ces_eval.contract.encoded import Encoded, message_of
+from ces_eval.core import standard
+from ces_eval.core.context import HotReads
+from ces_eval.core.evaluations import EVALUATIONS
+from ces_eval.errors import Code, ServiceError
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from tests.unit.test_core import ME, Harness
+
+APP = "projects/p/locations/l/apps/a"
+NAME = f"{APP}/evaluations/kept"
+
+
+@pytest.fixture
+def core(tmp_path: Path) -> Iterator[Harness]:
+    harness = Harness(tmp_path / "db.sqlite")
+    evaluation = evaluation_pb2.Evaluation(display_name="First")
+    evaluation.golden.turns.add().steps.add().user_input.text = "hi"
+    request = service_pb2.CreateEvaluationRequest(
+        parent=APP, evaluation_id="kept", evaluation=evaluation
+    )
+    harness.call("create_evaluation", request)
+    yield harness
+    harness.close()
+
+
+def _get(core: Harness) -> Encoded:
+    call = standard.methods(EVALUATIONS, "Get")["GetEvaluation"]
+    answer = core.run(call(core.core.context, service_pb2.GetEvaluationRequest(name=NAME), ME))
+    assert isinstance(answer, Encoded)
+    return answer
+
+
+def _display_name(core: Harness) -> str:
+    evaluation = message_of(_get(core))
+    assert isinstance(evaluation, evaluation_pb2.Evaluation)
+    return evaluation.display_name
+
+
+def test_a_get_again_with_nothing_written_is_the_same_answer(core: Harness) -> None:
+    first = _get(core)
+    assert _get(core) is first  # kept: no row read, no parse
+
+
+def test_a_write_of_this_server_is_seen_by_the_next_get(core: Harness) -> None:
+    assert _display_name(core) == "First"
+    update = service_pb2.UpdateEvaluationRequest(
+        evaluation=evaluation_pb2.Evaluation(name=NAME, display_name="Second")
+    )
+    update.update_mask.paths.append("display_name")
+    core.call("update_evaluation", update)
+    assert _display_name(core) == "Second"
+    core.call("delete_evaluation", service_pb2.DeleteEvaluationRequest(name=NAME, force=True))
+    with pytest.raises(ServiceError) as raised:
+        _get(core)
+    assert raised.value.code is Code.NOT_FOUND
+
+
+def test_a_write_of_another_program_is_seen_by_the_next_get(core: Harness, tmp_path: Path) -> None:
+    assert _display_name(core) == "First"
+    with contextlib.closing(sqlite3.connect(tmp_path / "db.sqlite")) as other:
+        (data,) = other.execute("SELECT data FROM evaluations WHERE name = ?", (NAME,)).fetchone()
+        changed = evaluation_pb2.Evaluation.FromString(data)
+        changed.display_name = "Elsewhere"
+        other.execute(
+            "UPDATE evaluations SET data = ? WHERE name = ?", (changed.SerializeToString(), NAME)
+        )
+        other.commit()
+    assert _display_name(core) == "Elsewhere"
+
+
+def _answer(size: int) -> Encoded:
+    return Encoded(evaluation_pb2.Evaluation, b"\x0a" + bytes([size - 2]) + b"x" * (size - 2))
+
+
+def test_kept_answers_are_bounded_and_belong_to_one_version() -> None:
+    hot = HotReads(max_bytes=64 * 100)
+    hot.put(1, "big", _answer(101))  # over a 64th of the bound: not kept
+    assert hot.get(1, "big") is None
+    for index in range(70):
+        hot.put(1, f"n{index}", _answer(100))
+    assert hot.get(1, "n0") is None  # the least recently read went first
+    assert hot.get(1, "n69") is not None
+    assert hot.get(2, "n69") is None  # another version: nothing read before it holds
+    assert hot.get(1, "n69") is None
