@@ -143,6 +143,7 @@ class Call:
     resource: str = ""
     caller: str = ""
     code: Code | None = None  # None: read from the HTTP status
+    status: int | None = None  # the HTTP status answered, set by whoever answers
 
 
 class RequestLog:
@@ -257,20 +258,20 @@ class HttpRequestLog:
         if scope["type"] != "http" or path in _QUIET_PATHS:
             await self._app(scope, receive, send)
             return
-        surface = "mcp" if path == self._mcp_path else "rest"
-        call = RequestLog.start(surface, f"{scope['method']} {path}")
-        status: int | None = None
+        mcp = path == self._mcp_path
+        call = RequestLog.start("mcp" if mcp else "rest", f"{scope['method']} {path}")
 
         async def sending(message: AsgiMessage) -> None:
-            nonlocal status
             if message["type"] == "http.response.start":
-                status = int(message["status"])
+                call.status = int(message["status"])
             await send(message)
 
         scope[CALL_KEY] = call  # the scope is this request's own (ASGI): no copy
         try:
-            await self._app(scope, receive, sending)
+            # Our own answers record their status in the call (asgi.send_json, send_error);
+            # MCP's library writes its own, which are watched.
+            await self._app(scope, receive, sending if mcp else send)
         finally:
-            if status is None and call.code is None:
+            if call.status is None and call.code is None:
                 call.code = Code.CANCELLED  # the client went away before an answer
-            self._log.finish(call, status)
+            self._log.finish(call, call.status)

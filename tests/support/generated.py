@@ -44,6 +44,7 @@ from google.protobuf import (
 )
 from google.protobuf.message import Message
 from google.rpc import error_details_pb2
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from ces_eval.generated.google.cloud.ces.v1beta import content_pb2
@@ -901,3 +902,16 @@ def parse_json(message_class: type[Message], data: bytes | str) -> Message:
     message = message_class()
     json_format.ParseDict(document, message)
     return message
+
+
+def generated_examples(count: int) -> settings:
+    """Hypothesis settings for tests over generated messages: the same ``count`` examples on
+    every run (a suite that passes once passes again), no deadline and no size complaints
+    (each can hold strings of hundreds of kilobytes)."""
+    return settings(
+        max_examples=count,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )

@@ -11,14 +11,14 @@ import json
 import pytest
 from google.protobuf import json_format, message_factory
 from google.protobuf.message import Message
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from ces_eval.contract import schema
 from ces_eval.errors import ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.transcoding.body import MAX_NESTING, check_document, parse_body, parse_document
-from tests.support.generated import messages
+from tests.support.generated import generated_examples, messages
 
 
 def _request_types() -> list[type[Message]]:
@@ -31,13 +31,7 @@ def _request_types() -> list[type[Message]]:
 
 
 REQUESTS = _request_types()
-_SETTINGS = settings(
-    max_examples=15,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+_SETTINGS = generated_examples(15)
 
 
 @pytest.mark.parametrize("request_class", REQUESTS, ids=lambda c: c.DESCRIPTOR.name)

@@ -10,14 +10,14 @@ import json
 import pytest
 from google.protobuf import descriptor, json_format, message_factory, wrappers_pb2
 from google.protobuf.message import Message
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from ces_eval.contract import schema
 from ces_eval.contract.encoded import Encoded, message_of, varint
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.transcoding.rendering import JsonRenderer
-from tests.support.generated import messages
+from tests.support.generated import generated_examples, messages
 
 
 def _fresh(message: Message, int_enums: bool) -> bytes:
@@ -39,15 +39,7 @@ def _list_responses() -> list[tuple[type[Message], descriptor.FieldDescriptor]]:
 
 
 LISTS = _list_responses()
-# The same examples on every run (a suite that passes once passes again), few of them: each
-# can hold strings of hundreds of kilobytes.
-_SETTINGS = settings(
-    max_examples=10,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+_SETTINGS = generated_examples(10)
 # Large enough to remember every rendering an example makes (a renderer does not keep one
 # larger than an eighth of its budget).
 _BUDGET = 1 << 30

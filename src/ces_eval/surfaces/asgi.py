@@ -76,10 +76,17 @@ def http_answer(error: ServiceError) -> tuple[int, list[tuple[bytes, bytes]]]:
 
 
 async def send_json(
-    send: Send, status: int, body: bytes, headers: Sequence[tuple[bytes, bytes]] = ()
+    send: Send,
+    status: int,
+    body: bytes,
+    headers: Sequence[tuple[bytes, bytes]] = (),
+    *,
+    line: Call | None = None,
 ) -> None:
     """Answer ``body`` (JSON) with ``status`` and ``headers`` besides Content-Type and
-    Content-Length."""
+    Content-Length; the request line ``line``, if any, records the status."""
+    if line is not None:
+        line.status = status
     await send(
         {
             "type": "http.response.start",
@@ -102,11 +109,12 @@ async def send_error(
     (:func:`~ces_eval.transcoding.errors.jsonrpc_envelope`). The request line, if any, records
     the error's code (408, 413, 421 and 415 have no canonical code of their own)."""
     call = scope.get(CALL_KEY)
-    if isinstance(call, Call):
-        call.code = error.code
+    line = call if isinstance(call, Call) else None
+    if line is not None:
+        line.code = error.code
     status, headers = http_answer(error)
     _, body = (errors.jsonrpc_envelope if jsonrpc else errors.envelope)(error, status)
-    await send_json(send, status, body, headers)
+    await send_json(send, status, body, headers, line=line)
 
 
 def credentials(scope: Scope) -> tuple[str | None, str | None]:

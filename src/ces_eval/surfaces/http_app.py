@@ -367,7 +367,7 @@ class BrowserGuard:
             await self._app(scope, receive, send)
             return
         if scope["method"] == "OPTIONS" and request.preflight:
-            self._code(scope, Code.OK)
+            self._code(scope, Code.OK, 204)
             headers = [(b"access-control-allow-origin", origin), *_PREFLIGHT]
             await send({"type": "http.response.start", "status": 204, "headers": headers})
             await send({"type": "http.response.body", "body": b""})
@@ -404,10 +404,11 @@ class BrowserGuard:
         return None
 
     @staticmethod
-    def _code(scope: Scope, code: Code) -> None:
+    def _code(scope: Scope, code: Code, status: int) -> None:
         call = scope.get(logs.CALL_KEY)
         if isinstance(call, logs.Call):
             call.code = code
+            call.status = status
 
 
 def _host_not_allowed(hosts: list[bytes]) -> ServiceError:

@@ -118,7 +118,7 @@ class Transcoder:
         if isinstance(outcome, ServiceError):
             await send_error(scope, send, outcome)
         else:
-            await send_json(send, 200, outcome)
+            await send_json(send, 200, outcome, line=line)
 
     async def _handle(
         self, scope: Scope, receive: Receive, params: list[tuple[str, str]], caller: Caller
