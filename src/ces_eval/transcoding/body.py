@@ -1,12 +1,13 @@
 """JSON documents into messages, with every problem reported as a BadRequest violation.
 
-protobuf's json_format does the conversion; before it, a descriptor walk checks the document
-(:func:`check_document`, the one proto3-JSON checker of REST bodies, MCP arguments and imported
-documents) so that unknown fields, wrong JSON types, integers out of range, malformed base64,
+A descriptor walk checks the document first (:func:`check_document`, the one proto3-JSON
+checker of REST bodies, MCP arguments and imported documents) so that unknown fields, wrong JSON types, integers out of range, malformed base64,
 unknown enum names, doubly-set oneofs and malformed well-known values are reported with their
 field paths (proto names, ``evaluation.golden.turns[0].steps``), all at once, instead of
 json_format's first-error message. An imported document is read with the other policy: the
-first problem only, its path spelled as the document spells its keys.
+first problem only, its path spelled as the document spells its keys. A checked document is
+then merged into its message by a walk of our own for the common kinds, json_format for the
+rest (see "the conversion of a checked document"): the message is json_format's either way.
 
 Before either, the count limits (:mod:`ces_eval.contract.limits`: repeated fields, maps, Struct
 entries) are checked on the document: a body over one is refused with those violations alone,
@@ -73,8 +74,8 @@ _OPAQUE = schema.SPECIAL_JSON_TYPES
 # Those of them written as one JSON value (RFC 3339 text, "1.5s", "a,b", a wrapper's bare value)
 # are read into their message where the walk meets them, so that a malformed one is named by its
 # field path as any other value is (json_format's own error names only the body). Struct, Value,
-# ListValue and Any hold documents of their own: json_format reads those once, later, rather
-# than a second walk of them here.
+# ListValue and Any hold documents of their own, read once, later (the merge), rather than in a
+# second walk of them here.
 _ONE_VALUE_FORMS = _OPAQUE - {
     "google.protobuf.Struct",
     "google.protobuf.Value",
