@@ -1,6 +1,6 @@
-"""Gets answered again from what was read (core/context.py HotReads, standard._get_rpc), over a
-real SQLite file: never older than the database, whoever wrote to it (this server's own writes,
-another program's), and bounded."""
+"""Gets and List pages answered again from what was read (core/context.py HotReads, standard's
+_get_rpc and list_page), over a real SQLite file: never older than the database, whoever wrote
+to it (this server's own writes, another program's), and bounded."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from ces_eval.contract.encoded import Encoded, message_of
 from ces_eval.core import standard
 from ces_eval.core.context import HotReads
 from ces_eval.core.evaluations import EVALUATIONS
+from ces_eval.core.results import RESULTS
 from ces_eval.errors import Code, ServiceError
+from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from tests.unit.test_core import ME, Harness
@@ -87,12 +89,47 @@ def _answer(size: int) -> Encoded:
 
 
 def test_kept_answers_are_bounded_and_belong_to_one_version() -> None:
-    hot = HotReads(max_bytes=64 * 100)
-    hot.put(1, "big", _answer(101))  # over a 64th of the bound: not kept
+    hot = HotReads(max_bytes=16 * 100)
+    hot.put(1, "big", _answer(101))  # over a 16th of the bound: not kept
     assert hot.get(1, "big") is None
-    for index in range(70):
+    for index in range(20):
         hot.put(1, f"n{index}", _answer(100))
     assert hot.get(1, "n0") is None  # the least recently read went first
-    assert hot.get(1, "n69") is not None
-    assert hot.get(2, "n69") is None  # another version: nothing read before it holds
-    assert hot.get(1, "n69") is None
+    assert hot.get(1, "n19") is not None
+    assert hot.get(2, "n19") is None  # another version: nothing read before it holds
+    assert hot.get(1, "n19") is None
+
+
+def _result(core: Harness, result_id: str) -> None:
+    request = emulator_pb2.CreateEvaluationResultRequest(
+        parent=NAME,
+        evaluation_result_id=result_id,
+        evaluation_result=evaluation_pb2.EvaluationResult(display_name=result_id),
+    )
+    core.run(standard.create(core.core.context, RESULTS, request, ME))
+
+
+def _page(core: Harness) -> Encoded:
+    request = service_pb2.ListEvaluationResultsRequest(parent=NAME, page_size=10)
+    response = service_pb2.ListEvaluationResultsResponse()
+    answer = core.run(standard.list_page(core.core.context, RESULTS, request, response))
+    assert isinstance(answer, Encoded)
+    return answer
+
+
+def _listed(core: Harness) -> list[str]:
+    page = message_of(_page(core))
+    assert isinstance(page, service_pb2.ListEvaluationResultsResponse)
+    return sorted(result.display_name for result in page.evaluation_results)
+
+
+def test_a_list_page_is_kept_until_anyone_writes(core: Harness, tmp_path: Path) -> None:
+    _result(core, "r1")
+    first = _page(core)
+    assert _page(core) is first  # the same request, nothing written: kept
+    _result(core, "r2")  # this server writes
+    assert _listed(core) == ["r1", "r2"]
+    with contextlib.closing(sqlite3.connect(tmp_path / "db.sqlite")) as other:
+        other.execute("DELETE FROM evaluation_results WHERE name = ?", (f"{NAME}/results/r1",))
+        other.commit()  # another program writes
+    assert _listed(core) == ["r2"]

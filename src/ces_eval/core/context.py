@@ -26,17 +26,18 @@ DEFAULT_EXPORT_ROOT = Path("./data/exports")
 
 
 class HotReads:
-    """Stored resources answered lately, by name, as their Get answered them; all valid at one
-    version of the database (:meth:`~ces_eval.storage.base.Storage.version`) and dropped when
-    it moves, so nothing here is ever older than the database. A resource read again while
-    nothing was written costs one version query: no row read, no parse, and the same bytes
-    object, whose hash and renderings are remembered. At most ``max_bytes`` of answers, each
-    at most a 64th of it; the least recently read go first."""
+    """Reads answered lately from stored bytes (a Get by its resource's name, a List page by
+    its request), as they were answered; all valid at one version of the database
+    (:meth:`~ces_eval.storage.base.Storage.version`) and dropped when it moves, so nothing here
+    is ever older than the database. A read repeated while nothing was written costs one
+    version query: no rows read, no parse, and the same bytes objects, whose hashes and
+    renderings are remembered. At most ``max_bytes`` of answers, each at most a 16th of it;
+    the least recently read go first."""
 
-    def __init__(self, max_bytes: int = 32 * 2**20) -> None:
+    def __init__(self, max_bytes: int = 48 * 2**20) -> None:
         self._max_bytes = max_bytes
         self._version: int | None = None
-        self._entries: OrderedDict[str, Encoded] = OrderedDict()
+        self._entries: OrderedDict[object, Encoded] = OrderedDict()
         self._used = 0
 
     def _at(self, version: int) -> None:
@@ -45,28 +46,28 @@ class HotReads:
             self._used = 0
             self._version = version
 
-    def get(self, version: int, name: str) -> Encoded | None:
-        """The answer kept for ``name`` if it was read at ``version``."""
+    def get(self, version: int, key: object) -> Encoded | None:
+        """The answer kept for ``key`` if it was read at ``version``."""
         self._at(version)
-        found = self._entries.get(name)
+        found = self._entries.get(key)
         if found is not None:
-            self._entries.move_to_end(name)
+            self._entries.move_to_end(key)
         return found
 
-    def put(self, version: int, name: str, answer: Encoded) -> None:
+    def put(self, version: int, key: object, answer: Encoded) -> None:
         """Keep ``answer``, read at ``version`` (or later: a newer read is as good)."""
         self._at(version)
-        size = len(answer.data)
-        if size > self._max_bytes // 64:
+        size = answer.size
+        if size > self._max_bytes // 16:
             return
-        old = self._entries.pop(name, None)
+        old = self._entries.pop(key, None)
         if old is not None:
-            self._used -= len(old.data)
-        self._entries[name] = answer
+            self._used -= old.size
+        self._entries[key] = answer
         self._used += size
         while self._used > self._max_bytes:
             _, dropped = self._entries.popitem(last=False)
-            self._used -= len(dropped.data)
+            self._used -= dropped.size
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,8 @@ class Context:
     # ``--scheduler``: whether this server fires scheduled evaluation runs (and AdvanceClock
     # fires what became due).
     scheduling: bool = True
-    # Gets answered lately, kept while the database's version lasts (standard._get_rpc).
+    # Reads answered lately, kept while the database's version lasts (standard._get_rpc,
+    # standard.list_page).
     hot: HotReads = field(default_factory=HotReads, compare=False, repr=False)
 
     def locate(self, gcs_uri: str, resource: str) -> objects.ObjectPath:

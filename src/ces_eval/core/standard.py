@@ -214,6 +214,7 @@ class ListRequest(Protocol):
     def page_token(self) -> str: ...
     @property
     def order_by(self) -> str: ...
+    def SerializeToString(self, *, deterministic: bool = ...) -> bytes: ...  # noqa: N802 - protobuf's
 
 
 class CreateRequest(Protocol):
@@ -363,7 +364,23 @@ async def list_page(
     """AIP-132 List into ``response``: AIP-158 pages bounded in items and bytes, AIP-160
     filters, AIP-132 order_by; page tokens bound to the query that issued them. A page of
     items the storage gave as bytes is answered as those bytes (:class:`Encoded`: ``response``
-    holds the rest), never parsed."""
+    holds the rest), never parsed; such a page is kept while nothing is written (the same
+    request answered again from memory: :class:`~ces_eval.core.context.HotReads`)."""
+    version = await context.storage.version()
+    key = (type(request), request.SerializeToString(deterministic=True))
+    if version is not None:
+        kept = context.hot.get(version, key)
+        if kept is not None:
+            return kept
+    answer = await _list_page(context, resource, request, response)
+    if version is not None and isinstance(answer, Encoded):
+        context.hot.put(version, key, answer)
+    return answer
+
+
+async def _list_page(
+    context: Context, resource: Resource[M], request: ListRequest, response: R
+) -> R | Encoded:
     parent_pattern = resource.parent
     across_variable = parent_pattern.variables[-1] if resource.list_across else ""
     parts = parent_pattern.parse(
