@@ -14,17 +14,17 @@ VERBS = ("GET", "POST", "PATCH", "DELETE", "PUT")
 def _scanned(
     router: Router, verb: str, raw_path: str
 ) -> tuple[Route, dict[str, str]] | UnservedRoute | list[str]:
-    """Resolution by one scan over every route in order, the router's contract."""
-    allowed: list[str] = []
-    for entry in (*router.routes, *router.unserved):
-        variables = entry.template.match(raw_path)
-        if variables is None:
-            continue
+    """The router's contract without its grouping: of every route, ours first, those whose
+    template matches; the first of them bound to ``verb``, else their verbs in order."""
+    matching = [
+        (entry, variables)
+        for entry in (*router.routes, *router.unserved)
+        if (variables := entry.template.match(raw_path)) is not None
+    ]
+    for entry, variables in matching:
         if entry.binding.verb == verb:
             return (entry, variables) if isinstance(entry, Route) else entry
-        if entry.binding.verb not in allowed:
-            allowed.append(entry.binding.verb)
-    return allowed
+    return list(dict.fromkeys(entry.binding.verb for entry, _ in matching))
 
 
 def _paths(router: Router) -> list[str]:

@@ -70,6 +70,7 @@ __all__ = [
 
 M = TypeVar("M", bound="Message")
 R = TypeVar("R", bound="Message")
+A = TypeVar("A")
 
 # Read-modify-write rounds of an update or delete without an etag before it gives up
 # (ABORTED). Every lost round is another writer's success, so this bounds the contention it
@@ -329,22 +330,37 @@ async def _get_rpc(context: Context, resource: Resource[M], name: str) -> Respon
     if read is None:
         return await get(context, resource, name)
     resource.pattern.parse(name, "name", owned=resource.owned)
-    # Read before the row: a write committed in between moves it, and drops what is kept.
-    version = await context.storage.version()
-    if version is not None:
-        kept = context.hot.get(version, name)
-        if kept is not None:
-            return kept
+    return await _kept(context, name, partial(_stored, context, resource, read, name))
+
+
+async def _stored(
+    context: Context,
+    resource: Resource[M],
+    read: Callable[[Storage, str], Awaitable[bytes | None]],
+    name: str,
+) -> Encoded:
     data = await read(context.storage, name)
     if data is None:
         raise ServiceError.not_found(resource.pattern.type, name)
     # Parsed, not used: a row damaged on disk is INTERNAL here (DecodeError, the last-resort
     # catch), as for every other read, never bytes no client can read.
     resource.message.FromString(data)
-    answer = Encoded(resource.message, data)
+    return Encoded(resource.message, data)
+
+
+async def _kept(context: Context, key: object, answer: Callable[[], Awaitable[A]]) -> A | Encoded:
+    """``answer()``, or what it answered for ``key`` before when nothing was written since: an
+    Encoded answer is kept while the database's version lasts (context.HotReads). The version
+    is read first: a write committed during ``answer()`` moves it and drops what is kept."""
+    version = await context.storage.version()
     if version is not None:
-        context.hot.put(version, name, answer)
-    return answer
+        kept = context.hot.get(version, key)
+        if kept is not None:
+            return kept
+    result = await answer()
+    if version is not None and isinstance(result, Encoded):
+        context.hot.put(version, key, result)
+    return result
 
 
 # -- AIP-132 -------------------------------------------------------------------------------------
@@ -366,16 +382,8 @@ async def list_page(
     items the storage gave as bytes is answered as those bytes (:class:`Encoded`: ``response``
     holds the rest), never parsed; such a page is kept while nothing is written (the same
     request answered again from memory: :class:`~ces_eval.core.context.HotReads`)."""
-    version = await context.storage.version()
     key = (type(request), request.SerializeToString(deterministic=True))
-    if version is not None:
-        kept = context.hot.get(version, key)
-        if kept is not None:
-            return kept
-    answer = await _list_page(context, resource, request, response)
-    if version is not None and isinstance(answer, Encoded):
-        context.hot.put(version, key, answer)
-    return answer
+    return await _kept(context, key, partial(_list_page, context, resource, request, response))
 
 
 async def _list_page(
