@@ -1,13 +1,15 @@
 """Work off the event loop: a large request's decode, validation and rendering run in a worker
 thread, so that the loop, which answers every caller and the health checks, is held by no
 request for more than a few milliseconds (:data:`ces_eval.contract.limits.LOOP_BYTES` says which
-are large), with the cyclic garbage collector waiting meanwhile (docs/security.md, "Limits").
+are large), with the cyclic garbage collector waiting and threads switching more often meanwhile
+(docs/security.md, "Limits").
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,9 +21,15 @@ from ces_eval.contract.limits import LOOP_BYTES
 if TYPE_CHECKING:
     from google.protobuf.message import Message
 
-__all__ = ["collector_paused", "is_heavy", "off_loop"]
+__all__ = ["HEAVY_SWITCH_SECONDS", "heavy_held", "is_heavy", "off_loop"]
 
 _T = TypeVar("_T")
+
+# The interpreter's switch interval while heavy work runs (Python's default: 5 ms). A thread
+# waiting for the interpreter gets it after at most this long, and a health check's answer
+# needs it several times (its read, the database's ping in a thread, its write): at 5 ms each,
+# a probe took 20-90 ms beside the largest allowed create; at 0.5 ms it takes a few.
+HEAVY_SWITCH_SECONDS = 0.0005
 
 # Set in a request's context once part of its work left the loop: the rest of it is as large.
 _heavy_request: ContextVar[bool] = ContextVar("ces_eval_heavy_request", default=False)
@@ -36,41 +44,47 @@ def is_heavy(*messages: Message) -> bool:
 
 
 async def off_loop(heavy: bool, work: Callable[..., _T], *args: Any) -> _T:  # noqa: ANN401
-    """``work(*args)``, in a worker thread when ``heavy``: Python switches threads every 5 ms,
-    so the event loop keeps answering while it runs. The cyclic garbage collector waits while
-    it does: the trees a large request builds (JSON documents, messages) hold no cycles, and a
-    full collection over their million objects would stop every thread, the loop's included,
-    for a tenth of a second or more at a time."""
+    """``work(*args)``, in a worker thread when ``heavy``, held as :func:`heavy_held` says,
+    so the event loop keeps answering while it runs."""
     if not heavy:
         return work(*args)
     _heavy_request.set(True)
-    return await asyncio.to_thread(_collector_waiting, work, *args)
+    return await asyncio.to_thread(_held_for, work, *args)
 
 
-_collector = threading.Lock()
-_collector_held = [0, False]  # pauses in force; whether the collector was enabled before
+_held = threading.Lock()
+# heavy holds in force; the collector's state and the switch interval from before the first
+_held_state: list[Any] = [0, False, 0.0]
 
 
 @contextmanager
-def collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector waits while this holds (see :func:`off_loop`). Held by a
-    request for as long as a large document of it stays alive between two heavy works (MCP's
-    arguments, read in one and parsed in the next): a collection in between would walk all
-    of it, holding the interpreter for tens of milliseconds."""
-    with _collector:
-        if _collector_held[0] == 0:
-            _collector_held[1] = gc.isenabled()
+def heavy_held() -> Iterator[None]:
+    """The interpreter set for heavy work while this holds, back as it was once no hold
+    remains: threads switch every :data:`HEAVY_SWITCH_SECONDS`, so the loop gets the
+    interpreter back soon after each of its waits, and the cyclic garbage collector waits.
+    The trees a large request builds (JSON documents, messages) hold no cycles, and a full
+    collection over their million objects would stop every thread, the loop's included, for
+    a tenth of a second or more. Held around each heavy work (:func:`off_loop`), and by a
+    request for as long as a large document of it stays alive between two of them (MCP's
+    arguments, read in one and parsed in the next)."""
+    with _held:
+        if _held_state[0] == 0:
+            _held_state[1] = gc.isenabled()
+            _held_state[2] = sys.getswitchinterval()
             gc.disable()
-        _collector_held[0] += 1
+            sys.setswitchinterval(HEAVY_SWITCH_SECONDS)
+        _held_state[0] += 1
     try:
         yield
     finally:
-        with _collector:
-            _collector_held[0] -= 1
-            if _collector_held[0] == 0 and _collector_held[1]:
-                gc.enable()
+        with _held:
+            _held_state[0] -= 1
+            if _held_state[0] == 0:
+                sys.setswitchinterval(_held_state[2])
+                if _held_state[1]:
+                    gc.enable()
 
 
-def _collector_waiting(work: Callable[..., _T], *args: Any) -> _T:  # noqa: ANN401
-    with collector_paused():
+def _held_for(work: Callable[..., _T], *args: Any) -> _T:  # noqa: ANN401
+    with heavy_held():
         return work(*args)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -25,7 +26,7 @@ from ces_eval.contract import limits
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
-from ces_eval.offload import off_loop
+from ces_eval.offload import HEAVY_SWITCH_SECONDS, heavy_held, off_loop
 from ces_eval.surfaces import grpc_api, mcp_tools
 from ces_eval.transcoding import body
 
@@ -367,16 +368,35 @@ def test_grpc_requests_are_counted_before_the_core(turns: int) -> None:
 # -- off the loop ---------------------------------------------------------------------------------
 
 
-def test_heavy_work_runs_in_a_thread_with_the_collector_waiting() -> None:
+def test_heavy_work_runs_in_a_thread_with_the_collector_waiting_and_threads_switching_often() -> (
+    None
+):
     loop_thread = threading.get_ident()
+    usual = sys.getswitchinterval()
+    assert usual > HEAVY_SWITCH_SECONDS
 
-    def work() -> tuple[int, bool]:
-        return threading.get_ident(), gc.isenabled()
+    def work() -> tuple[int, bool, float]:
+        return threading.get_ident(), gc.isenabled(), sys.getswitchinterval()
 
     assert gc.isenabled()
-    here, enabled = asyncio.run(off_loop(False, work))
-    assert (here, enabled) == (loop_thread, True)
-    there, enabled = asyncio.run(off_loop(True, work))
+    assert asyncio.run(off_loop(False, work)) == (loop_thread, True, usual)
+    there, enabled, interval = asyncio.run(off_loop(True, work))
     assert there != loop_thread
-    assert not enabled
-    assert gc.isenabled()
+    assert (enabled, interval) == (False, HEAVY_SWITCH_SECONDS)
+    assert (gc.isenabled(), sys.getswitchinterval()) == (True, usual)
+
+
+def test_heavy_holds_nest_and_the_last_one_out_restores_the_interpreter() -> None:
+    usual = sys.getswitchinterval()
+    with heavy_held():
+        with heavy_held():
+            assert (gc.isenabled(), sys.getswitchinterval()) == (False, HEAVY_SWITCH_SECONDS)
+        assert (gc.isenabled(), sys.getswitchinterval()) == (False, HEAVY_SWITCH_SECONDS)
+    assert (gc.isenabled(), sys.getswitchinterval()) == (True, usual)
+    gc.disable()  # a collector the program turned off stays off
+    try:
+        with heavy_held():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

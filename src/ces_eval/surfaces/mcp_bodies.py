@@ -34,7 +34,7 @@ import mcp_types as types
 
 from ces_eval.contract.limits import MAX_DECODED_ENTRIES, key_path
 from ces_eval.errors import FieldViolation, ServiceError
-from ces_eval.offload import collector_paused, off_loop
+from ces_eval.offload import heavy_held, off_loop
 from ces_eval.surfaces.asgi import body_of, send_error
 from ces_eval.surfaces.boundary import internal_error
 from ces_eval.transcoding.body import Overflow, heavy, load_json
@@ -172,7 +172,7 @@ def lightened(app: ASGIApp) -> ASGIApp:
         if not heavy(body):
             await _handed(app, scope, receive, send, large=large, body=body)
             return
-        with collector_paused():  # the arguments stay alive until the tool has parsed them
+        with heavy_held():  # the arguments stay alive until the tool has parsed them
             try:
                 body = await off_loop(True, _lightened_body, body, large)
             except ServiceError as error:
