@@ -210,6 +210,46 @@ def test_slow_headers_are_cut_off(quick: RunningServer, clients: list[Clients]) 
     assert httpx.get(quick.http_base + "/healthz", timeout=30).status_code == 200
 
 
+def test_the_header_clock_restarts_at_each_response(quick: RunningServer) -> None:
+    """A keep-alive connection asking every half second for longer than the header timeout
+    is never cut (its clock started again at each answer); a slow head after its last answer
+    is cut once the header timeout has passed since that answer, not earlier."""
+    sock = socket.create_connection(address(quick), timeout=10)
+    try:
+        request = head(quick, "GET", "/healthz")
+        started = answered = time.monotonic()
+        while True:
+            sock.sendall(request)
+            answer = b""
+            while b'"SERVING"' not in answer:
+                chunk = sock.recv(65536)
+                assert chunk, f"closed after {time.monotonic() - started:.1f} s of requests"
+                answer += chunk
+            assert status_of(answer) == 200
+            answered = time.monotonic()
+            if answered - started > HEADER + 1.5:
+                break
+            time.sleep(0.5)
+        sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+        sock.settimeout(0.25)
+        closed_after = None
+        while time.monotonic() - answered < HEADER + 5:
+            try:
+                sock.sendall(b"x")  # a byte resets uvicorn's idle timer, not the header clock
+                if sock.recv(65536) == b"":
+                    closed_after = time.monotonic() - answered
+                    break
+            except TimeoutError:
+                continue
+            except OSError:
+                closed_after = time.monotonic() - answered
+                break
+        assert closed_after is not None, "the slow head was never cut off"
+        assert HEADER - 0.25 <= closed_after <= HEADER + 2, closed_after
+    finally:
+        sock.close()
+
+
 def test_a_new_connection_that_sends_nothing_is_closed_when_idle(
     quick: RunningServer, clients: list[Clients]
 ) -> None:
