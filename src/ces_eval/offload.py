@@ -28,7 +28,7 @@ _T = TypeVar("_T")
 # The interpreter's switch interval while heavy work runs (Python's default: 5 ms). A thread
 # waiting for the interpreter gets it after at most this long, and a health check's answer
 # needs it several times (its read, the database's ping in a thread, its write): at 5 ms each,
-# a probe took 20-90 ms beside the largest allowed create; at 0.5 ms it takes a few.
+# a probe took 20-90 ms beside the largest allowed create; at 0.5 ms, 20 at most here.
 HEAVY_SWITCH_SECONDS = 0.0005
 
 # Set in a request's context once part of its work left the loop: the rest of it is as large.
