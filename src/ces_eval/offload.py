@@ -52,9 +52,13 @@ async def off_loop(heavy: bool, work: Callable[..., _T], *args: Any) -> _T:  # n
     return await asyncio.to_thread(_held_for, work, *args)
 
 
-_held = threading.Lock()
-# heavy holds in force; the collector's state and the switch interval from before the first
-_held_state: list[Any] = [0, False, 0.0]
+class _Held:
+    """The heavy holds in force, and the interpreter's settings from before the first."""
+
+    lock = threading.Lock()
+    count = 0
+    collecting = False  # whether the collector was enabled
+    interval = 0.0  # the switch interval
 
 
 @contextmanager
@@ -67,21 +71,21 @@ def heavy_held() -> Iterator[None]:
     a tenth of a second or more. Held around each heavy work (:func:`off_loop`), and by a
     request for as long as a large document of it stays alive between two of them (MCP's
     arguments, read in one and parsed in the next)."""
-    with _held:
-        if _held_state[0] == 0:
-            _held_state[1] = gc.isenabled()
-            _held_state[2] = sys.getswitchinterval()
+    with _Held.lock:
+        if _Held.count == 0:
+            _Held.collecting = gc.isenabled()
+            _Held.interval = sys.getswitchinterval()
             gc.disable()
             sys.setswitchinterval(HEAVY_SWITCH_SECONDS)
-        _held_state[0] += 1
+        _Held.count += 1
     try:
         yield
     finally:
-        with _held:
-            _held_state[0] -= 1
-            if _held_state[0] == 0:
-                sys.setswitchinterval(_held_state[2])
-                if _held_state[1]:
+        with _Held.lock:
+            _Held.count -= 1
+            if _Held.count == 0:
+                sys.setswitchinterval(_Held.interval)
+                if _Held.collecting:
                     gc.enable()
 
 

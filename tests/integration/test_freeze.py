@@ -309,7 +309,7 @@ def measure(
         gc.disable()
         try:
             request = sender.submit(_timed, send, target, body)
-            _probe(http, health, request, measured)
+            _probe(http, health, ask, request, measured)
         finally:
             if collecting:
                 gc.enable()
@@ -321,11 +321,12 @@ def measure(
 def _probe(
     http: httpx.Client,
     health: health_pb2_grpc.HealthStub,
+    ask: health_pb2.HealthCheckRequest,
     request: Future[Sent],
     measured: Measured,
 ) -> None:
-    """Probe /healthz and gRPC Health, 20 ms apart, until ``request`` is done."""
-    ask = health_pb2.HealthCheckRequest()
+    """Probe /healthz and gRPC Health (asking ``ask``), 20 ms apart, until ``request`` is
+    done."""
     while not request.done():
         begun = time.monotonic()
         assert http.get("/healthz").status_code == 200

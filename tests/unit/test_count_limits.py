@@ -368,9 +368,7 @@ def test_grpc_requests_are_counted_before_the_core(turns: int) -> None:
 # -- off the loop ---------------------------------------------------------------------------------
 
 
-def test_heavy_work_runs_in_a_thread_with_the_collector_waiting_and_threads_switching_often() -> (
-    None
-):
+def test_heavy_work_runs_in_a_thread_collector_paused_switching_often() -> None:
     loop_thread = threading.get_ident()
     usual = sys.getswitchinterval()
     assert usual > HEAVY_SWITCH_SECONDS

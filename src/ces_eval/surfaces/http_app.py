@@ -367,9 +367,10 @@ class BrowserGuard:
             await self._app(scope, receive, send)
             return
         if scope["method"] == "OPTIONS" and request.preflight:
-            self._code(scope, Code.OK, 204)
+            status = 204
+            self._code(scope, Code.OK, status)
             headers = [(b"access-control-allow-origin", origin), *_PREFLIGHT]
-            await send({"type": "http.response.start", "status": 204, "headers": headers})
+            await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": b""})
             return
         allowed = [(b"access-control-allow-origin", origin), (b"vary", b"Origin")]

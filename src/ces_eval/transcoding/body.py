@@ -5,10 +5,10 @@ checker of REST bodies, MCP arguments and imported documents) so that unknown fi
 JSON types, integers out of range, malformed base64, unknown enum names, doubly-set oneofs and
 malformed well-known values are reported with their field paths (proto names,
 ``evaluation.golden.turns[0].steps``), all at once, instead of json_format's first-error
-message. An imported document is read with the other policy: the
-first problem only, its path spelled as the document spells its keys. A checked document is
-then merged into its message by a walk of our own for the common kinds, json_format for the
-rest (see "the conversion of a checked document"): the message is json_format's either way.
+message. An imported document is read with the other policy: the first problem only, its path
+spelled as the document spells its keys. A checked document is then merged into its message by
+a walk of our own for the common kinds, json_format for the rest (see "the conversion of a
+checked document"): the message is json_format's either way.
 
 Before either, the count limits (:mod:`ces_eval.contract.limits`: repeated fields, maps, Struct
 entries) are checked on the document: a body over one is refused with those violations alone,
