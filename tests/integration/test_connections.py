@@ -250,6 +250,50 @@ def test_the_header_clock_restarts_at_each_response(quick: RunningServer) -> Non
         sock.close()
 
 
+# The TCP segments a Linux socket has received carrying data: struct tcp_info's
+# tcpi_data_segs_in (linux/tcp.h, since 4.6), a u32 at byte 152.
+_DATA_SEGS_IN = 152
+
+
+def _data_segments_in(sock: socket.socket) -> int:
+    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+    return int.from_bytes(info[_DATA_SEGS_IN : _DATA_SEGS_IN + 4], sys.byteorder)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads Linux's TCP_INFO")
+def test_each_answer_arrives_as_one_segment(quick: RunningServer) -> None:
+    """An answer's head and body leave in one write (connections._Joined): a client on
+    loopback receives each answer of a keep-alive connection, small or of tens of KB, as one
+    TCP segment, where uvicorn alone sends the head and the body apart (two)."""
+    created = httpx.post(
+        f"{quick.http_base}{EVALUATIONS}?evaluationId=one-segment",
+        json={**golden("One segment"), "description": "d" * 30_000},
+        timeout=30,
+    )
+    assert created.status_code == 200, created.text
+    sock = socket.create_connection(address(quick), timeout=10)
+    try:
+        for path, ending in [
+            ("/healthz", b"}"),
+            (f"{EVALUATIONS}/one-segment", b"}"),
+            (f"{EVALUATIONS}/missing", b"}"),
+            (f"{EVALUATIONS}/one-segment", b"}"),
+        ]:
+            before = _data_segments_in(sock)
+            sock.sendall(head(quick, "GET", path))
+            answer = b""
+            while not (b"\r\n\r\n" in answer and answer.endswith(ending)):
+                chunk = sock.recv(1 << 20)
+                assert chunk, answer
+                answer += chunk
+            status, headers, _ = split(answer)  # the body is whole JSON
+            assert status in {200, 404}
+            assert len(answer.partition(b"\r\n\r\n")[2]) == int(headers["content-length"])
+            assert _data_segments_in(sock) - before == 1, (path, len(answer))
+    finally:
+        sock.close()
+
+
 def test_a_new_connection_that_sends_nothing_is_closed_when_idle(
     quick: RunningServer, clients: list[Clients]
 ) -> None:

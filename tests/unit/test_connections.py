@@ -8,15 +8,18 @@ import errno
 import json
 import logging
 import resource
+import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+import uvloop
 from starlette.types import Message, Receive, Scope, Send
 
 from ces_eval import connections
-from ces_eval.connections import AcceptErrors, Timeouts, descriptor_problem
+from ces_eval.connections import AcceptErrors, Timeouts, _Joined, descriptor_problem
 from ces_eval.surfaces.asgi import body_of
 from ces_eval.surfaces.http_app import BodyLimit
 
@@ -90,6 +93,63 @@ def test_the_soft_open_file_limit_is_raised_to_the_hard_one() -> None:
         assert int(output[0]) > 64
     else:
         assert output == [str(hard), str(hard), str(hard)]
+
+
+# -- joined writes -----------------------------------------------------------------------------
+
+
+def _received(peer: socket.socket) -> bytes:
+    """What has arrived on ``peer`` so far (b"" for nothing yet)."""
+    got = b""
+    while True:
+        try:
+            chunk = peer.recv(1 << 20)
+        except BlockingIOError:
+            return got
+        if not chunk:
+            return got + b"<eof>"
+        got += chunk
+
+
+@pytest.mark.parametrize("loop_factory", [asyncio.new_event_loop, uvloop.new_event_loop])
+def test_joined_writes_hold_a_small_write_until_the_next_or_the_turns_end(
+    loop_factory: Callable[[], asyncio.AbstractEventLoop],
+) -> None:
+    """connections._Joined over a real socket: a small write waits for the next write (both
+    leave together) or for the end of the loop's turn, never longer; large writes and their
+    order are kept; close sends what is held first."""
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        ours, peer = socket.socketpair()
+        peer.setblocking(False)
+        transport, _ = await loop.create_connection(asyncio.Protocol, sock=ours)
+        joined = _Joined(transport, loop)  # type: ignore[arg-type]
+        joined.write(b"head;")
+        assert _received(peer) == b""  # held
+        joined.write(b"body;")
+        assert _received(peer) == b"head;body;"  # both at once, before the turn ends
+        joined.write(b"late head;")
+        await asyncio.sleep(0)  # a body that comes later: the head left at the turn's end
+        await asyncio.sleep(0)
+        assert _received(peer) == b"late head;"
+        large = b"x" * 100_000
+        joined.write(large)  # not held
+        joined.write(b"small;")
+        joined.writelines([b"one;", b"two;"])  # takes the held write along, in order
+        await asyncio.sleep(0.05)
+        assert _received(peer) == large + b"small;one;two;"
+        joined.write(b"last;")
+        joined.close()
+        await asyncio.sleep(0.05)
+        assert _received(peer) == b"last;<eof>"
+        peer.close()
+
+    loop = loop_factory()
+    try:
+        loop.run_until_complete(scenario())
+    finally:
+        loop.close()
 
 
 # -- BodyLimit's deadline ----------------------------------------------------------------------
