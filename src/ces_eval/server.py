@@ -43,6 +43,7 @@ from ces_eval.access import TokenFileError, Tokens, authorized
 from ces_eval.admission import DEFAULT_LIMIT, Admission
 from ces_eval.contract import limits, openapi
 from ces_eval.core import pages
+from ces_eval.core.context import AnswerKeeper
 from ces_eval.core.operations import OperationRunner
 from ces_eval.core.scheduler import Scheduler
 from ces_eval.core.service import DEFAULT_EXPORT_ROOT, Core, handlers
@@ -444,8 +445,13 @@ def _surfaces(
         admission = Admission(surface, config.max_concurrent_requests)
         return Boundary(surface, tokens=tokens, admission=admission, log=log)
 
-    dispatcher = Dispatcher(implementations, boundary=boundary("grpc", log))
-    rest = Transcoder(Router(served_bindings()), implementations, boundary("rest"))
+    def keeper(surface: str) -> AnswerKeeper | None:
+        # An open server's reads are answered again from what a surface kept; with tokens,
+        # every call is authorized on its decoded request (core/context.py, AnswerKeeper).
+        return AnswerKeeper(core.context, surface) if tokens is None else None
+
+    dispatcher = Dispatcher(implementations, boundary=boundary("grpc", log), keeper=keeper("grpc"))
+    rest = Transcoder(Router(served_bindings()), implementations, boundary("rest"), keeper("rest"))
     return dispatcher, rest, build_endpoint(implementations, boundary("mcp"))
 
 

@@ -6,28 +6,38 @@ resource module is a set of plain functions of ``(Context, request, Caller)``.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ces_eval.core.exchange import objects
+from ces_eval.storage.base import Unavailable
 
 if TYPE_CHECKING:
     from ces_eval.access import Caller
-    from ces_eval.contract.encoded import Encoded, Response
+    from ces_eval.contract.encoded import Response
     from ces_eval.core.operations import OperationRunner
     from ces_eval.core.pages import PageTokens
     from ces_eval.storage.base import Storage
 
-__all__ = ["DEFAULT_EXPORT_ROOT", "Context", "HotReads", "Rpc"]
+__all__ = ["DEFAULT_EXPORT_ROOT", "AnswerKeeper", "Context", "HotReads", "Kept", "Rpc"]
 
 DEFAULT_EXPORT_ROOT = Path("./data/exports")
 
 
+class Kept(Protocol):
+    """What :class:`HotReads` keeps: an answer, whose ``size`` (about its bytes) counts against
+    the budget."""
+
+    @property
+    def size(self) -> int: ...
+
+
 class HotReads:
     """Reads answered lately from stored bytes (a Get by its resource's name, a List page by
-    its request), as they were answered; all valid at one version of the database
+    its request; a surface's renderings of them, :class:`AnswerKeeper`), as they were answered;
+    all valid at one version of the database
     (:meth:`~ces_eval.storage.base.Storage.version`) and dropped when it moves, so nothing here
     is ever older than the database. A read repeated while nothing was written costs one
     version query: no rows read, no parse, and the same bytes objects, whose hashes and
@@ -37,7 +47,7 @@ class HotReads:
     def __init__(self, max_bytes: int = 48 * 2**20) -> None:
         self._max_bytes = max_bytes
         self._version: int | None = None
-        self._entries: OrderedDict[object, Encoded] = OrderedDict()
+        self._entries: OrderedDict[Hashable, Kept] = OrderedDict()
         self._used = 0
 
     def _at(self, version: int) -> None:
@@ -46,7 +56,7 @@ class HotReads:
             self._used = 0
             self._version = version
 
-    def get(self, version: int, key: object) -> Encoded | None:
+    def get(self, version: int, key: Hashable) -> Kept | None:
         """The answer kept for ``key`` if it was read at ``version``."""
         self._at(version)
         found = self._entries.get(key)
@@ -54,7 +64,7 @@ class HotReads:
             self._entries.move_to_end(key)
         return found
 
-    def put(self, version: int, key: object, answer: Encoded) -> None:
+    def put(self, version: int, key: Hashable, answer: Kept) -> None:
         """Keep ``answer``, read at ``version`` (or later: a newer read is as good)."""
         self._at(version)
         size = answer.size
@@ -68,6 +78,40 @@ class HotReads:
         while self._used > self._max_bytes:
             _, dropped = self._entries.popitem(last=False)
             self._used -= dropped.size
+
+
+class AnswerKeeper:
+    """A surface's own answers to reads, kept by the request as it arrived on the wire (a REST
+    path and query, a gRPC method and request bytes) in the core's :class:`HotReads`, under
+    the same budget and version: a request seen before is answered again, while nothing was
+    written, without routing, decoding or calling the core. For open servers only: with
+    ``--auth-tokens`` every call is authorized on its decoded request, so nothing is kept.
+    Keys are the surface's own (prefixed with its name here), never the core's."""
+
+    __slots__ = ("_hot", "_storage", "_surface")
+
+    def __init__(self, context: Context, surface: str) -> None:
+        self._storage = context.storage
+        self._hot = context.hot
+        self._surface = surface
+
+    async def version(self) -> int | None:
+        """The database's version now (read before the answer it keeps), None when nothing can
+        be kept: a database that cannot tell (PostgreSQL), or one away (the core answers the
+        call, UNAVAILABLE)."""
+        try:
+            return await self._storage.version()
+        except Unavailable:
+            return None
+
+    def get(self, version: int | None, key: Hashable) -> Kept | None:
+        """The answer kept for ``key`` at ``version``."""
+        return None if version is None else self._hot.get(version, (self._surface, key))
+
+    def put(self, version: int | None, key: Hashable, answer: Kept) -> None:
+        """Keep ``answer`` to ``key``, found at ``version`` (read before it was answered)."""
+        if version is not None:
+            self._hot.put(version, (self._surface, key), answer)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ results on a list of evaluations, a result's metric rerun) is written beside.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache, cached_property, partial
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
@@ -348,14 +348,14 @@ async def _stored(
     return Encoded(resource.message, data)
 
 
-async def _kept(context: Context, key: object, answer: Callable[[], Awaitable[A]]) -> A | Encoded:
+async def _kept(context: Context, key: Hashable, answer: Callable[[], Awaitable[A]]) -> A | Encoded:
     """``answer()``, or what it answered for ``key`` before when nothing was written since: an
     Encoded answer is kept while the database's version lasts (context.HotReads). The version
     is read first: a write committed during ``answer()`` moves it and drops what is kept."""
     version = await context.storage.version()
     if version is not None:
         kept = context.hot.get(version, key)
-        if kept is not None:
+        if isinstance(kept, Encoded):
             return kept
     result = await answer()
     if version is not None and isinstance(result, Encoded):

@@ -10,7 +10,7 @@ admission, authentication, the last-resort catch and the request line are the bo
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -19,6 +19,7 @@ from google.protobuf.message import DecodeError
 from grpc_status import rpc_status
 
 from ces_eval import logs
+from ces_eval.access import method_access
 from ces_eval.admission import Admission
 from ces_eval.contract import schema
 from ces_eval.contract.encoded import Encoded
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
     from ces_eval.access import Caller, Handler
     from ces_eval.contract.encoded import Response
+    from ces_eval.core.context import AnswerKeeper
 
 __all__ = ["CALLER_METADATA", "Dispatcher"]
 
@@ -138,20 +140,38 @@ def _decode(request_class: type[Message], raw: bytes) -> Message:
     return request
 
 
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """A read's answer as kept (:class:`~ces_eval.core.context.AnswerKeeper`), with the
+    resource its request line names."""
+
+    answer: Encoded
+    resource: str
+
+    @property
+    def size(self) -> int:
+        return self.answer.size
+
+
 def _behavior(
     path: str,
     *,
     method: descriptor.MethodDescriptor | None,
     implementation: Handler | None,
     boundary: Boundary,
+    keeper: AnswerKeeper | None = None,
 ) -> grpc.RpcMethodHandler:
     """The handler of one method path (``method`` None: a path no service of ours declares):
     the boundary (admission, authentication, the last-resort catch, the request line) around
     decoding and the call, then the status. A client's deadline and cancellation need nothing
-    here: grpc.aio cancels the handler's task for both, and the boundary gives the slot back."""
+    here: grpc.aio cancels the handler's task for both, and the boundary gives the slot back.
+    ``keeper``: where a read method's answers of stored bytes are kept by the request's bytes
+    while nothing is written."""
     name = path.lstrip("/")
     request_class = message_factory.GetMessageClass(method.input_type) if method else None
     resource = logs.resource_field(method) if method else ""
+    if method is None or method_access(method).write:
+        keeper = None
 
     async def handle(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Response:
         line = boundary.start(name)
@@ -159,10 +179,24 @@ def _behavior(
         async def work(caller: Caller) -> Response:
             if implementation is None or request_class is None:
                 raise ServiceError.unimplemented(name)
+            version: int | None = None
+            if keeper is not None:
+                # The same request answered before while nothing was written: the same bytes
+                # again, without decoding or calling the core.
+                version = await keeper.version()
+                kept = keeper.get(version, raw)
+                if isinstance(kept, _Answer):
+                    if line is not None:
+                        line.resource = kept.resource
+                    return kept.answer
             request = await off_loop(len(raw) > LOOP_BYTES, _decode, request_class, raw)
-            if line is not None and resource:
-                line.resource = logs.field_value(request, resource)
-            return await implementation(request, caller)
+            named = logs.field_value(request, resource) if resource else ""
+            if line is not None:
+                line.resource = named
+            response = await implementation(request, caller)
+            if keeper is not None and isinstance(response, Encoded):
+                keeper.put(version, raw, _Answer(response, named))
+            return response
 
         try:
             outcome = await boundary.serve(
@@ -191,15 +225,24 @@ class Dispatcher(grpc.GenericRpcHandler):  # type: ignore[misc]  # grpc ships no
     """
 
     def __init__(
-        self, implementations: Mapping[str, Handler], *, boundary: Boundary | None = None
+        self,
+        implementations: Mapping[str, Handler],
+        *,
+        boundary: Boundary | None = None,
+        keeper: AnswerKeeper | None = None,
     ) -> None:
         """``boundary``: this surface's (default: an open gRPC boundary with the default
-        in-flight limit, :data:`~ces_eval.admission.DEFAULT_LIMIT`, and no request log)."""
+        in-flight limit, :data:`~ces_eval.admission.DEFAULT_LIMIT`, and no request log);
+        ``keeper``: where read answers are kept while nothing is written (None: never)."""
         self._boundary = boundary = boundary or Boundary("grpc", admission=Admission("grpc"))
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
         for path, method in schema.methods().items():
             self._handlers[path] = _behavior(
-                path, method=method, implementation=implementations.get(path), boundary=boundary
+                path,
+                method=method,
+                implementation=implementations.get(path),
+                boundary=boundary,
+                keeper=keeper,
             )
 
     @property

@@ -19,6 +19,7 @@ does not implement yet, answers 501 UNIMPLEMENTED before anything is parsed.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
 
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
 
     from ces_eval.access import Caller, Handler
+    from ces_eval.core.context import AnswerKeeper
     from ces_eval.logs import Call
     from ces_eval.transcoding.router import Route, Router
 
@@ -88,12 +90,19 @@ class Transcoder:
     ``boundary`` (default: an open REST boundary without an in-flight limit)."""
 
     def __init__(
-        self, router: Router, handlers: Mapping[str, Handler], boundary: Boundary | None = None
+        self,
+        router: Router,
+        handlers: Mapping[str, Handler],
+        boundary: Boundary | None = None,
+        keeper: AnswerKeeper | None = None,
     ) -> None:
+        """``keeper``: where GET answers are kept by path and query while nothing is written
+        (None: never; an open server's, :class:`~ces_eval.core.context.AnswerKeeper`)."""
         self._router = router
         self._handlers = handlers
         self._boundary = boundary or Boundary("rest")
         self._renderer = JsonRenderer()
+        self._keeper = keeper
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -123,6 +132,27 @@ class Transcoder:
     async def _handle(
         self, scope: Scope, receive: Receive, params: list[tuple[str, str]], caller: Caller
     ) -> bytes:
+        keeper = self._keeper
+        if keeper is None or scope["method"] != "GET":
+            return (await self._answer(scope, receive, params, caller)).body
+        # The same GET answered before while nothing was written: its rendering again, without
+        # routing, parsing or calling the core.
+        key = (_target(scope)[1], scope.get("query_string", b""))
+        version = await keeper.version()
+        kept = keeper.get(version, key)
+        if isinstance(kept, _Answer):
+            line: Call | None = scope.get(CALL_KEY)
+            if line is not None:
+                line.method, line.resource = kept.method, kept.resource
+            return kept.body
+        answer = await self._answer(scope, receive, params, caller)
+        if answer.stored:
+            keeper.put(version, key, answer)
+        return answer.body
+
+    async def _answer(
+        self, scope: Scope, receive: Receive, params: list[tuple[str, str]], caller: Caller
+    ) -> _Answer:
         verb, raw_path = _target(scope)
         line: Call | None = scope.get(CALL_KEY)
         resolved = self._router.resolve(verb, raw_path.split("?", 1)[0])
@@ -147,9 +177,9 @@ class Transcoder:
                 line.method = resolved.path.lstrip("/")
             raise ServiceError.unimplemented(resolved.path.lstrip("/"))
         route, variables = resolved
+        method, resource = route.path.lstrip("/"), next(iter(variables.values()), "")
         if line is not None:
-            line.method = route.path.lstrip("/")
-            line.resource = next(iter(variables.values()), "")
+            line.method, line.resource = method, resource
         handler = self._handlers.get(route.path)
         if handler is None:
             # A route of a method the core does not implement (a router over more than
@@ -173,12 +203,13 @@ class Transcoder:
             # Remembered renderings are joined on the loop; anything to render goes to a
             # worker thread when large.
             rendered = renderer.cached_encoded(response, int_enums)
-            if rendered is not None:
-                return rendered
-            large = large or response.size > LOOP_BYTES
-            return await off_loop(large, renderer.render_encoded, response, int_enums)
+            if rendered is None:
+                large = large or response.size > LOOP_BYTES
+                rendered = await off_loop(large, renderer.render_encoded, response, int_enums)
+            return _Answer(rendered, method, resource, stored=True)
         large = large or response.ByteSize() > LOOP_BYTES
-        return await off_loop(large, renderer.render, response, int_enums)
+        rendered = await off_loop(large, renderer.render, response, int_enums)
+        return _Answer(rendered, method, resource)
 
     @staticmethod
     def _request(
@@ -219,6 +250,22 @@ class Transcoder:
         except QueryError as error:
             raise _invalid(error.parameter, error.description) from error
         return request
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """A call's JSON answer, with what its request line names; ``stored``: an answer of
+    stored bytes, which holds while nothing is written (a GET's is kept,
+    :class:`~ces_eval.core.context.AnswerKeeper`)."""
+
+    body: bytes
+    method: str
+    resource: str
+    stored: bool = False
+
+    @property
+    def size(self) -> int:
+        return len(self.body)
 
 
 def _target(scope: Scope) -> tuple[str, str]:
