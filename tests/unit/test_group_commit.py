@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from ces_eval.storage._group_commit import GroupCommitWriter
+from ces_eval.storage._group_commit import Gathering, GroupCommitWriter
 
 
 def _opener(path: Path, statements: list[str]) -> sqlite3.Connection:
@@ -58,6 +59,69 @@ def test_concurrent_writes_share_commits_and_a_failure_stays_alone(tmp_path: Pat
         keys = [row[0] for row in check.execute("SELECT k FROM t ORDER BY k")]
     check.close()
     assert keys == [k for k in range(200) if k != 13]
+
+
+def _table(path: Path) -> None:
+    with sqlite3.connect(path) as setup:
+        setup.execute("CREATE TABLE t (k INTEGER PRIMARY KEY)")
+    setup.close()
+
+
+def _insert(key: int) -> Callable[[sqlite3.Connection], int]:
+    def work(connection: sqlite3.Connection) -> int:
+        connection.execute("INSERT INTO t VALUES (?)", (key,))
+        return key
+
+    return work
+
+
+def test_writes_arriving_while_others_commit_are_gathered_into_few_commits(
+    tmp_path: Path,
+) -> None:
+    """Two writes queued together show concurrent writers: the writes that then arrive one
+    by one, a millisecond apart, wait for each other (Gathering) instead of a commit each."""
+    path = tmp_path / "db.sqlite"
+    _table(path)
+    statements: list[str] = []
+    writer = GroupCommitWriter(
+        lambda: _opener(path, statements), gathering=Gathering(gather=0.05, gap=0.02)
+    )
+    writer.start()
+
+    async def scenario() -> list[int]:
+        tasks = [asyncio.ensure_future(writer.submit(_insert(k))) for k in range(2)]
+        for k in range(2, 42):
+            await asyncio.sleep(0.001)
+            tasks.append(asyncio.ensure_future(writer.submit(_insert(k))))
+        return list(await asyncio.gather(*tasks))
+
+    assert asyncio.run(scenario()) == list(range(42))
+    writer.stop()
+    commits = statements.count("COMMIT")
+    assert commits <= 8, commits  # a commit per write without gathering
+
+
+def test_a_writer_alone_is_never_held_for_others(tmp_path: Path) -> None:
+    """One write after the other, each awaited: none finds another queued, so none waits for
+    company (with a gathering window of 2 s, a single wait would show)."""
+    path = tmp_path / "db.sqlite"
+    _table(path)
+    statements: list[str] = []
+    writer = GroupCommitWriter(
+        lambda: _opener(path, statements), gathering=Gathering(gather=2.0, gap=2.0)
+    )
+    writer.start()
+
+    async def scenario() -> float:
+        started = time.monotonic()
+        for k in range(5):
+            assert await writer.submit(_insert(k)) == k
+        return time.monotonic() - started
+
+    elapsed = asyncio.run(scenario())
+    writer.stop()
+    assert statements.count("COMMIT") == 5
+    assert elapsed < 2.0, elapsed
 
 
 def test_an_answered_write_is_committed_and_the_writer_survives_errors(tmp_path: Path) -> None:

@@ -7,6 +7,13 @@ the rest is. The writer thread instead takes every write waiting in its queue (u
 then answers each caller. A write that fails rolls back to its savepoint alone; the others
 commit. Every answered write is therefore on disk, and a batch of N writes costs one sync.
 
+A commit costs as much as several writes (its sync, the transaction, the checks around it), so
+under concurrent writes a batch is worth waiting for. The writer cannot see the calls still on
+their way to it, but it sees when writes queued up while it was committing: then others are
+writing at the same time, and for a while (``busy``) each batch waits for more, until none has
+come for ``gap`` seconds or the batch has waited ``gather`` seconds. A caller writing alone,
+one write after the other, never finds writes queued, so it is never held.
+
 A batch the database cannot store (disk full, I/O error) fails as a whole: every waiter of it
 gets the error, nothing of it stays, and the thread goes on with the next batch, on a fresh
 connection if the old one could not even roll back. The thread never dies with callers waiting:
@@ -25,11 +32,12 @@ import contextlib
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-__all__ = ["GroupCommitWriter"]
+__all__ = ["Gathering", "GroupCommitWriter"]
 
 T = TypeVar("T")
 
@@ -42,14 +50,27 @@ class _Job:
     outcome: tuple[bool, Any] = (False, None)
 
 
-def _settle(job: _Job) -> None:
-    if job.future.done():  # cancelled by its caller
-        return
-    ok, value = job.outcome
-    if ok:
-        job.future.set_result(value)
-    else:
-        job.future.set_exception(value)
+def _settle(jobs: list[_Job]) -> None:
+    """Answer the callers of ``jobs`` (on their event loop's thread)."""
+    for job in jobs:
+        if job.future.done():  # cancelled by its caller
+            continue
+        ok, value = job.outcome
+        if ok:
+            job.future.set_result(value)
+        else:
+            job.future.set_exception(value)
+
+
+@dataclass(frozen=True)
+class Gathering:
+    """How long a batch waits for more writes once concurrent writers were seen (seconds):
+    at most ``gather`` in all, ``gap`` without a new write, for ``busy`` after writes were
+    last found queued."""
+
+    gather: float = 0.003
+    gap: float = 0.001
+    busy: float = 0.1
 
 
 class GroupCommitWriter:
@@ -61,9 +82,12 @@ class GroupCommitWriter:
         max_batch: int = 256,
         verify: Callable[[], None] = lambda: None,
         release: Callable[[sqlite3.Connection], None] = sqlite3.Connection.close,
+        gathering: Gathering | None = None,
     ) -> None:
         self._connect = connect
         self._max_batch = max_batch
+        self._gathering = gathering or Gathering()
+        self._busy_until = 0.0  # when concurrent writers were last seen, plus gathering.busy
         self._verify = verify
         self._release = release
         # None asks the thread to stop once the jobs before it are done.
@@ -93,17 +117,30 @@ class GroupCommitWriter:
         return await future
 
     def _take(self, first: _Job) -> tuple[list[_Job], bool]:
-        """``first`` and every job already waiting (up to the batch size); True when the
-        stop marker was among them."""
+        """``first`` and every job already waiting (up to the batch size), then, while
+        concurrent writers are about, those that come soon after (:class:`Gathering`); True
+        when the stop marker was among them."""
         batch = [first]
+        now = time.monotonic()
+        rules = self._gathering
+        gather_until = now + rules.gather if now < self._busy_until else 0.0
         while len(batch) < self._max_batch:
             try:
                 item = self._queue.get_nowait()
             except queue.Empty:
-                break
+                wait = min(gather_until - time.monotonic(), rules.gap)
+                if wait <= 0:
+                    break
+                try:
+                    item = self._queue.get(timeout=wait)
+                except queue.Empty:
+                    break
             if item is None:
                 return batch, True
             batch.append(item)
+            if len(batch) == 2 and not gather_until:  # queued while the last commit ran
+                self._busy_until = now + rules.busy
+                gather_until = now + rules.gather
         return batch, False
 
     def _run(self) -> None:
@@ -123,9 +160,13 @@ class GroupCommitWriter:
                     job.outcome = (False, error)
             if connection is not None and not self._usable(connection):
                 connection = None
+            # One wake-up per event loop, not per job.
+            by_loop: dict[asyncio.AbstractEventLoop, list[_Job]] = {}
             for job in batch:
+                by_loop.setdefault(job.loop, []).append(job)
+            for loop, jobs in by_loop.items():
                 with contextlib.suppress(RuntimeError):  # the caller's loop is closed: no one waits
-                    job.loop.call_soon_threadsafe(_settle, job)
+                    loop.call_soon_threadsafe(_settle, jobs)
         if connection is not None:
             with contextlib.suppress(sqlite3.Error):
                 self._release(connection)
