@@ -46,6 +46,9 @@ __all__ = ["Bounds", "Checks", "clear_output_only", "required_violations", "unre
 Bounds = dict[tuple[str, str], tuple[float, float]]
 
 _SINGLE, _REPEATED, _MAP = range(3)
+# A field's bounds, its judging (shape, whether a Struct type) and its descent (whether
+# REQUIRED fields are below, shape); None where it does not apply.
+_Action = tuple[tuple[float, float] | None, tuple[int, bool] | None, tuple[bool, int] | None]
 
 
 def _shape(field: descriptor.FieldDescriptor) -> int:
@@ -68,8 +71,10 @@ class _Plan:
     descend: dict[str, tuple[bool, bool]]
     limits: Rules
     required: bool = False  # whether the type has REQUIRED fields of its own
-    # The fields with anything to do (bounded, judged or descended into; never OUTPUT_ONLY).
-    acted: frozenset[str] = frozenset()
+    # What to do with each field that has anything to do (never OUTPUT_ONLY), by its
+    # descriptor, as ListFields() gives it: its bounds, how it is judged, and how to descend
+    # (whether REQUIRED fields are below, its shape), each None when it does not apply.
+    actions: dict[descriptor.FieldDescriptor, _Action] = field(default_factory=dict)
 
 
 def _reaches(
@@ -188,7 +193,18 @@ class Checks:
             if self._limits is not None
             else ({}, {}),
             required=bool(required_fields(message_descriptor)),
-            acted=frozenset({*bounded, *judged, *descend}) - output_only,
+            actions={
+                f: (
+                    bounded.get(f.name),
+                    judged.get(f.name),
+                    None
+                    if (below := descend.get(f.name)) is None
+                    else (below[0], _MAP if below[1] else _shape(f)),
+                )
+                for f in message_descriptor.fields
+                if f.name not in output_only
+                and (f.name in bounded or f.name in judged or f.name in descend)
+            },
         )
 
         self._plans[message_descriptor] = plan
@@ -231,25 +247,24 @@ class Checks:
         over: tuple[descriptor.FieldDescriptor, ...] = ()
         if walk is not None and plan.limits[walk.large]:
             over = walk.fields(plan.limits[walk.large], present, path)
-        acted = plan.acted
+        actions = plan.actions
         for f, value in present:
-            name = f.name
-            if name not in acted or (over and f in over):
+            action = actions.get(f)
+            if action is None or (over and f in over):
                 continue
-            bounds = plan.bounded.get(name)
+            bounds, judged, below = action
             if bounds is not None and not bounds[0] <= value <= bounds[1]:
                 state.found.append(
                     FieldViolation(
-                        f"{path}.{name}",
+                        f"{path}.{f.name}",
                         f"Must be between {bounds[0]:g} and {bounds[1]:g}; got {value:g}.",
                         "OUT_OF_RANGE",
                     )
                 )
-            judged = plan.judged.get(name)
             if judged is not None:
                 if judged[1] and not state.numbers:
                     continue  # nothing to find in a Struct tree
-                for item_path, item in _items(path, name, judged[0], value):
+                for item_path, item in _items(path, f.name, judged[0], value):
                     json_safe.check(
                         item,
                         item_path,
@@ -258,13 +273,19 @@ class Checks:
                         payload=state.payload,
                     )
                 continue
-            below = plan.descend.get(name)
             if below is None:
                 continue
             check = check_required and below[0]
-            shape = _MAP if below[1] else _REPEATED if f.is_repeated else _SINGLE
-            for item_path, item in _items(path, name, shape, value):
-                self._inspect(item, item_path, state, check_required=check)
+            shape = below[1]
+            if shape == _SINGLE:
+                self._inspect(value, f"{path}.{f.name}", state, check_required=check)
+            elif shape == _REPEATED:
+                prefix = f"{path}.{f.name}["
+                for index, item in enumerate(value):
+                    self._inspect(item, f"{prefix}{index}]", state, check_required=check)
+            else:
+                for item_path, item in _items(path, f.name, shape, value):
+                    self._inspect(item, item_path, state, check_required=check)
 
 
 def _items(path: str, name: str, shape: int, value: Any) -> Iterable[tuple[str, Message]]:  # noqa: ANN401 - a field's value: message, repeated field or map
