@@ -260,17 +260,19 @@ class HttpRequestLog:
             return
         mcp = path == self._mcp_path
         call = RequestLog.start("mcp" if mcp else "rest", f"{scope['method']} {path}")
+        if mcp:  # MCP's library writes its own answers: watched for their status
+            watched = send
 
-        async def sending(message: AsgiMessage) -> None:
-            if message["type"] == "http.response.start":
-                call.status = int(message["status"])
-            await send(message)
+            async def sending(message: AsgiMessage) -> None:
+                if message["type"] == "http.response.start":
+                    call.status = int(message["status"])
+                await watched(message)
 
+            send = sending
         scope[CALL_KEY] = call  # the scope is this request's own (ASGI): no copy
         try:
-            # Our own answers record their status in the call (asgi.send_json, send_error);
-            # MCP's library writes its own, which are watched.
-            await self._app(scope, receive, sending if mcp else send)
+            # Our own answers record their status in the call (asgi.send_json, send_error).
+            await self._app(scope, receive, send)
         finally:
             if call.status is None and call.code is None:
                 call.code = Code.CANCELLED  # the client went away before an answer
