@@ -62,6 +62,7 @@ _ACCESS = logging.getLogger("ces_eval.access")
 FLUSH_SECONDS: Final = 0.05
 # Routes that are probes or documents, not calls of the API.
 _QUIET_PATHS = frozenset({"/healthz", "/openapi.json"})
+_PARTS_KEPT = 4096  # formatted parts of text lines kept (RequestLog._text)
 # HTTP statuses that no canonical code maps to, answered before a surface knows the call.
 _HTTP_ONLY = {413: Code.RESOURCE_EXHAUSTED, 405: Code.UNIMPLEMENTED}
 _BY_HTTP_STATUS = {code.http_status: code for code in reversed(Code)}
@@ -163,6 +164,11 @@ class RequestLog:
         self._scheduled = False
         self._second = -1
         self._stamp = ""
+        self._millisecond = -1
+        self._at = ""
+        # A text line's parts around its duration, by what they say: the same call repeated
+        # (a client polling one resource) is formatted once (at most _PARTS_KEPT kept).
+        self._parts: dict[tuple[object, ...], tuple[str, str]] = {}
 
     @staticmethod
     def wanted() -> bool:
@@ -203,19 +209,31 @@ class RequestLog:
             return
 
     def _time(self, at: float) -> str:
-        second = int(at)
+        millisecond = int(at * 1000)
+        if millisecond == self._millisecond:  # lines of one millisecond share their stamp
+            return self._at
+        second = millisecond // 1000
         if second != self._second:
             self._second = second
             self._stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(second))
-        return f"{self._stamp},{int((at - second) * 1000):03d}"
+        self._millisecond = millisecond
+        self._at = f"{self._stamp},{millisecond - second * 1000:03d}"
+        return self._at
 
     def _text(self, at: float, call: Call, http_status: int | None, milliseconds: float) -> str:
-        status = "" if http_status is None else f" {http_status}"
-        return (
-            f"{self._time(at)} INFO {_ACCESS.name}{_STYLE.pid}: {call.surface} {call.method} "
-            f"{call.resource or '-'} {_code(call, http_status).name}{status} "
-            f"{milliseconds:.2f}ms caller={call.caller or '-'}\n"
-        )
+        key = (call.surface, call.method, call.resource, call.caller, call.code, http_status)
+        parts = self._parts.get(key)
+        if parts is None:
+            status = "" if http_status is None else f" {http_status}"
+            parts = (
+                f" INFO {_ACCESS.name}{_STYLE.pid}: {call.surface} {call.method} "
+                f"{call.resource or '-'} {_code(call, http_status).name}{status} ",
+                f"ms caller={call.caller or '-'}\n",
+            )
+            if len(self._parts) >= _PARTS_KEPT:
+                self._parts.clear()
+            self._parts[key] = parts
+        return f"{self._time(at)}{parts[0]}{milliseconds:.2f}{parts[1]}"
 
     def _json(self, at: float, call: Call, http_status: int | None, milliseconds: float) -> str:
         code = _code(call, http_status).name
@@ -259,7 +277,7 @@ class HttpRequestLog:
             await self._app(scope, receive, send)
             return
         mcp = path == self._mcp_path
-        call = RequestLog.start("mcp" if mcp else "rest", f"{scope['method']} {path}")
+        call = Call("mcp" if mcp else "rest", f"{scope['method']} {path}", time.perf_counter())
         if mcp:  # MCP's library writes its own answers: watched for their status
             watched = send
 

@@ -96,3 +96,25 @@ def test_off_below_info() -> None:
     assert not logs.RequestLog.wanted()
     logs.configure("info", "text")
     assert logs.RequestLog.wanted()
+
+
+def test_repeated_calls_are_each_written_with_their_own_time_duration_and_outcome() -> None:
+    """Lines of the same call, repeated, share what they say but for their time and duration
+    (formatted once, logs.RequestLog._text); one detail more or less is another line."""
+    logs.configure("info", "text")
+    out = io.StringIO()
+    log = logs.RequestLog(out)
+    first, again, refused = _call(), _call(), _call(Code.NOT_FOUND)
+    log._pending = [
+        (1_700_000_000.001, first, None, 1.5),
+        (1_700_000_000.001, again, None, 2.25),
+        (1_700_000_001.999, refused, None, 0.5),
+        (1_700_000_002.0, first, 200, 3.0),
+    ]
+    log.flush()
+    lines = out.getvalue().splitlines()
+    assert [line.split(",")[1][:3] for line in lines] == ["001", "001", "999", "000"]
+    assert [line.split(" ")[-2] for line in lines] == ["1.50ms", "2.25ms", "0.50ms", "3.00ms"]
+    assert [line.split(" ")[-3] for line in lines] == ["OK", "OK", "NOT_FOUND", "200"]
+    assert lines[0].split(",", 1)[1][3:] == lines[1].split(",", 1)[1][3:].replace("2.25", "1.50")
+    assert lines[2].split(" ")[0:2] != lines[3].split(" ")[0:2]  # another second's stamp
