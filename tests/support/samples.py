@@ -11,10 +11,21 @@ Recursive types (Span.child_spans, Evaluation.last_completed_result, Struct) sto
 
 from __future__ import annotations
 
-from google.protobuf import any_pb2, descriptor, duration_pb2, struct_pb2, timestamp_pb2
+from google.longrunning import operations_pb2
+from google.protobuf import (
+    any_pb2,
+    descriptor,
+    duration_pb2,
+    message_factory,
+    struct_pb2,
+    timestamp_pb2,
+)
 from google.protobuf.message import Message
 
-__all__ = ["MAX_DEPTH", "oneof_branches", "populate", "set_branches"]
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+
+__all__ = ["MAX_DEPTH", "contract_messages", "oneof_branches", "populate", "set_branches"]
 
 MAX_DEPTH = 7
 _F = descriptor.FieldDescriptor
@@ -176,4 +187,27 @@ def set_branches(message: Message) -> set[str]:
             values = [value]
         for item in values:
             found |= set_branches(item)
+    return found
+
+
+def contract_messages(*, empty: bool = False) -> list[Message]:
+    """Each message type of the contract (the resources', the service's and the operations'
+    files, and their nested types), populated in four variants: every field kind, oneof
+    branch, map and well-known type the contract has; ``empty``: each type's empty message
+    too."""
+    found: list[Message] = []
+    pending = [
+        message_type
+        for module in (evaluation_pb2, service_pb2, operations_pb2)
+        for message_type in module.DESCRIPTOR.message_types_by_name.values()
+    ]
+    seen: set[str] = set()
+    while pending:
+        message_type = pending.pop()
+        if message_type.full_name in seen or message_type.GetOptions().map_entry:
+            continue
+        seen.add(message_type.full_name)
+        pending.extend(message_type.nested_types)
+        cls = message_factory.GetMessageClass(message_type)
+        found += [*([cls()] if empty else []), *(populate(cls(), v) for v in range(4))]
     return found

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from google.longrunning import operations_pb2
 from google.protobuf import (
     any_pb2,
     descriptor_pb2,
@@ -84,33 +83,12 @@ def _assert_raises_as_json_format(message: Message, int_enums: bool) -> bool:
 # -- the contract ---------------------------------------------------------------------------------
 
 
-def _contract_messages() -> list[Message]:
-    """Each message type of the contract (its files' and nested ones), populated in a few
-    variants: every field kind, oneof branch, map and well-known type the contract has."""
-    found: list[Message] = []
-    pending = [
-        message_type
-        for module in (evaluation_pb2, service_pb2, operations_pb2)
-        for message_type in module.DESCRIPTOR.message_types_by_name.values()
-    ]
-    seen: set[str] = set()
-    while pending:
-        message_type = pending.pop()
-        if message_type.full_name in seen or message_type.GetOptions().map_entry:
-            continue
-        seen.add(message_type.full_name)
-        pending.extend(message_type.nested_types)
-        cls = message_factory.GetMessageClass(message_type)
-        found += [cls(), *(samples.populate(cls(), variant) for variant in range(4))]
-    return found
-
-
 @pytest.mark.parametrize("int_enums", [False, True])
 @pytest.mark.parametrize("separators", SEPARATORS)
 def test_every_message_of_the_contract_is_printed_as_json_format_prints_it(
     int_enums: bool, separators: tuple[str, str]
 ) -> None:
-    found = _contract_messages()
+    found = samples.contract_messages(empty=True)
     assert len(found) > 250
     for message in found:
         _assert_printed_as_json_format(message, int_enums, separators)

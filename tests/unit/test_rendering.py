@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from google.longrunning import operations_pb2
-from google.protobuf import json_format, message_factory
+from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
@@ -48,33 +47,12 @@ def test_memory_stays_within_the_bound() -> None:
     assert renderer.misses == 501  # evicted long ago: rendered again
 
 
-def _every_message() -> list[Message]:
-    """Each message type of the contract (its file's and nested ones), populated in a few
-    variants: every field kind, oneof branch, map and well-known type the contract has."""
-    found: list[Message] = []
-    pending = [
-        message_type
-        for module in (evaluation_pb2, service_pb2, operations_pb2)
-        for message_type in module.DESCRIPTOR.message_types_by_name.values()
-    ]
-    seen: set[str] = set()
-    while pending:
-        message_type = pending.pop()
-        if message_type.full_name in seen or message_type.GetOptions().map_entry:
-            continue
-        seen.add(message_type.full_name)
-        pending.extend(message_type.nested_types)
-        cls = message_factory.GetMessageClass(message_type)
-        found += [samples.populate(cls(), variant) for variant in range(4)]
-    return found
-
-
 @pytest.mark.parametrize("int_enums", [False, True])
 @pytest.mark.parametrize("separators", [COMPACT, (", ", ": ")])
 def test_rendering_in_pieces_is_exactly_rendering_whole(
     int_enums: bool, separators: tuple[str, str]
 ) -> None:
-    messages = _every_message()
+    messages = samples.contract_messages()
     assert len(messages) > 200
     maps = [m for m in messages if isinstance(m, service_pb2.ExportEvaluationsResponse)]
     assert any(m.failed_evaluations for m in maps)  # a map, rendered whole
