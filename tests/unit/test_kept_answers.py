@@ -183,6 +183,13 @@ def test_a_repeated_grpc_read_is_answered_without_the_core_until_anyone_writes(
         assert both.count(GET) == 2
         assert both.count(LIST) == 2
 
+        # Another method's request of the same bytes (parent and name are both field 1) is
+        # another read.
+        same_bytes = service_pb2.ListEvaluationResultsRequest(parent=NAME)
+        assert same_bytes.SerializeToString() == get.SerializeToString()
+        results = await both.grpc(LIST, same_bytes, answer)
+        assert [r.display_name for r in results.evaluation_results] == ["r1"]
+
     run(tmp_path, scenario)
 
 

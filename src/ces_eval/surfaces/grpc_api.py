@@ -180,11 +180,12 @@ def _behavior(
             if implementation is None or request_class is None:
                 raise ServiceError.unimplemented(name)
             version: int | None = None
+            key = (name, raw)  # requests of two methods may be the same bytes
             if keeper is not None:
                 # The same request answered before while nothing was written: the same bytes
                 # again, without decoding or calling the core.
                 version = await keeper.version()
-                kept = keeper.get(version, raw)
+                kept = keeper.get(version, key)
                 if isinstance(kept, _Answer):
                     if line is not None:
                         line.resource = kept.resource
@@ -195,7 +196,7 @@ def _behavior(
                 line.resource = named
             response = await implementation(request, caller)
             if keeper is not None and isinstance(response, Encoded):
-                keeper.put(version, raw, _Answer(response, named))
+                keeper.put(version, key, _Answer(response, named))
             return response
 
         try:
