@@ -358,28 +358,35 @@ class _Engine:
         self._run.state = Run.COMPLETED
         if self._request.generate_latency_report:
             self._run.latency_report.CopyFrom(self._latencies.report())
-        await self._settled(self._replace(self._run))
-        await self._settled(self._completed_for_schedule())
+        await self._settled(self._completed())
 
-    async def _completed_for_schedule(self) -> None:
-        """The run's scheduled evaluation run names it its ``last_completed_run`` (a new etag;
-        nothing when the schedule is gone)."""
+    async def _completed(self) -> None:
+        """Store the run COMPLETED and, in the same transaction, its scheduled evaluation run
+        naming it its ``last_completed_run`` (a new etag), so that no reader sees the one
+        without the other; the run alone when it has no schedule, or the schedule is gone."""
         name = self._run.scheduled_evaluation_run
         storage = self._context.storage
         while name:
             schedule = await storage.get_row(tables.SCHEDULED_RUNS, name)
             if schedule is None:
-                return
+                break
             expected = schedule.etag
             schedule.last_completed_run = self._run.name
             schedule.etag = new_etag()
             try:
-                await storage.replace_row(tables.SCHEDULED_RUNS, schedule, expected)
-            except EtagMismatch:
-                continue  # changed meanwhile: read it again
-            except Missing:
-                return
+                await storage.replace_rows(
+                    [(tables.RUNS, self._run, ""), (tables.SCHEDULED_RUNS, schedule, expected)]
+                )
+            except EtagMismatch as changed:
+                if changed.name != name:
+                    raise
+                continue  # the schedule changed meanwhile: read it again
+            except Missing as missing:
+                if missing.name != name:
+                    raise  # the run itself is gone (see _guarded)
+                break  # the schedule was deleted meanwhile
             return
+        await self._replace(self._run)
 
     async def _guarded(self, step: Coroutine[Any, Any, None]) -> None:
         """Await ``step`` of the run; the run ends as its failure says (see the module)."""

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from google.rpc import status_pb2
 
     from ces_eval.storage._dialect import Sql
+    from ces_eval.storage.base import Replacement
     from ces_eval.storage.tables import Table
 
 __all__ = ["Rows", "Script", "Statement", "Taken", "drive", "drive_async"]
@@ -610,6 +611,12 @@ def replace_row(sql: Sql, table: Table[M], message: M, expected_etag: str) -> Sc
     if (yield Statement(statements.exists, (name,))).rows:
         raise EtagMismatch(name)
     raise Missing(name)
+
+
+def replace_rows(sql: Sql, changes: Sequence[Replacement]) -> Script[None]:
+    """:func:`replace_row` of each change, in order, in the one transaction."""
+    for table, message, expected_etag in changes:
+        yield from replace_row(sql, table, message, expected_etag)
 
 
 def delete_row(sql: Sql, table: Table[M], name: str, expected_etag: str | None) -> Script[None]:

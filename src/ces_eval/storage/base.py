@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ces_eval.storage.errors import (
     Conflict,
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from ces_eval.storage.tables import Table
 
 M = TypeVar("M", bound="Message")
+# A row to overwrite (Storage.replace_rows): its table, the message, the etag it must still have.
+Replacement = tuple["Table[Any]", "Message", str]
 
 __all__ = [
     "Conflict",
@@ -45,6 +47,7 @@ __all__ = [
     "ListQuery",
     "Missing",
     "OrderBy",
+    "Replacement",
     "ResetCounts",
     "SortKey",
     "Storage",
@@ -257,6 +260,11 @@ class Storage(Protocol):
     async def replace_row(self, table: Table[M], message: M, expected_etag: str) -> None:
         """Overwrite the stored resource if its etag is still ``expected_etag``. Raises
         Missing, EtagMismatch or Conflict (display name)."""
+
+    async def replace_rows(self, changes: Sequence[Replacement]) -> None:
+        """:meth:`replace_row` for each of ``changes`` (table, message, expected etag), all in
+        one transaction: when one raises, none is stored, so no reader sees some of them
+        without the others."""
 
     async def delete_row(self, table: Table[M], name: str, expected_etag: str | None) -> None:
         """Delete a resource of ``table``. Raises Missing or EtagMismatch."""
