@@ -277,7 +277,7 @@ class HttpRequestLog:
             await self._app(scope, receive, send)
             return
         mcp = path == self._mcp_path
-        call = Call("mcp" if mcp else "rest", f"{scope['method']} {path}", time.perf_counter())
+        call = RequestLog.start("mcp" if mcp else "rest", f"{scope['method']} {path}")
         if mcp:  # MCP's library writes its own answers: watched for their status
             watched = send
 

@@ -67,6 +67,15 @@ def _table(path: Path) -> None:
     setup.close()
 
 
+def _gathering(path: Path, gathering: Gathering) -> tuple[GroupCommitWriter, list[str]]:
+    """A started writer over a new table ``t`` with ``gathering``, and the statements it runs."""
+    _table(path)
+    statements: list[str] = []
+    writer = GroupCommitWriter(lambda: _opener(path, statements), gathering=gathering)
+    writer.start()
+    return writer, statements
+
+
 def _insert(key: int) -> Callable[[sqlite3.Connection], int]:
     def work(connection: sqlite3.Connection) -> int:
         connection.execute("INSERT INTO t VALUES (?)", (key,))
@@ -80,13 +89,7 @@ def test_writes_arriving_while_others_commit_are_gathered_into_few_commits(
 ) -> None:
     """Two writes queued together show concurrent writers: the writes that then arrive one
     by one, a millisecond apart, wait for each other (Gathering) instead of a commit each."""
-    path = tmp_path / "db.sqlite"
-    _table(path)
-    statements: list[str] = []
-    writer = GroupCommitWriter(
-        lambda: _opener(path, statements), gathering=Gathering(gather=0.05, gap=0.02)
-    )
-    writer.start()
+    writer, statements = _gathering(tmp_path / "db.sqlite", Gathering(gather=0.05, gap=0.02))
 
     async def scenario() -> list[int]:
         tasks = [asyncio.ensure_future(writer.submit(_insert(k))) for k in range(2)]
@@ -104,13 +107,7 @@ def test_writes_arriving_while_others_commit_are_gathered_into_few_commits(
 def test_a_writer_alone_is_never_held_for_others(tmp_path: Path) -> None:
     """One write after the other, each awaited: none finds another queued, so none waits for
     company (with a gathering window of 2 s, a single wait would show)."""
-    path = tmp_path / "db.sqlite"
-    _table(path)
-    statements: list[str] = []
-    writer = GroupCommitWriter(
-        lambda: _opener(path, statements), gathering=Gathering(gather=2.0, gap=2.0)
-    )
-    writer.start()
+    writer, statements = _gathering(tmp_path / "db.sqlite", Gathering(gather=2.0, gap=2.0))
 
     async def scenario() -> float:
         started = time.monotonic()

@@ -60,21 +60,16 @@ def _shape(field: descriptor.FieldDescriptor) -> int:
 
 @dataclass(frozen=True)
 class _Plan:
-    """What the walk does in a message of one type: OUTPUT_ONLY fields to clear, bounded fields,
-    fields whose values json_safe judges (name → shape, whether a Struct type), the fields to
-    descend into (name → whether their sub-tree holds REQUIRED fields to check, whether they
-    are maps), and what the request limits check here (empty: nothing)."""
+    """What the walk does in a message of one type: OUTPUT_ONLY fields to clear, what to do
+    with each field that has anything to do (never OUTPUT_ONLY), by its descriptor as
+    ListFields() gives it (its bounds; how json_safe judges it: shape, whether a Struct type;
+    how to descend: whether its sub-tree holds REQUIRED fields to check, shape; each None
+    where it does not apply), and what the request limits check here (empty: nothing)."""
 
     output_only: frozenset[str]
-    bounded: dict[str, tuple[float, float]]
-    judged: dict[str, tuple[int, bool]]
-    descend: dict[str, tuple[bool, bool]]
+    actions: dict[descriptor.FieldDescriptor, _Action]
     limits: Rules
     required: bool = False  # whether the type has REQUIRED fields of its own
-    # What to do with each field that has anything to do (never OUTPUT_ONLY), by its
-    # descriptor, as ListFields() gives it: its bounds, how it is judged, and how to descend
-    # (whether REQUIRED fields are below, its shape), each None when it does not apply.
-    actions: dict[descriptor.FieldDescriptor, _Action] = field(default_factory=dict)
 
 
 def _reaches(
@@ -151,7 +146,7 @@ class Checks:
         plan = self._plans.get(message_descriptor)
         if plan is not None:
             return plan
-        descend: dict[str, tuple[bool, bool]] = {}
+        descend: dict[str, tuple[bool, int]] = {}
         judged: dict[str, tuple[int, bool]] = {}
         for f in message_descriptor.fields:
             target = target_of(f)
@@ -171,7 +166,7 @@ class Checks:
                 or (not self._keep and _subtree_has(target, OUTPUT_ONLY))
                 or _reaches(target, self._reached, frozenset())
             ):
-                descend[f.name] = (required, _shape(f) == _MAP)
+                descend[f.name] = (required, _shape(f))
         output_only = (
             frozenset()
             if self._keep
@@ -186,25 +181,16 @@ class Checks:
         }
         plan = _Plan(
             output_only=output_only,
-            bounded=bounded,
-            judged=judged,
-            descend=descend,
-            limits=self._limits.rules(message_descriptor, output_only, frozenset(descend))
-            if self._limits is not None
-            else ({}, {}),
-            required=bool(required_fields(message_descriptor)),
             actions={
-                f: (
-                    bounded.get(f.name),
-                    judged.get(f.name),
-                    None
-                    if (below := descend.get(f.name)) is None
-                    else (below[0], _MAP if below[1] else _shape(f)),
-                )
+                f: (bounded.get(f.name), judged.get(f.name), descend.get(f.name))
                 for f in message_descriptor.fields
                 if f.name not in output_only
                 and (f.name in bounded or f.name in judged or f.name in descend)
             },
+            limits=self._limits.rules(message_descriptor, output_only, frozenset(descend))
+            if self._limits is not None
+            else ({}, {}),
+            required=bool(required_fields(message_descriptor)),
         )
 
         self._plans[message_descriptor] = plan

@@ -191,7 +191,9 @@ def _behavior(
                         line.resource = kept.resource
                     return kept.answer
             request = await off_loop(len(raw) > LOOP_BYTES, _decode, request_class, raw)
-            named = logs.field_value(request, resource) if resource else ""
+            named = ""
+            if resource and (line is not None or keeper is not None):
+                named = logs.field_value(request, resource)
             if line is not None:
                 line.resource = named
             response = await implementation(request, caller)
