@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
 import struct
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -599,8 +600,20 @@ def messages(
     return build()
 
 
+FIELD_MASK = "google.protobuf.FieldMask"
+_MASK_UNSAFE = re.compile(r"[^a-z0-9.]")
+
+
 def _make_json_safe(message: Message) -> None:
-    """Replace the non-finite numbers of Struct values (JSON has no form for them) by 0."""
+    """Replace the non-finite numbers of Struct values (JSON has no form for them) by 0, and
+    keep of each FieldMask path only lowercase letters, digits and dots (proto3 JSON writes a
+    path in lowerCamelCase: an uppercase letter, or an underscore before anything but a
+    lowercase letter, has no form there)."""
+    if message.DESCRIPTOR.full_name == FIELD_MASK:
+        paths = [_MASK_UNSAFE.sub("", path.lower()) for path in message.paths]  # type: ignore[attr-defined]
+        message.ClearField("paths")
+        message.paths.extend(paths)  # type: ignore[attr-defined]
+        return
     for field, value in message.ListFields():
         if field.message_type is None:
             continue
@@ -690,7 +703,7 @@ _OPAQUE = frozenset(
         STRUCT,
         VALUE,
         struct_pb2.ListValue.DESCRIPTOR.full_name,
-        "google.protobuf.FieldMask",
+        FIELD_MASK,
         "google.protobuf.Empty",
     }
     | {

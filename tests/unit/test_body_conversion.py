@@ -1,5 +1,6 @@
-"""A checked JSON document is merged into its message by our own walk (transcoding/body.py,
-``_merge``), json_format only for the kinds it leaves to it: the message must be json_format's,
+"""A JSON document is checked, counted and merged into its message by one walk of our own
+(transcoding/body.py, ``_convert``), json_format only for the kinds it leaves to it, the
+separate passes at anything out of the ordinary: the message must be json_format's,
 for every request type of the contract, every field kind the generated messages have, both enum
 encodings and both spellings of field names; and where json_format refuses (too deep), the
 refusal is json_format's, word for word."""
@@ -7,6 +8,7 @@ refusal is json_format's, word for word."""
 from __future__ import annotations
 
 import json
+from typing import cast
 
 import pytest
 from google.protobuf import json_format, message_factory
@@ -15,10 +17,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ces_eval.contract import schema
+from ces_eval.contract.limits import LIMITS
 from ces_eval.errors import ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.transcoding.body import MAX_NESTING, check_document, parse_body, parse_document
-from tests.support.generated import generated_examples, messages
+from tests.support.generated import generated_examples, json_documents, messages
 
 
 def _request_types() -> list[type[Message]]:
@@ -94,3 +97,43 @@ def test_depth_counts_from_the_top_as_json_format_counts_it(levels: int, array: 
     with pytest.raises(ServiceError) as raised:
         parse_body(text.encode(), merged, "evaluation")
     assert raised.value.message == f"The request body is invalid: {refused}"
+
+
+def _separately(request_class: type[Message], document: object) -> Message | list[str]:
+    """What the separate passes make of ``document``: the count limits' violations, else the
+    check's, else json_format's message (or its refusal's first line, said of the body)."""
+    descriptor = request_class.DESCRIPTOR
+    violations = LIMITS.json_counts(descriptor, document) or check_document(
+        descriptor, document, ""
+    )
+    if violations:
+        return [f"{v.field}: {v.description}" for v in violations]
+    try:
+        return json_format.ParseDict(document, request_class(), max_recursion_depth=MAX_NESTING)
+    except json_format.ParseError as error:
+        return [f"body: {str(error).split(chr(10), 1)[0]}"]
+
+
+@pytest.mark.parametrize("request_class", REQUESTS, ids=lambda c: c.DESCRIPTOR.name)
+@given(data=st.data())
+@_SETTINGS
+def test_the_one_walk_answers_as_the_separate_passes(
+    request_class: type[Message], data: st.DataObject
+) -> None:
+    """Valid or mutated (unknown fields, wrong JSON types, values out of range, doubled oneofs,
+    counts over their limits...): the conversion walks a document once, and gives up to the
+    separate passes at anything out of the ordinary; its answer is always theirs."""
+    source = messages(request_class, json_safe=True, max_depth=6)
+    body, _ = data.draw(json_documents(source, request_class.DESCRIPTOR))
+    expected = _separately(request_class, json.loads(body))
+    merged = request_class()
+    try:
+        parse_document(json.loads(body), merged, "")
+    except ServiceError as error:
+        assert isinstance(expected, list), error.message
+        assert [f"{v.field}: {v.description}" for v in error.violations] == expected
+        return
+    assert merged == expected
+    assert merged.SerializeToString(deterministic=True) == cast(
+        "Message", expected
+    ).SerializeToString(deterministic=True)

@@ -239,6 +239,27 @@ def test_a_body_over_a_count_limit_is_refused_with_that_alone() -> None:
     assert _refusal(json.dumps(document).encode()) == [("evaluation.golden.turns", "TOO_MANY")]
 
 
+@pytest.mark.parametrize(
+    ("document", "field"),
+    [
+        ({"golden": {"turns": [{}] * (limits.MAX_GOLDEN_TURNS + 1)}}, "evaluation.golden.turns"),
+        ({"tags": ["a"] * (limits.MAX_REPEATED + 1)}, "evaluation.tags"),
+        (
+            {"golden": {"turns": [{"steps": [{}] * (limits.MAX_REPEATED + 1)}]}},
+            "evaluation.golden.turns[0].steps",
+        ),
+    ],
+    ids=["messages", "strings", "deeper"],
+)
+def test_a_body_valid_but_for_a_count_is_refused_at_that_count(
+    document: dict[str, object], field: str
+) -> None:
+    """Nothing else is wrong: the one walk that merges a valid document counts as it goes."""
+    within = json.loads(json.dumps(document).replace("[{}, ", "[", 1).replace('["a", ', "[", 1))
+    body.parse_body(json.dumps(within).encode(), evaluation_pb2.Evaluation(), "evaluation")
+    assert _refusal(json.dumps({"displayName": "x", **document}).encode()) == [(field, "TOO_MANY")]
+
+
 ENOUGH = limits.MAX_DECODED_ENTRIES + 1
 
 

@@ -1,19 +1,19 @@
 """JSON documents into messages, with every problem reported as a BadRequest violation.
 
-A descriptor walk checks the document first (:func:`check_document`, the one proto3-JSON
-checker of REST bodies, MCP arguments and imported documents) so that unknown fields, wrong
-JSON types, integers out of range, malformed base64, unknown enum names, doubly-set oneofs and
-malformed well-known values are reported with their field paths (proto names,
-``evaluation.golden.turns[0].steps``), all at once, instead of json_format's first-error
-message. An imported document is read with the other policy: the first problem only, its path
-spelled as the document spells its keys. A checked document is then merged into its message by
-a walk of our own for the common kinds, json_format for the rest (see "the conversion of a
-checked document"): the message is json_format's either way.
+A document without a problem is read in one walk (see "the conversion"): each field is checked,
+each repeated field counted against its limit, and each value set as json_format sets it. At
+anything out of the ordinary the walk gives up, and the separate passes say what is wrong: the
+count limits first (:mod:`ces_eval.contract.limits`: repeated fields, maps, Struct entries; a
+body over one is refused with those violations alone), then a descriptor walk
+(:func:`check_document`, the one proto3-JSON checker of REST bodies, MCP arguments and imported
+documents) that reports unknown fields, wrong JSON types, integers out of range, malformed
+base64, unknown enum names, doubly-set oneofs and malformed well-known values with their field
+paths (proto names, ``evaluation.golden.turns[0].steps``), all at once, instead of json_format's
+first-error message. An imported document is checked with the other policy: the first problem
+only, its path spelled as the document spells its keys. The message is json_format's either way.
 
-Before either, the count limits (:mod:`ces_eval.contract.limits`: repeated fields, maps, Struct
-entries) are checked on the document: a body over one is refused with those violations alone,
-before any per-element work. Reading the document itself is bounded too (see "reading the
-document"), and :func:`heavy` tells the surfaces which bodies to parse off the event loop.
+Reading the document itself is bounded too (see "reading the document"), and :func:`heavy`
+tells the surfaces which bodies to parse off the event loop.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from ces_eval.contract.limits import (
     MAX_MESSAGE_NESTING,
     MAX_STRUCT_ENTRIES,
     MAX_VIOLATIONS,
+    Count,
     key_path,
     shown,
 )
@@ -593,147 +594,185 @@ def parse_body(data: bytes, message: Message, path: str) -> None:
     parse_document(document, message, path, structs=len(data) > 2 * MAX_STRUCT_ENTRIES)
 
 
-# -- the conversion of a checked document ----------------------------------------------------------
+# -- the conversion: checked, counted and merged in one walk -----------------------------------
 #
 # json_format walks any document generically, looking each key up and deciding each value's kind
-# on the way; for a document check_document accepted, the common kinds need none of that. A
-# message's fields are set here directly: messages and lists of them by descent, and strings,
-# booleans, integers and enum names given as such, each as json_format sets it. Anything else
-# (well-known types, maps, bytes, floats, nulls, integers or enums in another spelling) is left
-# to json_format, field by field, with the depth it has left: the result is json_format's.
+# on the way, and the check and the count limits would each walk it once more. A document
+# without a problem needs none of that: :func:`_convert` walks it once, with a plan per message
+# type, and sets each field directly (messages and lists of them by descent; strings, booleans,
+# integers in range and enum names given as such, each as json_format sets it; Structs, lists
+# and Values by the readers below), checking each repeated field's count before its elements.
+# Any other field (well-known one-value forms, maps, bytes, floats, nulls, integers or enums in
+# another spelling) goes through the whole pipeline on its own: counted, checked, then merged by
+# json_format with the depth it has left. The result is json_format's.
+#
+# At the first thing out of the ordinary (a problem, a key given twice, a second member of a
+# oneof, too deep) the walk gives up (:class:`_Refer`): the message is cleared, and the
+# document is counted, checked and read by the separate passes above, whose refusal (every
+# problem, counts first) is the answer. A refusal is never made by the walk itself.
 
-_DIRECT: dict[int, type | tuple[type, ...]] = {
-    descriptor.FieldDescriptor.CPPTYPE_STRING: str,
-    descriptor.FieldDescriptor.CPPTYPE_BOOL: bool,
-    descriptor.FieldDescriptor.CPPTYPE_INT32: int,
-    descriptor.FieldDescriptor.CPPTYPE_INT64: int,
-    descriptor.FieldDescriptor.CPPTYPE_UINT32: int,
-    descriptor.FieldDescriptor.CPPTYPE_UINT64: int,
-}
+_F_STRING = descriptor.FieldDescriptor.CPPTYPE_STRING
+_F_BOOL = descriptor.FieldDescriptor.CPPTYPE_BOOL
 _MESSAGE = descriptor.FieldDescriptor.CPPTYPE_MESSAGE
 _ENUM = descriptor.FieldDescriptor.CPPTYPE_ENUM
 _BYTES = descriptor.FieldDescriptor.TYPE_BYTES
-_MERGED_FIELDS: dict[descriptor.Descriptor, dict[str, descriptor.FieldDescriptor]] = {}
+
+# What the walk does with a field: set a scalar of one Python type (within bounds for integers),
+# an enum by name, descend into a message or a document (Struct, ListValue, Value), or hand the
+# field to the whole pipeline; the repeated forms of the first three.
+_SET, _NAMED, _DESCEND, _DOCUMENT, _OTHER = range(5)
+_REPEATED_BASE = 8  # added to _SET, _NAMED, _DESCEND for a repeated field
 
 
-def _fields_by_key(message_type: descriptor.Descriptor) -> dict[str, descriptor.FieldDescriptor]:
-    """A message's fields by JSON name, then by proto name (json_format's lookup order)."""
-    found = _MERGED_FIELDS.get(message_type)
-    if found is None:
-        found = {f.name: f for f in message_type.fields}
-        found.update((f.json_name, f) for f in message_type.fields)
-        _MERGED_FIELDS[message_type] = found
-    return found
+class _Refer(Exception):
+    """Something in the document needs the separate passes: a problem to report, or a form
+    the walk leaves to them."""
 
 
-def _scalar(field: descriptor.FieldDescriptor, value: object) -> tuple[bool, object]:
-    """Whether ``value`` is set as it is (for an enum: its number), and what is set."""
-    if field.cpp_type == _ENUM:
-        if type(value) is str:
-            enum_type: descriptor.EnumDescriptor = field.enum_type  # type: ignore[assignment]
-            named = enum_type.values_by_name.get(value)
-            if named is not None:
-                return True, named.number
-        return False, None
-    kind = _DIRECT.get(field.cpp_type)
-    if kind is None or type(value) is not kind or field.type == _BYTES:
-        return False, None
-    return True, value
+# A step: the field, what to do (see above), its argument (the Python type and integer bounds,
+# the enum's numbers by name, the message type, or the document's reader), the repeated field's
+# count limit (None: not counted, OUTPUT_ONLY), and the oneof whose members exclude each other.
+_Step = tuple[descriptor.FieldDescriptor, int, Any, "int | None", "str | None"]
+_PLANS: dict[descriptor.Descriptor, dict[str, _Step]] = {}
 
 
-def _merged(document: dict[str, Any], message: Message) -> None:
-    """:func:`_merge` of a whole document; a refusal is json_format's, in its words (the
-    document read again by json_format alone: refusals are rare once the check passed)."""
-    try:
-        _merge(document, message, 1)
-    except (json_format.ParseError, ValueError, TypeError, OverflowError) as refused:
-        json_format.ParseDict(document, type(message)(), max_recursion_depth=MAX_NESTING)
-        # json_format took what _merge refused: a fault of ours (INTERNAL, logged).
-        raise RuntimeError("the document merge refused what json_format reads") from refused
+def _step(field: descriptor.FieldDescriptor, rule: Count | None) -> _Step:
+    """What :func:`_convert` does with ``field``, whose count rule is ``rule``."""
+    argument: object
+    oneof = field.containing_oneof
+    exclusive = oneof.name if oneof is not None and len(oneof.fields) > 1 else None
+    limit = None if rule is None or rule[6] else rule[1]
+    target = field.message_type
+    if target is not None:
+        name = target.full_name
+        if target.GetOptions().map_entry:
+            return field, _OTHER, None, limit, exclusive
+        if name in _DOCUMENTS and not field.is_repeated:
+            return field, _DOCUMENT, _DOCUMENTS[name], limit, exclusive
+        if name in _OPAQUE:
+            return field, _OTHER, None, limit, exclusive
+        action, argument = _DESCEND, target
+    elif field.cpp_type == _ENUM:
+        enum_type: descriptor.EnumDescriptor = field.enum_type  # type: ignore[assignment]
+        action = _NAMED
+        argument = {name: value.number for name, value in enum_type.values_by_name.items()}
+    elif field.cpp_type == _F_STRING and field.type != _BYTES:
+        action, argument = _SET, (str, None)
+    elif field.cpp_type == _F_BOOL:
+        action, argument = _SET, (bool, None)
+    elif field.type in _INTEGERS:
+        low, high, _ = _INTEGERS[field.type]
+        action, argument = _SET, (int, (low, high))
+    else:
+        return field, _OTHER, None, limit, exclusive
+    if field.is_repeated:
+        action += _REPEATED_BASE
+    return field, action, argument, limit, exclusive
 
 
-def _merge(document: dict[str, Any], message: Message, depth: int) -> None:
-    """Merge the checked ``document`` into ``message``, ``depth`` messages deep (the top is 1),
-    as json_format.ParseDict(max_recursion_depth=MAX_NESTING) would; what it refuses raises
-    here too, in other words (:func:`_merged` gives json_format's)."""
-    if depth > MAX_NESTING:
-        raise json_format.ParseError("too deep")
+def _plan(message_type: descriptor.Descriptor) -> dict[str, _Step]:
+    """A message's steps by JSON name, then by proto name (json_format's lookup order)."""
+    plan = _PLANS.get(message_type)
+    if plan is None:
+        counts = LIMITS.count_plan(message_type)
+        steps = {f: _step(f, counts.get(f.number)) for f in message_type.fields}
+        plan = {f.name: steps[f] for f in message_type.fields}
+        plan.update((f.json_name, steps[f]) for f in message_type.fields)
+        _PLANS[message_type] = plan
+    return plan
+
+
+def _convert(document: object, message: Message, depth: int, counting: bool) -> None:
+    """Merge ``document`` into ``message``, ``depth`` messages deep (the top is 1), as
+    json_format.ParseDict(max_recursion_depth=MAX_NESTING) would, counting repeated fields
+    against their limits when ``counting``; :class:`_Refer` at anything else."""
+    if depth > MAX_NESTING or type(document) is not dict:
+        raise _Refer
     message_type: descriptor.Descriptor = message.DESCRIPTOR  # type: ignore[assignment]
-    if message_type.full_name in _OPAQUE:
-        json_format.ParseDict(document, message, max_recursion_depth=MAX_NESTING - depth + 1)
-        return
-    fields = _fields_by_key(message_type)
+    plan = _PLANS.get(message_type) or _plan(message_type)
+    seen: set[str] = set()
+    oneofs: set[str] = set()
     for key, value in document.items():
-        field = fields.get(key)
-        if field is None or not _merged_field(message, field, value, depth):
-            json_format.ParseDict(
-                {key: value}, message, max_recursion_depth=MAX_NESTING - depth + 1
-            )
+        step = plan.get(key)
+        if step is None:
+            raise _Refer
+        field, action, argument, limit, exclusive = step
+        name = field.name
+        if name in seen:
+            raise _Refer
+        seen.add(name)
+        if exclusive is not None and value is not None:
+            if exclusive in oneofs:
+                raise _Refer
+            oneofs.add(exclusive)
+        if action == _DESCEND and type(value) is dict:
+            child = getattr(message, name)
+            child.SetInParent()
+            _convert(value, child, depth + 1, counting and limit is not None)
+        elif action == _SET and type(value) is argument[0] and _within(argument[1], value):
+            setattr(message, name, value)
+        elif action == _NAMED and type(value) is str and value in argument:
+            setattr(message, name, argument[value])
+        elif action == _DOCUMENT and value is not None and argument[0](value):
+            child = getattr(message, name)
+            child.SetInParent()
+            try:
+                argument[1](value, child, depth + 1)
+            except json_format.ParseError:
+                raise _Refer from None
+        elif (
+            action < _REPEATED_BASE
+            or type(value) is not list
+            or not _repeated(message, step, value, depth, counting)
+        ):
+            _other(message, key, value, depth, counting)
 
 
-def _merged_field(
-    message: Message, field: descriptor.FieldDescriptor, value: object, depth: int
-) -> bool:
-    """Set ``field`` from ``value`` when it is of a kind set here; False to leave it to
-    json_format (nothing set then)."""
-    if field.cpp_type == _MESSAGE:
-        return _merged_messages(message, field, value, depth)
-    if not field.is_repeated:
-        direct, setting = _scalar(field, value)
-        if direct:
-            setattr(message, field.name, setting)
-        return direct
-    if type(value) is not list:
-        return False
-    converted = []
-    for item in value:
-        direct, setting = _scalar(field, item)
-        if not direct:
+def _within(bounds: tuple[int, int] | None, value: object) -> bool:
+    return bounds is None or bounds[0] <= cast("int", value) <= bounds[1]
+
+
+def _repeated(message: Message, step: _Step, value: list[Any], depth: int, counting: bool) -> bool:
+    """Set the repeated field of ``step`` from ``value`` when every element is of the kind set
+    directly; False (nothing set) to leave it to :func:`_other`."""
+    field, action, argument, limit, _ = step
+    if counting and limit is not None and len(value) > limit:
+        raise _Refer
+    if action == _DESCEND + _REPEATED_BASE:
+        if not all(type(item) is dict for item in value):
             return False
-        converted.append(setting)
+        message.ClearField(field.name)
+        target = getattr(message, field.name)
+        for item in value:
+            _convert(item, target.add(), depth + 1, counting and limit is not None)
+        return True
+    if action == _SET + _REPEATED_BASE:
+        kind, bounds = argument
+        if not all(type(item) is kind and _within(bounds, item) for item in value):
+            return False
+        converted = value
+    else:
+        if not all(type(item) is str and item in argument for item in value):
+            return False
+        converted = [argument[item] for item in value]
     message.ClearField(field.name)
     getattr(message, field.name).extend(converted)
     return True
 
 
-def _merged_messages(
-    message: Message, field: descriptor.FieldDescriptor, value: object, depth: int
-) -> bool:
-    """:func:`_merged_field` of a message field (a map's and a well-known type's are
-    json_format's)."""
-    child_type: descriptor.Descriptor = field.message_type  # type: ignore[assignment]
-    if child_type.full_name in _DOCUMENTS:
-        return _merged_document(message, field, value, depth)
-    if child_type.GetOptions().map_entry or child_type.full_name in _OPAQUE:
-        return False
-    if not field.is_repeated:
-        if type(value) is not dict:
-            return False
-        child = getattr(message, field.name)
-        child.SetInParent()
-        _merge(value, child, depth + 1)
-        return True
-    if type(value) is not list or not all(type(item) is dict for item in value):
-        return False
-    message.ClearField(field.name)
-    target = getattr(message, field.name)
-    for item in value:
-        _merge(item, target.add(), depth + 1)
-    return True
-
-
-def _merged_document(
-    message: Message, field: descriptor.FieldDescriptor, value: object, depth: int
-) -> bool:
-    """:func:`_merged_field` of a singular Struct, ListValue or Value field (a null and a
-    repeated one are json_format's)."""
-    takes, merge = _DOCUMENTS[field.message_type.full_name]  # type: ignore[union-attr]
-    if field.is_repeated or value is None or not takes(value):
-        return False
-    child = getattr(message, field.name)
-    child.SetInParent()
-    merge(value, child, depth + 1)
-    return True
+def _other(message: Message, key: str, value: object, depth: int, counting: bool) -> None:
+    """One field of a kind :func:`_convert` does not set itself, through the whole pipeline:
+    counted, checked (floats adjusted, see :func:`_as_float32`), then json_format's."""
+    single = {key: value}
+    message_type: descriptor.Descriptor = message.DESCRIPTOR  # type: ignore[assignment]
+    if (counting and LIMITS.json_counts(message_type, single, structs=False)) or check_document(
+        message_type, single, "", limit=1
+    ):
+        raise _Refer
+    try:
+        json_format.ParseDict(single, message, max_recursion_depth=MAX_NESTING - depth + 1)
+    except (json_format.ParseError, ValueError, TypeError, OverflowError):
+        raise _Refer from None
 
 
 def _deeper(depth: int) -> None:
@@ -795,23 +834,34 @@ def parse_document(
     counted: bool = False,
     refusal: str = "The request body is invalid",
 ) -> None:
-    """Merge the parsed JSON ``document`` into ``message`` (see :func:`parse_body`); it may be
-    changed in place. ``structs`` false: too small for any Struct total to pass its limit;
-    ``counted``: the count limits were checked already (:meth:`Limits.json_counts`);
+    """Merge the parsed JSON ``document`` into the empty ``message`` (see :func:`parse_body`);
+    it may be changed in place. ``structs`` false: too small for any Struct total to pass its
+    limit; ``counted``: the count limits were checked already (:meth:`Limits.json_counts`);
     ``refusal``: how the error message begins ("The tool arguments are invalid")."""
     message_type: descriptor.Descriptor = message.DESCRIPTOR  # type: ignore[assignment]
+    opaque = message_type.full_name in _OPAQUE
     try:
-        if not counted and message_type.full_name not in _OPAQUE:
-            violations = LIMITS.json_counts(message_type, document, path, structs=structs)
-            if violations:
-                raise _refused(violations, refusal)
-        violations = check_document(message_type, document, path)
+        if structs and not counted and not opaque:
+            # Struct totals are counted over the whole document before anything else.
+            _refuse(LIMITS.json_counts(message_type, document, path), refusal)
+            counted = True
+        if not opaque:
+            _convert(document, message, 1, not counted)
+            return
+    except (_Refer, RecursionError, ValueError, TypeError, OverflowError, json_format.ParseError):
+        # ValueError: text protobuf cannot hold (a lone surrogate), found as it is set.
+        message.Clear()
+    # Something to report, or a form of json_format's own: the separate passes say what.
+    try:
+        if not counted and not opaque:
+            _refuse(LIMITS.json_counts(message_type, document, path, structs=False), refusal)
+        _refuse(check_document(message_type, document, path), refusal)
     except RecursionError as error:
         raise _too_deep(path) from error
-    if violations:
-        raise _refused(violations, refusal)
     try:
-        _merged(cast("dict[str, Any]", document), message)
+        json_format.ParseDict(
+            cast("dict[str, Any]", document), message, max_recursion_depth=MAX_NESTING
+        )
     except RecursionError as error:
         raise _too_deep(path) from error
     except (json_format.ParseError, ValueError, TypeError, OverflowError) as error:
@@ -822,3 +872,11 @@ def parse_document(
             f"{refusal}: {description}",
             [FieldViolation(path or "body", description)],
         ) from error
+    if not opaque:
+        # json_format took what the walk referred: a fault of ours (INTERNAL, logged).
+        raise RuntimeError("the document walk referred what json_format reads")
+
+
+def _refuse(violations: list[FieldViolation], refusal: str) -> None:
+    if violations:
+        raise _refused(violations, refusal)
