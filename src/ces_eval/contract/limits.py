@@ -67,6 +67,7 @@ __all__ = [
     "Walk",
     "check",
     "key_path",
+    "rule_form",
     "shown",
     "size_violations",
     "too_large",
@@ -234,6 +235,19 @@ def _small(rule: _Rule) -> _Rule | None:
             _SCALAR if key_kind == _STRING else key_kind,
         )
     return rule
+
+
+def rule_form(rule: _Rule) -> tuple[str, int]:
+    """What decides whether a field needs :meth:`Walk.field` under ``rule``: ``("count",
+    limit)``, a repeated field or map whose entries need no look, only its count over limit;
+    ``("length", limit)``, a string only over limit; ``("set", 0)``, anything else, whenever
+    the field is set (compiled walks test that first, :mod:`ces_eval.contract.checks`)."""
+    kind, limit, element, _, key_kind = rule
+    if kind in (_REPEATED, _MAP) and element == _SCALAR and key_kind == _SCALAR:
+        return "count", limit
+    if kind == _STRING:
+        return "length", limit
+    return "set", 0
 
 
 class Limits:
@@ -474,27 +488,32 @@ class Walk:
         over: tuple[descriptor.FieldDescriptor, ...] = ()
         for field, value in present:
             rule = rules.get(field)
-            if rule is None:
-                continue
-            kind, limit, element, name, key_kind = rule
-            if kind == _STRING:
-                if len(value) > limit:
-                    self.too_long(f"{path}.{name}", value, limit)
-            elif kind == _MESSAGE:
-                self.message(value, f"{path}.{name}")
-            elif kind in (_REPEATED, _MAP):
-                if len(value) > limit:
-                    over += (field,)
-                    violation = too_many(f"{path}.{name}", limit, len(value))
-                    self.report(violation.field, violation.description, violation.reason)
-                elif kind == _MAP:
-                    self.entries_of(value, key_kind, element, f"{path}.{name}")
-                elif element != _SCALAR:
-                    for index, item in enumerate(value):
-                        self.item(element, item, f"{path}.{name}[{index}]")
-            else:
-                self.item(kind, value, f"{path}.{name}")
+            if rule is not None and self.field(rule, value, path):
+                over += (field,)
         return over
+
+    def field(self, rule: _Rule, value: Any, path: str) -> bool:  # noqa: ANN401 - by kind
+        """Check the value of one set field against its ``rule`` (the field is ``path`` +
+        ``.`` + the rule's name); whether it is a repeated field or map over its count."""
+        kind, limit, element, name, key_kind = rule
+        if kind == _STRING:
+            if len(value) > limit:
+                self.too_long(f"{path}.{name}", value, limit)
+        elif kind == _MESSAGE:
+            self.message(value, f"{path}.{name}")
+        elif kind in (_REPEATED, _MAP):
+            if len(value) > limit:
+                violation = too_many(f"{path}.{name}", limit, len(value))
+                self.report(violation.field, violation.description, violation.reason)
+                return True
+            if kind == _MAP:
+                self.entries_of(value, key_kind, element, f"{path}.{name}")
+            elif element != _SCALAR:
+                for index, item in enumerate(value):
+                    self.item(element, item, f"{path}.{name}[{index}]")
+        else:
+            self.item(kind, value, f"{path}.{name}")
+        return False
 
     def entries_of(
         self,
