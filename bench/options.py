@@ -24,7 +24,7 @@ class Options:
     streams: int = 4
     deep_page: int = 50
     workers: int | None = None
-    log_repeats: int = 3
+    log_repeats: int = 5
     # The run engine's measurement: one run of this many evaluations x repetitions.
     engine_evaluations: int = 200
     engine_repetitions: int = 5

@@ -2,7 +2,7 @@
 
     python -m bench.run [--large 1000000] [--small 1000] [--duration 10] [--warmup 2]
                         [--connections 8] [--streams 4] [--deep-page 50] [--workers N]
-                        [--log-repeats 3] [--database URL] [--output bench/results] ...
+                        [--log-repeats 5] [--database URL] [--output bench/results] ...
 
 Steps (see bench/README.md for the details and the reasoning):
 

@@ -160,7 +160,7 @@ class RequestLog:
 
     def __init__(self, stream: TextIO | None = None) -> None:
         self._stream = stream
-        self._pending: list[tuple[float, Call, int | None, float]] = []
+        self._pending: list[_Entry] = []
         self._scheduled = False
         self._second = -1
         self._stamp = ""
@@ -180,7 +180,7 @@ class RequestLog:
 
     def finish(self, call: Call, http_status: int | None = None) -> None:
         now = time.perf_counter()
-        self._pending.append((time.time(), call, http_status, (now - call.started) * 1000))
+        self._pending.append(_entry(time.time(), call, http_status, (now - call.started) * 1000))
         if self._scheduled:
             return
         try:
@@ -198,9 +198,9 @@ class RequestLog:
         if not pending:
             return
         if _STYLE.json:
-            text = "".join(self._json(*entry) for entry in pending)
+            text = "".join(self._json(entry) for entry in pending)
         else:
-            text = "".join(self._text(*entry) for entry in pending)
+            text = "".join(self._text(entry) for entry in pending)
         stream = self._stream or sys.stderr
         try:
             stream.write(text)
@@ -220,38 +220,59 @@ class RequestLog:
         self._at = f"{self._stamp},{millisecond - second * 1000:03d}"
         return self._at
 
-    def _text(self, at: float, call: Call, http_status: int | None, milliseconds: float) -> str:
-        key = (call.surface, call.method, call.resource, call.caller, call.code, http_status)
+    def _text(self, entry: _Entry) -> str:
+        key = entry[1:7]
         parts = self._parts.get(key)
         if parts is None:
+            _, surface, method, resource, caller, code, http_status, _ = entry
             status = "" if http_status is None else f" {http_status}"
             parts = (
-                f" INFO {_ACCESS.name}{_STYLE.pid}: {call.surface} {call.method} "
-                f"{call.resource or '-'} {_code(call, http_status).name}{status} ",
-                f"ms caller={call.caller or '-'}\n",
+                f" INFO {_ACCESS.name}{_STYLE.pid}: {surface} {method} "
+                f"{resource or '-'} {code}{status} ",
+                f"ms caller={caller or '-'}\n",
             )
             if len(self._parts) >= _PARTS_KEPT:
                 self._parts.clear()
             self._parts[key] = parts
-        return f"{self._time(at)}{parts[0]}{milliseconds:.2f}{parts[1]}"
+        return f"{self._time(entry[0])}{parts[0]}{entry[7]:.2f}{parts[1]}"
 
-    def _json(self, at: float, call: Call, http_status: int | None, milliseconds: float) -> str:
-        code = _code(call, http_status).name
-        entry: dict[str, object] = {
+    def _json(self, entry: _Entry) -> str:
+        at, surface, method, resource, caller, code, http_status, milliseconds = entry
+        line: dict[str, object] = {
             "time": self._time(at),
             "level": "INFO",
             "logger": _ACCESS.name,
-            "message": f"{call.surface} {call.method} {call.resource or '-'} {code}",
-            "surface": call.surface,
-            "method": call.method,
-            "resource": call.resource,
+            "message": f"{surface} {method} {resource or '-'} {code}",
+            "surface": surface,
+            "method": method,
+            "resource": resource,
             "code": code,
             "duration_ms": round(milliseconds, 3),
-            "caller": call.caller,
+            "caller": caller,
         }
         if http_status is not None:
-            entry["http_status"] = http_status
-        return json.dumps(entry, ensure_ascii=False) + "\n"
+            line["http_status"] = http_status
+        return json.dumps(line, ensure_ascii=False) + "\n"
+
+
+# A pending line: its time, surface, method, resource, caller, code's name, HTTP status and
+# duration (ms). Plain values only: the collector stops tracking such a tuple at its first pass,
+# so the lines of a busy 50 ms add nothing to the collections meanwhile.
+_Entry = tuple[float, str, str, str, str, str, "int | None", float]
+
+
+def _entry(at: float, call: Call, http_status: int | None, milliseconds: float) -> _Entry:
+    code = _code(call, http_status).name
+    return (
+        at,
+        call.surface,
+        call.method,
+        call.resource,
+        call.caller,
+        code,
+        http_status,
+        milliseconds,
+    )
 
 
 def _code(call: Call, http_status: int | None) -> Code:

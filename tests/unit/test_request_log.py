@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import io
 import json
 import logging
@@ -106,10 +107,10 @@ def test_repeated_calls_are_each_written_with_their_own_time_duration_and_outcom
     log = logs.RequestLog(out)
     first, again, refused = _call(), _call(), _call(Code.NOT_FOUND)
     log._pending = [
-        (1_700_000_000.001, first, None, 1.5),
-        (1_700_000_000.001, again, None, 2.25),
-        (1_700_000_001.999, refused, None, 0.5),
-        (1_700_000_002.0, first, 200, 3.0),
+        logs._entry(1_700_000_000.001, first, None, 1.5),
+        logs._entry(1_700_000_000.001, again, None, 2.25),
+        logs._entry(1_700_000_001.999, refused, None, 0.5),
+        logs._entry(1_700_000_002.0, first, 200, 3.0),
     ]
     log.flush()
     lines = out.getvalue().splitlines()
@@ -118,3 +119,11 @@ def test_repeated_calls_are_each_written_with_their_own_time_duration_and_outcom
     assert [line.split(" ")[-3] for line in lines] == ["OK", "OK", "NOT_FOUND", "200"]
     assert lines[0].split(",", 1)[1][3:] == lines[1].split(",", 1)[1][3:].replace("2.25", "1.50")
     assert lines[2].split(" ")[0:2] != lines[3].split(" ")[0:2]  # another second's stamp
+
+
+def test_a_pending_line_holds_plain_values_the_collector_stops_tracking() -> None:
+    """A busy server keeps hundreds of lines pending between two flushes: made of plain values
+    only, none of them is looked at again by the cyclic collector after its first pass."""
+    pending = [logs._entry(1_700_000_000.001, _call(code), 200, 1.5) for code in (None, Code.OK)]
+    gc.collect()
+    assert [gc.is_tracked(entry) for entry in pending] == [False, False]
