@@ -60,10 +60,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import mcp_types as types
-from google.protobuf import descriptor, json_format, message_factory
+from google.protobuf import descriptor, message_factory
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
@@ -83,6 +83,7 @@ from ces_eval.offload import off_loop
 from ces_eval.surfaces.asgi import credentials, send_error
 from ces_eval.surfaces.boundary import Boundary
 from ces_eval.surfaces.mcp_bodies import Large, arguments_of, large_of, lightened
+from ces_eval.transcoding import printer
 from ces_eval.transcoding.body import heavy_document, parse_document
 from ces_eval.transcoding.errors import envelope, method_not_allowed
 from ces_eval.transcoding.rendering import encode
@@ -241,7 +242,7 @@ async def _call(
     def result(response: Message) -> types.CallToolResult:
         if aside is not None and response.ByteSize() > LOOP_BYTES:
             return aside.result(encode(response, False, _TEXT), encode(response))
-        structured = json_format.MessageToDict(response)
+        structured = cast("dict[str, Any]", printer.to_dict(response))
         return types.CallToolResult(
             content=[types.TextContent(text=json.dumps(structured, ensure_ascii=False))],
             structured_content=structured,

@@ -21,6 +21,7 @@ from ces_eval.core.exchange import yaml_dialect
 from ces_eval.core.exchange.errors import ExchangeError
 from ces_eval.core.exchange.yaml_dialect import Object
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2, evaluation_service_pb2
+from ces_eval.transcoding import printer
 from ces_eval.transcoding.body import check_document, member_path
 
 __all__ = ["FORMAT", "Bundle", "detect_format", "dump", "load"]
@@ -70,11 +71,11 @@ def dump(bundle: Bundle, fmt: int) -> bytes:
     value (``EXPORT_FORMAT_UNSPECIFIED`` means JSON). Other values raise ``ValueError``."""
     document: dict[str, Any] = {"format": FORMAT}
     if bundle.evaluations:
-        document[_EVALUATIONS] = [json_format.MessageToDict(e) for e in bundle.evaluations]
+        document[_EVALUATIONS] = [printer.to_dict(e) for e in bundle.evaluations]
     if bundle.results:
-        document[_RESULTS] = [json_format.MessageToDict(r) for r in bundle.results]
+        document[_RESULTS] = [printer.to_dict(r) for r in bundle.results]
     if bundle.runs:
-        document[_RUNS] = [json_format.MessageToDict(r) for r in bundle.runs]
+        document[_RUNS] = [printer.to_dict(r) for r in bundle.runs]
     if fmt in (_ExportFormat.EXPORT_FORMAT_UNSPECIFIED, _ExportFormat.JSON):
         text = json.dumps(document, ensure_ascii=False, indent=2, allow_nan=False)
         return (text + "\n").encode("utf-8")
