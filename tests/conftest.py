@@ -15,13 +15,16 @@ from pathlib import Path
 
 import pytest
 
+from ces_eval.testing.server import RunningServer, start_server
 from tests.support import markers
 from tests.support.postgres import (
     PostgresCluster,
     PostgresStartFailed,
     PostgresUnavailable,
 )
-from tests.support.server import RunningServer, start_server
+
+# pytester runs pytest in a subprocess on a made-up suite: the plugin as users meet it.
+pytest_plugins = ("pytester",)
 
 SKIP_POSTGRES = "CES_EVAL_SKIP_POSTGRES"
 TESTS = Path(__file__).resolve().parent

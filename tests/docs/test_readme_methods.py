@@ -23,8 +23,8 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 
 from ces_eval.contract import schema
 from ces_eval.methods import NOT_SERVED, SERVED, markdown_table
+from ces_eval.testing.server import RunningServer
 from tests.support import contract
-from tests.support.server import RunningServer
 from tests.unit.test_official_routes import sample_path
 
 README = contract.ROOT / "README.md"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.server import RunningServer, start_server
+from ces_eval.testing.server import RunningServer, start_server
 
 
 @pytest.fixture

@@ -32,8 +32,8 @@ from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emul
 from ces_eval.generated.google.cloud.ces.v1beta import conversation_pb2, evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.surfaces.mcp_tools import tool_specs
+from ces_eval.testing.server import RunningServer, run_serve, start_server
 from tests.support.load import golden_evaluation
-from tests.support.server import RunningServer, run_serve, start_server
 from tests.support.tokens import ADMIN, ALICE, BOB, READER, guarded_server
 
 PROJECT_A = "projects/proj-a"
@@ -509,6 +509,29 @@ def test_read_only_tokens_read_but_never_write(server: RunningServer, owned: Own
         error = json.loads(response.json()["result"]["content"][0]["text"])["error"]
         assert error["status"] == "PERMISSION_DENIED"
     _unchanged(server, owned)
+
+
+def test_only_a_token_of_every_project_resets_every_project(
+    server: RunningServer, owned: Owned
+) -> None:
+    """``projects/-`` reaches every project: a token of some projects is denied it, as for a
+    project of someone else's, and nothing is deleted; a token of every project may."""
+    every = emulator_pb2.ResetProjectRequest(name="projects/-")
+    for token in (ALICE, BOB, READER):
+        with pytest.raises(grpc.RpcError) as caught:
+            _call(server, _method("ResetProject", "EmulatorService"), every, token)
+        assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED, token
+    _unchanged(server, owned)
+    reset = _call(server, _method("ResetProject", "EmulatorService"), every, ADMIN)
+    assert reset.deleted_evaluations >= 1
+    with pytest.raises(grpc.RpcError) as caught:
+        _call(
+            server,
+            _method("GetEvaluation"),
+            service_pb2.GetEvaluationRequest(name=owned.evaluation.name),
+            ADMIN,
+        )
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
 
 
 def test_the_token_names_the_author_whatever_x_goog_user_claims(server: RunningServer) -> None:

@@ -22,8 +22,8 @@ import httpx
 import pytest
 
 from ces_eval.contract.limits import MAX_REQUEST_BYTES
+from ces_eval.testing.server import RunningServer, start_server
 from tests.support import contract
-from tests.support.server import RunningServer, start_server
 
 VICTIM = "projects/victim/locations/l/apps/a"
 ACCEPT = "application/json, text/event-stream"

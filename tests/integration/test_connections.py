@@ -25,7 +25,7 @@ import pytest
 
 from ces_eval.connections import RESERVED_DESCRIPTORS
 from ces_eval.server import DEFAULT_MAX_CONNECTIONS
-from tests.support.server import RunningServer, start_server, with_timeouts
+from ces_eval.testing.server import RunningServer, start_server, with_timeouts
 
 APP = "projects/conn/locations/l/apps/a"
 EVALUATIONS = f"/v1beta/{APP}/evaluations"

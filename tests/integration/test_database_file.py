@@ -34,9 +34,9 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
 )
 from ces_eval.storage.sqlite import SqliteStorage
+from ces_eval.testing.server import RunningServer, run_serve, start_server
 from tests.support.datasets import seed_large
 from tests.support.load import FRESH_CONNECTION, golden_evaluation, start_export
-from tests.support.server import RunningServer, run_serve, start_server
 from tests.unit.test_sqlite_files import ATTACKS, immutable, other_database, sibling
 
 APP = "projects/files/locations/l/apps/a"

@@ -54,9 +54,9 @@ from ces_eval.errors import DOMAIN, Code
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.storage.sqlite import SqliteStorage
+from ces_eval.testing.server import RunningServer, start_server
 from tests.support import contract
 from tests.support.load import golden_evaluation
-from tests.support.server import RunningServer, start_server
 from tests.support.tokens import ALICE, BOB, READER, write_token_file
 
 SURFACES = ("grpc", "rest", "mcp")

@@ -37,7 +37,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
 from ces_eval.storage.base import Storage
 from ces_eval.storage.postgresql import PostgresStorage
 from ces_eval.storage.sqlite import SqliteStorage
-from tests.support.server import RunningServer, start_server
+from ces_eval.testing.server import RunningServer, start_server
 
 APP = "projects/exports/locations/l/apps/a"
 KNOWN_LINE = "root:$6$known-first-line-4f1c:19000:0:99999:7:::"

@@ -17,8 +17,8 @@ from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as
 from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
 )
+from ces_eval.testing.server import RunningServer
 from tests.support.load import golden_evaluation
-from tests.support.server import RunningServer
 
 APP = "projects/export-names/locations/l/apps/a"
 EVALUATION = f"{APP}/evaluations/e1"

@@ -54,9 +54,9 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
 )
 from ces_eval.storage.derived import derive
 from ces_eval.storage.sqlite import SqliteStorage
+from ces_eval.testing.server import RunningServer, start_server
 from tests.support.datasets import seed_large
 from tests.support.load import start_export
-from tests.support.server import RunningServer, start_server
 
 APP = "projects/faults/locations/l/apps/a"
 BIG = "projects/big/locations/l/apps/a"

@@ -35,7 +35,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from ces_eval.contract import limits
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
-from tests.support.server import RunningServer
+from ces_eval.testing.server import RunningServer
 
 APP = "projects/p/locations/l/apps/freeze"
 EVALUATIONS = f"/v1beta/{APP}/evaluations"

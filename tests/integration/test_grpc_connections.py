@@ -24,8 +24,8 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from ces_eval.testing.server import RunningServer, start_server
 from tests.support.load import FRESH_CONNECTION
-from tests.support.server import RunningServer, start_server
 
 # What a client sends first (RFC 9113, 3.4): the preface, then its SETTINGS frame.
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"

@@ -13,7 +13,7 @@ import pytest
 from google.rpc import error_details_pb2, status_pb2
 
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
-from tests.support.server import RunningServer
+from ces_eval.testing.server import RunningServer
 
 APP = "projects/p/locations/l/apps/a"
 CREATE = "/google.cloud.ces.v1beta.EvaluationService/CreateEvaluation"

@@ -22,7 +22,7 @@ from ces_eval.contract.limits import MAX_REQUEST_BYTES
 from ces_eval.core.exchange import FORMAT
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2_grpc as emulator_grpc
-from tests.support.server import RunningServer, start_server
+from ces_eval.testing.server import RunningServer, start_server
 
 APP = "projects/imports/locations/l/apps/a"
 SOURCE = "projects/other/locations/l/apps/b"  # where the document was exported from

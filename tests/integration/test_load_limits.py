@@ -36,8 +36,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from ces_eval.core import exchange
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.storage.sqlite import SqliteStorage
+from ces_eval.testing.server import RunningServer, start_server
 from tests.support.load import FRESH_CONNECTION
-from tests.support.server import RunningServer, start_server
 
 T = TypeVar("T")
 LOCATION = "projects/load/locations/l"

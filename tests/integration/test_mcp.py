@@ -18,7 +18,7 @@ from ces_eval.contract import schema
 from ces_eval.core.service import RPCS
 from ces_eval.surfaces import mcp_tools
 from ces_eval.surfaces.mcp_tools import build_server, tool_specs
-from tests.support.server import RunningServer
+from ces_eval.testing.server import RunningServer
 
 APP = "projects/p/locations/l/apps/a"
 ACCEPT = "application/json, text/event-stream"

@@ -11,7 +11,7 @@ import httpx
 import mcp_types as types
 from mcp import Client
 
-from tests.support.server import RunningServer
+from ces_eval.testing.server import RunningServer
 
 APP = "projects/p/locations/l/apps/bodies"
 HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from ces_eval.testing.server import RunningServer
 from tests.support import contract
 from tests.support.official import run_official
-from tests.support.server import RunningServer
 from tests.support.tokens import ALICE, BOB, guarded_server
 
 # Google's official client runs in its own environment (.venv-client).

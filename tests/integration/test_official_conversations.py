@@ -8,8 +8,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from ces_eval.testing.server import RunningServer
 from tests.support.official import run_official
-from tests.support.server import RunningServer
 
 pytestmark = pytest.mark.external
 

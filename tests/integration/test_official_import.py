@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
+from ces_eval.testing.server import RunningServer
 from tests.support import contract
-from tests.support.server import RunningServer
 
 pytestmark = pytest.mark.external
 

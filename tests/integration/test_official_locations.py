@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from ces_eval.testing.server import RunningServer, start_server
 from tests.support import contract
-from tests.support.server import RunningServer, start_server
 
 pytestmark = pytest.mark.external
 

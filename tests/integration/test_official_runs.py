@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from ces_eval.testing.server import RunningServer
 from tests.support.official import run_official
-from tests.support.server import RunningServer
 
 pytestmark = pytest.mark.external
 

@@ -18,10 +18,10 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
 )
 from ces_eval.storage.sqlite import SqliteStorage
+from ces_eval.testing.server import RunningServer, start_server
 from tests.support import samples
 from tests.support.datasets import seed_large
 from tests.support.load import start_export
-from tests.support.server import RunningServer, start_server
 
 APP = "projects/big/locations/l/apps/a"
 

@@ -31,8 +31,8 @@ from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as
 from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
 )
+from ces_eval.testing.server import start_server
 from tests.support.load import golden_evaluation
-from tests.support.server import start_server
 
 # git lists the tracked tree, make prints its recipes, npm installs the JavaScript toolchain.
 pytestmark = pytest.mark.external
@@ -253,6 +253,50 @@ def test_installed_wheel_serves_grpc_and_rest(installed: Path, tmp_path: Path) -
         print(served.output())
     assert code == 0
     assert "ces-eval stopped" in served.output()
+
+
+def _official_client() -> str:
+    """The pinned requirement of Google's client (the Makefile's OFFICIAL_CLIENT)."""
+    found = re.search(r"^OFFICIAL_CLIENT := (\S+)$", (REPO / "Makefile").read_text(), re.MULTILINE)
+    assert found is not None
+    return found.group(1)
+
+
+def _suite_outcome(output: str) -> dict[str, int]:
+    """pytest's closing counts (``7 passed, 1 skipped in 3.2s``) by outcome."""
+    last = output.strip().splitlines()[-1]
+    return {word: int(count) for count, word in re.findall(r"(\d+) (\w+)", last) if word != "in"}
+
+
+def test_a_users_suite_runs_the_plugin_beside_googles_client(
+    installed: Path, tmp_path: Path
+) -> None:
+    """examples/pytest-suite as a team has it: the wheel, Google's client, pytest and
+    pytest-xdist in one environment; every fixture of the plugin, two workers, first on servers
+    the plugin starts, then on one already running (--ces-eval-url, --ces-eval-grpc)."""
+    python = str(installed / "bin" / "python")
+    _run([python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
+          _official_client(), "pytest", "pytest-xdist"], tmp_path)  # fmt: skip
+    suite = tmp_path / "suite"
+    shutil.copytree(REPO / "examples" / "pytest-suite", suite)
+    expected = {"passed": 7}  # every test of examples/pytest-suite, none skipped
+    command = [python, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-q"]
+    assert _suite_outcome(_run(command, suite)) == expected
+    running = start_server(
+        tmp_path / "running.db",
+        program=[str(installed / "bin" / "ces-eval")],
+        cwd=tmp_path,
+        base_env=_clean_env(),
+    )
+    try:
+        given = ["--ces-eval-url", running.http_base, "--ces-eval-grpc", running.grpc_target]
+        assert _suite_outcome(_run([*command, *given], suite)) == expected
+        # Each test's project was reset after it: a reset of all finds nothing left.
+        reset = httpx.post(f"{running.http_base}/emulator/v1/projects/-:reset", json={}).json()
+        counts = [*reset.pop("deletedResources").values(), *reset.values()]
+        assert {int(count) for count in counts} == {0}, reset
+    finally:
+        running.kill()
 
 
 def _make_n(tree: Path, target: str) -> list[str]:

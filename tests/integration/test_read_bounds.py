@@ -29,8 +29,8 @@ from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as
 from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
 )
+from ces_eval.testing.server import RunningServer, start_server
 from tests.support import contract
-from tests.support.server import RunningServer, start_server
 
 APP = "projects/p/locations/l/apps/large"
 EMPTY = "projects/p/locations/l/apps/refusals"  # where every refused create goes: stays empty

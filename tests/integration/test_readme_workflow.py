@@ -1,17 +1,19 @@
 """README's run workflow block (between ``<!-- workflow:begin -->`` and ``<!-- workflow:end -->``)
 runs as written with Google's official client against the real server: only the addresses are
 the test server's, and the client wiring is the quick start's gRPC one. What it prints is what
-the README says it prints."""
+the README says it prints. Its ``ces_eval.testing`` runs in the client's process, beside
+``google-cloud-ces``."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 
 import pytest
 
+from ces_eval.testing.server import RunningServer
 from tests.support import contract
-from tests.support.server import RunningServer
 
 pytestmark = pytest.mark.external
 
@@ -34,12 +36,16 @@ def test_the_readme_workflow_runs_as_written(server: RunningServer) -> None:
     assert found is not None, "README.md has no workflow block"
     program = (_WIRING + found.group(1)).replace("127.0.0.1:50051", server.grpc_target)
     program = program.replace("http://127.0.0.1:8080", server.http_base)
+    # ces_eval.testing from this checkout (standard library only) in the client's environment,
+    # as a user has it installed beside google-cloud-ces.
+    environ = {**os.environ, "PYTHONPATH": str(contract.ROOT / "src")}
     completed = subprocess.run(
         [str(contract.CLIENT_PYTHON), "-c", program],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
+        env=environ,
     )
     assert completed.returncode == 0, completed.stdout + completed.stderr + server.output()
     lines = completed.stdout.splitlines()

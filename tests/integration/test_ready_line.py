@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from ces_eval.testing.server import RunningServer, start_server
 from tests.support import contract
-from tests.support.server import RunningServer, start_server
 from tests.support.tokens import ALICE, write_token_file
 
 _PASSING = ", passing "

@@ -35,6 +35,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
 )
 from ces_eval.storage.postgresql import PostgresStorage
+from ces_eval.testing.server import RunningServer, start_server
 from tests.integration import test_scheduler as scheduling
 from tests.integration.test_official_client import check_steps, run_scenario
 from tests.integration.test_official_engine import run_engine_scenario
@@ -42,7 +43,6 @@ from tests.integration.test_official_runs import check_runs_steps, run_runs_scen
 from tests.support.datasets import seed_large
 from tests.support.load import CreateLoad, golden_evaluation, start_export
 from tests.support.postgres import PostgresCluster
-from tests.support.server import RunningServer, start_server
 
 APP = "projects/replicas/locations/l/apps/a"
 LEASE = "1.5"  # seconds: how long an operation outlives a replica that stopped renewing it

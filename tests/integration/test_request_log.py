@@ -17,8 +17,8 @@ from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as
 from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
 )
+from ces_eval.testing.server import RunningServer, start_server
 from tests.support.load import golden_evaluation
-from tests.support.server import RunningServer, start_server
 from tests.support.tokens import ALICE, write_token_file
 
 APP = "projects/proj-a/locations/l/apps/a"

@@ -16,7 +16,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as
 from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
 )
-from tests.support.server import RunningServer
+from ces_eval.testing.server import RunningServer
 
 APP = "projects/p/locations/l/apps/a"
 BASE = f"/v1beta/{APP}/evaluations"

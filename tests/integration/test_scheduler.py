@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from tests.support.server import RunningServer, start_server
+from ces_eval.testing.server import RunningServer, start_server
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -21,7 +21,7 @@ import pytest
 from ces_eval.contract import openapi
 from ces_eval.core.service import implements
 from ces_eval.surfaces.rest import served_bindings
-from tests.support.server import RunningServer
+from ces_eval.testing.server import RunningServer
 from tests.support.tokens import ALICE, BOB, guarded_server
 
 EXAMPLES_PER_OPERATION = 20

@@ -15,8 +15,8 @@ from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as
 from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
 )
+from ces_eval.testing.server import RunningServer, run_serve, start_server
 from tests.support.load import CreateLoad, golden_evaluation, list_names
-from tests.support.server import RunningServer, run_serve, start_server
 
 APP = "projects/p/locations/l/apps/a"
 

@@ -21,8 +21,8 @@ from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as
 from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
 )
+from ces_eval.testing.server import RunningServer, run_serve, serve_command, start_server
 from tests.support.load import golden_evaluation
-from tests.support.server import RunningServer, run_serve, serve_command, start_server
 
 APP = "projects/p/locations/l/apps/a"
 CONNECTIONS = 20

@@ -25,8 +25,8 @@ from grpc_status import rpc_status
 
 from ces_eval.contract import schema
 from ces_eval.core.service import implements
+from ces_eval.testing.server import RunningServer
 from tests.support import contract
-from tests.support.server import RunningServer
 from tests.unit.test_official_routes import JSON_FILE, official_unserved, sample_path
 
 DOMAIN = "ces.googleapis.com"

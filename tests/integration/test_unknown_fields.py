@@ -12,8 +12,8 @@ import grpc
 
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from ces_eval.testing.server import RunningServer
 from tests.support.load import golden_evaluation
-from tests.support.server import RunningServer
 
 APP = "projects/p/locations/l/apps/a"
 SERVICE = "/google.cloud.ces.v1beta.EvaluationService"

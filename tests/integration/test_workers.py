@@ -31,11 +31,11 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
 )
 from ces_eval.storage.sqlite import SqliteStorage
+from ces_eval.testing.server import RunningServer, run_serve, start_server
 from ces_eval.workers import RESTART_LIMIT
 from tests.integration.test_official_client import check_steps, run_scenario
 from tests.support.datasets import seed_large
 from tests.support.load import FRESH_CONNECTION, CreateLoad, golden_evaluation, list_names
-from tests.support.server import RunningServer, run_serve, start_server
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="SO_REUSEPORT balancing and /proc are Linux's"

@@ -12,7 +12,7 @@ from tests.support import contract
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from tests.support.server import RunningServer
+    from ces_eval.testing.server import RunningServer
 
 __all__ = ["run_official"]
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.support.server import RunningServer, start_server
+from ces_eval.testing.server import RunningServer, start_server
 
 __all__ = ["ADMIN", "ALICE", "BOB", "READER", "guarded_server", "write_token_file"]
 

@@ -45,18 +45,19 @@ if TYPE_CHECKING:
 __all__ = ["RPCS"]
 
 _PROJECT = re.compile(r"projects/([A-Za-z0-9][A-Za-z0-9._~-]{0,127})")
+_EVERY_PROJECT = "projects/-"  # AIP-159's wildcard: ResetProject of every project
 
 
 async def reset_project(
     context: Context, request: emulator_pb2.ResetProjectRequest, caller: Caller
 ) -> emulator_pb2.ResetProjectResponse:
     match = _PROJECT.fullmatch(request.name)
-    if match is None:
-        problem = "Must have the form projects/{project}."
+    if match is None and request.name != _EVERY_PROJECT:
+        problem = "Must have the form projects/{project}, or projects/- for every project."
         raise ServiceError.invalid_argument(
             f"name {request.name!r}: {problem}", [FieldViolation("name", problem)]
         )
-    counts = await context.storage.reset_project(match.group(1))
+    counts = await context.storage.reset_project(match.group(1) if match else None)
     return emulator_pb2.ResetProjectResponse(
         deleted_evaluations=counts.evaluations,
         deleted_evaluation_results=counts.evaluation_results,

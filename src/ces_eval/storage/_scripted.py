@@ -162,7 +162,7 @@ class ScriptedStorage(abc.ABC):
     async def delete_result(self, name: str, parent_etag: str) -> None:
         await self._write(partial(_scripts.delete_result, self._sql, name, parent_etag))
 
-    async def reset_project(self, project: str) -> ResetCounts:
+    async def reset_project(self, project: str | None) -> ResetCounts:
         return await self._write(partial(_scripts.reset_project, self._sql, project))
 
     async def locations(self, project: str) -> list[str]:

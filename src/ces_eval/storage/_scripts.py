@@ -554,9 +554,10 @@ def locations(sql: Sql, project: str) -> Script[list[str]]:
     return sorted(str(location) for (location,) in rows if location)
 
 
-def reset_project(sql: Sql, project: str) -> Script[ResetCounts]:
-    """Delete everything under ``projects/{project}/`` (results go with their evaluations)."""
-    pattern = (_under(f"projects/{project}/"),)
+def reset_project(sql: Sql, project: str | None) -> Script[ResetCounts]:
+    """Delete everything under ``projects/{project}/``, or every project's (None; results go
+    with their evaluations)."""
+    pattern = (_under("projects/" if project is None else f"projects/{project}/"),)
     results = _first((yield Statement(sql.reset_count_results, pattern)))
     evaluations = (yield Statement(sql.reset_evaluations, pattern)).changed
     operations = (yield Statement(sql.reset_operations, pattern)).changed

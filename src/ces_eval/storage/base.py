@@ -235,8 +235,9 @@ class Storage(Protocol):
     async def delete_result(self, name: str, parent_etag: str) -> None:
         """Delete a result and recompute its evaluation's derived fields. Raises Missing."""
 
-    async def reset_project(self, project: str) -> ResetCounts:
-        """Delete everything stored under ``projects/{project}/``."""
+    async def reset_project(self, project: str | None) -> ResetCounts:
+        """Delete everything stored under ``projects/{project}/``, or under every project
+        (None)."""
 
     async def locations(self, project: str) -> list[str]:
         """The location IDs that names stored under ``projects/{project}/`` use, sorted."""

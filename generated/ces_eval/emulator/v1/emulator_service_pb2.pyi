@@ -413,7 +413,7 @@ class ResetProjectRequest(_message.Message):
 
     NAME_FIELD_NUMBER: _builtins.int
     name: _builtins.str
-    """The project to empty. Format: projects/{project}"""
+    """The project to empty. Format: projects/{project}, or projects/- for every project."""
     def __init__(
         self,
         *,

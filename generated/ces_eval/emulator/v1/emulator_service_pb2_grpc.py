@@ -182,7 +182,8 @@ class EmulatorServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ResetProject(self, request, context):
-        """Deletes every resource and operation of one project.
+        """Deletes every resource and operation of one project, or of every project when the name is
+        `projects/-`.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -73,7 +73,9 @@ class EmulatorServiceStub:
     the whole import with ALREADY_EXISTS.
     """
     ResetProject: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.ResetProjectRequest, _emulator_service_pb2.ResetProjectResponse]
-    """Deletes every resource and operation of one project."""
+    """Deletes every resource and operation of one project, or of every project when the name is
+    `projects/-`.
+    """
     CreateOutcomeRule: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.CreateOutcomeRuleRequest, _emulator_service_pb2.OutcomeRule]
     """Stores a rule that scripts what the run engine observes for the evaluations it matches
     (docs/semantics.md, "Scripted outcomes"): a pass, a failure at a chosen turn with what was
@@ -140,7 +142,9 @@ class EmulatorServiceAsyncStub(EmulatorServiceStub):
     the whole import with ALREADY_EXISTS.
     """
     ResetProject: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.ResetProjectRequest, _emulator_service_pb2.ResetProjectResponse]  # type: ignore[assignment]
-    """Deletes every resource and operation of one project."""
+    """Deletes every resource and operation of one project, or of every project when the name is
+    `projects/-`.
+    """
     CreateOutcomeRule: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.CreateOutcomeRuleRequest, _emulator_service_pb2.OutcomeRule]  # type: ignore[assignment]
     """Stores a rule that scripts what the run engine observes for the evaluations it matches
     (docs/semantics.md, "Scripted outcomes"): a pass, a failure at a chosen turn with what was
@@ -246,7 +250,9 @@ class EmulatorServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _emulator_service_pb2.ResetProjectRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_emulator_service_pb2.ResetProjectResponse, _abc.Awaitable[_emulator_service_pb2.ResetProjectResponse]]:
-        """Deletes every resource and operation of one project."""
+        """Deletes every resource and operation of one project, or of every project when the name is
+        `projects/-`.
+        """
 
     @_abc_1.abstractmethod
     def CreateOutcomeRule(

@@ -1,4 +1,5 @@
-"""Run the real ``ces-eval serve`` as a subprocess for integration tests.
+"""Run the real ``ces-eval serve`` as a subprocess: for ces-eval's integration tests and for the
+pytest plugin (:mod:`ces_eval.testing.plugin`) in users' suites alike. Standard library only.
 
 Ports are chosen by the server (port 0) and read from its start-up line, so parallel test runs
 never race for a port. Readiness is ``GET /healthz`` == 200.
@@ -169,7 +170,8 @@ def start_server(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(server.http_base + "/healthz", timeout=5) as response:
+            health = server.http_base + "/healthz"  # http://, from the server's own line
+            with urllib.request.urlopen(health, timeout=5) as response:  # noqa: S310
                 if response.status == 200:
                     return server
         except (urllib.error.URLError, ConnectionError):
