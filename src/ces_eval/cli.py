@@ -24,6 +24,7 @@ from ces_eval.contract import schema
 from ces_eval.core.names import foreign_id
 from ces_eval.server import ExitStatus, ServerConfig, StartupError, preflight, serve
 from ces_eval.surfaces.http_app import host_name, origin_key
+from ces_eval.surfaces.mcp_tools import SCHEMA_FORMS, unknown_tools
 
 __all__ = ["ENV_PREFIX", "main", "parse"]
 
@@ -80,6 +81,8 @@ def _serve(args: argparse.Namespace) -> int:
         loop=args.loop,
         allow_host=tuple(args.allow_host),
         allow_origin=tuple(args.allow_origin),
+        mcp_tools=tuple(args.mcp_tools),
+        mcp_schema=args.mcp_schema,
     )
     try:
         if args.worker_of is not None:  # started by a supervisor (below), never by hand
@@ -227,6 +230,18 @@ def _origins(text: str) -> tuple[str, ...]:
                 f"{origin!r} is not an origin: expected http(s)://host[:port], no path"
             )
     return origins
+
+
+def _mcp_tools(text: str) -> tuple[str, ...]:
+    """``--mcp-tools``: tool names or groups, comma-separated."""
+    names = tuple(item.strip() for item in text.split(",") if item.strip())
+    unknown = unknown_tools(names)
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"{', '.join(map(repr, unknown)) or 'nothing'}: expected all, read, write or MCP "
+            "tool names (ces-eval describe lists them)"
+        )
+    return names
 
 
 class _Repeated(argparse.Action):
@@ -464,6 +479,22 @@ def _serve_parser(commands: argparse._SubParsersAction[_Parser]) -> argparse.Arg
         choices=loops.LOOPS,
         default=defaults.loop,
         help="the event loop: uvloop (auto, where installed) or asyncio's own",
+    )
+    add(
+        "--mcp-tools",
+        action=_Repeated,
+        type=_mcp_tools,
+        default=defaults.mcp_tools,
+        metavar="NAMES",
+        help="the MCP tools listed and callable: all, read (those that only read), write, or "
+        "tool names (ces-eval describe lists them); repeatable, or comma-separated",
+    )
+    add(
+        "--mcp-schema",
+        choices=SCHEMA_FORMS,
+        default=defaults.mcp_schema,
+        help="how tools/list describes them: full, or compact (each description's first "
+        "sentence, no output schemas; inputs are checked the same)",
     )
     add("--worker-of", type=int, help=argparse.SUPPRESS)
     serve_parser.set_defaults(run=_serve)

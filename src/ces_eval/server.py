@@ -101,6 +101,9 @@ class ServerConfig:
     # Web pages (http_app.BrowserGuard): more Host names (any port) and cross-origin origins.
     allow_host: tuple[str, ...] = ()
     allow_origin: tuple[str, ...] = ()
+    # MCP's tools/list: which tools (names, or all|read|write) and how (full|compact).
+    mcp_tools: tuple[str, ...] = ("all",)
+    mcp_schema: str = "full"
 
     @property
     def timeouts(self) -> connections.Timeouts:
@@ -452,7 +455,10 @@ def _surfaces(
 
     dispatcher = Dispatcher(implementations, boundary=boundary("grpc", log), keeper=keeper("grpc"))
     rest = Transcoder(Router(served_bindings()), implementations, boundary("rest"), keeper("rest"))
-    return dispatcher, rest, build_endpoint(implementations, boundary("mcp"))
+    mcp = build_endpoint(
+        implementations, boundary("mcp"), tools=config.mcp_tools, schema=config.mcp_schema
+    )
+    return dispatcher, rest, mcp
 
 
 async def serve(config: ServerConfig, worker_of: socket.socket | None = None) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -18,7 +19,7 @@ from ces_eval.contract import schema
 from ces_eval.core.service import RPCS
 from ces_eval.surfaces import mcp_tools
 from ces_eval.surfaces.mcp_tools import build_server, tool_specs
-from ces_eval.testing.server import RunningServer
+from ces_eval.testing.server import RunningServer, start_server
 
 APP = "projects/p/locations/l/apps/a"
 ACCEPT = "application/json, text/event-stream"
@@ -473,3 +474,50 @@ def test_import_audio_and_location_tools(server: RunningServer) -> None:
         assert got["name"] == "projects/p/locations/l"
 
     run_with_client(server, scenario)
+
+
+def test_a_server_lists_the_tools_it_is_told_to_compactly(tmp_path: Path) -> None:
+    """``--mcp-tools`` the two tools of the reference pages, ``--mcp-schema compact``: tools/list
+    holds those two without output schemas, under 100 KB; another tool is unknown; the listed
+    ones work as ever."""
+    served = start_server(
+        tmp_path / "x.db",
+        "--mcp-tools",
+        "create_evaluation",
+        "--mcp-tools",
+        "list_evaluation_results",
+        "--mcp-schema",
+        "compact",
+    )
+    try:
+        with httpx.Client(base_url=served.http_base, timeout=30) as http:
+
+            def rpc(method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+                request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}
+                answer = http.post("/mcp", headers={"accept": ACCEPT}, json=request)
+                assert answer.status_code == 200, answer.text
+                assert len(answer.content) < 100_000 or method != "tools/list"
+                body: dict[str, Any] = answer.json()
+                return body
+
+            tools = rpc("tools/list")["result"]["tools"]
+            assert [t["name"] for t in tools] == ["create_evaluation", "list_evaluation_results"]
+            assert all("outputSchema" not in t for t in tools)
+            unknown = rpc("tools/call", {"name": "get_evaluation", "arguments": {"name": "x"}})
+            assert unknown["error"]["code"] == types.INVALID_PARAMS
+            created = rpc(
+                "tools/call",
+                {
+                    "name": "create_evaluation",
+                    "arguments": {"parent": APP, "evaluation": golden("c")},
+                },
+            )
+            assert created["result"]["isError"] is False
+            assert created["result"]["structuredContent"]["displayName"] == "c"
+            refused = rpc(
+                "tools/call",
+                {"name": "create_evaluation", "arguments": {"parent": APP, "evaluation": {"x": 1}}},
+            )
+            assert refused["result"]["isError"] is True  # checked as under the full schema
+    finally:
+        served.kill()

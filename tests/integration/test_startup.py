@@ -114,6 +114,7 @@ def _token_file(tmp_path: Path, text: str) -> Path:
         ("token file empty list", 2, "tokens must be a non-empty list"),
         ("unresolvable host", 2, "--host: cannot resolve 'no-such-host.invalid'"),
         ("database folder is a file", 1, "--database: cannot open sqlite:///"),
+        ("unknown MCP tool", 2, "argument --mcp-tools: 'get_evalution': expected all, read,"),
     ],
 )
 def test_a_start_up_mistake_is_one_line(
@@ -133,6 +134,8 @@ def test_a_start_up_mistake_is_one_line(
         extra = ["--auth-tokens", str(_token_file(tmp_path, "tokens: []\n"))]
     elif case == "unresolvable host":
         extra = ["--host", "no-such-host.invalid", "--allow-unauthenticated"]
+    elif case == "unknown MCP tool":
+        extra = ["--mcp-tools", "read,get_evalution"]
     elif case == "database folder is a file":
         (tmp_path / "file").write_text("")
         database = f"sqlite:///{tmp_path / 'file' / 'x.db'}"

@@ -57,7 +57,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any, cast
@@ -204,6 +204,64 @@ def tool_specs() -> Mapping[str, ToolSpec]:
     return specs
 
 
+# --mcp-tools: the groups a selection may name besides tool names.
+TOOL_GROUPS = ("all", "read", "write")
+# --mcp-schema: every description whole and each tool's output schema, or the compact listing.
+SCHEMA_FORMS = ("full", "compact")
+
+
+def unknown_tools(selection: Iterable[str]) -> list[str]:
+    """The names in a ``--mcp-tools`` selection that are neither a tool nor a group."""
+    return [name for name in selection if name not in TOOL_GROUPS and name not in tool_specs()]
+
+
+def selected_tools(selection: Iterable[str] = ("all",)) -> dict[str, ToolSpec]:
+    """The tools a ``--mcp-tools`` selection lists, in descriptor order: ``all``, ``read``
+    (the tools whose annotations say they only read), ``write`` (the others), or tool names."""
+    wanted = set(selection)
+    return {
+        name: spec
+        for name, spec in tool_specs().items()
+        if "all" in wanted
+        or name in wanted
+        or ("read" if spec.tool.annotations and spec.tool.annotations.read_only_hint else "write")
+        in wanted
+    }
+
+
+def _first_sentence(text: str) -> str:
+    flat = " ".join(text.split())
+    return re.split(r"(?<=[.!?])\s", flat, maxsplit=1)[0]
+
+
+def _compact_schema(node: Any) -> Any:  # noqa: ANN401 - any part of a JSON Schema
+    """``node`` with each description cut to its first sentence; everything that validates
+    (types, properties, required lists, patterns, ``$defs``) kept as it is."""
+    if isinstance(node, dict):
+        return {
+            key: _first_sentence(value)
+            if key == "description" and isinstance(value, str)
+            else _compact_schema(value)
+            for key, value in node.items()
+        }
+    if isinstance(node, list):
+        return [_compact_schema(item) for item in node]
+    return node
+
+
+def compact(tool: types.Tool) -> types.Tool:
+    """The tool as ``--mcp-schema compact`` lists it: its input schema with first-sentence
+    descriptions, and no output schema, which would define the resource a second time (the
+    structured result is the same either way)."""
+    return tool.model_copy(
+        update={
+            "description": _first_sentence(tool.description or ""),
+            "input_schema": _compact_schema(tool.input_schema),
+            "output_schema": None,
+        }
+    )
+
+
 # Arguments with more values than this are checked and parsed in a worker thread (~5 ms).
 _LOOP_VALUES = 32
 
@@ -322,15 +380,22 @@ def guarded(app: ASGIApp, boundary: Boundary) -> ASGIApp:
 
 
 def build_server(
-    implementations: Mapping[str, Handler], boundary: Boundary | None = None
+    implementations: Mapping[str, Handler],
+    boundary: Boundary | None = None,
+    *,
+    tools: Iterable[str] = ("all",),
+    schema: str = "full",
 ) -> Server[Any]:
     """The low-level MCP server over the core's handlers, each tool call run by ``boundary``
     (default: an open MCP boundary); with ``--auth-tokens`` (the boundary's tokens) every call
-    must come through :func:`guarded` with valid credentials."""
+    must come through :func:`guarded` with valid credentials. ``tools``: the ``--mcp-tools``
+    selection (a tool not listed is unknown); ``schema``: ``--mcp-schema``, how they are
+    listed (calls are checked against the full input schema either way)."""
     boundary = boundary or Boundary("mcp")
     authentication = boundary.tokens is not None
-    specs = tool_specs()
-    listing = types.ListToolsResult(tools=[spec.tool for spec in specs.values()])
+    specs = selected_tools(tools)
+    listed = [compact(s.tool) if schema == "compact" else s.tool for s in specs.values()]
+    listing = types.ListToolsResult(tools=listed)
 
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
@@ -380,7 +445,11 @@ class McpEndpoint:
 
 
 def build_endpoint(
-    implementations: Mapping[str, Handler], boundary: Boundary | None = None
+    implementations: Mapping[str, Handler],
+    boundary: Boundary | None = None,
+    *,
+    tools: Iterable[str] = ("all",),
+    schema: str = "full",
 ) -> McpEndpoint:
     """Stateless Streamable HTTP with JSON responses behind :func:`guarded` (``boundary``:
     this surface's, default an open MCP boundary without an in-flight limit).
@@ -396,7 +465,7 @@ def build_endpoint(
     # The SDK logs every stateless request at INFO ("Terminating session: None"): keep warnings.
     logging.getLogger("mcp").setLevel(logging.WARNING)
     manager = StreamableHTTPSessionManager(
-        app=build_server(implementations, boundary),
+        app=build_server(implementations, boundary, tools=tools, schema=schema),
         json_response=True,
         stateless=True,
         security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
