@@ -81,6 +81,7 @@ def _serve(args: argparse.Namespace) -> int:
         loop=args.loop,
         allow_host=tuple(args.allow_host),
         allow_origin=tuple(args.allow_origin),
+        seed=Path(args.seed) if args.seed else None,
         mcp_tools=tuple(args.mcp_tools),
         mcp_schema=args.mcp_schema,
     )
@@ -479,6 +480,12 @@ def _serve_parser(commands: argparse._SubParsersAction[_Parser]) -> argparse.Arg
         choices=loops.LOOPS,
         default=defaults.loop,
         help="the event loop: uvloop (auto, where installed) or asyncio's own",
+    )
+    add(
+        "--seed",
+        metavar="FILE",
+        help="an export document (any format an export writes) imported at start into the "
+        "apps its names name; what is stored already is kept, so every start may read it again",
     )
     add(
         "--mcp-tools",

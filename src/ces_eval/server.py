@@ -40,13 +40,15 @@ from grpc_reflection.v1alpha import reflection
 from ces_eval import connections
 from ces_eval import storage as storage_backends
 from ces_eval.access import TokenFileError, Tokens, authorized
+from ces_eval.access.caller import DEFAULT_USER
 from ces_eval.admission import DEFAULT_LIMIT, Admission
 from ces_eval.contract import limits, openapi
-from ces_eval.core import pages
+from ces_eval.core import imports, pages
 from ces_eval.core.context import AnswerKeeper
 from ces_eval.core.operations import OperationRunner
 from ces_eval.core.scheduler import Scheduler
 from ces_eval.core.service import DEFAULT_EXPORT_ROOT, Core, handlers
+from ces_eval.errors import ServiceError
 from ces_eval.logs import HttpRequestLog, RequestLog
 from ces_eval.storage.base import InUse, Storage, Unavailable
 from ces_eval.surfaces.boundary import Boundary
@@ -101,6 +103,7 @@ class ServerConfig:
     # Web pages (http_app.BrowserGuard): more Host names (any port) and cross-origin origins.
     allow_host: tuple[str, ...] = ()
     allow_origin: tuple[str, ...] = ()
+    seed: Path | None = None  # --seed: an export document imported at start (core/imports.py)
     # MCP's tools/list: which tools (names, or all|read|write) and how (full|compact).
     mcp_tools: tuple[str, ...] = ("all",)
     mcp_schema: str = "full"
@@ -461,12 +464,47 @@ def _surfaces(
     return dispatcher, rest, mcp
 
 
+def _seed_plan(config: ServerConfig) -> imports.SeedPlan | None:
+    """``--seed``: the document read and checked before the database is opened, so that one
+    that cannot be read or imported stops the start in one line and changes nothing."""
+    if config.seed is None:
+        return None
+    try:
+        data = config.seed.read_bytes()
+    except OSError as error:
+        raise StartupError(
+            f"--seed: cannot read {config.seed}: {error.strerror or error}"
+        ) from error
+    try:
+        return imports.seed_plan(data)
+    except ServiceError as error:
+        raise StartupError(f"--seed: {config.seed}: {error.message}") from error
+
+
+async def _seed(core: Core, path: Path, plan: imports.SeedPlan) -> None:
+    """Store the ``--seed`` document (what is stored already is kept), saying what it did."""
+    try:
+        seeded = await imports.seed(core.context, plan, DEFAULT_USER)
+    except ServiceError as error:
+        raise StartupError(f"--seed: {path}: {error.message}") from error
+    _log.info(
+        "seeded from %s: %d evaluations, %d results and %d runs imported; %d already present "
+        "(evaluations and runs, kept as stored)",
+        path,
+        seeded.evaluations,
+        seeded.results,
+        seeded.runs,
+        seeded.present,
+    )
+
+
 async def serve(config: ServerConfig, worker_of: socket.socket | None = None) -> int:
     """Serve until SIGTERM/SIGINT; ``worker_of``: run as a worker of ``serve --workers``, with
     this socket to the supervisor. What stops the start raises :class:`StartupError`; the
     ports are bound before the database is opened, so a taken port changes nothing."""
     role = _Role(worker_of)
     tokens = preflight(config)
+    seed = _seed_plan(config)
     open_files = connections.raise_open_file_limit()
     if (problem := connections.descriptor_problem(open_files, config.max_connections)) is not None:
         _log.warning("%s", problem)
@@ -486,6 +524,7 @@ async def serve(config: ServerConfig, worker_of: socket.socket | None = None) ->
             server=server,
             grpc_port=grpc_port,
             http_sockets=http_sockets,
+            seed=seed,
         )
     raise AssertionError("unreachable")  # pragma: no cover - the block returns or raises
 
@@ -499,6 +538,7 @@ async def _serve(
     server: grpc.aio.Server,
     grpc_port: int,
     http_sockets: list[socket.socket],
+    seed: imports.SeedPlan | None = None,
 ) -> int:
     log = RequestLog() if RequestLog.wanted() else None  # logs.py: the request log
     runner = OperationRunner(database, lease=config.operation_lease, export_root=config.export_dir)
@@ -513,6 +553,8 @@ async def _serve(
         locations=config.locations,
         scheduling=config.scheduler,
     )
+    if config.seed is not None and seed is not None:
+        await _seed(core, config.seed, seed)
     dispatcher, rest, mcp = _surfaces(config, core, tokens, log)
     scheduler = Scheduler(core.context)
     http_port = int(http_sockets[0].getsockname()[1])

@@ -183,6 +183,7 @@ class _Group:
             *(["--allow-unauthenticated"] if config.allow_unauthenticated else []),
             *(["--allow-host", ",".join(config.allow_host)] if config.allow_host else []),
             *(["--allow-origin", ",".join(config.allow_origin)] if config.allow_origin else []),
+            *(["--seed", str(config.seed)] if config.seed else []),
             "--mcp-tools",
             ",".join(config.mcp_tools),
             "--mcp-schema",

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from ces_eval.access import Caller
     from ces_eval.core.context import Context, Rpc
 
-__all__ = ["RPCS", "Renamed", "read_import", "renamed"]
+__all__ = ["RPCS", "Renamed", "SeedPlan", "Seeded", "read_import", "renamed", "seed", "seed_plan"]
 
 _Evaluation = evaluation_pb2.Evaluation
 _Result = evaluation_pb2.EvaluationResult
@@ -583,6 +583,80 @@ async def import_evaluations(
     return await context.runner.start(
         location_of(request.parent), "ImportEvaluations", metadata, work
     )
+
+
+# -- serve --seed ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Seeded:
+    """What a seed at start stored (``serve --seed``), and what it found stored already."""
+
+    evaluations: int
+    results: int
+    runs: int
+    present: int
+
+
+def _by_app(bundle: exchange.Bundle) -> dict[str, exchange.Bundle]:
+    """The document split by the app each evaluation, result and run names."""
+    parts: dict[str, exchange.Bundle] = {}
+
+    def part(name: str, marker: str) -> exchange.Bundle:
+        return parts.setdefault(name.split(marker, 1)[0], exchange.Bundle())
+
+    for evaluation in bundle.evaluations:
+        part(evaluation.name, "/evaluations/").evaluations.append(evaluation)
+    for result in bundle.results:
+        part(result.name, "/evaluations/").results.append(result)
+    for run in bundle.runs:
+        part(run.name, "/evaluationRuns/").runs.append(run)
+    return parts
+
+
+@dataclass(frozen=True)
+class SeedPlan:
+    """An export document read and checked for ``serve --seed``, by app, ready to store."""
+
+    apps: list[tuple[dict[str, str], exchange.Bundle, list[_Group]]]
+
+
+def seed_plan(data: bytes) -> SeedPlan:
+    """The export document ``data`` (any format an export writes) as :func:`seed` stores it:
+    each evaluation, result and run in the app its name names, IDs kept. A document unfit to
+    import is INVALID_ARGUMENT at its first problem (checked before anything is stored)."""
+    bundle = load_document(data, "seed")
+    outcome = _Outcome()
+    apps = []
+    for app_name, part in _by_app(bundle).items():
+        app = names.APP.parse(app_name, "seed", owned=0)
+        apps.append((app, part, _document_groups(part, "seed", app, outcome)))
+    _refuse_seed(outcome)
+    return SeedPlan(apps)
+
+
+async def seed(context: Context, plan: SeedPlan, user: str) -> Seeded:
+    """Store what ``plan`` holds. What is stored already (the same name, or an evaluation's
+    display name in its app) is kept as it is (SKIP), so a seed read again at every start
+    changes nothing. Results are seeded with their evaluations: a result whose evaluation the
+    document lacks and that is stored already is refused (INVALID_ARGUMENT)."""
+    outcome = _Outcome()
+    for app, part, groups in plan.apps:
+        for group in groups:
+            for message in ([group.evaluation] if group.evaluation else []) + group.results:
+                _stamped(message, user)
+            await _store(context, group, _Strategy.SKIP, outcome, app)
+        await _import_runs(context, part, _Strategy.SKIP, outcome, app)
+    _refuse_seed(outcome)
+    return Seeded(
+        len(outcome.evaluations), len(outcome.results), len(outcome.runs), outcome.skipped
+    )
+
+
+def _refuse_seed(outcome: _Outcome) -> None:
+    if outcome.errors:
+        more = f" (and {len(outcome.errors) - 1} more)" if len(outcome.errors) > 1 else ""
+        raise invalid("seed", f"{outcome.errors[0]}{more}")
 
 
 RPCS: dict[str, Rpc] = {"ImportEvaluations": import_evaluations}

@@ -1,0 +1,129 @@
+"""``ces-eval serve --seed FILE``: an export document imported at start into the apps its names
+name, evaluations with their results and runs, IDs kept; read again at the next start, it
+changes nothing; a seed that cannot be read or imported stops the start with one line."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+
+from ces_eval.testing.server import run_serve, start_server
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+ORDERS = "projects/seeded/locations/us-central1/apps/orders"
+REFUNDS = "projects/seeded/locations/eu/apps/refunds"
+
+
+def _evaluation(app: str, evaluation_id: str) -> dict[str, Any]:
+    return {
+        "name": f"{app}/evaluations/{evaluation_id}",
+        "displayName": evaluation_id.title(),
+        "golden": {"turns": [{"steps": [{"userInput": {"text": "Hi"}}]}]},
+    }
+
+
+def _document() -> dict[str, Any]:
+    run = f"{ORDERS}/evaluationRuns/nightly"
+    return {
+        "format": "ces-eval.export/v1",
+        "evaluations": [
+            _evaluation(ORDERS, "status"),
+            _evaluation(ORDERS, "cancel"),
+            _evaluation(REFUNDS, "refund"),
+        ],
+        "evaluationResults": [
+            {
+                "name": f"{ORDERS}/evaluations/status/results/r1",
+                "evaluationRun": run,
+                "executionState": "COMPLETED",
+                "evaluationStatus": "PASS",
+            }
+        ],
+        "evaluationRuns": [
+            {
+                "name": run,
+                "state": "COMPLETED",
+                "evaluations": [f"{ORDERS}/evaluations/status"],
+                "evaluationResults": [f"{ORDERS}/evaluations/status/results/r1"],
+            }
+        ],
+    }
+
+
+def _stored(http: httpx.Client) -> dict[str, Any]:
+    def names(path: str, key: str) -> list[str]:
+        answer = http.get(f"/v1beta/{path}")
+        assert answer.status_code == 200, answer.text
+        return sorted(item["name"].rsplit("/", 1)[1] for item in answer.json().get(key, []))
+
+    return {
+        "orders": names(f"{ORDERS}/evaluations", "evaluations"),
+        "refunds": names(f"{REFUNDS}/evaluations", "evaluations"),
+        "results": names(f"{ORDERS}/evaluations/status/results", "evaluationResults"),
+        "runs": names(f"{ORDERS}/evaluationRuns", "evaluationRuns"),
+    }
+
+
+def test_a_seed_is_imported_once_and_read_again_harmlessly(tmp_path: Path) -> None:
+    seed = tmp_path / "seed.json"
+    seed.write_text(json.dumps(_document()))
+    expected = {
+        "orders": ["cancel", "status"],
+        "refunds": ["refund"],
+        "results": ["r1"],
+        "runs": ["nightly"],
+    }
+    said_at = {
+        1: "3 evaluations, 1 results and 1 runs imported; 0 already present",
+        2: "0 evaluations, 0 results and 0 runs imported; 4 already present",
+    }
+    for start, said in said_at.items():
+        served = start_server(tmp_path / "seeded.db", "--seed", str(seed))
+        try:
+            with httpx.Client(base_url=served.http_base, timeout=30) as http:
+                assert _stored(http) == expected, start
+                if start == 1:  # what the team changed since is kept at the next start
+                    changed = http.patch(
+                        f"/v1beta/{ORDERS}/evaluations/cancel",
+                        params={"updateMask": "displayName"},
+                        json={"displayName": "Cancel an order"},
+                    )
+                    assert changed.status_code == 200, changed.text
+                else:
+                    kept = http.get(f"/v1beta/{ORDERS}/evaluations/cancel").json()
+                    assert kept["displayName"] == "Cancel an order"
+            assert served.stop() == 0
+        finally:
+            served.kill()
+        assert said in served.output(), served.output()
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (None, "--seed: cannot read"),
+        (b"{not json", "--seed: "),
+        (
+            json.dumps(
+                {"format": "ces-eval.export/v1", "evaluations": [{"name": "nowhere"}]}
+            ).encode(),
+            "--seed: ",
+        ),
+    ],
+    ids=["missing", "not JSON", "no app"],
+)
+def test_a_seed_that_cannot_be_imported_stops_the_start_in_one_line(
+    tmp_path: Path, content: bytes | None, said: str
+) -> None:
+    seed = tmp_path / "seed.json"
+    if content is not None:
+        seed.write_bytes(content)
+    completed = run_serve(f"sqlite:///{tmp_path / 'x.db'}", "--seed", str(seed))
+    assert completed.returncode == 2, completed.stderr
+    [line] = [line for line in completed.stderr.splitlines() if line.strip()]
+    assert said in line
