@@ -196,14 +196,15 @@ def targets(report: dict[str, Any]) -> list[dict[str, Any]]:
     for backend, label in (("sqlite", "SQLite"), ("postgresql", "PostgreSQL")):
         measured = engine.get(backend, {})
         if "results_per_s" in measured:
+            # Only SQLite has the target; PostgreSQL's run must complete, and is reported.
+            wanted = f"≥ {ENGINE_TARGET:,} results/s" if backend == "sqlite" else "completes"
             rows.append(
                 {
-                    "target": f"run engine ≥ {ENGINE_TARGET:,} results/s ({label}, "
+                    "target": f"run engine {wanted} ({label}, "
                     f"{measured['evaluations']} evaluations x {measured['repetitions']})",
                     "value": measured["results_per_s"],
                     "threshold": ENGINE_TARGET,
                     "unit": "results/s",
-                    # Only SQLite has the target; PostgreSQL is reported.
                     "met": measured["run_checked"]
                     and (backend != "sqlite" or measured["results_per_s"] >= ENGINE_TARGET),
                 }
