@@ -9,7 +9,7 @@ BUF := node_modules/.bin/buf
 # it cannot share a process with our generated modules (GUIDE §2).
 OFFICIAL_CLIENT := google-cloud-ces==0.7.2
 
-.PHONY: setup postgres generate check-generated lint format typecheck unit test serve bench clean
+.PHONY: setup postgres browser generate check-generated lint format typecheck unit test serve bench clean
 
 # The development toolchain: .venv with the dev extras, the official client's .venv-client, and
 # node_modules (buf, the Node.js test client): what test, lint, typecheck, unit, generate and bench
@@ -45,6 +45,9 @@ node_modules/.installed: package.json package-lock.json
 # package when run as root and they are missing; otherwise says what to install.
 postgres:
 	tools/postgres.sh ensure
+
+browser:
+	tools/chromium.sh ensure
 
 build/third_party: $(VENV)/.installed
 	$(PY) tools/stage_protos.py build/third_party
@@ -83,7 +86,7 @@ format: setup
 typecheck: setup build/typing/ces_eval/generated
 	$(VENV)/bin/mypy
 
-unit: setup build/third_party postgres
+unit: setup build/third_party postgres browser
 	$(VENV)/bin/pytest
 
 test: check-generated lint typecheck unit

@@ -56,6 +56,7 @@ from ces_eval.surfaces.grpc_api import Dispatcher
 from ces_eval.surfaces.http_app import BrowserRules, build_app
 from ces_eval.surfaces.mcp_tools import McpEndpoint, build_endpoint
 from ces_eval.surfaces.rest import Transcoder, served_bindings
+from ces_eval.surfaces.web_ui import WebView
 from ces_eval.transcoding.router import Router
 
 if TYPE_CHECKING:
@@ -437,7 +438,7 @@ async def open_database(config: ServerConfig, *, shared: bool = False) -> Storag
 
 def _surfaces(
     config: ServerConfig, core: Core, tokens: Tokens | None, log: RequestLog | None
-) -> tuple[Dispatcher, Transcoder, McpEndpoint]:
+) -> tuple[Dispatcher, Transcoder, McpEndpoint, WebView]:
     """The three surfaces over ``core``'s handlers, each behind its boundary
     (:mod:`ces_eval.surfaces.boundary`): with ``tokens`` every call authenticates (at the
     boundary) and is authorized per project (:func:`ces_eval.access.authorized` wraps the
@@ -461,7 +462,8 @@ def _surfaces(
     mcp = build_endpoint(
         implementations, boundary("mcp"), tools=config.mcp_tools, schema=config.mcp_schema
     )
-    return dispatcher, rest, mcp
+    ui = WebView(implementations, boundary("ui"), core.context.storage.apps)
+    return dispatcher, rest, mcp, ui
 
 
 def _seed_plan(config: ServerConfig) -> imports.SeedPlan | None:
@@ -555,7 +557,7 @@ async def _serve(
     )
     if config.seed is not None and seed is not None:
         await _seed(core, config.seed, seed)
-    dispatcher, rest, mcp = _surfaces(config, core, tokens, log)
+    dispatcher, rest, mcp, ui = _surfaces(config, core, tokens, log)
     scheduler = Scheduler(core.context)
     http_port = int(http_sockets[0].getsockname()[1])
     health_servicer = await _start_grpc(server, dispatcher)
@@ -582,6 +584,7 @@ async def _serve(
         rest=rest,
         openapi=openapi.committed_openapi(),
         mcp=mcp.app,
+        ui=ui,
         lifespan=lambda _app: mcp.manager.run(),
         browser=BrowserRules(config.host, config.allow_host, config.allow_origin),
         timeouts=config.timeouts,

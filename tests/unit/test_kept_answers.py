@@ -78,7 +78,7 @@ async def served(tmp_path: Path, tokens: Tokens | None = None) -> AsyncIterator[
 
     with pytest.MonkeyPatch.context() as patch:  # the handlers _surfaces takes from the core
         patch.setattr(Core, "handler", counting)
-        dispatcher, rest, _ = _surfaces(ServerConfig(), core, tokens, None)
+        dispatcher, rest, _, _ = _surfaces(ServerConfig(), core, tokens, None)
     server = grpc.aio.server()
     server.add_generic_rpc_handlers((dispatcher,))
     port = server.add_insecure_port("127.0.0.1:0")

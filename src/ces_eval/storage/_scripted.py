@@ -168,6 +168,9 @@ class ScriptedStorage(abc.ABC):
     async def locations(self, project: str) -> list[str]:
         return await self._query(partial(_scripts.locations, self._sql, project))
 
+    async def apps(self) -> list[str]:
+        return await self._query(partial(_scripts.apps, self._sql))
+
     # -- generic tables ------------------------------------------------------------------------
 
     async def insert_row(self, table: Table[M], message: M) -> None:

@@ -544,6 +544,16 @@ def _under(prefix: str) -> str:
     return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
+# The same on every engine: no parameter, no dialect.
+_APPS = "SELECT DISTINCT app FROM evaluations ORDER BY app"
+
+
+def apps(sql: Sql) -> Script[list[str]]:
+    """The names of the apps that hold an evaluation, sorted."""
+    rows = (yield Statement(_APPS, ())).rows
+    return [str(app) for (app,) in rows]
+
+
 def locations(sql: Sql, project: str) -> Script[list[str]]:
     """The location IDs the names of a project's evaluations, operations and generic tables'
     resources use, sorted (results live under their evaluations)."""

@@ -242,6 +242,9 @@ class Storage(Protocol):
     async def locations(self, project: str) -> list[str]:
         """The location IDs that names stored under ``projects/{project}/`` use, sorted."""
 
+    async def apps(self) -> list[str]:
+        """The names of the apps that hold an evaluation, sorted (the web view's index)."""
+
     # -- generic tables (ces_eval.storage.tables) ---------------------------------------------
 
     async def insert_row(self, table: Table[M], message: M) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from ces_eval import logs
@@ -38,9 +38,18 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["BodyLimit", "BrowserGuard", "BrowserRules", "build_app", "host_name", "origin_key"]
+__all__ = [
+    "UI_PATH",
+    "BodyLimit",
+    "BrowserGuard",
+    "BrowserRules",
+    "build_app",
+    "host_name",
+    "origin_key",
+]
 
 MCP_PATH = "/mcp"
+UI_PATH = "/ui"  # the web view (surfaces/web_ui.py)
 
 
 class BodyLimit:
@@ -453,6 +462,7 @@ def build_app(
     mcp: ASGIApp | None = None,
     lifespan: Callable[[Starlette], AbstractAsyncContextManager[None]] | None = None,
     *,
+    ui: ASGIApp | None = None,
     browser: BrowserRules | None = None,
     timeouts: Timeouts | None = None,
 ) -> ASGIApp:
@@ -480,10 +490,16 @@ def build_app(
         routes.append(Route("/openapi.json", openapi_json, methods=["GET"]))
     if mcp is not None:
         routes.append(Route(MCP_PATH, BodyLimit(mcp, jsonrpc=True, timeouts=timeouts)))
+    if ui is not None:  # the web view (surfaces/web_ui.py) at /ui, where / leads
+
+        async def home(request: Request) -> Response:
+            return RedirectResponse(UI_PATH, status_code=302)
+
+        routes.append(Route("/", home, methods=["GET"]))
     app: ASGIApp = Starlette(routes=routes, lifespan=lifespan)
     if rest is not None:
         own = frozenset(route.path for route in routes)
-        app = _RestElsewhere(app, own, BodyLimit(rest, timeouts=timeouts))
+        app = _RestElsewhere(app, own, BodyLimit(rest, timeouts=timeouts), ui)
     return BrowserGuard(app, browser or BrowserRules())
 
 
@@ -492,15 +508,39 @@ class _RestElsewhere:
     ``app`` (which also runs the lifespan). A REST call, nearly every request, goes straight to
     the transcoder: Starlette's middleware and route scan cost a tenth of a Get."""
 
-    __slots__ = ("_app", "_own", "_rest")
+    __slots__ = ("_app", "_own", "_rest", "_ui")
 
-    def __init__(self, app: ASGIApp, own: frozenset[str], rest: ASGIApp) -> None:
+    def __init__(
+        self, app: ASGIApp, own: frozenset[str], rest: ASGIApp, ui: ASGIApp | None = None
+    ) -> None:
         self._app = app
         self._own = own
         self._rest = rest
+        self._ui = ui
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"] not in self._own:
-            await self._rest(scope, receive, send)
+        path = scope.get("path", "")
+        if scope["type"] != "http" or path in self._own:
+            await self._app(scope, receive, _status_recorded(scope, send))
+        elif self._ui is not None and (path == UI_PATH or path.startswith(_UI_PREFIX)):
+            await self._ui(scope, receive, send)
         else:
-            await self._app(scope, receive, send)
+            await self._rest(scope, receive, send)
+
+
+_UI_PREFIX = UI_PATH + "/"
+
+
+def _status_recorded(scope: Scope, send: Send) -> Send:
+    """``send``, recording the status of the answer in the request line when there is one
+    (the plain routes answer through Starlette, which knows nothing of request lines)."""
+    line: logs.Call | None = scope.get(logs.CALL_KEY) if scope["type"] == "http" else None
+    if line is None:
+        return send
+
+    async def recording(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            line.status = int(message["status"])
+        await send(message)
+
+    return recording
