@@ -279,7 +279,7 @@ def test_a_users_suite_runs_the_plugin_beside_googles_client(
           _official_client(), "pytest", "pytest-xdist"], tmp_path)  # fmt: skip
     suite = tmp_path / "suite"
     shutil.copytree(REPO / "examples" / "pytest-suite", suite)
-    expected = {"passed": 7}  # every test of examples/pytest-suite, none skipped
+    expected = {"passed": 8}  # every test of examples/pytest-suite, none skipped
     command = [python, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-q"]
     assert _suite_outcome(_run(command, suite)) == expected
     running = start_server(
