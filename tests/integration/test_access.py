@@ -511,27 +511,31 @@ def test_read_only_tokens_read_but_never_write(server: RunningServer, owned: Own
     _unchanged(server, owned)
 
 
-def test_only_a_token_of_every_project_resets_every_project(
-    server: RunningServer, owned: Owned
-) -> None:
+def test_only_a_token_of_every_project_resets_every_project(tmp_path: Path) -> None:
     """``projects/-`` reaches every project: a token of some projects is denied it, as for a
-    project of someone else's, and nothing is deleted; a token of every project may."""
+    project of someone else's, and nothing is deleted; a token of every project may. (A server
+    of its own: the reset empties it.)"""
     every = emulator_pb2.ResetProjectRequest(name="projects/-")
-    for token in (ALICE, BOB, READER):
-        with pytest.raises(grpc.RpcError) as caught:
-            _call(server, _method("ResetProject", "EmulatorService"), every, token)
-        assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED, token
-    _unchanged(server, owned)
-    reset = _call(server, _method("ResetProject", "EmulatorService"), every, ADMIN)
-    assert reset.deleted_evaluations >= 1
-    with pytest.raises(grpc.RpcError) as caught:
-        _call(
+    with guarded_server(tmp_path) as server:
+        created = _call(
             server,
-            _method("GetEvaluation"),
-            service_pb2.GetEvaluationRequest(name=owned.evaluation.name),
-            ADMIN,
+            _method("CreateEvaluation"),
+            service_pb2.CreateEvaluationRequest(
+                parent=APP_A, evaluation=golden_evaluation("to reset")
+            ),
+            ALICE,
         )
-    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+        read = service_pb2.GetEvaluationRequest(name=created.name)
+        for token in (ALICE, BOB, READER):
+            with pytest.raises(grpc.RpcError) as caught:
+                _call(server, _method("ResetProject", "EmulatorService"), every, token)
+            assert caught.value.code() == grpc.StatusCode.PERMISSION_DENIED, token
+        assert _call(server, _method("GetEvaluation"), read, ALICE) == created
+        reset = _call(server, _method("ResetProject", "EmulatorService"), every, ADMIN)
+        assert reset.deleted_evaluations == 1
+        with pytest.raises(grpc.RpcError) as caught:
+            _call(server, _method("GetEvaluation"), read, ADMIN)
+        assert caught.value.code() == grpc.StatusCode.NOT_FOUND
 
 
 def test_the_token_names_the_author_whatever_x_goog_user_claims(server: RunningServer) -> None:

@@ -157,12 +157,15 @@ def test_refusals_come_back_in_googles_error_model(admin: Emulator) -> None:
     assert invalid.value.status == "INVALID_ARGUMENT"
 
 
-def test_a_reset_empties_one_project_and_all_of_them(admin: Emulator, http: httpx.Client) -> None:
-    kept, dropped = _app("reset-kept"), _app("reset-dropped")
-    _golden(http, kept)
-    _golden(http, dropped)
-    assert admin.reset_project("reset-dropped")["deletedEvaluations"] == "1"
-    assert http.get(f"/v1beta/{dropped}/evaluations").json() == {}
-    assert len(http.get(f"/v1beta/{kept}/evaluations").json()["evaluations"]) == 1
-    assert int(admin.reset_all()["deletedEvaluations"]) >= 1
-    assert http.get(f"/v1beta/{kept}/evaluations").json() == {}
+def test_a_reset_empties_one_project_and_all_of_them(server: RunningServer) -> None:
+    """On a server of its own: resetting every project would empty the module's."""
+    admin = Emulator(server.http_base)
+    with httpx.Client(base_url=server.http_base, timeout=30) as http:
+        kept, dropped = _app("reset-kept"), _app("reset-dropped")
+        _golden(http, kept)
+        _golden(http, dropped)
+        assert admin.reset_project("reset-dropped")["deletedEvaluations"] == "1"
+        assert http.get(f"/v1beta/{dropped}/evaluations").json() == {}
+        assert len(http.get(f"/v1beta/{kept}/evaluations").json()["evaluations"]) == 1
+        assert admin.reset_all()["deletedEvaluations"] == "1"
+        assert http.get(f"/v1beta/{kept}/evaluations").json() == {}
