@@ -54,6 +54,16 @@ _NONE = "\N{EN DASH}"  # shown for nothing
 _SCRIPT = re.compile(r"<script\b.*?</script>", re.DOTALL)
 _Outcome = evaluation_pb2.EvaluationResult.Outcome
 _State = evaluation_pb2.EvaluationRun.EvaluationRunState
+_Execution = evaluation_pb2.EvaluationResult.ExecutionState
+
+
+def _named(enum: Any, number: int) -> str:  # noqa: ANN401 - a generated enum wrapper
+    """An enum value's name; its number when the enum has none for it (open enums)."""
+    try:
+        name: str = enum.Name(number)
+    except ValueError:
+        return str(number)
+    return name
 
 
 @functools.cache
@@ -218,7 +228,7 @@ class WebView:
                         "name": e.name,
                         "display_name": e.display_name,
                         "kind": e.WhichOneof("inputs") or _NONE,
-                        "last": _Outcome.Name(e.last_completed_result.evaluation_status)
+                        "last": _named(_Outcome, e.last_completed_result.evaluation_status)
                         if e.HasField("last_completed_result")
                         else _NONE,
                     }
@@ -301,7 +311,7 @@ class WebView:
                 }
                 outcomes.append(
                     {
-                        "outcome": _Outcome.Name(outcome.outcome),
+                        "outcome": _named(_Outcome, outcome.outcome),
                         "expected": _json(outcome.expectation),
                         "observed": json.dumps(observed, indent=2, ensure_ascii=False),
                     }
@@ -318,7 +328,7 @@ def _run_row(run: evaluation_pb2.EvaluationRun) -> dict[str, Any]:
     return {
         "name": run.name,
         "display_name": run.display_name or run.name.rsplit("/", 1)[1],
-        "state": _State.Name(run.state),
+        "state": _named(_State, run.state),
         "done": done,
         "total": total,
         "progress": round(100 * done / total) if total else 0,
@@ -332,8 +342,8 @@ def _result_row(result: evaluation_pb2.EvaluationResult) -> dict[str, Any]:
         "display_name": result.display_name or result.name.rsplit("/", 1)[1],
         "evaluation": result.name.rsplit("/results/", 1)[0],
         "run": result.evaluation_run,
-        "status": _Outcome.Name(result.evaluation_status),
-        "state": evaluation_pb2.EvaluationResult.ExecutionState.Name(result.execution_state),
+        "status": _named(_Outcome, result.evaluation_status),
+        "state": _named(_Execution, result.execution_state),
     }
 
 
