@@ -68,7 +68,8 @@ CASES = [
     ),
     pytest.param(
         "ces_eval.emulator.v1.EmulatorService.ResetProject",
-        "Deletes every resource and operation of one project.",
+        "Deletes every resource and operation of one project, or of every project when the name "
+        "is\n`projects/-`.",
         id="emulator-method",
     ),
     pytest.param(

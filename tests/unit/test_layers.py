@@ -42,7 +42,7 @@ def test_the_tree_keeps_every_import_contract() -> None:
         ("core/pages.py", "import ces_eval.surfaces.rest", "program -> surfaces -> core"),
         ("storage/base.py", "import ces_eval.core.names", "program -> surfaces -> core"),
         ("access/tokens.py", "import ces_eval.core.names", "access imports no"),
-        ("surfaces/mcp_tools.py", "import ces_eval.surfaces.rest", "gRPC, REST and MCP"),
+        ("surfaces/mcp_tools.py", "import ces_eval.surfaces.rest", "gRPC, REST, MCP and the web"),
     ],
 )
 def test_an_import_that_climbs_a_layer_breaks_its_contract(
