@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from google.protobuf import descriptor
     from google.protobuf.message import Message
     from starlette.types import ASGIApp, Receive, Scope, Send
-    from starlette.types import Message as AsgiMessage
 
 __all__ = [
     "CALL_KEY",
@@ -279,6 +278,8 @@ def _code(call: Call, http_status: int | None) -> Code:
     if call.code is not None:
         return call.code
     status = http_status or 200
+    if status < 400:  # answered: a redirect (/ to /ui) is no error either
+        return Code.OK
     return _HTTP_ONLY.get(status) or _BY_HTTP_STATUS.get(status, Code.UNKNOWN)
 
 
@@ -297,20 +298,15 @@ class HttpRequestLog:
         if scope["type"] != "http" or path in _QUIET_PATHS:
             await self._app(scope, receive, send)
             return
-        mcp = path == self._mcp_path
-        call = RequestLog.start("mcp" if mcp else "rest", f"{scope['method']} {path}")
-        if mcp:  # MCP's library writes its own answers: watched for their status
-            watched = send
-
-            async def sending(message: AsgiMessage) -> None:
-                if message["type"] == "http.response.start":
-                    call.status = int(message["status"])
-                await watched(message)
-
-            send = sending
+        # The surface that serves the call names itself (Boundary.serve); MCP's calls are
+        # served tool by tool, so its requests are named here.
+        surface = "mcp" if path == self._mcp_path else "rest"
+        call = RequestLog.start(surface, f"{scope['method']} {path}")
         scope[CALL_KEY] = call  # the scope is this request's own (ASGI): no copy
         try:
-            # Our own answers record their status in the call (asgi.send_json, send_error).
+            # Every answer records its status in the call: the surfaces' own
+            # (asgi.send_body), the plain routes' (MCP's among them) as they are sent
+            # (http_app.build_app).
             await self._app(scope, receive, send)
         finally:
             if call.status is None and call.code is None:

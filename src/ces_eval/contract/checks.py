@@ -30,8 +30,10 @@ from google.protobuf import descriptor
 
 from ces_eval.contract import json_safe
 from ces_eval.contract.fields import (
+    ONEOF_REQUIRED,
     OUTPUT_ONLY,
     REQUIRED,
+    REQUIRED_EMPTY,
     has_behavior,
     required_fields,
     target_of,
@@ -356,15 +358,11 @@ def _required(f: descriptor.FieldDescriptor) -> list[str]:
     oneof's case, read as :func:`_reading` reads it)."""
     oneof = _oneof(f)
     if oneof is not None:
-        where, said, test = (
-            oneof.name,
-            "One of its fields is required.",
-            f"case_{oneof.index} is None",
-        )
+        where, said, test = oneof.name, ONEOF_REQUIRED, f"case_{oneof.index} is None"
     elif f.has_presence and not f.is_repeated:
-        where, said, test = f.name, "Required.", f"not m.HasField({f.name!r})"
+        where, said, test = f.name, REQUIRED_EMPTY, f"not m.HasField({f.name!r})"
     else:
-        where, said, test = f.name, "Required.", f"not {_attribute(f)}"
+        where, said, test = f.name, REQUIRED_EMPTY, f"not {_attribute(f)}"
     return [
         f"if {test}:",
         f'    state.required.append(FieldViolation(f"{{path}}.{where}", {said!r}, "REQUIRED"))',

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from google.protobuf.message import Message
 
 __all__ = [
+    "ONEOF_REQUIRED",
+    "REQUIRED_EMPTY",
     "apply_update_mask",
     "has_behavior",
     "own_required_violations",
@@ -109,6 +111,11 @@ def _is_set(message: Message, field: descriptor.FieldDescriptor) -> bool:
     return bool(getattr(message, field.name))
 
 
+# What a REQUIRED field left empty is told (its oneof's, for a member of a real oneof).
+REQUIRED_EMPTY = "Required."
+ONEOF_REQUIRED = "One of its fields is required."
+
+
 def own_required_violations(message: Message, path: str) -> list[FieldViolation]:
     """The REQUIRED fields ``message`` itself leaves empty (not those of its sub-messages): a
     REQUIRED member of a oneof is satisfied by any member of that oneof, reported as the
@@ -119,13 +126,11 @@ def own_required_violations(message: Message, path: str) -> list[FieldViolation]
         if oneof is not None and len(oneof.fields) > 1:
             if message.WhichOneof(oneof.name) is None:
                 violations.append(
-                    FieldViolation(
-                        f"{path}.{oneof.name}", "One of its fields is required.", "REQUIRED"
-                    )
+                    FieldViolation(f"{path}.{oneof.name}", ONEOF_REQUIRED, "REQUIRED")
                 )
             continue
         if not _is_set(message, field):
-            violations.append(FieldViolation(f"{path}.{field.name}", "Required.", "REQUIRED"))
+            violations.append(FieldViolation(f"{path}.{field.name}", REQUIRED_EMPTY, "REQUIRED"))
     return violations
 
 

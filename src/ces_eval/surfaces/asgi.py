@@ -19,7 +19,7 @@ from ces_eval.logs import CALL_KEY, Call
 from ces_eval.transcoding import errors
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
 
     from starlette.types import Scope, Send
 
@@ -85,6 +85,20 @@ async def send_json(
 ) -> None:
     """Answer ``body`` (JSON) with ``status`` and ``headers`` besides Content-Type and
     Content-Length; the request line ``line``, if any, records the status."""
+    await send_body(send, status, _JSON, body, headers, line=line)
+
+
+async def send_body(
+    send: Send,
+    status: int,
+    content_type: bytes,
+    body: bytes,
+    headers: Sequence[tuple[bytes, bytes]] = (),
+    *,
+    line: Call | None = None,
+) -> None:
+    """Answer ``body`` of ``content_type`` with ``status`` and ``headers`` besides
+    Content-Type and Content-Length; the request line ``line``, if any, records the status."""
     if line is not None:
         line.status = status
     await send(
@@ -92,7 +106,7 @@ async def send_json(
             "type": "http.response.start",
             "status": status,
             "headers": [
-                (b"content-type", _JSON),
+                (b"content-type", content_type),
                 (b"content-length", str(len(body)).encode()),
                 *headers,
             ],
@@ -117,15 +131,21 @@ async def send_error(
     await send_json(send, status, body, headers, line=line)
 
 
-def credentials(scope: Scope) -> tuple[str | None, str | None]:
+def credentials(
+    scope: Scope, params: Iterable[tuple[str, str]] = ()
+) -> tuple[str | None, str | None]:
     """The ``Authorization`` value and the ``x-goog-user`` value of an HTTP request (None when
-    absent)."""
+    absent). Without the header, a token given as the ``access_token`` query parameter (of the
+    decoded ``params``) is a bearer token, as Google's APIs take it."""
     authorization = user = None
     for key, value in scope.get("headers", ()):
         if key == AUTHORIZATION_HEADER:
             authorization = value.decode("latin-1")
         elif key == CALLER_HEADER:
             user = value.decode("utf-8", "replace")
+    if authorization is None:
+        token = next((value for key, value in params if key == "access_token"), None)
+        authorization = f"Bearer {token}" if token else None
     return authorization, user
 
 

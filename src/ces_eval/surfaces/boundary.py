@@ -162,6 +162,8 @@ class Boundary:
         ``line``: the call's request line, if it has one; ``expired``: whether the call's own
         deadline has passed, once it is cancelled. (The steps of :meth:`run` are inlined: this
         runs once per call of every surface but MCP.)"""
+        if line is not None:  # an HTTP request's line, begun before its surface was known
+            line.surface = self.surface
         refused = self.enter()
         if refused is not None:
             if line is not None:

@@ -496,7 +496,7 @@ def build_app(
             return RedirectResponse(UI_PATH, status_code=302)
 
         routes.append(Route("/", home, methods=["GET"]))
-    app: ASGIApp = Starlette(routes=routes, lifespan=lifespan)
+    app: ASGIApp = _StatusRecorded(Starlette(routes=routes, lifespan=lifespan))
     if rest is not None:
         own = frozenset(route.path for route in routes)
         app = _RestElsewhere(app, own, BodyLimit(rest, timeouts=timeouts), ui)
@@ -521,7 +521,7 @@ class _RestElsewhere:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
         if scope["type"] != "http" or path in self._own:
-            await self._app(scope, receive, _status_recorded(scope, send))
+            await self._app(scope, receive, send)
         elif self._ui is not None and (path == UI_PATH or path.startswith(_UI_PREFIX)):
             await self._ui(scope, receive, send)
         else:
@@ -531,16 +531,25 @@ class _RestElsewhere:
 _UI_PREFIX = UI_PATH + "/"
 
 
-def _status_recorded(scope: Scope, send: Send) -> Send:
-    """``send``, recording the status of the answer in the request line when there is one
-    (the plain routes answer through Starlette, which knows nothing of request lines)."""
-    line: logs.Call | None = scope.get(logs.CALL_KEY) if scope["type"] == "http" else None
-    if line is None:
-        return send
+class _StatusRecorded:
+    """``app``, the plain routes (MCP's library among them), answering through Starlette,
+    which knows nothing of request lines: the status each answer is sent with is recorded in
+    the request's line, when there is one."""
 
-    async def recording(message: Message) -> None:
-        if message["type"] == "http.response.start":
-            line.status = int(message["status"])
-        await send(message)
+    __slots__ = ("_app",)
 
-    return recording
+    def __init__(self, app: ASGIApp) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        line: logs.Call | None = scope.get(logs.CALL_KEY) if scope["type"] == "http" else None
+        if line is None:
+            await self._app(scope, receive, send)
+            return
+
+        async def recording(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                line.status = int(message["status"])
+            await send(message)
+
+        await self._app(scope, receive, recording)

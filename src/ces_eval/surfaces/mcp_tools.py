@@ -151,9 +151,13 @@ def _hints(name: str, method: descriptor.MethodDescriptor) -> Hints:
     return Hints(read_only=False, destructive=False, idempotent=False)
 
 
+def _first_sentence(text: str) -> str:
+    flat = " ".join(text.split())
+    return re.split(r"(?<=[.!?])\s", flat, maxsplit=1)[0]
+
+
 def _title(method: descriptor.MethodDescriptor) -> str:
-    text = " ".join(comment(method).split())
-    first = re.split(r"(?<=\.)\s", text, maxsplit=1)[0].rstrip(".")
+    first = _first_sentence(comment(method)).rstrip(".")
     return first or " ".join(re.findall(r"[A-Z][a-z0-9]*", method.name))
 
 
@@ -227,11 +231,6 @@ def selected_tools(selection: Iterable[str] = ("all",)) -> dict[str, ToolSpec]:
         or ("read" if spec.tool.annotations and spec.tool.annotations.read_only_hint else "write")
         in wanted
     }
-
-
-def _first_sentence(text: str) -> str:
-    flat = " ".join(text.split())
-    return re.split(r"(?<=[.!?])\s", flat, maxsplit=1)[0]
 
 
 def _compact_schema(node: Any) -> Any:  # noqa: ANN401 - any part of a JSON Schema

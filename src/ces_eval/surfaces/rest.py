@@ -113,10 +113,9 @@ class Transcoder:
         def inputs() -> Inputs:
             deadline = server_timeout(scope.get("headers", ()))  # admission.py: deadlines
             params.extend(_query(scope.get("query_string", b"")))
-            authorization, user = credentials(scope)
-            if authorization is None and self._boundary.tokens is not None:
-                token = next((v for k, v in params if k == "access_token"), None)
-                authorization = f"Bearer {token}" if token else None
+            # A token in the query is read only where tokens are: an open server ignores it.
+            given = params if self._boundary.tokens is not None else ()
+            authorization, user = credentials(scope, given)
             return Inputs(authorization, user, deadline)
 
         async def work(caller: Caller) -> bytes:

@@ -30,7 +30,7 @@ from ces_eval.errors import ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.logs import CALL_KEY, Call
-from ces_eval.surfaces.asgi import credentials
+from ces_eval.surfaces.asgi import credentials, send_body
 from ces_eval.surfaces.boundary import Boundary, Inputs
 from ces_eval.transcoding import printer
 
@@ -44,6 +44,8 @@ __all__ = ["UI_PATH", "WebView"]
 
 UI_PATH = "/ui"
 _SERVICE = "/google.cloud.ces.v1beta.EvaluationService/"
+_HTML = b"text/html; charset=utf-8"
+_NO_STORE = [(b"cache-control", b"no-store")]
 _LISTED = 1000  # items a page lists of each collection (the API's largest page)
 _TEMPLATES = jinja2.Environment(
     loader=jinja2.FileSystemLoader(Path(__file__).with_name("web")),
@@ -145,16 +147,15 @@ class WebView:
         if scope["type"] != "http":
             return
         if scope["method"] not in ("GET", "HEAD"):
-            await _send(send, 405, "text/plain", b"The web view only reads.\n", allow="GET")
+            answer = b"The web view only reads.\n"
+            await send_body(send, 405, b"text/plain", answer, [(b"allow", b"GET")])
             return
         path = scope["path"].removeprefix(UI_PATH).strip("/")
-        query = urllib.parse.parse_qs(scope.get("query_string", b"").decode("latin-1"))
-        token = (query.get("access_token") or [""])[0]
+        params = urllib.parse.parse_qsl(scope.get("query_string", b"").decode("latin-1"))
+        token = next((value for key, value in params if key == "access_token"), "")
 
         def inputs() -> Inputs:
-            authorization, user = credentials(scope)
-            if authorization is None and token:
-                authorization = f"Bearer {token}"
+            authorization, user = credentials(scope, params)
             return Inputs(authorization, user, None)
 
         async def work(caller: Caller) -> _Page:
@@ -171,9 +172,7 @@ class WebView:
         html = _TEMPLATES.get_template(page.template).render(
             **page.values, ui=UI_PATH, suffix=suffix, percent=_percent
         )
-        if line is not None:
-            line.status = status
-        await _send(send, status, "text/html; charset=utf-8", html.encode())
+        await send_body(send, status, _HTML, html.encode(), _NO_STORE, line=line)
 
     async def _call(self, method: str, request: Message, caller: Caller) -> Any:  # noqa: ANN401 - the method's response message
         return message_of(await self._handlers[_SERVICE + method](request, caller))
@@ -345,14 +344,3 @@ def _result_row(result: evaluation_pb2.EvaluationResult) -> dict[str, Any]:
         "status": _named(_Outcome, result.evaluation_status),
         "state": _named(_Execution, result.execution_state),
     }
-
-
-async def _send(send: Send, status: int, content_type: str, body: bytes, **extra: str) -> None:
-    headers = [
-        (b"content-type", content_type.encode()),
-        (b"content-length", str(len(body)).encode()),
-        (b"cache-control", b"no-store"),
-        *((key.encode(), value.encode()) for key, value in extra.items()),
-    ]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
