@@ -133,3 +133,53 @@ def test_a_list_page_is_kept_until_anyone_writes(core: Harness, tmp_path: Path) 
         other.execute("DELETE FROM evaluation_results WHERE name = ?", (f"{NAME}/results/r1",))
         other.commit()  # another program writes
     assert _listed(core) == ["r2"]
+
+
+def _rename_elsewhere(database: Path, display_name: str) -> None:
+    """Another program (its own connection) renames the kept evaluation and commits."""
+    with contextlib.closing(sqlite3.connect(database)) as other:
+        (data,) = other.execute("SELECT data FROM evaluations WHERE name = ?", (NAME,)).fetchone()
+        changed = evaluation_pb2.Evaluation.FromString(data)
+        changed.display_name = display_name
+        other.execute(
+            "UPDATE evaluations SET data = ? WHERE name = ?", (changed.SerializeToString(), NAME)
+        )
+        other.commit()
+
+
+def test_every_commit_elsewhere_moves_the_version_across_checkpoints(
+    core: Harness, tmp_path: Path
+) -> None:
+    # The version is queried again only when the log's index header changed: every commit
+    # changes it, a checkpoint restarting the log included.
+    database = tmp_path / "db.sqlite"
+    before = core.run(core.storage.version())
+    for index in range(24):
+        _rename_elsewhere(database, f"n{index}")
+        if index % 5 == 2:
+            with contextlib.closing(sqlite3.connect(database)) as other:
+                other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        now = core.run(core.storage.version())
+        assert now != before
+        before = now
+        assert _display_name(core) == f"n{index}"
+        assert core.run(core.storage.version()) == now  # read only: the same version
+
+
+def test_a_version_with_nothing_committed_runs_no_statement(core: Harness, tmp_path: Path) -> None:
+    first = core.run(core.storage.version())
+    _get(core)  # read once: kept
+    statements: list[str] = []
+    reader = core.storage._point_reader  # what the point reader executes
+    assert reader is not None
+    reader.set_trace_callback(statements.append)
+    try:
+        assert [core.run(core.storage.version()) for _ in range(3)] == [first] * 3
+        assert statements == []
+        _get(core)
+        assert statements == []  # answered again from what was kept
+        _rename_elsewhere(tmp_path / "db.sqlite", "Moved")
+        assert core.run(core.storage.version()) != first
+        assert statements == ["PRAGMA data_version"]
+    finally:
+        reader.set_trace_callback(None)

@@ -77,6 +77,10 @@ _log = logging.getLogger(__name__)
 # (checkpoints copy page 1 from the log), and the text encoding is set by the first table.
 _HEADER_BYTES = 100
 _FIXED = (slice(0, 24), slice(68, 72))
+# The index's header: two copies of SQLite's 48-byte WalIndexHdr (its change counter, the log's
+# last commit frame, page count, checksums and salts), rewritten at every commit
+# (sqlite.org/walformat.html, "The WAL-Index Header").
+_INDEX_HEADER_BYTES = 96
 _IDENTITY = slice(60, 64)
 
 # linux/fs.h: FS_IOC_GETFLAGS is _IOR('f', 1, long); the flags that forbid writing in place.
@@ -298,6 +302,23 @@ class DatabaseFiles:
             # when opened) is no longer this database's.
             self._identities = frozenset({identity})
         return None
+
+    def index_header(self) -> bytes | None:
+        """The index's header as it is now (one ``pread`` through the descriptor held since
+        :meth:`opened`: no other descriptor is opened, whose closing would drop SQLite's
+        locks), or None when there is none to read (not in WAL mode, or cut short). Every
+        commit of any connection rewrites it, so while it reads the same, nothing was committed;
+        its two copies differ while a commit is writing it."""
+        index = self._descriptors.get(self._index_path)
+        if index is None:
+            return None
+        try:
+            header = os.pread(index, _INDEX_HEADER_BYTES, 0)
+        except OSError:
+            return None
+        if len(header) < _INDEX_HEADER_BYTES:
+            return None
+        return header
 
     def overwritten(self) -> bool:
         """Whether the database file holds another database now: its connections must not

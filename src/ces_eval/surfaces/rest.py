@@ -119,7 +119,7 @@ class Transcoder:
             return Inputs(authorization, user, deadline)
 
         async def work(caller: Caller) -> bytes:
-            return await self._handle(scope, receive, params, caller)
+            return await self._handle(scope, receive, raw_path, params, caller)
 
         line: Call | None = scope.get(CALL_KEY)  # logs.HttpRequestLog: the request line
         outcome = await self._boundary.serve(f"{verb} {raw_path}", inputs, work, line=line)
@@ -129,14 +129,19 @@ class Transcoder:
             await send_json(send, 200, outcome, line=line)
 
     async def _handle(
-        self, scope: Scope, receive: Receive, params: list[tuple[str, str]], caller: Caller
+        self,
+        scope: Scope,
+        receive: Receive,
+        raw_path: str,
+        params: list[tuple[str, str]],
+        caller: Caller,
     ) -> bytes:
         keeper = self._keeper
         if keeper is None or scope["method"] != "GET":
             return (await self._answer(scope, receive, params, caller)).body
         # The same GET answered before while nothing was written: its rendering again, without
         # routing, parsing or calling the core.
-        key = (_target(scope)[1], scope.get("query_string", b""))
+        key = (raw_path, scope.get("query_string", b""))
         version = await keeper.version()
         kept = keeper.get(version, key)
         if isinstance(kept, _Answer):
@@ -275,6 +280,8 @@ def _target(scope: Scope) -> tuple[str, str]:
 
 def _query(raw: bytes) -> list[tuple[str, str]]:
     """Decoded (name, value) pairs in order; ``+`` is a space and escapes are UTF-8."""
+    if not raw:
+        return []
     try:
         return parse_qsl(
             raw.decode("latin-1"), keep_blank_values=True, encoding="utf-8", errors="strict"
