@@ -81,6 +81,7 @@ def _serve(args: argparse.Namespace) -> int:
         loop=args.loop,
         allow_host=tuple(args.allow_host),
         allow_origin=tuple(args.allow_origin),
+        agent_allow_hosts=tuple(args.agent_allow_hosts),
         seed=Path(args.seed) if args.seed else None,
         mcp_tools=tuple(args.mcp_tools),
         mcp_schema=args.mcp_schema,
@@ -414,6 +415,15 @@ def _serve_parser(commands: argparse._SubParsersAction[_Parser]) -> argparse.Arg
         help="also accept Host NAME, on any port (a reverse proxy's or a container's name); a "
         "Host naming none of this server's addresses gets 421 (docs/security.md); repeatable, "
         "or comma-separated",
+    )
+    add(
+        "--agent-allow-hosts",
+        action=_Repeated,
+        type=_host_names,
+        default=defaults.agent_allow_hosts,
+        metavar="NAME",
+        help="let agent endpoints (docs/agents.md) name host NAME besides loopback; "
+        "repeatable, or comma-separated",
     )
     add(
         "--allow-origin",

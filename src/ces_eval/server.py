@@ -104,6 +104,8 @@ class ServerConfig:
     # Web pages (http_app.BrowserGuard): more Host names (any port) and cross-origin origins.
     allow_host: tuple[str, ...] = ()
     allow_origin: tuple[str, ...] = ()
+    # Hosts besides loopback that agent endpoints may name (docs/agents.md).
+    agent_allow_hosts: tuple[str, ...] = ()
     seed: Path | None = None  # --seed: an export document imported at start (core/imports.py)
     # MCP's tools/list: which tools (names, or all|read|write) and how (full|compact).
     mcp_tools: tuple[str, ...] = ("all",)
@@ -554,6 +556,7 @@ async def _serve(
         export_per_project=tokens is not None,
         locations=config.locations,
         scheduling=config.scheduler,
+        agent_hosts=config.agent_allow_hosts,
     )
     if config.seed is not None and seed is not None:
         await _seed(core, config.seed, seed)

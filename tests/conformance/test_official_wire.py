@@ -2,7 +2,9 @@
 
 For every message and enum reachable from the request, response and long-running types of the
 EvaluationService RPCs in ``google-cloud-ces`` (all of them, as its gRPC transport lists them:
-``tests/official/dump_official.py``), ours must have the same full name; every official field
+``tests/official/dump_official.py``), and from the request and response of SessionService.RunSession
+(the session JSON the run engine exchanges with a team's own agent; the service itself is not
+ours), ours must have the same full name; every official field
 must exist with the same number, name, JSON name, type, cardinality, message/enum type, oneof and
 presence; every enum value must match by name and number. The RPCs themselves must have the same
 gRPC path, request and response types, ``google.api.http`` rule and
@@ -125,7 +127,28 @@ def test_every_reachable_message_and_enum_matches_the_official_client() -> None:
     assert "google.cloud.ces.v1beta.EvaluationResult.GoldenResult.TurnReplayResult" in messages
     assert "google.cloud.ces.v1beta.ScheduledEvaluationRun.SchedulingConfig" in messages
     assert "google.cloud.ces.v1beta.Conversation.Source" in enums
+    assert "google.cloud.ces.v1beta.SessionConfig.RemoteDialogflowQueryParameters" in messages
+    assert "google.cloud.ces.v1beta.GoogleSearchSuggestions" in messages
     assert len(messages) > 150
+
+
+def test_session_roots_are_the_run_session_messages() -> None:
+    """The named roots are RunSession's request and response as the official client types them,
+    and our contract declares both (session_service.proto) without serving SessionService."""
+    official = contract.official()
+    _, pool = contract.ours()
+    expected = {
+        "request": "google.cloud.ces.v1beta.RunSessionRequest",
+        "response": "google.cloud.ces.v1beta.RunSessionResponse",
+    }
+    assert official.session_rpcs == {"RunSession": expected}
+    for name in expected.values():
+        assert name in official.roots
+        assert pool.FindMessageTypeByName(name).file.name == (
+            "google/cloud/ces/v1beta/session_service.proto"
+        )
+    with pytest.raises(KeyError):
+        pool.FindServiceByName("google.cloud.ces.v1beta.SessionService")
 
 
 def test_comparison_detects_a_changed_field() -> None:

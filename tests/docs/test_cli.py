@@ -53,6 +53,10 @@ EMULATOR_BINDINGS = {
     "GET /emulator/v1/{name=projects/*/clock} ces_eval.emulator.v1.EmulatorService.GetProjectClock",
     "POST /emulator/v1/{parent=projects/*/locations/*/apps/*}:importEvaluations "
     "ces_eval.emulator.v1.EmulatorService.ImportEvaluations",
+    "GET /emulator/v1/{name=projects/*/locations/*/apps/*/agentEndpoint} "
+    "ces_eval.emulator.v1.EmulatorService.GetAgentEndpoint",
+    "PATCH /emulator/v1/{agent_endpoint.name=projects/*/locations/*/apps/*/agentEndpoint} "
+    "ces_eval.emulator.v1.EmulatorService.UpdateAgentEndpoint",
 }
 
 

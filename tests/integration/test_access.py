@@ -209,6 +209,16 @@ def owned(server: RunningServer) -> Owned:
         ),
         _call(
             server,
+            _method("UpdateAgentEndpoint"),
+            emulator_pb2.UpdateAgentEndpointRequest(
+                agent_endpoint=emulator_pb2.AgentEndpoint(
+                    name=f"{APP_A}/agentEndpoint", uri="http://127.0.0.1:9/alice"
+                )
+            ),
+            ALICE,
+        ),
+        _call(
+            server,
             _method("CreateEvaluationRun"),
             emulator_pb2.CreateEvaluationRunRequest(
                 parent=APP_A, evaluation_run=evaluation_pb2.EvaluationRun(display_name="alice's")
@@ -243,7 +253,11 @@ def _name_for(pattern: str, owned: Owned, *, missing: bool) -> str:
         if len(segments) == len(wanted) and all(
             w in {"*", s} for w, s in zip(wanted, segments, strict=True)
         ):
-            return f"{name}-gone" if missing and len(segments) > 4 else name
+            # Missing: its last ID (an app's, for a singleton such as agentEndpoint) changed.
+            last = max(index for index, part in enumerate(wanted) if part == "*")
+            if missing and last > 3:
+                segments[last] += "-gone"
+            return "/".join(segments)
     raise AssertionError(f"no resource of the shape {pattern}")
 
 

@@ -15,7 +15,12 @@ Facts come from the client's runtime objects, not from its text or a list kept h
 - long-running response and metadata types: fixed by the client's ``operation.from_gapic`` calls
   (``services/evaluation_service/client.py``). ``LRO_TYPES`` states them (GUIDE §2); the dump
   fails unless they are exactly what those calls name, one entry per method returning an
-  operation, and each is found in the dumped descriptors.
+  operation, and each is found in the dumped descriptors;
+- two named roots beside the EvaluationService's: the request and response of
+  SessionService.RunSession, the session JSON the run engine exchanges with a team's own agent.
+  ces-eval does not serve SessionService; ``SESSION_RPCS`` names the RPC and the dump reads its
+  types from the annotations of the SessionService client's method, as it does for the
+  EvaluationService's (they are dumped under ``session_rpcs``, not ``rpcs``).
 """
 
 from __future__ import annotations
@@ -74,6 +79,11 @@ LRO_TYPES = {
 }
 
 
+# SessionService RPC → its client method: named roots whose request and response types the dump
+# reads from that method's annotations (the run engine speaks them to a team's own agent).
+SESSION_RPCS = {"RunSession": "run_session"}
+
+
 def _message_descriptor(cls: Any) -> Any:
     return cls.pb().DESCRIPTOR if hasattr(cls, "pb") else cls.DESCRIPTOR
 
@@ -96,8 +106,8 @@ def _files(roots: list[Any]) -> descriptor_pb2.FileDescriptorSet:
     return out
 
 
-def _types(client_method: str) -> tuple[Any, Any]:
-    hints = typing.get_type_hints(getattr(ces_v1beta.EvaluationServiceClient, client_method))
+def _types(client_method: str, client: Any = ces_v1beta.EvaluationServiceClient) -> tuple[Any, Any]:
+    hints = typing.get_type_hints(getattr(client, client_method))
     request = next(a for a in typing.get_args(hints["request"]) if hasattr(a, "pb"))
     returned = hints["return"]
     if returned is type(None):
@@ -185,6 +195,11 @@ def main() -> int:
     default = descriptor_pool.Default()
     for names in LRO_TYPES.values():
         roots += [default.FindMessageTypeByName(name) for name in names]
+    session_rpcs: dict[str, Any] = {}
+    for rpc, attribute in sorted(SESSION_RPCS.items()):
+        request, response = _types(attribute, ces_v1beta.SessionServiceClient)
+        session_rpcs[rpc] = {"request": request.full_name, "response": response.full_name}
+        roots += [request, response]
     files = _files(roots)
     dumped = descriptor_pool.DescriptorPool()
     for file in files.file:
@@ -206,6 +221,7 @@ def main() -> int:
             "rpcs": rpcs,
             "operations_http": operations_http,
             "locations_http": locations_http,
+            "session_rpcs": session_rpcs,
             "roots": sorted({r.full_name for r in roots}),
             "file_descriptor_set": base64.b64encode(files.SerializeToString()).decode(),
         },

@@ -31,6 +31,8 @@ class Official:
     rpcs: dict[str, dict[str, Any]]
     operations_http: dict[str, list[dict[str, str]]]
     locations_http: dict[str, list[dict[str, str]]]
+    # SessionService RPC → its request and response full names: roots of the dump, not our RPCs.
+    session_rpcs: dict[str, dict[str, str]]
     roots: list[str]
     files: descriptor_pb2.FileDescriptorSet
     pool: descriptor_pool.DescriptorPool
@@ -70,6 +72,7 @@ def official() -> Official:
         rpcs=data["rpcs"],
         operations_http=data["operations_http"],
         locations_http=data["locations_http"],
+        session_rpcs=data["session_rpcs"],
         roots=data["roots"],
         files=files,
         pool=load_pool(files),

@@ -556,6 +556,10 @@ def test_reset_project(core: Harness) -> None:
             parent=APP, outcome_rule=emulator_pb2.OutcomeRule(outcome=emulator_pb2.OutcomeRule.FAIL)
         ),
     )
+    endpoint = emulator_pb2.AgentEndpoint(name=f"{APP}/agentEndpoint", uri="http://127.0.0.1:1/")
+    core.call(
+        "update_agent_endpoint", emulator_pb2.UpdateAgentEndpointRequest(agent_endpoint=endpoint)
+    )
     response = core.call("reset_project", emulator_pb2.ResetProjectRequest(name="projects/p"))
     assert (response.deleted_evaluations, response.deleted_evaluation_results) == (1, 1)
     assert dict(response.deleted_resources) == {
@@ -566,7 +570,10 @@ def test_reset_project(core: Harness) -> None:
         "conversations": 0,
         "outcomeRules": 1,
         "projectClocks": 0,
+        "agentEndpoints": 1,
     }
+    gone = core.call("get_agent_endpoint", emulator_pb2.GetAgentEndpointRequest(name=endpoint.name))
+    assert gone.uri == ""
     assert (
         core.error("reset_project", emulator_pb2.ResetProjectRequest(name="p")).code
         is Code.INVALID_ARGUMENT

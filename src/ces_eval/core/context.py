@@ -131,6 +131,9 @@ class Context:
     # ``--scheduler``: whether this server fires scheduled evaluation runs (and AdvanceClock
     # fires what became due).
     scheduling: bool = True
+    # ``--agent-allow-hosts``: the hosts besides loopback that agent endpoints may name
+    # (ces_eval.core.agent_endpoints).
+    agent_hosts: tuple[str, ...] = ()
     # Reads answered lately, kept while the database's version lasts (standard._get_rpc,
     # standard.list_page).
     hot: HotReads = field(default_factory=HotReads, compare=False, repr=False)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from ces_eval.contract import limits
 from ces_eval.core import (
+    agent_endpoints,
     conversations,
     exchange,
     imports,
@@ -133,6 +134,8 @@ RPCS: dict[str, Rpc] = {
     **outcome_rules.RPCS,
     # FireScheduledEvaluationRun, AdvanceClock, GetProjectClock: schedules fired on demand
     **scheduler.RPCS,
+    # GetAgentEndpoint, UpdateAgentEndpoint: the team's own agent that runs play against
+    **agent_endpoints.RPCS,
     "ResetProject": reset_project,
     "ImportEvaluations": import_evaluations,
 }

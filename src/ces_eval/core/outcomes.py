@@ -47,7 +47,17 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-__all__ = ["Play", "Played", "Player", "play"]
+__all__ = [
+    "Clock",
+    "Play",
+    "Played",
+    "Player",
+    "duration",
+    "expectations",
+    "kind",
+    "play",
+    "user_message",
+]
 
 _Result = evaluation_pb2.EvaluationResult
 _Evaluation = evaluation_pb2.Evaluation
@@ -93,7 +103,7 @@ def _millis(*key: object) -> int:
     return _LATENCY_FLOOR_MS + int.from_bytes(digest, "big") % _LATENCY_SPREAD_MS
 
 
-def _duration(millis: int) -> duration_pb2.Duration:
+def duration(millis: int) -> duration_pb2.Duration:
     return duration_pb2.Duration(seconds=millis // 1000, nanos=(millis % 1000) * 1_000_000)
 
 
@@ -104,7 +114,7 @@ def _later(stamp: timestamp_pb2.Timestamp, millis: int) -> timestamp_pb2.Timesta
 
 
 @dataclass
-class _Clock:
+class Clock:
     """The played conversation's time: each turn advances it by its latency."""
 
     at: timestamp_pb2.Timestamp
@@ -116,7 +126,7 @@ class _Clock:
         return start, millis
 
 
-def _expectations(turn: _Evaluation.GoldenTurn) -> list[_Evaluation.GoldenExpectation]:
+def expectations(turn: _Evaluation.GoldenTurn) -> list[_Evaluation.GoldenExpectation]:
     return [step.expectation for step in turn.steps if step.WhichOneof("step") == "expectation"]
 
 
@@ -128,7 +138,7 @@ def _failing_position(evaluation: _Evaluation, rule: _Rule) -> tuple[int, int] |
     judged = [
         (index, position)
         for index, turn in enumerate(evaluation.golden.turns)
-        for position, expectation in enumerate(_expectations(turn))
+        for position, expectation in enumerate(expectations(turn))
         if not expectation.skip_evaluation
     ]
     if not judged:
@@ -197,24 +207,24 @@ def _observe(
     outcome.outcome = _Result.FAIL if failing is not None else _Result.PASS
 
 
-def _user_message(turn: _Evaluation.GoldenTurn) -> content_pb2.Message | None:
+def user_message(turn: _Evaluation.GoldenTurn) -> content_pb2.Message | None:
     chunks: list[content_pb2.Chunk] = []
     for step in turn.steps:
         if step.WhichOneof("step") != "user_input":
             continue
         given = step.user_input
-        kind = given.WhichOneof("input_type")
-        if kind == "text":
+        given_kind = given.WhichOneof("input_type")
+        if given_kind == "text":
             chunks.append(content_pb2.Chunk(text=given.text))
-        elif kind == "dtmf":
+        elif given_kind == "dtmf":
             chunks.append(content_pb2.Chunk(text=given.dtmf))
-        elif kind == "variables":
+        elif given_kind == "variables":
             chunks.append(content_pb2.Chunk(updated_variables=given.variables))
-        elif kind == "image":
+        elif given_kind == "image":
             chunks.append(content_pb2.Chunk(image=given.image))
-        elif kind == "blob":
+        elif given_kind == "blob":
             chunks.append(content_pb2.Chunk(blob=given.blob))
-        elif kind == "tool_responses":
+        elif given_kind == "tool_responses":
             responses = given.tool_responses.tool_responses
             chunks += [content_pb2.Chunk(tool_response=r) for r in responses]
     return content_pb2.Message(role=_USER, chunks=chunks) if chunks else None
@@ -224,7 +234,7 @@ def _turn_latency(play: Play, index: int) -> duration_pb2.Duration:
     rule = play.rule
     if rule is not None and rule.HasField("turn_latency"):
         return rule.turn_latency
-    return _duration(_millis(play.evaluation.name, play.repetition, index))
+    return duration(_millis(play.evaluation.name, play.repetition, index))
 
 
 def _tool_latencies(
@@ -243,7 +253,7 @@ def _tool_latencies(
                 display_name=call.display_name or call.tool.rsplit("/", 1)[-1],
                 start_time=at,
                 end_time=end,
-                execution_latency=_duration(share),
+                execution_latency=duration(share),
             )
         )
         at = end
@@ -259,15 +269,15 @@ def _golden(play: Play) -> tuple[_Result.GoldenResult, list[_Conversation.Turn]]
     for index, turn in enumerate(play.evaluation.golden.turns):
         replay = golden.turn_replay_results.add(conversation=play.conversation_name)
         agent: list[content_pb2.Chunk] = []
-        expectations = _expectations(turn)
+        of_turn = expectations(turn)
         failed_kind = None  # the condition of the expectation failing in this turn
-        for position, expectation in enumerate(expectations):
+        for position, expectation in enumerate(of_turn):
             outcome = replay.expectation_outcome.add()
             outcome.expectation.CopyFrom(expectation)
             fails = fail_at == (index, position)
             failed_kind = expectation.WhichOneof("condition") if fails else failed_kind
             _observe(outcome, failing if fails else None, agent)
-        kinds = {expectation.WhichOneof("condition") for expectation in expectations}
+        kinds = {expectation.WhichOneof("condition") for expectation in of_turn}
         failed_here = failed_kind is not None
         scoring = failing if failed_here else (rule if failing is None else None)
         if "agent_response" in kinds:
@@ -287,7 +297,7 @@ def _golden(play: Play) -> tuple[_Result.GoldenResult, list[_Conversation.Turn]]
             replay.overall_tool_invocation_result.tool_invocation_score = min(tool_scores)
         if rule is not None and rule.HasField("hallucination_score"):
             replay.hallucination_result.score = rule.hallucination_score
-        messages = [m for m in (_user_message(turn),) if m is not None]
+        messages = [m for m in (user_message(turn),) if m is not None]
         if agent:
             messages.append(content_pb2.Message(role=_AGENT, chunks=agent))
         turns.append(_Conversation.Turn(messages=messages))
@@ -388,7 +398,7 @@ def _judged(given: Play) -> Played:
     if rule is not None and rule.outcome == _Rule.ERROR:
         result.execution_state = _Result.ERROR
         result.error_info.CopyFrom(_error_info(rule))
-        getattr(result, _kind(evaluation)).SetInParent()
+        getattr(result, kind(evaluation)).SetInParent()
         return Played(result, conversation)
     if evaluation.WhichOneof("inputs") == "scenario":
         scenario, turns = _scenario(given)
@@ -416,9 +426,9 @@ def _timed(judged: Played, given: Play) -> Played:
     conversation.CopyFrom(judged.conversation)
     conversation.name = given.conversation_name
     conversation.start_time.CopyFrom(given.started)
-    clock = _Clock(given.started)
-    kind = result.WhichOneof("result")
-    if result.execution_state != _Result.ERROR and kind == "golden_result":
+    clock = Clock(given.started)
+    played_kind = result.WhichOneof("result")
+    if result.execution_state != _Result.ERROR and played_kind == "golden_result":
         replays = result.golden_result.turn_replay_results
         for index, (replay, turn) in enumerate(zip(replays, conversation.turns, strict=True)):
             replay.conversation = given.conversation_name
@@ -473,5 +483,5 @@ def play(given: Play) -> Played:
     return Player().play(given)
 
 
-def _kind(evaluation: _Evaluation) -> str:
+def kind(evaluation: _Evaluation) -> str:
     return "scenario_result" if evaluation.WhichOneof("inputs") == "scenario" else "golden_result"

@@ -37,7 +37,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ces_eval.contract import limits
-from ces_eval.core import names, outcome_rules, outcomes, standard, validation
+from ces_eval.core import (
+    agent_endpoints,
+    agents,
+    names,
+    outcome_rules,
+    outcomes,
+    standard,
+    validation,
+)
 from ces_eval.core.datasets import DATASETS
 from ces_eval.core.evaluations import EVALUATIONS
 from ces_eval.core.longrunning import location_of
@@ -322,6 +330,7 @@ class _Engine:
         self._rules: list[_Rule] = []
         self._latencies = _Latencies()
         self._player = outcomes.Player()
+        self._agent: agents.Agent | None = None  # the app's own agent (docs/agents.md)
 
     async def queued(self) -> None:
         """Return once no QUEUED hold matches the run's evaluations (the operation's
@@ -345,20 +354,30 @@ class _Engine:
     async def _played(self) -> None:
         self._run.state = Run.RUNNING
         await self._settled(self._replace(self._run))
+        endpoint = await agent_endpoints.of_app(self._context, self._app)
+        if endpoint is not None:
+            self._agent = agents.Agent(endpoint, self._context.agent_hosts)
+        try:
+            await self._tasks_played()
+        finally:
+            if self._agent is not None:
+                await self._agent.close()
+        self._run.state = Run.COMPLETED
+        if self._request.generate_latency_report:
+            self._run.latency_report.CopyFrom(self._latencies.report())
+        await self._settled(self._completed())
+
+    async def _tasks_played(self) -> None:
         flushed = time.monotonic()
         for task in self._tasks:
             if not self._pending:  # a batch begins: the rules as they are now
                 self._rules = await outcome_rules.of_app(self._context, self._app)
             await self._before(task)
-            self._pending.append(self._result(task))
+            self._pending.append(await self._result(task))
             if len(self._pending) >= _BATCH or time.monotonic() - flushed >= _FLUSH_EVERY:
                 await self._flush()
                 flushed = time.monotonic()
         await self._flush()
-        self._run.state = Run.COMPLETED
-        if self._request.generate_latency_report:
-            self._run.latency_report.CopyFrom(self._latencies.report())
-        await self._settled(self._completed())
 
     async def _completed(self) -> None:
         """Store the run COMPLETED and, in the same transaction, its scheduled evaluation run
@@ -431,8 +450,9 @@ class _Engine:
             await asyncio.sleep(_HOLD_POLL)
             self._rules = await outcome_rules.of_app(self._context, self._app)
 
-    def _result(self, task: _Task) -> _Result:
-        """The result of ``task``, played (or reused), with the run's fields."""
+    async def _result(self, task: _Task) -> _Result:
+        """The result of ``task``, played (or reused), with the run's fields: by the app's
+        agent when it has one and no outcome rule decides the repetition, else scripted."""
         evaluation = task.evaluation
         started = now()
         result_name = f"{evaluation.name}/results/{names.new_id()}"
@@ -442,19 +462,21 @@ class _Engine:
             result.name = result_name
             result.create_time.CopyFrom(started)
         else:
-            played = self._player.play(
-                outcomes.Play(
-                    evaluation=evaluation,
-                    repetition=task.repetition,
-                    rule=outcome_rules.deciding(self._rules, evaluation, task.repetition),
-                    result_name=result_name,
-                    conversation_name=f"{self._app}/conversations/{names.new_id()}",
-                    started=started,
-                    persona=evaluation_config_pb2.EvaluationPersona(name=task.persona)
-                    if task.persona
-                    else None,
-                )
+            given = outcomes.Play(
+                evaluation=evaluation,
+                repetition=task.repetition,
+                rule=outcome_rules.deciding(self._rules, evaluation, task.repetition),
+                result_name=result_name,
+                conversation_name=f"{self._app}/conversations/{names.new_id()}",
+                started=started,
+                persona=evaluation_config_pb2.EvaluationPersona(name=task.persona)
+                if task.persona
+                else None,
             )
+            if self._agent is not None and given.rule is None:
+                played = await self._agent.play(given, self._request.golden_run_method)
+            else:
+                played = self._player.play(given)
             result = played.result
             self._conversations.append(played)
         self._stamp(result, task)

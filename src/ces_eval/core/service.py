@@ -119,6 +119,7 @@ class Core:
         export_per_project: bool = False,
         locations: tuple[str, ...] = (),
         scheduling: bool = True,
+        agent_hosts: tuple[str, ...] = (),
     ) -> None:
         self.context = Context(
             storage,
@@ -128,6 +129,7 @@ class Core:
             export_per_project,
             locations,
             scheduling,
+            agent_hosts,
         )
 
     def handler(self, path: str) -> Handler:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from google.protobuf.message import Message
 
 __all__ = [
+    "AGENT_ENDPOINTS",
     "CLOCKS",
     "CONVERSATIONS",
     "DATASETS",
@@ -329,6 +330,13 @@ CLOCKS = Table(
     unique_display_name=False,
     created="update_time",
 )
+# The apps' agent endpoints (ces_eval.core.agent_endpoints): one row per app that set one.
+AGENT_ENDPOINTS = Table(
+    "agent_endpoints",
+    emulator_service_pb2.AgentEndpoint,
+    unique_display_name=False,
+    created="update_time",
+)
 # Every generic table; the resource modules of the core declare their resources over these.
 TABLES: tuple[Table[Any], ...] = (
     EXPECTATIONS,
@@ -338,6 +346,7 @@ TABLES: tuple[Table[Any], ...] = (
     CONVERSATIONS,
     OUTCOME_RULES,
     CLOCKS,
+    AGENT_ENDPOINTS,
 )
 
 

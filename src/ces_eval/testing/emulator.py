@@ -131,6 +131,33 @@ class Emulator:
     def delete_outcome_rule(self, name: str) -> None:
         self._call("DELETE", f"/emulator/v1/{name}")
 
+    # -- the team's own agent ------------------------------------------------------------------
+
+    def set_agent(
+        self,
+        app: str,
+        uri: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        timeout: float | timedelta | None = None,
+        max_response_bytes: int | None = None,
+    ) -> Document:
+        """Play ``app``'s evaluations against the agent at ``uri`` (docs/agents.md): it is
+        POSTed CES's session JSON with ``headers``; a call may take ``timeout`` seconds and
+        answer ``max_response_bytes``. An empty ``uri`` goes back to scripted outcomes."""
+        endpoint: Document = {"name": f"{app}/agentEndpoint", "uri": uri}
+        if headers:
+            endpoint["headers"] = dict(headers)
+        if timeout is not None:
+            endpoint["timeout"] = _seconds(timeout)
+        if max_response_bytes is not None:
+            endpoint["maxResponseBytes"] = str(max_response_bytes)
+        return self._call("PATCH", f"/emulator/v1/{app}/agentEndpoint", endpoint)
+
+    def agent(self, app: str) -> Document:
+        """``app``'s agent endpoint (its header names, never their values)."""
+        return self._call("GET", f"/emulator/v1/{app}/agentEndpoint")
+
     # -- time ----------------------------------------------------------------------------------
 
     def clock(self, project: str) -> Document:

@@ -10,6 +10,7 @@ from ....google.cloud.ces.v1beta import evaluation_config_pb2 as _evaluation_con
 from ....google.cloud.ces.v1beta import evaluation_pb2 as _evaluation_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import field_mask_pb2 as _field_mask_pb2
 from google.protobuf import message as _message
 from google.protobuf import struct_pb2 as _struct_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
@@ -67,6 +68,161 @@ class ProjectClock(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ProjectClock: _TypeAlias = ProjectClock  # noqa: Y015
+
+@_typing.final
+class AgentEndpoint(_message.Message):
+    """Where an app's evaluations are played when the team brings its own agent (docs/agents.md):
+    an HTTP endpoint speaking CES's session JSON, and optionally a judge and a user simulator.
+    Every host must be loopback or allowed by the server's --agent-allow-hosts.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class HeadersEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    NAME_FIELD_NUMBER: _builtins.int
+    URI_FIELD_NUMBER: _builtins.int
+    HEADERS_FIELD_NUMBER: _builtins.int
+    HEADER_NAMES_FIELD_NUMBER: _builtins.int
+    TIMEOUT_FIELD_NUMBER: _builtins.int
+    MAX_RESPONSE_BYTES_FIELD_NUMBER: _builtins.int
+    JUDGE_URI_FIELD_NUMBER: _builtins.int
+    SIMULATOR_URI_FIELD_NUMBER: _builtins.int
+    UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    ETAG_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Identifier. Format: projects/{project}/locations/{location}/apps/{app}/agentEndpoint"""
+    uri: _builtins.str
+    """The agent: an http or https URL that is POSTed one google.cloud.ces.v1beta.RunSessionRequest
+    as JSON per call and answers a google.cloud.ces.v1beta.RunSessionResponse. Empty: no agent.
+    """
+    max_response_bytes: _builtins.int
+    """The largest answer taken from one call, in bytes; a larger one ends its result ERROR.
+    4 MiB when 0, at most 64 MiB.
+    """
+    judge_uri: _builtins.str
+    """A judge (docs/agents.md, "Judge") scoring agent responses' semantic similarity and
+    hallucination. Empty: similarity is scored locally and hallucination is left unset.
+    """
+    simulator_uri: _builtins.str
+    """A user simulator (docs/agents.md, "Simulator") playing the user of scenario evaluations.
+    Empty: a scenario evaluation played against the agent ends ERROR.
+    """
+    etag: _builtins.str
+    """The endpoint's version (AIP-154); an update giving it is applied only to that version."""
+    @_builtins.property
+    def headers(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Headers sent with every call to the agent, the judge and the simulator (an Authorization
+        token, say). Never answered and never logged: header_names lists the ones set.
+        """
+
+    @_builtins.property
+    def header_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The names of the headers set, sorted."""
+
+    @_builtins.property
+    def timeout(self) -> _duration_pb2.Duration:
+        """How long one call may take; a call that takes longer ends its result ERROR. 30 seconds when
+        unset, at most 10 minutes.
+        """
+
+    @_builtins.property
+    def update_time(self) -> _timestamp_pb2.Timestamp:
+        """When the endpoint was last set."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        uri: _builtins.str = ...,
+        headers: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        header_names: _abc.Iterable[_builtins.str] | None = ...,
+        timeout: _duration_pb2.Duration | None = ...,
+        max_response_bytes: _builtins.int = ...,
+        judge_uri: _builtins.str = ...,
+        simulator_uri: _builtins.str = ...,
+        update_time: _timestamp_pb2.Timestamp | None = ...,
+        etag: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["timeout", b"timeout", "update_time", b"update_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["etag", b"etag", "header_names", b"header_names", "headers", b"headers", "judge_uri", b"judge_uri", "max_response_bytes", b"max_response_bytes", "name", b"name", "simulator_uri", b"simulator_uri", "timeout", b"timeout", "update_time", b"update_time", "uri", b"uri"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AgentEndpoint: _TypeAlias = AgentEndpoint  # noqa: Y015
+
+@_typing.final
+class GetAgentEndpointRequest(_message.Message):
+    """Request of EmulatorService.GetAgentEndpoint."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The endpoint to read.
+    Format: projects/{project}/locations/{location}/apps/{app}/agentEndpoint
+    """
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetAgentEndpointRequest: _TypeAlias = GetAgentEndpointRequest  # noqa: Y015
+
+@_typing.final
+class UpdateAgentEndpointRequest(_message.Message):
+    """Request of EmulatorService.UpdateAgentEndpoint."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ENDPOINT_FIELD_NUMBER: _builtins.int
+    UPDATE_MASK_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def agent_endpoint(self) -> Global___AgentEndpoint:
+        """The endpoint as it is to be; its name says whose."""
+
+    @_builtins.property
+    def update_mask(self) -> _field_mask_pb2.FieldMask:
+        """The fields to set; every field when unset or `*`."""
+
+    def __init__(
+        self,
+        *,
+        agent_endpoint: Global___AgentEndpoint | None = ...,
+        update_mask: _field_mask_pb2.FieldMask | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["agent_endpoint", b"agent_endpoint", "update_mask", b"update_mask"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_endpoint", b"agent_endpoint", "update_mask", b"update_mask"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateAgentEndpointRequest: _TypeAlias = UpdateAgentEndpointRequest  # noqa: Y015
 
 @_typing.final
 class FireScheduledEvaluationRunRequest(_message.Message):
@@ -467,7 +623,7 @@ class ResetProjectResponse(_message.Message):
     def deleted_resources(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """How many of the other resources were deleted, by collection ID (evaluationExpectations,
         evaluationDatasets, scheduledEvaluationRuns, evaluationRuns, conversations,
-        outcomeRules, projectClocks).
+        outcomeRules, projectClocks, agentEndpoints).
         """
 
     def __init__(

@@ -102,6 +102,16 @@ class EmulatorServiceStub:
                 request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ReleaseOutcomeRuleRequest.SerializeToString,
                 response_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.OutcomeRule.FromString,
                 _registered_method=True)
+        self.GetAgentEndpoint = channel.unary_unary(
+                '/ces_eval.emulator.v1.EmulatorService/GetAgentEndpoint',
+                request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.GetAgentEndpointRequest.SerializeToString,
+                response_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.AgentEndpoint.FromString,
+                _registered_method=True)
+        self.UpdateAgentEndpoint = channel.unary_unary(
+                '/ces_eval.emulator.v1.EmulatorService/UpdateAgentEndpoint',
+                request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.UpdateAgentEndpointRequest.SerializeToString,
+                response_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.AgentEndpoint.FromString,
+                _registered_method=True)
         self.FireScheduledEvaluationRun = channel.unary_unary(
                 '/ces_eval.emulator.v1.EmulatorService/FireScheduledEvaluationRun',
                 request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.FireScheduledEvaluationRunRequest.SerializeToString,
@@ -227,6 +237,23 @@ class EmulatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetAgentEndpoint(self, request, context):
+        """Reads an app's agent endpoint: the agent of the team's own that the run engine plays the
+        app's evaluations against (docs/agents.md). An app that never set one answers an endpoint
+        without a uri: its runs play scripted outcomes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateAgentEndpoint(self, request, context):
+        """Sets an app's agent endpoint: the fields update_mask names, or every field without one.
+        Runs started afterwards play against it; an empty uri goes back to scripted outcomes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def FireScheduledEvaluationRun(self, request, context):
         """Fires a scheduled evaluation run now, whatever its schedule says (inactive too): a run
         starts with its stored request, counted in its total_executions; its next scheduled
@@ -313,6 +340,16 @@ def add_EmulatorServiceServicer_to_server(servicer, server):
                     servicer.ReleaseOutcomeRule,
                     request_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ReleaseOutcomeRuleRequest.FromString,
                     response_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.OutcomeRule.SerializeToString,
+            ),
+            'GetAgentEndpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAgentEndpoint,
+                    request_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.GetAgentEndpointRequest.FromString,
+                    response_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.AgentEndpoint.SerializeToString,
+            ),
+            'UpdateAgentEndpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateAgentEndpoint,
+                    request_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.UpdateAgentEndpointRequest.FromString,
+                    response_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.AgentEndpoint.SerializeToString,
             ),
             'FireScheduledEvaluationRun': grpc.unary_unary_rpc_method_handler(
                     servicer.FireScheduledEvaluationRun,
@@ -657,6 +694,60 @@ class EmulatorService:
             '/ces_eval.emulator.v1.EmulatorService/ReleaseOutcomeRule',
             ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ReleaseOutcomeRuleRequest.SerializeToString,
             ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.OutcomeRule.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetAgentEndpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ces_eval.emulator.v1.EmulatorService/GetAgentEndpoint',
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.GetAgentEndpointRequest.SerializeToString,
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.AgentEndpoint.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateAgentEndpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ces_eval.emulator.v1.EmulatorService/UpdateAgentEndpoint',
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.UpdateAgentEndpointRequest.SerializeToString,
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.AgentEndpoint.FromString,
             options,
             channel_credentials,
             insecure,

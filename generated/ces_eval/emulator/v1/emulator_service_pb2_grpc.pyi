@@ -90,6 +90,15 @@ class EmulatorServiceStub:
     """Deletes an outcome rule; runs it held go on."""
     ReleaseOutcomeRule: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.ReleaseOutcomeRuleRequest, _emulator_service_pb2.OutcomeRule]
     """Ends a rule's hold: the runs it kept QUEUED or RUNNING go on. Its other effects stay."""
+    GetAgentEndpoint: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.GetAgentEndpointRequest, _emulator_service_pb2.AgentEndpoint]
+    """Reads an app's agent endpoint: the agent of the team's own that the run engine plays the
+    app's evaluations against (docs/agents.md). An app that never set one answers an endpoint
+    without a uri: its runs play scripted outcomes.
+    """
+    UpdateAgentEndpoint: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.UpdateAgentEndpointRequest, _emulator_service_pb2.AgentEndpoint]
+    """Sets an app's agent endpoint: the fields update_mask names, or every field without one.
+    Runs started afterwards play against it; an empty uri goes back to scripted outcomes.
+    """
     FireScheduledEvaluationRun: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.FireScheduledEvaluationRunRequest, _operations_pb2.Operation]
     """Fires a scheduled evaluation run now, whatever its schedule says (inactive too): a run
     starts with its stored request, counted in its total_executions; its next scheduled
@@ -159,6 +168,15 @@ class EmulatorServiceAsyncStub(EmulatorServiceStub):
     """Deletes an outcome rule; runs it held go on."""
     ReleaseOutcomeRule: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.ReleaseOutcomeRuleRequest, _emulator_service_pb2.OutcomeRule]  # type: ignore[assignment]
     """Ends a rule's hold: the runs it kept QUEUED or RUNNING go on. Its other effects stay."""
+    GetAgentEndpoint: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.GetAgentEndpointRequest, _emulator_service_pb2.AgentEndpoint]  # type: ignore[assignment]
+    """Reads an app's agent endpoint: the agent of the team's own that the run engine plays the
+    app's evaluations against (docs/agents.md). An app that never set one answers an endpoint
+    without a uri: its runs play scripted outcomes.
+    """
+    UpdateAgentEndpoint: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.UpdateAgentEndpointRequest, _emulator_service_pb2.AgentEndpoint]  # type: ignore[assignment]
+    """Sets an app's agent endpoint: the fields update_mask names, or every field without one.
+    Runs started afterwards play against it; an empty uri goes back to scripted outcomes.
+    """
     FireScheduledEvaluationRun: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.FireScheduledEvaluationRunRequest, _operations_pb2.Operation]  # type: ignore[assignment]
     """Fires a scheduled evaluation run now, whatever its schedule says (inactive too): a run
     starts with its stored request, counted in its total_executions; its next scheduled
@@ -297,6 +315,27 @@ class EmulatorServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_emulator_service_pb2.OutcomeRule, _abc.Awaitable[_emulator_service_pb2.OutcomeRule]]:
         """Ends a rule's hold: the runs it kept QUEUED or RUNNING go on. Its other effects stay."""
+
+    @_abc_1.abstractmethod
+    def GetAgentEndpoint(
+        self,
+        request: _emulator_service_pb2.GetAgentEndpointRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_emulator_service_pb2.AgentEndpoint, _abc.Awaitable[_emulator_service_pb2.AgentEndpoint]]:
+        """Reads an app's agent endpoint: the agent of the team's own that the run engine plays the
+        app's evaluations against (docs/agents.md). An app that never set one answers an endpoint
+        without a uri: its runs play scripted outcomes.
+        """
+
+    @_abc_1.abstractmethod
+    def UpdateAgentEndpoint(
+        self,
+        request: _emulator_service_pb2.UpdateAgentEndpointRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_emulator_service_pb2.AgentEndpoint, _abc.Awaitable[_emulator_service_pb2.AgentEndpoint]]:
+        """Sets an app's agent endpoint: the fields update_mask names, or every field without one.
+        Runs started afterwards play against it; an empty uri goes back to scripted outcomes.
+        """
 
     @_abc_1.abstractmethod
     def FireScheduledEvaluationRun(

@@ -1,0 +1,238 @@
+"""An app's agent endpoint (docs/agents.md): where the run engine plays the app's evaluations
+when the team brings its own agent (:mod:`ces_eval.core.agents`). A singleton of the app
+(AIP-156): GetAgentEndpoint answers the stored one, or an empty one (no agent) for an app that
+never set it; UpdateAgentEndpoint sets it, with an update mask and an etag (AIP-134, AIP-154).
+It lives in a generic table (:data:`ces_eval.storage.tables.AGENT_ENDPOINTS`), so a project
+reset clears it.
+
+Every URL's host must be loopback or one the server allows (``--agent-allow-hosts``), checked
+when the endpoint is set and again before every call. The headers (tokens) are stored but never
+answered: ``header_names`` lists them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import urllib.parse
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
+
+from ces_eval.core import names, validation
+from ces_eval.core.stamps import new_etag, now
+from ces_eval.errors import FieldViolation, ServiceError
+from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
+from ces_eval.storage import tables
+from ces_eval.storage.base import Conflict, EtagMismatch, Missing
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from google.protobuf.message import Message
+
+    from ces_eval.access import Caller
+    from ces_eval.core.context import Context, Rpc
+
+__all__ = ["RPCS", "Endpoint", "host_refusal", "of_app"]
+
+AgentEndpoint = emulator_pb2.AgentEndpoint
+PATTERN = names.of(AgentEndpoint)
+DEFAULT_TIMEOUT_SECONDS = 30.0
+MAX_TIMEOUT_SECONDS = 600.0
+DEFAULT_MAX_RESPONSE_BYTES = 4 * 2**20
+MAX_RESPONSE_BYTES = 64 * 2**20
+_SETTABLE = (
+    "uri",
+    "headers",
+    "timeout",
+    "max_response_bytes",
+    "judge_uri",
+    "simulator_uri",
+)
+# RFC 9110 field names (tokens); values of visible characters, spaces and tabs only.
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
+_MANAGED_HEADERS = frozenset({"content-type", "content-length", "host", "transfer-encoding"})
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """An app's agent endpoint as the engine calls it (headers included)."""
+
+    uri: str
+    headers: Mapping[str, str]
+    timeout: float
+    max_response_bytes: int
+    judge_uri: str
+    simulator_uri: str
+
+
+def host_refusal(uri: str, allowed: Sequence[str]) -> str | None:
+    """Why ``uri`` may not be called (None: it may): an http or https URL without credentials
+    whose host is loopback (``localhost``, 127.0.0.0/8, ::1) or one of ``allowed``."""
+    try:
+        parts = urllib.parse.urlsplit(uri)
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
+    except ValueError as error:
+        return f"Not a URL: {error}."
+    host = (parts.hostname or "").lower()
+    problem = None
+    if parts.scheme not in ("http", "https"):
+        problem = "Must be an http or https URL."
+    elif parts.username is not None or parts.password is not None:
+        problem = "Must not carry credentials; give them in headers."
+    elif not host:
+        problem = "Must name a host."
+    elif not (_loopback(host) or host in {name.lower() for name in allowed}):
+        problem = (
+            f"The host {host} is neither loopback nor allowed by the server's --agent-allow-hosts."
+        )
+    return problem
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _endpoint_name(app: str) -> str:
+    return f"{app}/agentEndpoint"
+
+
+async def of_app(context: Context, app: str) -> Endpoint | None:
+    """The agent ``app``'s runs play against, None when it has none (scripted outcomes)."""
+    stored = await context.storage.get_row(tables.AGENT_ENDPOINTS, _endpoint_name(app))
+    if stored is None or not stored.uri:
+        return None
+    timeout = DEFAULT_TIMEOUT_SECONDS
+    if stored.HasField("timeout"):
+        timeout = stored.timeout.ToNanoseconds() / 1e9
+    return Endpoint(
+        uri=stored.uri,
+        headers=dict(stored.headers),
+        timeout=timeout,
+        max_response_bytes=stored.max_response_bytes or DEFAULT_MAX_RESPONSE_BYTES,
+        judge_uri=stored.judge_uri,
+        simulator_uri=stored.simulator_uri,
+    )
+
+
+def _answered(endpoint: AgentEndpoint) -> AgentEndpoint:
+    """``endpoint`` as answered: the headers' names only."""
+    answer = AgentEndpoint()
+    answer.CopyFrom(endpoint)
+    answer.header_names[:] = sorted(endpoint.headers)
+    answer.ClearField("headers")
+    return answer
+
+
+def _violations(endpoint: AgentEndpoint, allowed: tuple[str, ...]) -> list[FieldViolation]:
+    path = "agent_endpoint"
+    found: list[FieldViolation] = []
+    for field in ("uri", "judge_uri", "simulator_uri"):
+        value = getattr(endpoint, field)
+        refusal = host_refusal(value, allowed) if value else None
+        if refusal is not None:
+            found.append(FieldViolation(f"{path}.{field}", refusal, "HOST_NOT_ALLOWED"))
+    if (endpoint.judge_uri or endpoint.simulator_uri) and not endpoint.uri:
+        field = "judge_uri" if endpoint.judge_uri else "simulator_uri"
+        found.append(FieldViolation(f"{path}.{field}", "Set only with a uri (an agent)."))
+    for name, value in endpoint.headers.items():
+        where = f"{path}.headers[{name!r}]"
+        if not _HEADER_NAME.fullmatch(name):
+            found.append(FieldViolation(where, "Not an HTTP header name."))
+        elif name.lower() in _MANAGED_HEADERS:
+            found.append(FieldViolation(where, "Set by the server for every call."))
+        if not _HEADER_VALUE.fullmatch(value):
+            # The value is a secret: the violation does not repeat it.
+            found.append(FieldViolation(where, "The value holds a line break or control byte."))
+    if endpoint.HasField("timeout"):
+        seconds = endpoint.timeout.ToNanoseconds() / 1e9
+        if not 0 < seconds <= MAX_TIMEOUT_SECONDS:
+            found.append(
+                FieldViolation(
+                    f"{path}.timeout",
+                    f"Must be more than 0 and at most {MAX_TIMEOUT_SECONDS:g} seconds.",
+                )
+            )
+    if not 0 <= endpoint.max_response_bytes <= MAX_RESPONSE_BYTES:
+        found.append(
+            FieldViolation(
+                f"{path}.max_response_bytes", f"Must be between 0 and {MAX_RESPONSE_BYTES}."
+            )
+        )
+    return found
+
+
+def _applied(stored: AgentEndpoint | None, given: AgentEndpoint, paths: list[str]) -> AgentEndpoint:
+    """The stored endpoint (or a new one) with ``given``'s fields at ``paths``."""
+    updated = AgentEndpoint(name=given.name)
+    if stored is not None:
+        updated.CopyFrom(stored)
+    for path in paths:
+        cast("Message", updated).ClearField(path)
+        if path == "headers":
+            updated.headers.update(given.headers)
+        elif path == "timeout":
+            if given.HasField("timeout"):
+                updated.timeout.CopyFrom(given.timeout)
+        else:
+            setattr(updated, path, getattr(given, path))
+    return updated
+
+
+async def get_agent_endpoint(
+    context: Context, request: emulator_pb2.GetAgentEndpointRequest, caller: Caller
+) -> AgentEndpoint:
+    PATTERN.parse(request.name, "name", owned=0)
+    stored = await context.storage.get_row(tables.AGENT_ENDPOINTS, request.name)
+    return _answered(stored if stored is not None else AgentEndpoint(name=request.name))
+
+
+async def update_agent_endpoint(
+    context: Context, request: emulator_pb2.UpdateAgentEndpointRequest, caller: Caller
+) -> AgentEndpoint:
+    if not request.HasField("agent_endpoint"):
+        validation.raise_if_invalid(
+            [FieldViolation("agent_endpoint", "Required.", "REQUIRED")], "request"
+        )
+    given = request.agent_endpoint
+    PATTERN.parse(given.name, "agent_endpoint.name", owned=0)
+    paths = [path for path in request.update_mask.paths if path != "*"] or list(_SETTABLE)
+    unknown = [path for path in paths if path not in _SETTABLE]
+    if unknown:
+        validation.raise_if_invalid(
+            [
+                FieldViolation("update_mask", f"{path!r} is not a field that can be set.")
+                for path in unknown
+            ],
+            "request",
+        )
+    while True:
+        stored = await context.storage.get_row(tables.AGENT_ENDPOINTS, given.name)
+        if given.etag and given.etag != (stored.etag if stored is not None else ""):
+            raise ServiceError.aborted_etag(PATTERN.type, given.name)
+        updated = _applied(stored, given, paths)
+        validation.raise_if_invalid(_violations(updated, context.agent_hosts), "request")
+        updated.update_time.CopyFrom(now())
+        updated.etag = new_etag()
+        try:
+            if stored is None:
+                await context.storage.insert_row(tables.AGENT_ENDPOINTS, updated)
+            else:
+                await context.storage.replace_row(tables.AGENT_ENDPOINTS, updated, stored.etag)
+        except (Conflict, EtagMismatch, Missing):
+            if given.etag:
+                raise ServiceError.aborted_etag(PATTERN.type, given.name) from None
+            continue  # set or reset meanwhile: read it again
+        return _answered(updated)
+
+
+RPCS: dict[str, Rpc] = {
+    "GetAgentEndpoint": get_agent_endpoint,
+    "UpdateAgentEndpoint": update_agent_endpoint,
+}

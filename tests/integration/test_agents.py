@@ -1,0 +1,245 @@
+"""Bring your own agent (docs/agents.md): evaluations played against a small real agent
+(tests/support/agent.py, an HTTP server speaking CES's session JSON with a deterministic bug),
+scored locally; Google's official client creates the goldens, runs them and reads the results
+(tests/official/agent_scenario.py). Every way the agent can fail ends that result ERROR with the
+reason and the run still COMPLETED; a host neither loopback nor allowed is refused when the
+endpoint is set; the agent's token is sent to it and written nowhere else."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ces_eval.testing import Emulator, EmulatorError
+from ces_eval.testing.server import RunningServer, start_server
+from tests.support.agent import Agent, running_agent
+from tests.support.official import run_official
+
+pytestmark = pytest.mark.external
+
+PROJECT = "projects/agent-project/locations/us-central1/apps"
+TOKEN = "Bearer agent-s3cret-7f3a"  # noqa: S105 - the test agent's made-up token
+
+
+@pytest.fixture(scope="module")
+def agent() -> Iterator[Agent]:
+    with running_agent() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    running = start_server(tmp_path_factory.mktemp("agents") / "db.sqlite")
+    yield running
+    running.stop()
+
+
+def _call(server: RunningServer, method: str, path: str, body: object = None) -> Any:
+    request = urllib.request.Request(
+        server.http_base + path,
+        data=None if body is None else json.dumps(body).encode(),
+        method=method,
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            return json.loads(answer.read() or b"{}")
+    except urllib.error.HTTPError as error:
+        raise AssertionError(f"{method} {path}: {error.code} {error.read()!r}") from None
+
+
+@pytest.mark.parametrize("transport", ["grpc", "rest"])
+def test_the_official_client_runs_goldens_against_the_agent(
+    server: RunningServer, agent: Agent, transport: str
+) -> None:
+    app = f"{PROJECT}/{transport}"
+    emulator = Emulator(server.http_base)
+    answered = emulator.set_agent(app, agent.url + "/agent", headers={"Authorization": TOKEN})
+    assert answered["headerNames"] == ["Authorization"] and "headers" not in answered
+    assert "headers" not in emulator.agent(app)
+    before = len(agent.requests)
+    steps = run_official("agent_scenario.py", [server], transport)
+    for method in ("stable", "naive"):
+        played = steps[method]
+        assert played["state"] == "COMPLETED" and played["method"] == method.upper()
+        assert played["progress"] == {"total": 2, "passed": 1, "failed": 1, "errors": 0}
+        assert played["status"] == {"Weather in Paris": "PASS", "Weather in Berlin": "FAIL"}
+        greeting, weather = played["outcomes"]["Weather in Berlin"]
+        assert [o["outcome"] for o in greeting] == ["PASS"]
+        call, response, answer = weather
+        # The bug: one argument more than the golden's; half the arguments named agree.
+        assert call == {
+            "outcome": "FAIL",
+            "args": {"city": "Berlin", "units": "fahrenheit"},
+            "score": 0.5,
+        }
+        assert response["outcome"] == answer["outcome"] == "PASS"
+        paris = played["outcomes"]["Weather in Paris"][1][0]
+        assert paris == {"outcome": "PASS", "args": {"city": "Paris"}, "score": 1.0}
+        assert played["latencies_positive"]
+    sent = agent.requests[before:]
+    assert {request["authorization"] for request in sent} == {TOKEN}
+    # STABLE: the second turn's session starts with the first turn as context; NAIVE: one
+    # session a golden, no context. Each golden: greeting, question, tool response (x2 goldens).
+    stable, naive = sent[:6], sent[6:]
+    assert [r["context"] for r in stable] == [0, 2, 0] * 2
+    assert len({r["session"] for r in stable}) == 4
+    assert [r["context"] for r in naive] == [0] * 6
+    assert len({r["session"] for r in naive}) == 2
+    assert TOKEN.split()[1] not in server.output()
+
+
+def _golden(server: RunningServer, app: str) -> str:
+    evaluation = {
+        "displayName": "Greeting",
+        "golden": {
+            "turns": [
+                {
+                    "steps": [
+                        {"userInput": {"text": "Hi"}},
+                        {
+                            "expectation": {
+                                "agentResponse": {
+                                    "role": "agent",
+                                    "chunks": [{"text": "Hello! Ask me about the weather."}],
+                                }
+                            }
+                        },
+                    ]
+                }
+            ]
+        },
+    }
+    return str(_call(server, "POST", f"/v1beta/{app}/evaluations", evaluation)["name"])
+
+
+def _played(server: RunningServer, app: str, evaluation: str) -> tuple[Any, Any]:
+    """Run ``evaluation`` once: the run and its one result."""
+    emulator = Emulator(server.http_base)
+    operation = _call(
+        server, "POST", f"/v1beta/{app}:runEvaluation", {"app": app, "evaluations": [evaluation]}
+    )
+    done = emulator.wait(operation)
+    run = _call(server, "GET", f"/v1beta/{done['response']['evaluationRun']}")
+    [name] = run["evaluationResults"]
+    return run, _call(server, "GET", f"/v1beta/{name}")
+
+
+@pytest.mark.parametrize(
+    ("path", "settings", "reason"),
+    [
+        ("/slow", {"timeout": 0.5}, "did not answer within 0.5 seconds"),
+        ("/fail", {}, "answered HTTP 500: 'the agent broke'"),
+        ("/huge", {"max_response_bytes": 100_000}, "answered more than 100000 bytes"),
+        ("/malformed", {}, "answered something that is not JSON"),
+        ("/shape", {}, "is not a RunSessionResponse"),
+        ("/redirect", {}, "answered HTTP 302 (a redirect to '/agent'); redirects are not"),
+    ],
+)
+def test_every_failure_of_the_agent_ends_its_result_error(
+    server: RunningServer, agent: Agent, path: str, settings: dict[str, Any], reason: str
+) -> None:
+    app = f"{PROJECT}/failing-{path.strip('/')}"
+    evaluation = _golden(server, app)
+    Emulator(server.http_base).set_agent(app, agent.url + path, **settings)
+    run, result = _played(server, app, evaluation)
+    assert run["state"] == "COMPLETED"
+    assert run["progress"]["errorCount"] == 1
+    assert result["executionState"] == "ERROR"
+    assert result["errorInfo"]["errorType"] == "RUNTIME_FAILURE"
+    assert reason in result["errorInfo"]["errorMessage"]
+
+
+def test_a_scenario_needs_a_simulator(server: RunningServer, agent: Agent) -> None:
+    app = f"{PROJECT}/scenarios"
+    Emulator(server.http_base).set_agent(app, agent.url + "/agent")
+    scenario = {
+        "displayName": "Asks",
+        "scenario": {
+            "task": "Ask about the weather.",
+            "rubrics": ["The agent answers."],
+            "scenarioExpectations": [
+                {"agentResponse": {"role": "agent", "chunks": [{"text": "It is sunny."}]}}
+            ],
+        },
+    }
+    evaluation = _call(server, "POST", f"/v1beta/{app}/evaluations", scenario)["name"]
+    operation = _call(
+        server,
+        "POST",
+        f"/v1beta/{app}:runEvaluation",
+        {"app": app, "evaluations": [evaluation], "runCount": 1},
+    )
+    done = Emulator(server.http_base).wait(operation)
+    run = _call(server, "GET", f"/v1beta/{done['response']['evaluationRun']}")
+    [name] = run["evaluationResults"]
+    result = _call(server, "GET", f"/v1beta/{name}")
+    assert result["executionState"] == "ERROR"
+    assert "needs a user simulator" in result["errorInfo"]["errorMessage"]
+
+
+def test_without_an_agent_the_outcomes_are_scripted_again(
+    server: RunningServer, agent: Agent
+) -> None:
+    app = f"{PROJECT}/back"
+    emulator = Emulator(server.http_base)
+    evaluation = _golden(server, app)
+    emulator.set_agent(app, agent.url + "/fail")
+    assert _played(server, app, evaluation)[1]["executionState"] == "ERROR"
+    emulator.set_agent(app, "")
+    _, result = _played(server, app, evaluation)
+    assert result["executionState"] == "COMPLETED" and result["evaluationStatus"] == "PASS"
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "field"),
+    [
+        ({"uri": "http://example.com/agent"}, "agent_endpoint.uri"),
+        (
+            {"uri": "http://127.0.0.1:1/a", "judgeUri": "https://10.0.0.8/j"},
+            "agent_endpoint.judge_uri",
+        ),
+        ({"uri": "ftp://127.0.0.1/agent"}, "agent_endpoint.uri"),
+        ({"uri": "http://user:pw@127.0.0.1/agent"}, "agent_endpoint.uri"),
+        ({"uri": "http://127.0.0.1/a", "timeout": "0s"}, "agent_endpoint.timeout"),
+        (
+            {"uri": "http://127.0.0.1/a", "headers": {"Bad Name": "x"}},
+            "agent_endpoint.headers['Bad Name']",
+        ),
+    ],
+)
+def test_an_endpoint_that_cannot_be_called_is_refused_when_set(
+    server: RunningServer, endpoint: dict[str, Any], field: str
+) -> None:
+    app = f"{PROJECT}/refused"
+    emulator = Emulator(server.http_base)
+    with pytest.raises(EmulatorError) as refused:
+        emulator._call(
+            "PATCH",
+            f"/emulator/v1/{app}/agentEndpoint",
+            {"name": f"{app}/agentEndpoint", **endpoint},
+        )
+    assert refused.value.http_status == 400
+    violations = [
+        violation["field"]
+        for detail in refused.value.details
+        for violation in detail.get("fieldViolations", [])
+    ]
+    assert violations == [field]
+    assert "uri" not in emulator.agent(app)  # nothing stored
+
+
+def test_an_allowed_host_may_be_named(tmp_path: Path) -> None:
+    running = start_server(tmp_path / "db.sqlite", "--agent-allow-hosts", "agents.internal")
+    try:
+        app = f"{PROJECT}/allowed"
+        answered = Emulator(running.http_base).set_agent(app, "https://agents.internal/run")
+        assert answered["uri"] == "https://agents.internal/run"
+    finally:
+        running.stop()

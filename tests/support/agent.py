@@ -1,0 +1,125 @@
+"""A small real agent for the run engine's bring-your-own-agent mode (docs/agents.md): an HTTP
+server in a thread of the test process speaking CES's session JSON (RunSessionRequest in,
+RunSessionResponse out), with a deterministic bug and paths that misbehave.
+
+``POST /agent``: a weather agent. A user text naming a city ("weather in Paris") asks for
+the tool ``get_weather`` of the session's app with ``{"city": CITY}``; the tool's response is
+answered "It is {temperature} degrees in {city}." The bug: for Berlin it also sends ``"units":
+"fahrenheit"``. A text without a city is answered "Hello! Ask me about the weather." Each
+request is recorded (path, session, whether it had context, its Authorization header).
+
+``/slow`` answers after :attr:`Agent.slow` seconds; ``/fail`` HTTP 500; ``/huge`` 2 MB of
+JSON; ``/malformed`` text that is not JSON; ``/shape`` JSON that is no RunSessionResponse;
+``/redirect`` a 302 to ``/agent``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+TOOL = "{app}/tools/get_weather"  # of the app whose session it is
+_CITY = re.compile(r"weather in (\w+)", re.IGNORECASE)
+
+
+@dataclass
+class Agent:
+    """The running agent: its base URL and what it was sent."""
+
+    url: str
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    slow: float = 3.0
+
+
+def _outputs(session: str, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for given in inputs:
+        if "toolResponses" in given:
+            [response] = given["toolResponses"]["toolResponses"]
+            weather = response["response"]
+            text = f"It is {weather['temperature']} degrees in {weather['city']}."
+            return [{"text": text, "turnCompleted": True}]
+        text = given.get("text", "")
+        found = _CITY.search(text)
+        if found is not None:
+            args: dict[str, Any] = {"city": found.group(1)}
+            if found.group(1) == "Berlin":  # the bug
+                args["units"] = "fahrenheit"
+            tool = TOOL.format(app=session.split("/sessions/", maxsplit=1)[0])
+            call = {"id": f"call-{found.group(1)}", "tool": tool, "args": args}
+            return [{"toolCalls": {"toolCalls": [call]}}]
+    return [{"text": "Hello! Ask me about the weather.", "turnCompleted": True}]
+
+
+def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+        def _send(self, status: int, body: bytes, kind: str = "application/json") -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_POST(self) -> None:
+            size = int(self.headers.get("Content-Length", "0"))
+            request = json.loads(self.rfile.read(size) or b"{}")
+            config = request.get("config", {})
+            agent.requests.append(
+                {
+                    "path": self.path,
+                    "session": config.get("session", ""),
+                    "context": len(config.get("historicalContexts", [])),
+                    "authorization": self.headers.get("Authorization", ""),
+                    "inputs": request.get("inputs", []),
+                }
+            )
+            if self.path == "/agent":
+                outputs = _outputs(config.get("session", ""), request.get("inputs", []))
+                body = json.dumps({"outputs": outputs})
+                self._send(200, body.encode())
+            elif self.path == "/slow":
+                time.sleep(agent.slow)
+                self._send(200, b'{"outputs": []}')
+            elif self.path == "/fail":
+                self._send(500, b"the agent broke", "text/plain")
+            elif self.path == "/huge":
+                self._send(200, json.dumps({"outputs": [{"text": "x" * 2_000_000}]}).encode())
+            elif self.path == "/malformed":
+                self._send(200, b"this is not JSON {", "text/plain")
+            elif self.path == "/shape":
+                self._send(200, b'{"outputs": "not a list of outputs"}')
+            elif self.path == "/redirect":
+                self.send_response(302)
+                self.send_header("Location", "/agent")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+            else:
+                self._send(404, b"no such path", "text/plain")
+
+    return Handler
+
+
+@contextmanager
+def running_agent() -> Iterator[Agent]:
+    """The agent serving on a free loopback port until the block ends."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(Agent("")))
+    agent = Agent(f"http://127.0.0.1:{server.server_address[1]}")
+    server.RequestHandlerClass = _handler(agent)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, name="test-agent", daemon=True)
+    thread.start()
+    try:
+        yield agent
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
