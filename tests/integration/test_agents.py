@@ -8,6 +8,10 @@ endpoint is set; the agent's token is sent to it and written nowhere else."""
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -18,6 +22,7 @@ import pytest
 
 from ces_eval.testing import Emulator, EmulatorError
 from ces_eval.testing.server import RunningServer, start_server
+from tests.support import contract
 from tests.support.agent import Agent, running_agent
 from tests.support.official import run_official
 
@@ -243,3 +248,226 @@ def test_an_allowed_host_may_be_named(tmp_path: Path) -> None:
         assert answered["uri"] == "https://agents.internal/run"
     finally:
         running.stop()
+
+
+def _weather_golden(server: RunningServer, app: str, city: str, degrees: int) -> str:
+    tool = f"{app}/tools/get_weather"
+    evaluation = {
+        "displayName": f"Weather in {city}",
+        "golden": {
+            "turns": [
+                {
+                    "steps": [
+                        {"userInput": {"text": f"What is the weather in {city}?"}},
+                        {"expectation": {"toolCall": {"tool": tool, "args": {"city": city}}}},
+                        {
+                            "expectation": {
+                                "toolResponse": {
+                                    "tool": tool,
+                                    "response": {"city": city, "temperature": degrees},
+                                }
+                            }
+                        },
+                        {
+                            "expectation": {
+                                "agentResponse": {
+                                    "role": "agent",
+                                    "chunks": [{"text": f"It is {degrees} degrees in {city}."}],
+                                }
+                            }
+                        },
+                    ]
+                }
+            ]
+        },
+    }
+    return str(_call(server, "POST", f"/v1beta/{app}/evaluations", evaluation)["name"])
+
+
+def test_a_judge_scores_turns_and_the_trace_gives_tool_latencies(
+    server: RunningServer, agent: Agent
+) -> None:
+    app = f"{PROJECT}/judged"
+    emulator = Emulator(server.http_base)
+    emulator.set_agent(app, agent.url + "/agent", judge_uri=agent.url + "/judge")
+    evaluation = _weather_golden(server, app, "Paris", 21)
+    operation = _call(
+        server,
+        "POST",
+        f"/v1beta/{app}:runEvaluation",
+        {"app": app, "evaluations": [evaluation], "runCount": 2, "generateLatencyReport": True},
+    )
+    done = emulator.wait(operation)
+    run = _call(server, "GET", f"/v1beta/{done['response']['evaluationRun']}")
+    assert run["progress"]["passedCount"] == 2
+    result = _call(server, "GET", f"/v1beta/{run['evaluationResults'][0]}")
+    [turn] = result["goldenResult"]["turnReplayResults"]
+    assert turn["semanticSimilarityResult"] == {"score": 4, "outcome": "PASS"}
+    assert turn["hallucinationResult"] == {
+        "score": 1,
+        "label": "Justified",
+        "explanation": "Compared word for word.",
+    }
+    [latency] = turn["toolCallLatencies"]
+    assert latency["tool"] == f"{app}/tools/get_weather"
+    assert latency["executionLatency"] == "0.025s"
+    [tool] = run["latencyReport"]["toolLatencies"]
+    assert tool["tool"] == f"{app}/tools/get_weather"
+    assert tool["latencyMetrics"]["callCount"] == 2
+    assert tool["latencyMetrics"]["p50Latency"] == "0.025s"
+    assert run["latencyReport"]["sessionCount"] == 2
+
+
+def test_a_judge_answering_out_of_range_ends_the_result_error(
+    server: RunningServer, agent: Agent
+) -> None:
+    app = f"{PROJECT}/misjudged"
+    Emulator(server.http_base).set_agent(
+        app, agent.url + "/agent", judge_uri=agent.url + "/judge-wrong"
+    )
+    _, result = _played(server, app, _weather_golden(server, app, "Paris", 21))
+    assert result["executionState"] == "ERROR"
+    assert '"semanticSimilarity": 9' in result["errorInfo"]["errorMessage"]
+
+
+def _scenario(server: RunningServer, app: str) -> str:
+    tool = f"{app}/tools/get_weather"
+    scenario = {
+        "displayName": "Asks about Rome",
+        "scenario": {
+            "task": "Find out the weather in Rome.",
+            "rubrics": ["The agent gives a temperature."],
+            "scenarioExpectations": [
+                {
+                    "toolExpectation": {
+                        "expectedToolCall": {"tool": tool, "args": {"city": "Rome"}},
+                        "mockToolResponse": {
+                            "tool": tool,
+                            "response": {"city": "Rome", "temperature": 30},
+                        },
+                    }
+                },
+                {
+                    "agentResponse": {
+                        "role": "agent",
+                        "chunks": [{"text": "It is 30 degrees in Rome."}],
+                    }
+                },
+            ],
+        },
+    }
+    return str(_call(server, "POST", f"/v1beta/{app}/evaluations", scenario)["name"])
+
+
+def test_a_simulator_plays_the_user_of_a_scenario(server: RunningServer, agent: Agent) -> None:
+    app = f"{PROJECT}/simulated"
+    Emulator(server.http_base).set_agent(
+        app,
+        agent.url + "/agent",
+        judge_uri=agent.url + "/judge",
+        simulator_uri=agent.url + "/simulator",
+    )
+    evaluation = _scenario(server, app)
+    operation = _call(
+        server,
+        "POST",
+        f"/v1beta/{app}:runEvaluation",
+        {"app": app, "evaluations": [evaluation], "runCount": 1},
+    )
+    done = Emulator(server.http_base).wait(operation)
+    run = _call(server, "GET", f"/v1beta/{done['response']['evaluationRun']}")
+    [name] = run["evaluationResults"]
+    result = _call(server, "GET", f"/v1beta/{name}")
+    assert result["executionState"] == "COMPLETED" and result["evaluationStatus"] == "PASS"
+    scenario = result["scenarioResult"]
+    tool, answer = scenario["expectationOutcomes"]
+    assert tool["outcome"] == answer["outcome"] == "PASS"
+    assert tool["observedToolCall"]["toolCall"]["args"] == {"city": "Rome"}
+    assert tool["observedToolCall"]["toolResponse"]["response"]["temperature"] == 30
+    assert answer["observedAgentResponse"]["chunks"] == [{"text": "It is 30 degrees in Rome."}]
+    assert scenario["userGoalSatisfactionResult"]["score"] == 1
+    assert scenario["taskCompleted"] is True
+    assert scenario["rubricOutcomes"] == [
+        {
+            "rubric": "The agent gives a temperature.",
+            "score": 1.0,
+            "scoreExplanation": "A temperature was given.",
+        }
+    ]
+    conversation = _call(server, "GET", f"/emulator/v1/{scenario['conversation']}")
+    texts = [
+        (message["role"], chunk.get("text"))
+        for turn in conversation["turns"]
+        for message in turn["messages"]
+        for chunk in message["chunks"]
+        if "text" in chunk
+    ]
+    assert texts == [
+        ("user", "What is the weather in Rome?"),
+        ("agent", "It is 30 degrees in Rome."),
+    ]
+    # The recorded conversation is a conversation like any other: a golden is made of it.
+    generated = _call(server, "POST", f"/v1beta/{scenario['conversation']}:generateEvaluation", {})
+    made = Emulator(server.http_base).wait(generated)
+    assert made["response"]["golden"]["turns"], made
+
+
+def test_a_failing_simulator_ends_the_result_error(server: RunningServer, agent: Agent) -> None:
+    app = f"{PROJECT}/unsimulated"
+    Emulator(server.http_base).set_agent(
+        app, agent.url + "/agent", simulator_uri=agent.url + "/fail"
+    )
+    evaluation = _scenario(server, app)
+    operation = _call(
+        server,
+        "POST",
+        f"/v1beta/{app}:runEvaluation",
+        {"app": app, "evaluations": [evaluation], "runCount": 1},
+    )
+    done = Emulator(server.http_base).wait(operation)
+    run = _call(server, "GET", f"/v1beta/{done['response']['evaluationRun']}")
+    result = _call(server, "GET", f"/v1beta/{run['evaluationResults'][0]}")
+    assert result["executionState"] == "ERROR"
+    assert result["errorInfo"]["errorType"] == "USER_SIMULATION_FAILURE"
+    assert "The simulator answered HTTP 500" in result["errorInfo"]["errorMessage"]
+
+
+def test_the_readme_example_agent_passes_the_workflow_goldens(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    """README's agent (examples/agent/agent.py, run as the README says) against the README
+    workflow's two goldens: it asks for lookup-order with the order the user gave."""
+    app = f"{PROJECT}/readme"
+    names = []
+    for order in (42, 7):
+        step_in = {"userInput": {"text": f"Order {order}?"}}
+        call = {"toolCall": {"tool": f"{app}/tools/lookup-order", "args": {"order": order}}}
+        golden = {"turns": [{"steps": [step_in, {"expectation": call}]}]}
+        evaluation = {"displayName": f"Order {order}", "golden": golden}
+        names.append(_call(server, "POST", f"/v1beta/{app}/evaluations", evaluation)["name"])
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    example = contract.ROOT / "examples" / "agent" / "agent.py"
+    process = subprocess.Popen([sys.executable, str(example), str(port)], cwd=tmp_path)
+    try:
+        emulator = Emulator(server.http_base)
+        emulator.set_agent(app, f"http://127.0.0.1:{port}")
+        deadline = time.monotonic() + 30
+        while True:  # until the agent listens
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert time.monotonic() < deadline and process.poll() is None
+            time.sleep(0.05)
+        operation = _call(
+            server, "POST", f"/v1beta/{app}:runEvaluation", {"app": app, "evaluations": names}
+        )
+        run = _call(
+            server, "GET", f"/v1beta/{emulator.wait(operation)['response']['evaluationRun']}"
+        )
+        assert run["state"] == "COMPLETED"
+        assert run["progress"]["passedCount"] == 2, run["progress"]
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

@@ -8,7 +8,9 @@ answered "It is {temperature} degrees in {city}." The bug: for Berlin it also se
 "fahrenheit"``. A text without a city is answered "Hello! Ask me about the weather." Each
 request is recorded (path, session, whether it had context, its Authorization header).
 
-``/slow`` answers after :attr:`Agent.slow` seconds; ``/fail`` HTTP 500; ``/huge`` 2 MB of
+``/judge`` is a judge and ``/simulator`` a user simulator (docs/agents.md), both
+deterministic; ``/judge-wrong`` a judge answering a similarity out of range. ``/slow`` answers
+after :attr:`Agent.slow` seconds; ``/fail`` HTTP 500; ``/huge`` 2 MB of
 JSON; ``/malformed`` text that is not JSON; ``/shape`` JSON that is no RunSessionResponse;
 ``/redirect`` a 302 to ``/agent``.
 """
@@ -43,8 +45,19 @@ def _outputs(session: str, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]
         if "toolResponses" in given:
             [response] = given["toolResponses"]["toolResponses"]
             weather = response["response"]
-            text = f"It is {weather['temperature']} degrees in {weather['city']}."
-            return [{"text": text, "turnCompleted": True}]
+            degrees = weather["temperature"]  # a JSON number: 21.0 is said 21
+            degrees = int(degrees) if float(degrees).is_integer() else degrees
+            text = f"It is {degrees} degrees in {weather['city']}."
+            # Its trace: the tool ran for 25 ms (a span naming the tool).
+            tool = TOOL.format(app=session.split("/sessions/", maxsplit=1)[0])
+            span = {
+                "name": "get_weather",
+                "attributes": {"tool": tool},
+                "startTime": "2026-01-01T00:00:00Z",
+                "endTime": "2026-01-01T00:00:00.025Z",
+            }
+            trace = {"rootSpan": {"name": "turn", "childSpans": [span]}}
+            return [{"text": text, "turnCompleted": True, "diagnosticInfo": trace}]
         text = given.get("text", "")
         found = _CITY.search(text)
         if found is not None:
@@ -55,6 +68,45 @@ def _outputs(session: str, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]
             call = {"id": f"call-{found.group(1)}", "tool": tool, "args": args}
             return [{"toolCalls": {"toolCalls": [call]}}]
     return [{"text": "Hello! Ask me about the weather.", "turnCompleted": True}]
+
+
+def _judged(request: dict[str, Any]) -> dict[str, Any]:
+    """The judge: a turn's answer is similar (4) when it says exactly what was expected, else 1,
+    and unjustified (0) when it claims sunshine; a rubric is met when a temperature was given."""
+    if request.get("kind") == "RUBRIC":
+        texts = [
+            chunk.get("text", "")
+            for message in request.get("conversation", [])
+            for chunk in message.get("chunks", [])
+        ]
+        met = any("degrees" in text for text in texts)
+        return {"score": 1.0 if met else 0.0, "explanation": "A temperature was given."}
+    same = request.get("expected", "").casefold() == request.get("observed", "").casefold()
+    claims = "sunny" in request.get("observed", "")
+    return {
+        "semanticSimilarity": 4 if same else 1,
+        "hallucination": 0 if claims else 1,
+        "explanation": "Compared word for word.",
+    }
+
+
+def _simulated(request: dict[str, Any]) -> dict[str, Any]:
+    """The user simulator: asks for the weather in the scenario's city, and is done once the
+    agent gave a temperature (or after two answers)."""
+    conversation = request.get("conversation", [])
+    agent_texts = [
+        chunk.get("text", "")
+        for message in conversation
+        if message.get("role") == "agent"
+        for chunk in message.get("chunks", [])
+    ]
+    if any("degrees" in text for text in agent_texts):
+        return {"done": True, "userGoalSatisfied": True, "taskCompleted": True}
+    if len(agent_texts) >= 2:
+        return {"done": True, "userGoalSatisfied": False, "explanation": "No temperature."}
+    found = _CITY.search(request.get("scenario", {}).get("task", ""))
+    city = found.group(1) if found else "Nowhere"
+    return {"userInput": {"text": f"What is the weather in {city}?"}}
 
 
 def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
@@ -86,6 +138,12 @@ def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
                 outputs = _outputs(config.get("session", ""), request.get("inputs", []))
                 body = json.dumps({"outputs": outputs})
                 self._send(200, body.encode())
+            elif self.path == "/judge":
+                self._send(200, json.dumps(_judged(request)).encode())
+            elif self.path == "/judge-wrong":
+                self._send(200, b'{"semanticSimilarity": 9}')
+            elif self.path == "/simulator":
+                self._send(200, json.dumps(_simulated(request)).encode())
             elif self.path == "/slow":
                 time.sleep(agent.slow)
                 self._send(200, b'{"outputs": []}')

@@ -1,7 +1,7 @@
 """Playing evaluations against the team's own agent (docs/agents.md): the app's
 :class:`~ces_eval.core.agent_endpoints.Endpoint` is called over HTTP with CES's session JSON
-(a ``RunSessionRequest`` in, a ``RunSessionResponse`` out, as SessionService.RunSession), and
-what it answers is recorded and scored here, an approximation of the hosted judge:
+(a ``RunSessionRequest`` in, a ``RunSessionResponse`` out, as SessionService.RunSession); what
+it answers is recorded and scored (:mod:`ces_eval.core.agent_scoring`).
 
 * Golden turns are played by the run's ``golden_run_method``: NAIVE, one session for the whole
   golden; STABLE (the default), each turn in a fresh session given the golden's earlier turns,
@@ -9,43 +9,33 @@ what it answers is recorded and scored here, an approximation of the hosted judg
   session's inputs. When the agent asks for tool calls, the golden's tool responses for those
   tools (``tool_response`` or ``mock_tool_response`` expectations of the turn, the call's id
   given back) are sent in the same session, up to :data:`_TOOL_ROUNDS` times a turn.
-* Tool calls: each ``tool_call`` expectation takes the first observed call of the same tool
-  (``tool``, or ``toolset_tool``) not taken yet. Its ``parameter_correctness_score`` is the
-  share of the arguments (expected and observed, by name) whose values are equal: 1.0 when the
-  arguments are equal, 0 when the tool was not called. The turn's
-  ``overall_tool_invocation_result`` is the lowest of them. Calls no expectation took are
-  recorded as extra tool calls (an outcome with only ``observed_tool_call``).
-* Agent responses: the agent's texts of the turn against the expected text, by RapidFuzz's
-  ``token_sort_ratio`` (0 to 100, on case-folded text) mapped onto the 0 to 4 scale of
-  semantic similarity (:func:`similarity`); the turn's score is the lowest of its responses'.
-* Transfers: met when the agent reported a transfer to the expected agent (an
-  ``agent_transfer`` chunk of ``diagnostic_info.messages``).
-* Tool responses are the golden's own inputs and are recorded as given; updated variables are
-  not observed and are recorded as met. Hallucination is left unset.
+* With a judge (``judge_uri``), each golden turn with an agent response expectation is also
+  sent to it; its semantic similarity replaces the local one and its hallucination score is
+  recorded (left unset without a judge). A scenario's rubrics are scored by the judge too.
+* A scenario is played with the user simulator (``simulator_uri``): it is sent the scenario
+  and the conversation so far and answers the user's next input, or that the conversation is
+  over (with whether the user's goal was met). The agent's tool calls are answered with the
+  scenario's mock tool responses. Without a simulator, a scenario ends ERROR saying so.
+* Each golden turn's latency is the time its calls took; tool latencies come from the agent's
+  own trace (``diagnostic_info.root_span``: a span whose ``attributes.tool`` names a tool).
 
-The outcomes then follow from the scores and the evaluation's thresholds
-(:func:`ces_eval.core.rerun.rerun`), as for every other result. Each turn's latency is the time
-its calls took. A scenario evaluation needs a user simulator, which is not played yet: it ends
-ERROR saying so. Any failure of a call (refused host, no answer within the timeout, an HTTP
-error or redirect, an answer too large, not JSON, not a RunSessionResponse) ends that result
-ERROR with the reason; the run goes on. The endpoint's headers (tokens) are sent and never
-written anywhere else: not to a result, a conversation, an error or a log line.
+Any failure of a call (a refused host, no answer within the timeout, an HTTP error or redirect,
+an answer too large, not JSON, not the expected shape) ends that result ERROR with the reason;
+the run goes on. The endpoint's headers (tokens) are sent with every call and written nowhere
+else: not to a result, a conversation, an error or a log line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import math
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
-from google.protobuf import json_format, struct_pb2
-from rapidfuzz import fuzz, utils
+from google.protobuf import json_format
 
-from ces_eval.core import names, outcomes, rerun
+from ces_eval.core import agent_scoring, names, outcomes, rerun
 from ces_eval.core.agent_endpoints import host_refusal
 from ces_eval.generated.google.cloud.ces.v1beta import (
     common_pb2,
@@ -59,47 +49,43 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from google.protobuf.message import Message
+
     from ces_eval.core.agent_endpoints import Endpoint
 
-__all__ = ["Agent", "AgentFailure", "host_refusal", "similarity"]
+__all__ = ["Agent", "AgentFailure"]
 
 _Result = evaluation_pb2.EvaluationResult
 _Evaluation = evaluation_pb2.Evaluation
 _Conversation = conversation_pb2.Conversation
 _ErrorInfo = evaluation_config_pb2.EvaluationErrorInfo
 _Method = common_pb2.GoldenRunMethod
+_Observed = agent_scoring.Observed
 _TOOL_ROUNDS = 8  # tool-response round trips at most in one turn
 _SHOWN_BYTES = 200  # of an error answer's body, in the result's error message
+_SCENARIO_TURNS, _MAX_SCENARIO_TURNS = 10, 50  # user turns: when max_turns is 0, at most
 _AGENT, _USER = "agent", "user"
+_HALLUCINATION_LABELS = {1: "Justified", 0: "Not Justified", -1: "No Claim To Assess"}
 
 
 class AgentFailure(Exception):
-    """A call to the agent (or its simulator) that gave nothing to record; the message says why
-    and names no header."""
+    """A call to the agent, its judge or its simulator that gave nothing to record; the message
+    says why (with the kind of the endpoint that failed, ``ErrorType``) and names no header."""
+
+    def __init__(
+        self, message: str, error_type: _ErrorInfo.ErrorType.ValueType = _ErrorInfo.RUNTIME_FAILURE
+    ) -> None:
+        super().__init__(message)
+        self.error_type = error_type
 
 
-def similarity(expected: str, observed: str) -> int:
-    """Semantic similarity on CES's 0 to 4 scale, approximated by word overlap: RapidFuzz's
-    ``token_sort_ratio`` of the case-folded texts (0 to 100), a fifth of the range per step
-    above 20 (20 or less: 0; above 80: 4)."""
-    ratio = fuzz.token_sort_ratio(expected, observed, processor=utils.default_process)
-    return max(0, min(4, math.ceil(ratio / 20) - 1))
-
-
-@dataclass
-class _Observed:
-    """What the agent did in one turn."""
-
-    chunks: list[content_pb2.Chunk] = field(default_factory=list)
-    calls: list[content_pb2.ToolCall] = field(default_factory=list)
-    transfers: list[str] = field(default_factory=list)
-    texts: list[str] = field(default_factory=list)
-    millis: int = 0
+def _dict(message: Message) -> dict[str, Any]:
+    return json_format.MessageToDict(message)
 
 
 class Agent:
     """An app's agent for one run: one HTTP client (no proxies from the environment, no
-    redirects followed), the endpoint's headers, timeout and answer size limit."""
+    redirects followed) and the endpoint's headers, timeout and answer size limit."""
 
     def __init__(self, endpoint: Endpoint, allowed: Sequence[str]) -> None:
         self._endpoint = endpoint
@@ -113,7 +99,7 @@ class Agent:
 
     async def play(self, given: outcomes.Play, method: int) -> outcomes.Played:
         """Play ``given`` against the agent: its result (judged, named, timed) and the
-        conversation it recorded; ERROR with the reason when the agent failed."""
+        conversation it recorded; ERROR with the reason when a call failed."""
         result = _Result(name=given.result_name)
         result.create_time.CopyFrom(given.started)
         conversation = _Conversation(
@@ -123,27 +109,31 @@ class Agent:
             input_types=[_Conversation.INPUT_TYPE_TEXT],
         )
         conversation.start_time.CopyFrom(given.started)
+        clock = outcomes.Clock(given.started)
         evaluation = given.evaluation
         try:
             if evaluation.WhichOneof("inputs") == "scenario":
-                raise AgentFailure(
-                    "A scenario evaluation played against an agent needs a user simulator; "
-                    "this server has none yet (docs/agents.md)."
+                result.scenario_result.CopyFrom(await self._scenario(given, conversation, clock))
+                if given.persona is not None:
+                    result.persona.CopyFrom(given.persona)
+            else:
+                result.golden_result.CopyFrom(
+                    await self._golden(given, method, conversation, clock)
                 )
-            clock = outcomes.Clock(given.started)
-            golden = await self._golden(given, method, conversation, clock)
         except AgentFailure as failure:
+            result.ClearField("result")
             result.execution_state = _Result.ERROR
             result.error_info.CopyFrom(
-                _ErrorInfo(error_type=_ErrorInfo.RUNTIME_FAILURE, error_message=str(failure))
+                _ErrorInfo(error_type=failure.error_type, error_message=str(failure))
             )
             getattr(result, outcomes.kind(evaluation)).SetInParent()
-            conversation.end_time.CopyFrom(given.started)
+            conversation.end_time.CopyFrom(clock.at)
             return outcomes.Played(result, conversation)
-        result.golden_result.CopyFrom(golden)
         result.execution_state = _Result.COMPLETED
         conversation.end_time.CopyFrom(clock.at)
         return outcomes.Played(rerun.rerun(result, evaluation), conversation)
+
+    # -- goldens -------------------------------------------------------------------------------
 
     async def _golden(
         self,
@@ -157,74 +147,230 @@ class Agent:
         naive = method == _Method.NAIVE
         history: list[content_pb2.Message] = []
         golden = _Result.GoldenResult()
-        for turn in given.evaluation.golden.turns:
+        for index, turn in enumerate(given.evaluation.golden.turns):
             if not naive:
                 session = f"{app}/sessions/{names.new_id()}"
-            user = outcomes.user_message(turn)
-            observed = await self._turn(session, [] if naive else history, turn)
+            inputs = [s.user_input for s in turn.steps if s.WhichOneof("step") == "user_input"]
+            observed, spans = await self._exchange(
+                session, [] if naive else history, inputs, _golden_responses(turn)
+            )
             latency = outcomes.duration(observed.millis)
             start, _ = clock.advance(latency)
-            replay = golden.turn_replay_results.add(conversation=given.conversation_name)
-            replay.turn_latency.CopyFrom(latency)
-            _score(turn, observed, replay)
+            user = outcomes.user_message(turn)
             messages = []
             if user is not None:
                 user.event_time.CopyFrom(start)
                 messages.append(user)
-                history.append(user)
             if observed.chunks:
                 agent = content_pb2.Message(role=_AGENT, chunks=observed.chunks)
                 agent.event_time.CopyFrom(clock.at)
                 messages.append(agent)
-            expected = _expected_message(turn)
-            if expected is not None:
-                history.append(expected)
             conversation.turns.add(messages=messages)
+            replay = golden.turn_replay_results.add(conversation=given.conversation_name)
+            replay.turn_latency.CopyFrom(latency)
+            replay.tool_call_latencies.extend(_tool_latencies(spans))
+            judged = await self._judge_turn(given.evaluation, index, turn, observed, messages)
+            agent_scoring.score_golden_turn(
+                turn, observed, replay, judged.get("semanticSimilarity")
+            )
+            if "hallucination" in judged:
+                score = judged["hallucination"]
+                replay.hallucination_result.score = score
+                replay.hallucination_result.label = _HALLUCINATION_LABELS[score]
+                replay.hallucination_result.explanation = str(judged.get("explanation", ""))
+            history += [m for m in (user, _expected_message(turn)) if m is not None]
         return golden
 
-    async def _turn(
-        self, session: str, history: Sequence[content_pb2.Message], turn: _Evaluation.GoldenTurn
-    ) -> _Observed:
-        """One golden turn: its inputs, then the golden's tool responses for the tools the
-        agent asks for, in ``session``."""
+    async def _judge_turn(
+        self,
+        evaluation: _Evaluation,
+        index: int,
+        turn: _Evaluation.GoldenTurn,
+        observed: _Observed,
+        messages: list[content_pb2.Message],
+    ) -> dict[str, Any]:
+        """The judge's answer for a turn with an agent response expectation ({} without a
+        judge or such an expectation), checked."""
+        expected = [
+            agent_scoring.text_of(e.agent_response)
+            for e in outcomes.expectations(turn)
+            if e.WhichOneof("condition") == "agent_response"
+        ]
+        uri = self._endpoint.judge_uri
+        if not uri or not expected:
+            return {}
+        answer = await self._object(
+            uri,
+            {
+                "kind": "TURN",
+                "evaluation": evaluation.name,
+                "turn": index,
+                "expected": " ".join(expected),
+                "observed": observed.said,
+                "conversation": [_dict(m) for m in messages],
+            },
+            "The judge",
+        )
+        judged: dict[str, Any] = {}
+        similarity = answer.get("semanticSimilarity")
+        if similarity is not None:
+            judged["semanticSimilarity"] = _integer(similarity, range(5), "semanticSimilarity")
+        hallucination = answer.get("hallucination")
+        if hallucination is not None:
+            judged["hallucination"] = _integer(hallucination, range(-1, 2), "hallucination")
+        judged["explanation"] = answer.get("explanation", "")
+        return judged
+
+    # -- scenarios -----------------------------------------------------------------------------
+
+    async def _scenario(
+        self, given: outcomes.Play, conversation: _Conversation, clock: outcomes.Clock
+    ) -> _Result.ScenarioResult:
+        scenario = given.evaluation.scenario
+        uri = self._endpoint.simulator_uri
+        if not uri:
+            raise AgentFailure(
+                "A scenario evaluation played against an agent needs a user simulator: set "
+                "simulator_uri of the app's agent endpoint (docs/agents.md).",
+                _ErrorInfo.USER_SIMULATION_FAILURE,
+            )
+        app = given.conversation_name.rsplit("/conversations/", 1)[0]
+        session = f"{app}/sessions/{names.new_id()}"
+        result = _Result.ScenarioResult(
+            conversation=given.conversation_name, task=scenario.task, user_facts=scenario.user_facts
+        )
+        mocks = [
+            e.tool_expectation.mock_tool_response
+            for e in scenario.scenario_expectations
+            if e.WhichOneof("expectation") == "tool_expectation"
+            and e.tool_expectation.HasField("mock_tool_response")
+        ]
+        everything = _Observed()
+        answers: list[content_pb2.Message] = []
+        sent: list[content_pb2.ToolResponse] = []
+        limit = min(scenario.max_turns or _SCENARIO_TURNS, _MAX_SCENARIO_TURNS)
+        ending: dict[str, Any] = {}
+        for _ in range(limit):
+            ending = await self._simulated(given, conversation)
+            if ending.get("done"):
+                break
+            user_input = content_pb2.SessionInput()
+            _parse(ending.get("userInput"), user_input, "The simulator", "userInput")
+            observed, spans = await self._exchange(session, [], [user_input], list(mocks), sent)
+            start, _ = clock.advance(outcomes.duration(observed.millis))
+            user = content_pb2.Message(role=_USER, chunks=_input_chunks(user_input))
+            user.event_time.CopyFrom(start)
+            turn = conversation.turns.add(messages=[user])
+            if observed.chunks:
+                agent = turn.messages.add(role=_AGENT, chunks=observed.chunks)
+                agent.event_time.CopyFrom(clock.at)
+                answers.append(agent)
+            result.tool_call_latencies.extend(_tool_latencies(spans))
+            _merge(everything, observed)
+        agent_scoring.score_scenario(scenario, everything, answers, sent, result)
+        await self._rubrics(given.evaluation, conversation, result)
+        if ending.get("done") and "userGoalSatisfied" in ending:
+            met = ending["userGoalSatisfied"] is True
+            result.user_goal_satisfaction_result.score = 1 if met else 0
+            result.user_goal_satisfaction_result.label = "Satisfied" if met else "Not satisfied"
+            result.user_goal_satisfaction_result.explanation = str(ending.get("explanation", ""))
+        if ending.get("done") and "taskCompleted" in ending:
+            result.task_completed = ending["taskCompleted"] is True
+        return result
+
+    async def _simulated(self, given: outcomes.Play, conversation: _Conversation) -> dict[str, Any]:
+        """The simulator's next move: ``{"userInput": SessionInput}`` or ``{"done": true,
+        ...}``."""
+        document: dict[str, Any] = {
+            "evaluation": given.evaluation.name,
+            "scenario": _dict(given.evaluation.scenario),
+            "conversation": [_dict(m) for turn in conversation.turns for m in turn.messages],
+        }
+        if given.persona is not None:
+            document["persona"] = _dict(given.persona)
+        try:
+            answer = await self._object(self._endpoint.simulator_uri, document, "The simulator")
+        except AgentFailure as failure:
+            raise AgentFailure(str(failure), _ErrorInfo.USER_SIMULATION_FAILURE) from None
+        if not answer.get("done") and "userInput" not in answer:
+            raise AgentFailure(
+                'The simulator answered neither "userInput" nor "done": true.',
+                _ErrorInfo.USER_SIMULATION_FAILURE,
+            )
+        return answer
+
+    async def _rubrics(
+        self, evaluation: _Evaluation, conversation: _Conversation, result: _Result.ScenarioResult
+    ) -> None:
+        """Score each rubric with the judge (none without one)."""
+        uri = self._endpoint.judge_uri
+        if not uri:
+            return
+        messages = [_dict(m) for turn in conversation.turns for m in turn.messages]
+        for rubric in evaluation.scenario.rubrics:
+            answer = await self._object(
+                uri,
+                {
+                    "kind": "RUBRIC",
+                    "evaluation": evaluation.name,
+                    "rubric": rubric,
+                    "conversation": messages,
+                },
+                "The judge",
+            )
+            score = answer.get("score")
+            if isinstance(score, bool) or not isinstance(score, int | float) or not 0 <= score <= 1:
+                raise AgentFailure('The judge answered no "score" between 0 and 1 for a rubric.')
+            result.rubric_outcomes.add(
+                rubric=rubric, score=score, score_explanation=str(answer.get("explanation", ""))
+            )
+
+    # -- calls ---------------------------------------------------------------------------------
+
+    async def _exchange(
+        self,
+        session: str,
+        history: Sequence[content_pb2.Message],
+        inputs: Sequence[content_pb2.SessionInput],
+        responses: list[content_pb2.ToolResponse],
+        sent: list[content_pb2.ToolResponse] | None = None,
+    ) -> tuple[_Observed, list[Any]]:
+        """One turn in ``session``: its inputs, then ``responses`` (taken as used, ``sent``
+        gathers them) to the tools the agent asks for; what the agent did and its trace's
+        spans."""
         config = session_service_pb2.SessionConfig(session=session)
         config.historical_contexts.extend(history)
-        inputs = [step.user_input for step in turn.steps if step.WhichOneof("step") == "user_input"]
-        responses = _tool_responses(turn)
         observed = _Observed()
+        spans: list[Any] = []
         started = time.monotonic()
+        given = list(inputs)
         for _ in range(_TOOL_ROUNDS + 1):
-            request = session_service_pb2.RunSessionRequest(config=config, inputs=inputs)
-            asked = _record(await self._session(request), observed)
+            request = session_service_pb2.RunSessionRequest(config=config, inputs=given)
+            asked = _record(await self._session(request), observed, spans)
             replies = [reply for call in asked if (reply := _reply(call, responses)) is not None]
             if not replies:
                 break
+            if sent is not None:
+                sent += replies
             config = session_service_pb2.SessionConfig(session=session)
-            inputs = [
+            given = [
                 content_pb2.SessionInput(
                     tool_responses=content_pb2.ToolResponses(tool_responses=replies)
                 )
             ]
         observed.millis = max(1, round((time.monotonic() - started) * 1000))
-        return observed
+        return observed, spans
 
     async def _session(
         self, request: session_service_pb2.RunSessionRequest
     ) -> session_service_pb2.RunSessionResponse:
-        document = await self._post(
-            self._endpoint.uri, json_format.MessageToDict(request), "The agent"
-        )
+        document = await self._object(self._endpoint.uri, _dict(request), "The agent")
         answer = session_service_pb2.RunSessionResponse()
-        if not isinstance(document, dict):
-            raise AgentFailure("The agent's answer is not a RunSessionResponse: not an object.")
-        try:
-            json_format.ParseDict(document, answer, ignore_unknown_fields=True)
-        except json_format.ParseError as error:
-            raise AgentFailure(f"The agent's answer is not a RunSessionResponse: {error}") from None
+        _parse(document, answer, "The agent", "RunSessionResponse")
         return answer
 
-    async def _post(self, uri: str, document: object, who: str) -> object:
-        """POST ``document`` as JSON to ``uri`` and return the JSON answered."""
+    async def _object(self, uri: str, document: object, who: str) -> dict[str, Any]:
+        """POST ``document`` as JSON to ``uri``; the JSON object answered."""
         endpoint = self._endpoint
         refusal = host_refusal(uri, self._allowed)
         if refusal is not None:
@@ -247,9 +393,30 @@ class Agent:
             reason = type(error).__name__
             raise AgentFailure(f"{who} at {uri} could not be called ({reason}).") from None
         try:
-            return json.loads(data)
+            answer = json.loads(data)
         except ValueError as error:
             raise AgentFailure(f"{who} answered something that is not JSON ({error}).") from None
+        if not isinstance(answer, dict):
+            raise AgentFailure(f"{who} answered JSON that is not an object.")
+        return answer
+
+
+def _parse(document: object, message: Message, who: str, what: str) -> None:
+    if not isinstance(document, dict):
+        raise AgentFailure(f"{who}'s answer has no {what} object.")
+    try:
+        json_format.ParseDict(document, message, ignore_unknown_fields=True)
+    except json_format.ParseError as error:
+        raise AgentFailure(f"{who}'s answer is not a {what}: {error}") from None
+
+
+def _integer(value: object, allowed: range, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value not in allowed:
+        raise AgentFailure(
+            f'The judge answered "{field}": {value!r}; expected an integer from '
+            f"{allowed.start} to {allowed.stop - 1}."
+        )
+    return value
 
 
 async def _read(response: httpx.Response, limit: int, who: str) -> bytes:
@@ -278,26 +445,33 @@ async def _read(response: httpx.Response, limit: int, who: str) -> bytes:
 
 
 def _record(
-    answer: session_service_pb2.RunSessionResponse, observed: _Observed
+    answer: session_service_pb2.RunSessionResponse, observed: _Observed, spans: list[Any]
 ) -> list[content_pb2.ToolCall]:
-    """Add what ``answer`` shows to ``observed``; the tool calls the agent asks the client for."""
+    """Add what ``answer`` shows to ``observed`` (and its trace to ``spans``); the tool calls
+    the agent asks the client for."""
     asked: list[content_pb2.ToolCall] = []
     seen = {call.id for call in observed.calls if call.id}
+
+    def called(call: content_pb2.ToolCall) -> None:
+        if call.id and call.id in seen:
+            return
+        seen.add(call.id)
+        observed.calls.append(call)
+        observed.chunks.append(content_pb2.Chunk(tool_call=call))
+
     for output in answer.outputs:
         kind = output.WhichOneof("output_type")
         if kind == "text":
             observed.texts.append(output.text)
             observed.chunks.append(content_pb2.Chunk(text=output.text))
         elif kind == "tool_calls":
+            asked += output.tool_calls.tool_calls
             for call in output.tool_calls.tool_calls:
-                asked.append(call)
-                if not call.id or call.id not in seen:
-                    seen.add(call.id)
-                    observed.calls.append(call)
-                    observed.chunks.append(content_pb2.Chunk(tool_call=call))
+                called(call)
         elif kind == "payload":
             observed.chunks.append(content_pb2.Chunk(payload=output.payload))
-        for message in output.diagnostic_info.messages:
+        info = output.diagnostic_info
+        for message in info.messages:
             if message.role == _USER:
                 continue
             for chunk in message.chunks:
@@ -305,23 +479,35 @@ def _record(
                 if data == "agent_transfer":
                     observed.transfers.append(chunk.agent_transfer.target_agent)
                     observed.chunks.append(chunk)
-                elif data == "tool_call" and (
-                    not chunk.tool_call.id or chunk.tool_call.id not in seen
-                ):
-                    seen.add(chunk.tool_call.id)
-                    observed.calls.append(chunk.tool_call)
-                    observed.chunks.append(chunk)
+                elif data == "tool_call":
+                    called(chunk.tool_call)
+        if info.HasField("root_span"):
+            spans.append(info.root_span)
     return asked
 
 
-def _identity(call: content_pb2.ToolCall | content_pb2.ToolResponse) -> object:
-    kind = call.WhichOneof("tool_identifier")
-    if kind == "toolset_tool":
-        return (call.toolset_tool.toolset, call.toolset_tool.tool_id)
-    return call.tool if kind == "tool" else call.display_name
+def _merge(into: _Observed, observed: _Observed) -> None:
+    into.chunks += observed.chunks
+    into.calls += observed.calls
+    into.transfers += observed.transfers
+    into.texts += observed.texts
+    into.millis += observed.millis
 
 
-def _tool_responses(turn: _Evaluation.GoldenTurn) -> list[content_pb2.ToolResponse]:
+def _input_chunks(given: content_pb2.SessionInput) -> list[content_pb2.Chunk]:
+    kind = given.WhichOneof("input_type")
+    if kind in ("text", "dtmf"):
+        return [content_pb2.Chunk(text=getattr(given, kind))]
+    if kind == "variables":
+        return [content_pb2.Chunk(updated_variables=given.variables)]
+    if kind in ("image", "blob"):
+        return [content_pb2.Chunk(**{kind: getattr(given, kind)})]
+    if kind == "tool_responses":
+        return [content_pb2.Chunk(tool_response=r) for r in given.tool_responses.tool_responses]
+    return []
+
+
+def _golden_responses(turn: _Evaluation.GoldenTurn) -> list[content_pb2.ToolResponse]:
     found = []
     for expectation in outcomes.expectations(turn):
         condition = expectation.WhichOneof("condition")
@@ -333,9 +519,9 @@ def _tool_responses(turn: _Evaluation.GoldenTurn) -> list[content_pb2.ToolRespon
 def _reply(
     call: content_pb2.ToolCall, responses: list[content_pb2.ToolResponse]
 ) -> content_pb2.ToolResponse | None:
-    """The golden's response to ``call`` (taken from ``responses``), with the call's id."""
+    """The response to ``call`` (taken from ``responses``), with the call's id."""
     for index, response in enumerate(responses):
-        if _identity(response) == _identity(call):
+        if agent_scoring.identity(response) == agent_scoring.identity(call):
             reply = content_pb2.ToolResponse()
             reply.CopyFrom(responses.pop(index))
             reply.id = call.id
@@ -359,84 +545,28 @@ def _expected_message(turn: _Evaluation.GoldenTurn) -> content_pb2.Message | Non
     return content_pb2.Message(role=_AGENT, chunks=chunks) if chunks else None
 
 
-def _argument_score(expected: struct_pb2.Struct, observed: struct_pb2.Struct) -> float:
-    """The share of the arguments named by either call whose values are equal (1.0 for two
-    calls without arguments)."""
-    wanted = json_format.MessageToDict(expected)
-    given = json_format.MessageToDict(observed)
-    keys = set(wanted) | set(given)
-    if not keys:
-        return 1.0
-    equal = sum(1 for key in keys if key in wanted and key in given and wanted[key] == given[key])
-    return equal / len(keys)
-
-
-def _text(message: content_pb2.Message) -> str:
-    return " ".join(chunk.text for chunk in message.chunks if chunk.WhichOneof("data") == "text")
-
-
-@dataclass
-class _Scores:
-    """A turn's scores as its expectations are judged, and the calls not taken yet."""
-
-    calls: list[content_pb2.ToolCall]
-    said: str
-    tools: list[float] = field(default_factory=list)
-    similarities: list[int] = field(default_factory=list)
-
-
-def _score(
-    turn: _Evaluation.GoldenTurn,
-    observed: _Observed,
-    replay: _Result.GoldenResult.TurnReplayResult,
-) -> None:
-    """Record the turn's expectation outcomes and scores from what the agent did."""
-    scores = _Scores(list(observed.calls), " ".join(observed.texts))
-    for expectation in outcomes.expectations(turn):
-        outcome = replay.expectation_outcome.add()
-        outcome.expectation.CopyFrom(expectation)
-        _judge(outcome, observed, scores)
-    for extra in scores.calls:  # called, but expected by no expectation of the turn
-        replay.expectation_outcome.add(observed_tool_call=extra)
-    if scores.similarities:
-        replay.semantic_similarity_result.score = min(scores.similarities)
-    if scores.tools:
-        replay.overall_tool_invocation_result.tool_invocation_score = min(scores.tools)
-
-
-def _judge(outcome: _Result.GoldenExpectationOutcome, observed: _Observed, scores: _Scores) -> None:
-    """Judge one expectation (``outcome.expectation``) against what the agent did."""
-    expectation = outcome.expectation
-    condition = expectation.WhichOneof("condition")
-    if condition == "tool_call":
-        expected = expectation.tool_call
-        match = next((c for c in scores.calls if _identity(c) == _identity(expected)), None)
-        score = 0.0
-        if match is None:
-            outcome.tool_invocation_result.explanation = "The expected tool was not called."
-            outcome.outcome = _Result.FAIL
-        else:
-            scores.calls.remove(match)
-            outcome.observed_tool_call.CopyFrom(match)
-            score = _argument_score(expected.args, match.args)
-            if score < 1.0:
-                outcome.tool_invocation_result.explanation = (
-                    "The tool was called with other arguments."
-                )
-        outcome.tool_invocation_result.parameter_correctness_score = score
-        scores.tools.append(score)
-    elif condition == "agent_response":
-        scores.similarities.append(similarity(_text(expectation.agent_response), scores.said))
-        outcome.observed_agent_response.CopyFrom(
-            content_pb2.Message(role=_AGENT, chunks=[content_pb2.Chunk(text=scores.said)])
+def _tool_latencies(spans: Sequence[Any]) -> list[_Result.ToolCallLatency]:
+    """One latency per span of the agent's traces (at any depth) whose ``attributes.tool``
+    names a tool: its start, end and duration (end minus start when it gives none)."""
+    found: list[_Result.ToolCallLatency] = []
+    pending = list(spans)
+    while pending:
+        span = pending.pop(0)
+        pending[:0] = list(span.child_spans)
+        tool = span.attributes.fields.get("tool")
+        if tool is None or tool.WhichOneof("kind") != "string_value" or not tool.string_value:
+            continue
+        latency = _Result.ToolCallLatency(
+            tool=tool.string_value,
+            display_name=span.name or tool.string_value.rsplit("/", 1)[-1],
+            start_time=span.start_time,
+            end_time=span.end_time,
         )
-    elif condition in ("tool_response", "mock_tool_response"):
-        outcome.observed_tool_response.CopyFrom(getattr(expectation, condition))
-        outcome.outcome = _Result.PASS
-    elif condition == "agent_transfer":
-        met = expectation.agent_transfer.target_agent in observed.transfers
-        if met:
-            outcome.observed_agent_transfer.CopyFrom(expectation.agent_transfer)
-        outcome.outcome = _Result.PASS if met else _Result.FAIL
-    else:  # updated variables: not observed here
-        outcome.outcome = _Result.PASS
+        if span.HasField("duration"):
+            latency.execution_latency.CopyFrom(span.duration)
+        else:
+            latency.execution_latency.FromNanoseconds(
+                max(0, span.end_time.ToNanoseconds() - span.start_time.ToNanoseconds())
+            )
+        found.append(latency)
+    return found

@@ -1,13 +1,13 @@
 """What the run engine observes when it plays one repetition of an evaluation: the result and
 the conversation it records (docs/semantics.md, "Evaluation runs" and "Scripted outcomes").
 
-This server runs no agent. By default the golden is the truth: every expectation of a golden
-turn is observed as expected (tool calls with their arguments, tool responses, agent responses,
-transfers) with full scores (semantic similarity 4, parameter correctness and overall tool
-invocation 1.0, hallucination 1 "justified"), and a scenario meets every scenario expectation,
-rubric and the user's goal. Latencies are deterministic: a function of the evaluation's name,
-the repetition and the turn. An outcome rule (:mod:`ces_eval.core.outcome_rules`) that decides a
-repetition changes that:
+Without an agent of the app's own (:mod:`ces_eval.core.agents`), by default the golden is the
+truth: every expectation of a golden turn is observed as expected (tool calls with their
+arguments, tool responses, agent responses, transfers) with full scores (semantic similarity 4,
+parameter correctness and overall tool invocation 1.0, hallucination 1 "justified"), and a
+scenario meets every scenario expectation, rubric and the user's goal. Latencies are
+deterministic: a function of the evaluation's name, the repetition and the turn. An outcome
+rule (:mod:`ces_eval.core.outcome_rules`) that decides a repetition changes that:
 
 * FAIL: the chosen expectation (``turn``, ``expectation``; by default the first expectation of
   the first turn that has one, or the first scenario expectation) observes something else:

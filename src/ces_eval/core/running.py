@@ -12,11 +12,13 @@ RunEvaluationOperationMetadata) whose work plays the run:
   result is reused once (copied into this run). ``progress.total_count`` is the plan's size.
 * The run stays QUEUED while it waits for an operation slot and while an unreleased QUEUED
   hold of an outcome rule matches one of its evaluations; then it is RUNNING.
-* Each repetition is played by :func:`ces_eval.core.outcomes.play` under the outcome rule that
-  decides it, after the longest delay of the matching rules, and not while an unreleased
-  RUNNING hold matches its evaluation. Results are stored in batches, each with the run's
-  progress, summaries and result list in one transaction (Storage.record_run): progress never
-  counts a result that is not stored, and each evaluation's derived fields follow.
+* Each repetition is played against the app's own agent when it has one and no outcome rule
+  decides the repetition (:mod:`ces_eval.core.agents`, docs/agents.md), else by
+  :func:`ces_eval.core.outcomes.play` under the outcome rule that decides it, after the longest
+  delay of the matching rules, and not while an unreleased RUNNING hold matches its evaluation.
+  Results are stored in batches, each with the run's progress, summaries and result list in one
+  transaction (Storage.record_run): progress never counts a result that is not stored, and each
+  evaluation's derived fields follow.
 * The run ends COMPLETED, with its latency report when asked. Cancelled (CancelOperation):
   every repetition not stored yet is stored CANCELLED and the run is CANCELLED. Stopped with
   the server: the run ends ERROR and its operation UNAVAILABLE; a server that died mid-run

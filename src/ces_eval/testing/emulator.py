@@ -141,11 +141,20 @@ class Emulator:
         headers: Mapping[str, str] | None = None,
         timeout: float | timedelta | None = None,
         max_response_bytes: int | None = None,
+        judge_uri: str = "",
+        simulator_uri: str = "",
     ) -> Document:
         """Play ``app``'s evaluations against the agent at ``uri`` (docs/agents.md): it is
         POSTed CES's session JSON with ``headers``; a call may take ``timeout`` seconds and
-        answer ``max_response_bytes``. An empty ``uri`` goes back to scripted outcomes."""
-        endpoint: Document = {"name": f"{app}/agentEndpoint", "uri": uri}
+        answer ``max_response_bytes``; a judge at ``judge_uri`` scores agent responses and
+        rubrics, a simulator at ``simulator_uri`` plays scenarios' users. An empty ``uri`` goes
+        back to scripted outcomes."""
+        endpoint: Document = {
+            "name": f"{app}/agentEndpoint",
+            "uri": uri,
+            "judgeUri": judge_uri,
+            "simulatorUri": simulator_uri,
+        }
         if headers:
             endpoint["headers"] = dict(headers)
         if timeout is not None:
