@@ -124,16 +124,22 @@ def _golden(server: RunningServer, app: str) -> str:
     return str(_call(server, "POST", f"/v1beta/{app}/evaluations", evaluation)["name"])
 
 
+def _run(
+    server: RunningServer, app: str, evaluations: list[str], **request: object
+) -> tuple[Any, list[Any]]:
+    """RunEvaluation of ``evaluations`` (with ``request``'s other fields) to its end: the run
+    and its results."""
+    body = {"app": app, "evaluations": evaluations, **request}
+    operation = _call(server, "POST", f"/v1beta/{app}:runEvaluation", body)
+    done = Emulator(server.http_base).wait(operation)
+    run = _call(server, "GET", f"/v1beta/{done['response']['evaluationRun']}")
+    return run, [_call(server, "GET", f"/v1beta/{name}") for name in run["evaluationResults"]]
+
+
 def _played(server: RunningServer, app: str, evaluation: str) -> tuple[Any, Any]:
     """Run ``evaluation`` once: the run and its one result."""
-    emulator = Emulator(server.http_base)
-    operation = _call(
-        server, "POST", f"/v1beta/{app}:runEvaluation", {"app": app, "evaluations": [evaluation]}
-    )
-    done = emulator.wait(operation)
-    run = _call(server, "GET", f"/v1beta/{done['response']['evaluationRun']}")
-    [name] = run["evaluationResults"]
-    return run, _call(server, "GET", f"/v1beta/{name}")
+    run, [result] = _run(server, app, [evaluation], runCount=1)
+    return run, result
 
 
 @pytest.mark.parametrize(
@@ -175,16 +181,7 @@ def test_a_scenario_needs_a_simulator(server: RunningServer, agent: Agent) -> No
         },
     }
     evaluation = _call(server, "POST", f"/v1beta/{app}/evaluations", scenario)["name"]
-    operation = _call(
-        server,
-        "POST",
-        f"/v1beta/{app}:runEvaluation",
-        {"app": app, "evaluations": [evaluation], "runCount": 1},
-    )
-    done = Emulator(server.http_base).wait(operation)
-    run = _call(server, "GET", f"/v1beta/{done['response']['evaluationRun']}")
-    [name] = run["evaluationResults"]
-    result = _call(server, "GET", f"/v1beta/{name}")
+    _, result = _played(server, app, evaluation)
     assert result["executionState"] == "ERROR"
     assert "needs a user simulator" in result["errorInfo"]["errorMessage"]
 
@@ -291,16 +288,8 @@ def test_a_judge_scores_turns_and_the_trace_gives_tool_latencies(
     emulator = Emulator(server.http_base)
     emulator.set_agent(app, agent.url + "/agent", judge_uri=agent.url + "/judge")
     evaluation = _weather_golden(server, app, "Paris", 21)
-    operation = _call(
-        server,
-        "POST",
-        f"/v1beta/{app}:runEvaluation",
-        {"app": app, "evaluations": [evaluation], "runCount": 2, "generateLatencyReport": True},
-    )
-    done = emulator.wait(operation)
-    run = _call(server, "GET", f"/v1beta/{done['response']['evaluationRun']}")
+    run, [result, _] = _run(server, app, [evaluation], runCount=2, generateLatencyReport=True)
     assert run["progress"]["passedCount"] == 2
-    result = _call(server, "GET", f"/v1beta/{run['evaluationResults'][0]}")
     [turn] = result["goldenResult"]["turnReplayResults"]
     assert turn["semanticSimilarityResult"] == {"score": 4, "outcome": "PASS"}
     assert turn["hallucinationResult"] == {
@@ -367,17 +356,7 @@ def test_a_simulator_plays_the_user_of_a_scenario(server: RunningServer, agent: 
         judge_uri=agent.url + "/judge",
         simulator_uri=agent.url + "/simulator",
     )
-    evaluation = _scenario(server, app)
-    operation = _call(
-        server,
-        "POST",
-        f"/v1beta/{app}:runEvaluation",
-        {"app": app, "evaluations": [evaluation], "runCount": 1},
-    )
-    done = Emulator(server.http_base).wait(operation)
-    run = _call(server, "GET", f"/v1beta/{done['response']['evaluationRun']}")
-    [name] = run["evaluationResults"]
-    result = _call(server, "GET", f"/v1beta/{name}")
+    _, result = _played(server, app, _scenario(server, app))
     assert result["executionState"] == "COMPLETED" and result["evaluationStatus"] == "PASS"
     scenario = result["scenarioResult"]
     tool, answer = scenario["expectationOutcomes"]
@@ -417,16 +396,7 @@ def test_a_failing_simulator_ends_the_result_error(server: RunningServer, agent:
     Emulator(server.http_base).set_agent(
         app, agent.url + "/agent", simulator_uri=agent.url + "/fail"
     )
-    evaluation = _scenario(server, app)
-    operation = _call(
-        server,
-        "POST",
-        f"/v1beta/{app}:runEvaluation",
-        {"app": app, "evaluations": [evaluation], "runCount": 1},
-    )
-    done = Emulator(server.http_base).wait(operation)
-    run = _call(server, "GET", f"/v1beta/{done['response']['evaluationRun']}")
-    result = _call(server, "GET", f"/v1beta/{run['evaluationResults'][0]}")
+    _, result = _played(server, app, _scenario(server, app))
     assert result["executionState"] == "ERROR"
     assert result["errorInfo"]["errorType"] == "USER_SIMULATION_FAILURE"
     assert "The simulator answered HTTP 500" in result["errorInfo"]["errorMessage"]
@@ -460,12 +430,7 @@ def test_the_readme_example_agent_passes_the_workflow_goldens(
                     break
             assert time.monotonic() < deadline and process.poll() is None
             time.sleep(0.05)
-        operation = _call(
-            server, "POST", f"/v1beta/{app}:runEvaluation", {"app": app, "evaluations": names}
-        )
-        run = _call(
-            server, "GET", f"/v1beta/{emulator.wait(operation)['response']['evaluationRun']}"
-        )
+        run, _ = _run(server, app, names)
         assert run["state"] == "COMPLETED"
         assert run["progress"]["passedCount"] == 2, run["progress"]
     finally:
