@@ -20,6 +20,7 @@ from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from tests.support.elsewhere import rename_evaluation
 from tests.unit.test_core import ME, Harness
 
 APP = "projects/p/locations/l/apps/a"
@@ -73,14 +74,7 @@ def test_a_write_of_this_server_is_seen_by_the_next_get(core: Harness) -> None:
 
 def test_a_write_of_another_program_is_seen_by_the_next_get(core: Harness, tmp_path: Path) -> None:
     assert _display_name(core) == "First"
-    with contextlib.closing(sqlite3.connect(tmp_path / "db.sqlite")) as other:
-        (data,) = other.execute("SELECT data FROM evaluations WHERE name = ?", (NAME,)).fetchone()
-        changed = evaluation_pb2.Evaluation.FromString(data)
-        changed.display_name = "Elsewhere"
-        other.execute(
-            "UPDATE evaluations SET data = ? WHERE name = ?", (changed.SerializeToString(), NAME)
-        )
-        other.commit()
+    rename_evaluation(tmp_path / "db.sqlite", NAME, "Elsewhere")
     assert _display_name(core) == "Elsewhere"
 
 
@@ -135,18 +129,6 @@ def test_a_list_page_is_kept_until_anyone_writes(core: Harness, tmp_path: Path) 
     assert _listed(core) == ["r2"]
 
 
-def _rename_elsewhere(database: Path, display_name: str) -> None:
-    """Another program (its own connection) renames the kept evaluation and commits."""
-    with contextlib.closing(sqlite3.connect(database)) as other:
-        (data,) = other.execute("SELECT data FROM evaluations WHERE name = ?", (NAME,)).fetchone()
-        changed = evaluation_pb2.Evaluation.FromString(data)
-        changed.display_name = display_name
-        other.execute(
-            "UPDATE evaluations SET data = ? WHERE name = ?", (changed.SerializeToString(), NAME)
-        )
-        other.commit()
-
-
 def test_every_commit_elsewhere_moves_the_version_across_checkpoints(
     core: Harness, tmp_path: Path
 ) -> None:
@@ -155,7 +137,7 @@ def test_every_commit_elsewhere_moves_the_version_across_checkpoints(
     database = tmp_path / "db.sqlite"
     before = core.run(core.storage.version())
     for index in range(24):
-        _rename_elsewhere(database, f"n{index}")
+        rename_evaluation(database, NAME, f"n{index}")
         if index % 5 == 2:
             with contextlib.closing(sqlite3.connect(database)) as other:
                 other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
@@ -178,7 +160,7 @@ def test_a_version_with_nothing_committed_runs_no_statement(core: Harness, tmp_p
         assert statements == []
         _get(core)
         assert statements == []  # answered again from what was kept
-        _rename_elsewhere(tmp_path / "db.sqlite", "Moved")
+        rename_evaluation(tmp_path / "db.sqlite", NAME, "Moved")
         assert core.run(core.storage.version()) != first
         assert statements == ["PRAGMA data_version"]
     finally:

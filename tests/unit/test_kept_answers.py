@@ -7,8 +7,6 @@ kept for a server with tokens, where each call is authorized."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -27,6 +25,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as
 from ces_eval.server import ServerConfig, _surfaces
 from ces_eval.storage.sqlite import SqliteStorage
 from ces_eval.surfaces.http_app import BodyLimit
+from tests.support.elsewhere import rename_evaluation
 from tests.support.tokens import ALICE, BOB, write_token_file
 
 APP = "projects/proj-a/locations/l/apps/a"
@@ -111,19 +110,6 @@ def run(tmp_path: Path, scenario: Callable[[Served], Awaitable[None]]) -> None:
     asyncio.run(main())
 
 
-def _write_elsewhere(path: Path, display_name: str) -> None:
-    """Another program changes the evaluation in the database file."""
-    with contextlib.closing(sqlite3.connect(path)) as other:
-        (data,) = other.execute("SELECT data FROM evaluations WHERE name = ?", (NAME,)).fetchone()
-        changed = evaluation_pb2.Evaluation.FromString(data)
-        changed.display_name = display_name
-        other.execute(
-            "UPDATE evaluations SET data = ? WHERE name = ?",
-            (changed.SerializeToString(), NAME),
-        )
-        other.commit()
-
-
 def test_a_repeated_rest_get_is_answered_without_the_core_until_anyone_writes(
     tmp_path: Path,
 ) -> None:
@@ -144,7 +130,7 @@ def test_a_repeated_rest_get_is_answered_without_the_core_until_anyone_writes(
         assert patched.status_code == 200, patched.text
         assert (await both.rest.get(url)).json()["displayName"] == "Second"  # this server wrote
 
-        await asyncio.to_thread(_write_elsewhere, both.path, "Elsewhere")
+        await asyncio.to_thread(rename_evaluation, both.path, NAME, "Elsewhere")
         assert (await both.rest.get(url)).json()["displayName"] == "Elsewhere"  # another program
 
         missing = await both.rest.get(f"/v1beta/{APP}/evaluations/later")
@@ -177,7 +163,7 @@ def test_a_repeated_grpc_read_is_answered_without_the_core_until_anyone_writes(
         assert await both.grpc(LIST, listing, answer) == page
         assert both.count(LIST) == 1
 
-        await asyncio.to_thread(_write_elsewhere, both.path, "Elsewhere")
+        await asyncio.to_thread(rename_evaluation, both.path, NAME, "Elsewhere")
         assert (await both.grpc(GET, get, evaluation_pb2.Evaluation)).display_name == "Elsewhere"
         assert await both.grpc(LIST, listing, answer) == page  # read again: the same results
         assert both.count(GET) == 2
