@@ -137,7 +137,7 @@ def _violations(endpoint: AgentEndpoint, allowed: tuple[str, ...]) -> list[Field
         value = getattr(endpoint, field)
         refusal = host_refusal(value, allowed) if value else None
         if refusal is not None:
-            found.append(FieldViolation(f"{path}.{field}", refusal, "HOST_NOT_ALLOWED"))
+            found.append(FieldViolation(f"{path}.{field}", refusal, "URL_NOT_ALLOWED"))
     if (endpoint.judge_uri or endpoint.simulator_uri) and not endpoint.uri:
         field = "judge_uri" if endpoint.judge_uri else "simulator_uri"
         found.append(FieldViolation(f"{path}.{field}", "Set only with a uri (an agent)."))
