@@ -436,3 +436,29 @@ def test_the_readme_example_agent_passes_the_workflow_goldens(
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+def test_an_update_mask_sets_only_the_fields_it_names(server: RunningServer, agent: Agent) -> None:
+    app = f"{PROJECT}/masked"
+    emulator = Emulator(server.http_base)
+    emulator.set_agent(app, agent.url + "/agent", headers={"Authorization": TOKEN}, timeout=5)
+    path = f"/emulator/v1/{app}/agentEndpoint"
+    changed = emulator._call(
+        "PATCH", path, {"name": f"{app}/agentEndpoint", "timeout": "7s"}, {"updateMask": "timeout"}
+    )
+    assert changed["timeout"] == "7s" and changed["uri"] == agent.url + "/agent"
+    assert changed["headerNames"] == ["Authorization"]  # kept, and still not answered
+    with pytest.raises(EmulatorError) as refused:
+        emulator._call(
+            "PATCH", path, {"name": f"{app}/agentEndpoint"}, {"updateMask": "headerNames"}
+        )
+    assert refused.value.http_status == 400
+    [detail] = [d for d in refused.value.details if "fieldViolations" in d]
+    assert [v["field"] for v in detail["fieldViolations"]] == ["update_mask"]
+    with pytest.raises(EmulatorError) as large:
+        emulator.set_agent(app, "http://127.0.0.1/" + "a" * 3_000_000)
+    [detail] = [d for d in large.value.details if "fieldViolations" in d]
+    assert [(v["field"], v["reason"]) for v in detail["fieldViolations"]] == [
+        ("agent_endpoint.uri", "TOO_LONG")  # the descriptors' limits, as for every resource
+    ]
+    assert emulator.agent(app)["timeout"] == "7s"  # nothing stored by the refusals

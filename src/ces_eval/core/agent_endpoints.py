@@ -16,8 +16,9 @@ import ipaddress
 import re
 import urllib.parse
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
+from ces_eval.contract import checks, fields
 from ces_eval.core import names, validation
 from ces_eval.core.stamps import new_etag, now
 from ces_eval.errors import FieldViolation, ServiceError
@@ -27,8 +28,6 @@ from ces_eval.storage.base import Conflict, EtagMismatch, Missing
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
-
-    from google.protobuf.message import Message
 
     from ces_eval.access import Caller
     from ces_eval.core.context import Context, Rpc
@@ -41,14 +40,6 @@ DEFAULT_TIMEOUT_SECONDS = 30.0
 MAX_TIMEOUT_SECONDS = 600.0
 DEFAULT_MAX_RESPONSE_BYTES = 4 * 2**20
 MAX_RESPONSE_BYTES = 64 * 2**20
-_SETTABLE = (
-    "uri",
-    "headers",
-    "timeout",
-    "max_response_bytes",
-    "judge_uri",
-    "simulator_uri",
-)
 # RFC 9110 field names (tokens); values of visible characters, spaces and tabs only.
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _HEADER_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
@@ -168,23 +159,6 @@ def _violations(endpoint: AgentEndpoint, allowed: tuple[str, ...]) -> list[Field
     return found
 
 
-def _applied(stored: AgentEndpoint | None, given: AgentEndpoint, paths: list[str]) -> AgentEndpoint:
-    """The stored endpoint (or a new one) with ``given``'s fields at ``paths``."""
-    updated = AgentEndpoint(name=given.name)
-    if stored is not None:
-        updated.CopyFrom(stored)
-    for path in paths:
-        cast("Message", updated).ClearField(path)
-        if path == "headers":
-            updated.headers.update(given.headers)
-        elif path == "timeout":
-            if given.HasField("timeout"):
-                updated.timeout.CopyFrom(given.timeout)
-        else:
-            setattr(updated, path, getattr(given, path))
-    return updated
-
-
 async def get_agent_endpoint(
     context: Context, request: emulator_pb2.GetAgentEndpointRequest, caller: Caller
 ) -> AgentEndpoint:
@@ -202,22 +176,24 @@ async def update_agent_endpoint(
         )
     given = request.agent_endpoint
     PATTERN.parse(given.name, "agent_endpoint.name", owned=0)
-    paths = [path for path in request.update_mask.paths if path != "*"] or list(_SETTABLE)
-    unknown = [path for path in paths if path not in _SETTABLE]
-    if unknown:
-        validation.raise_if_invalid(
-            [
-                FieldViolation("update_mask", f"{path!r} is not a field that can be set.")
-                for path in unknown
-            ],
-            "request",
-        )
+    incoming = AgentEndpoint()
+    incoming.CopyFrom(given)
+    checks.clear_output_only(incoming)
+    paths = list(request.update_mask.paths)
     while True:
         stored = await context.storage.get_row(tables.AGENT_ENDPOINTS, given.name)
         if given.etag and given.etag != (stored.etag if stored is not None else ""):
             raise ServiceError.aborted_etag(PATTERN.type, given.name)
-        updated = _applied(stored, given, paths)
-        validation.raise_if_invalid(_violations(updated, context.agent_hosts), "request")
+        updated = AgentEndpoint(name=given.name)
+        if stored is not None:
+            updated.CopyFrom(stored)
+        # AIP-134 by the descriptors: no mask (or "*") sets every field a caller may write.
+        fields.apply_update_mask(updated, incoming, paths, "update_mask")
+        checked = AgentEndpoint()
+        checked.CopyFrom(updated)  # the descriptors' rules and limits clear OUTPUT_ONLY fields
+        violations = validation.resource_violations(checked, "agent_endpoint")
+        violations += _violations(updated, context.agent_hosts)
+        validation.raise_if_invalid(violations, "request")
         updated.update_time.CopyFrom(now())
         updated.etag = new_etag()
         try:
