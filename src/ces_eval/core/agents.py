@@ -258,7 +258,7 @@ class Agent:
             _parse(ending.get("userInput"), user_input, "The simulator", "userInput")
             observed, spans = await self._exchange(session, [], [user_input], list(mocks), sent)
             start, _ = clock.advance(outcomes.duration(observed.millis))
-            user = content_pb2.Message(role=_USER, chunks=_input_chunks(user_input))
+            user = content_pb2.Message(role=_USER, chunks=outcomes.input_chunks(user_input))
             user.event_time.CopyFrom(start)
             turn = conversation.turns.add(messages=[user])
             if observed.chunks:
@@ -492,19 +492,6 @@ def _merge(into: _Observed, observed: _Observed) -> None:
     into.transfers += observed.transfers
     into.texts += observed.texts
     into.millis += observed.millis
-
-
-def _input_chunks(given: content_pb2.SessionInput) -> list[content_pb2.Chunk]:
-    kind = given.WhichOneof("input_type")
-    if kind in ("text", "dtmf"):
-        return [content_pb2.Chunk(text=getattr(given, kind))]
-    if kind == "variables":
-        return [content_pb2.Chunk(updated_variables=given.variables)]
-    if kind in ("image", "blob"):
-        return [content_pb2.Chunk(**{kind: getattr(given, kind)})]
-    if kind == "tool_responses":
-        return [content_pb2.Chunk(tool_response=r) for r in given.tool_responses.tool_responses]
-    return []
 
 
 def _golden_responses(turn: _Evaluation.GoldenTurn) -> list[content_pb2.ToolResponse]:

@@ -54,6 +54,7 @@ __all__ = [
     "Player",
     "duration",
     "expectations",
+    "input_chunks",
     "kind",
     "play",
     "user_message",
@@ -207,26 +208,30 @@ def _observe(
     outcome.outcome = _Result.FAIL if failing is not None else _Result.PASS
 
 
+def input_chunks(given: content_pb2.SessionInput) -> list[content_pb2.Chunk]:
+    """A user's input as the chunks a conversation records of it (DTMF digits as text)."""
+    kind = given.WhichOneof("input_type")
+    if kind in ("text", "dtmf"):
+        return [content_pb2.Chunk(text=getattr(given, kind))]
+    if kind == "variables":
+        return [content_pb2.Chunk(updated_variables=given.variables)]
+    if kind == "image":
+        return [content_pb2.Chunk(image=given.image)]
+    if kind == "blob":
+        return [content_pb2.Chunk(blob=given.blob)]
+    if kind == "tool_responses":
+        return [content_pb2.Chunk(tool_response=r) for r in given.tool_responses.tool_responses]
+    return []
+
+
 def user_message(turn: _Evaluation.GoldenTurn) -> content_pb2.Message | None:
-    chunks: list[content_pb2.Chunk] = []
-    for step in turn.steps:
-        if step.WhichOneof("step") != "user_input":
-            continue
-        given = step.user_input
-        given_kind = given.WhichOneof("input_type")
-        if given_kind == "text":
-            chunks.append(content_pb2.Chunk(text=given.text))
-        elif given_kind == "dtmf":
-            chunks.append(content_pb2.Chunk(text=given.dtmf))
-        elif given_kind == "variables":
-            chunks.append(content_pb2.Chunk(updated_variables=given.variables))
-        elif given_kind == "image":
-            chunks.append(content_pb2.Chunk(image=given.image))
-        elif given_kind == "blob":
-            chunks.append(content_pb2.Chunk(blob=given.blob))
-        elif given_kind == "tool_responses":
-            responses = given.tool_responses.tool_responses
-            chunks += [content_pb2.Chunk(tool_response=r) for r in responses]
+    """The user's message of a golden turn: its user_input steps' chunks (None without any)."""
+    chunks = [
+        chunk
+        for step in turn.steps
+        if step.WhichOneof("step") == "user_input"
+        for chunk in input_chunks(step.user_input)
+    ]
     return content_pb2.Message(role=_USER, chunks=chunks) if chunks else None
 
 
