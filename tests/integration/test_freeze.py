@@ -7,21 +7,19 @@ minutes (validation built one violation per element): ``/healthz`` and gRPC Heal
 answer meanwhile, for every tenant. Also the worst requests the limits accept: 100 turns of
 1,000 steps each, stored.
 
-Each request is sent from another process while the test polls ``/healthz`` and gRPC Health:
-every probe must answer within 100 ms (the issue's bound), the hostile request must get a clean
-INVALID_ARGUMENT naming the container over its limit (one violation), and the server's peak RSS
-(VmHWM of a fresh server, reset before the request) must stay bounded. The measurements are
+Each request is sent while another process polls ``/healthz`` and gRPC Health
+(tests/support/stall.py): every probe must answer within 100 ms (the issue's bound), the
+hostile request must get a clean INVALID_ARGUMENT naming the container over its limit (one
+violation), and the server's peak RSS (VmHWM of a fresh server, reset before the request) must
+stay bounded. The measurements are
 printed (``pytest -s``) and kept in ``MEASURED`` for a report.
 """
 
 from __future__ import annotations
 
-import gc
 import json
-import multiprocessing
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,12 +28,12 @@ import grpc
 import httpx
 import pytest
 from google.rpc import error_details_pb2, status_pb2
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from ces_eval.contract import limits
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.testing.server import RunningServer
+from tests.support.stall import HEALTH_BOUND, probing
 
 APP = "projects/p/locations/l/apps/freeze"
 EVALUATIONS = f"/v1beta/{APP}/evaluations"
@@ -45,7 +43,6 @@ ARGS = "evaluation.golden.turns[0].steps[0].expectation.tool_call.args"
 TURNS = "evaluation.golden.turns"
 TAGS = "evaluation.tags"
 
-HEALTH_BOUND = 0.100  # seconds: every probe answers within this (issue 15)
 ANSWER_TIMEOUT = 120  # seconds: a client timeout, not a latency assertion
 PEAK_RSS_BOUND = 600 * 1024 * 1024  # bytes
 REST_BODY = limits.MAX_REQUEST_BYTES - 1024  # just under the limit
@@ -55,7 +52,6 @@ MCP_BODY = 4 * 1024 * 1024 - 1024
 GRPC_MESSAGE = limits.MAX_REQUEST_BYTES - 1024
 
 MEASURED: dict[str, Measured] = {}
-Sent = tuple[object, float]  # what the sender's request got, and in how many seconds
 
 
 @dataclass
@@ -266,87 +262,32 @@ def _peak_rss(pid: int) -> int:
     raise AssertionError("no VmHWM")
 
 
-def _timed(send: Callable[[Target, bytes], object], target: Target, body: bytes) -> Sent:
-    started = time.monotonic()
-    outcome = send(target, body)
-    return outcome, time.monotonic() - started
-
-
-@pytest.fixture(scope="module")
-def sender() -> Iterator[ProcessPoolExecutor]:
-    """The process that sends each request. Not a thread of the test's own: reading a large
-    answer (json.loads, C) holds the interpreter of the process it runs in, and would delay
-    the probes measured beside it as if the server had."""
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        pool.submit(time.monotonic).result()  # started and imported before any measure
-        yield pool
-
-
 def measure(
-    server: RunningServer,
-    sender: ProcessPoolExecutor,
-    send: Callable[[Target, bytes], object],
-    body: bytes,
+    server: RunningServer, send: Callable[[Target, bytes], object], body: bytes
 ) -> Measured:
-    """Send ``body`` with ``send`` from the ``sender`` process, probing /healthz and gRPC
-    Health until it is answered. The cyclic garbage collector of this process waits
-    meanwhile: deep into the suite, this process holds ~350,000 objects and a full collection
-    of them takes 150-290 ms, which a probe it fell in would count against the server (the
-    likely cause of the probes of 102 and 161 ms CI saw, which no run of this file alone shows)."""
+    """Send ``body`` with ``send`` while another process probes /healthz and gRPC Health
+    (tests/support/stall.py) until it is answered."""
     pid = server.process.pid
     Path(f"/proc/{pid}/clear_refs").write_text("5")  # resets VmHWM to the current RSS
     measured = Measured()
-    with (
-        httpx.Client(base_url=server.http_base, timeout=ANSWER_TIMEOUT) as http,
-        grpc.insecure_channel(server.grpc_target) as channel,
-    ):
-        health = health_pb2_grpc.HealthStub(channel)
-        ask = health_pb2.HealthCheckRequest()
-        assert http.get("/healthz").status_code == 200  # connections open before the request
-        health.Check(ask, timeout=ANSWER_TIMEOUT)
-        target = Target(server.http_base, server.grpc_target)
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            request = sender.submit(_timed, send, target, body)
-            _probe(http, health, ask, request, measured)
-        finally:
-            if collecting:
-                gc.enable()
-        measured.outcome, measured.seconds = request.result()
+    target = Target(server.http_base, server.grpc_target)
+    with probing(server) as probes:
+        started = time.monotonic()
+        measured.outcome = send(target, body)
+        measured.seconds = time.monotonic() - started
+    measured.probes = [seconds for _, seconds in probes.latencies]
     measured.peak_rss = _peak_rss(pid)
     return measured
-
-
-def _probe(
-    http: httpx.Client,
-    health: health_pb2_grpc.HealthStub,
-    ask: health_pb2.HealthCheckRequest,
-    request: Future[Sent],
-    measured: Measured,
-) -> None:
-    """Probe /healthz and gRPC Health (asking ``ask``), 20 ms apart, until ``request`` is
-    done."""
-    while not request.done():
-        begun = time.monotonic()
-        assert http.get("/healthz").status_code == 200
-        measured.probes.append(time.monotonic() - begun)
-        begun = time.monotonic()
-        answer = health.Check(ask, timeout=ANSWER_TIMEOUT)
-        measured.probes.append(time.monotonic() - begun)
-        assert answer.status == health_pb2.HealthCheckResponse.SERVING
-        time.sleep(0.02)
 
 
 def _check(
     name: str,
     server: RunningServer,
-    sender: ProcessPoolExecutor,
     send: Callable[[Target, bytes], object],
     body: bytes,
     expected: object,
 ) -> None:
-    measured = measure(server, sender, send, body)
+    measured = measure(server, send, body)
     MEASURED[name] = measured
     print(measured.line(name))
     assert measured.outcome == expected
@@ -376,13 +317,12 @@ HOSTILE = [
 @pytest.mark.parametrize(("send", "build", "expected"), HOSTILE)
 def test_a_hostile_request_under_the_size_limit_freezes_nothing(
     server: RunningServer,
-    sender: ProcessPoolExecutor,
     send: Callable[[Target, bytes], object],
     build: Callable[[], bytes],
     expected: list[tuple[str, str]],
     request: pytest.FixtureRequest,
 ) -> None:
-    _check(request.node.callspec.id, server, sender, send, build(), expected)
+    _check(request.node.callspec.id, server, send, build(), expected)
 
 
 def _valid_json() -> bytes:
@@ -417,10 +357,9 @@ ALLOWED = [
 @pytest.mark.parametrize(("send", "build"), ALLOWED)
 def test_the_largest_allowed_evaluation_is_stored_without_freezing_anything(
     server: RunningServer,
-    sender: ProcessPoolExecutor,
     send: Callable[[Target, bytes], object],
     build: Callable[[], bytes],
     request: pytest.FixtureRequest,
 ) -> None:
     name = f"allowed-{request.node.callspec.id}"
-    _check(name, server, sender, send, build(), "created")
+    _check(name, server, send, build(), "created")
