@@ -1,4 +1,5 @@
-"""Long-running operations against the real server: crash recovery and export/import round trip."""
+"""Long-running operations against the real server: crash recovery, export/import round trip,
+and operation slots shared between projects."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ from tests.support.datasets import seed_large
 from tests.support.load import start_export
 
 APP = "projects/big/locations/l/apps/a"
+Run = evaluation_pb2.EvaluationRun
+Rule = emulator_pb2.OutcomeRule
 
 
 def test_export_interrupted_by_sigkill_is_failed_after_restart(tmp_path: Path) -> None:
@@ -148,3 +151,79 @@ def _valid(evaluation: evaluation_pb2.Evaluation) -> evaluation_pb2.Evaluation:
             turn_level.overall_tool_invocation_correctness_threshold = 0.5
             turn_level.semantic_similarity_success_threshold = 3
     return evaluation
+
+
+def test_one_projects_held_runs_leave_other_projects_a_slot(server: RunningServer) -> None:
+    """Four runs of project a held RUNNING (as runs against a slow agent are) while project b
+    runs an evaluation and exports it: b's operations complete while a's runs are held, and a
+    runs one of its four once a slot of its own frees (docs/semantics.md, "Long-running
+    operations")."""
+    holder = "projects/tenant-a/locations/l/apps/a"
+    other = "projects/tenant-b/locations/l/apps/b"
+    with grpc.insecure_channel(server.grpc_target) as channel:
+        service = service_grpc.EvaluationServiceStub(channel)
+        emulator = emulator_grpc.EmulatorServiceStub(channel)
+        operations = operations_pb2_grpc.OperationsStub(channel)
+
+        def golden(app: str) -> str:
+            evaluation = evaluation_pb2.Evaluation(display_name="Golden")
+            evaluation.golden.turns.add().steps.add().user_input.text = "Hi"
+            request = service_pb2.CreateEvaluationRequest(parent=app, evaluation=evaluation)
+            return service.CreateEvaluation(request, timeout=30).name
+
+        def runs(operations_started: list[operations_pb2.Operation]) -> list[int]:
+            states = []
+            for operation in operations_started:
+                metadata = service_pb2.RunEvaluationOperationMetadata()
+                assert operation.metadata.Unpack(metadata)
+                request = service_pb2.GetEvaluationRunRequest(name=metadata.evaluation_run)
+                states.append(service.GetEvaluationRun(request, timeout=30).state)
+            return states
+
+        def done(operation: operations_pb2.Operation) -> operations_pb2.Operation:
+            request = operations_pb2.WaitOperationRequest(name=operation.name)
+            request.timeout.seconds = 30
+            return operations.WaitOperation(request, timeout=60)
+
+        held = golden(holder)
+        rule = emulator.CreateOutcomeRule(
+            emulator_pb2.CreateOutcomeRuleRequest(
+                parent=holder, outcome_rule=Rule(evaluation=held, hold=Rule.RUNNING)
+            ),
+            timeout=30,
+        )
+        started = [
+            service.RunEvaluation(
+                evaluation_pb2.RunEvaluationRequest(app=holder, evaluations=[held]), timeout=30
+            )
+            for _ in range(4)
+        ]
+        deadline = time.monotonic() + 30
+        while runs(started).count(Run.RUNNING) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # a fourth run would take the last slot now
+
+        free = golden(other)
+        run = service.RunEvaluation(
+            evaluation_pb2.RunEvaluationRequest(app=other, evaluations=[free]), timeout=30
+        )
+        export = service.ExportEvaluations(
+            service_pb2.ExportEvaluationsRequest(
+                parent=other, names=[free], include_evaluations=True
+            ),
+            timeout=30,
+        )
+        for operation in (run, export):
+            finished = done(operation)
+            assert finished.done and not finished.HasField("error"), finished
+        assert runs([run]) == [Run.COMPLETED]
+        states = runs(started)  # a's runs still held meanwhile, the fourth waiting for a slot
+        assert sorted(states) == sorted([Run.RUNNING] * 3 + [Run.QUEUED]), states
+
+        emulator.ReleaseOutcomeRule(
+            emulator_pb2.ReleaseOutcomeRuleRequest(name=rule.name), timeout=30
+        )
+        for operation in started:
+            finished = done(operation)
+            assert finished.done and not finished.HasField("error"), finished
+        assert runs(started) == [Run.COMPLETED] * 4

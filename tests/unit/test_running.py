@@ -367,3 +367,45 @@ def test_an_evaluation_deleted_mid_run_ends_the_run_in_error(core: Harness) -> N
     run = _get(core, run.name)
     assert run.state == Run.ERROR and second.name in run.error_info.error_message
     assert run.progress.completed_count == 1  # what was stored before stays
+
+
+def _held_runs(core: Harness, count: int) -> list[operations_pb2.Operation]:
+    """``count`` runs of one held (RUNNING) evaluation, once the slots of their project are
+    taken: the runs past the project's share of the slots wait for one, QUEUED."""
+    golden = _golden(core, "Held")
+    _rule(core, evaluation=golden.name, hold=Rule.RUNNING)
+    started = [_start(core, evaluations=[golden.name]) for _ in range(count)]
+    states = lambda: [_get(core, _run_of(o)).state for o in started]  # noqa: E731
+    for _ in range(600):
+        if states().count(Run.RUNNING) >= 3:
+            break
+        core.run(asyncio.sleep(0.01))
+    core.run(asyncio.sleep(0.2))  # let any further run take a slot it could get
+    assert states().count(Run.QUEUED) >= 2, states()
+    return started
+
+
+def test_runs_cancelled_while_they_wait_for_a_slot_end_cancelled(core: Harness) -> None:
+    """A cancel storm: every run ends CANCELLED, those that waited for an operation slot too
+    (they stayed QUEUED while their operations ended CANCELLED)."""
+    started = _held_runs(core, 8)
+    for operation in reversed(started):  # the waiting ones first: no slot frees meanwhile
+        core.call("cancel_operation", operations_pb2.CancelOperationRequest(name=operation.name))
+    for operation in started:
+        assert _wait(core, operation).error.code == code_pb2.CANCELLED
+    states = [_get(core, _run_of(o)).state for o in started]
+    assert states == [Run.CANCELLED] * len(started), states
+    for operation in started:
+        [result] = _results(core, _run_of(operation))
+        assert result.execution_state == Result.CANCELLED
+
+
+def test_a_stopping_server_ends_the_runs_waiting_for_a_slot_in_error(core: Harness) -> None:
+    started = _held_runs(core, 6)
+    core.run(core.core.context.runner.shutdown())
+    for operation in started:
+        done = core.call("get_operation", operations_pb2.GetOperationRequest(name=operation.name))
+        assert done.done and done.error.code == code_pb2.UNAVAILABLE
+    runs = [_get(core, _run_of(o)) for o in started]
+    assert [r.state for r in runs] == [Run.ERROR] * len(started), [r.state for r in runs]
+    assert all("shut down" in r.error_info.error_message for r in runs)

@@ -33,6 +33,7 @@ from google.longrunning import operations_pb2
 from google.protobuf import any_pb2
 from google.rpc import code_pb2, status_pb2
 
+from ces_eval.contract import limits
 from ces_eval.core import names
 from ces_eval.core.exchange import objects
 from ces_eval.core.stamps import now
@@ -278,6 +279,7 @@ class OperationRunner:
                 for flag in (flag for flag in _CANCEL_FLAGS if flag in fields):
                     setattr(metadata, flag, True)
             final.metadata.CopyFrom(_pack(metadata))
+        limits.bound_operation(final)  # the last resort: stored within what clients read
         await self._finish(final)
 
     async def _finish(self, final: operations_pb2.Operation) -> None:

@@ -336,21 +336,18 @@ class _Engine:
 
     async def queued(self) -> None:
         """Return once no QUEUED hold matches the run's evaluations (the operation's
-        ``ready``: a held run takes no operation slot)."""
+        ``ready``: a held run takes no operation slot). The runner awaits it, and then its
+        wait for a slot, through :meth:`guarded`: the run stays QUEUED meanwhile."""
         evaluations = list({task.evaluation.name: task.evaluation for task in self._tasks}.values())
-
-        async def released() -> None:
-            while True:
-                self._rules = await outcome_rules.of_app(self._context, self._app)
-                if outcome_rules.holding(self._rules, evaluations, _Rule.QUEUED) is None:
-                    return
-                await asyncio.sleep(_HOLD_POLL)
-
-        await self._guarded(released())
+        while True:
+            self._rules = await outcome_rules.of_app(self._context, self._app)
+            if outcome_rules.holding(self._rules, evaluations, _Rule.QUEUED) is None:
+                return
+            await asyncio.sleep(_HOLD_POLL)
 
     async def play(self) -> service_pb2.RunEvaluationResponse:
         """The operation's work: RUNNING, every task played and stored, COMPLETED."""
-        await self._guarded(self._played())
+        await self.guarded(self._played())
         return service_pb2.RunEvaluationResponse(evaluation_run=self._run.name)
 
     async def _played(self) -> None:
@@ -404,13 +401,16 @@ class _Engine:
                 continue  # the schedule changed meanwhile: read it again
             except Missing as missing:
                 if missing.name != name:
-                    raise  # the run itself is gone (see _guarded)
+                    raise  # the run itself is gone (see guarded)
                 break  # the schedule was deleted meanwhile
             return
         await self._replace(self._run)
 
-    async def _guarded(self, step: Coroutine[Any, Any, None]) -> None:
-        """Await ``step`` of the run; the run ends as its failure says (see the module)."""
+    async def guarded(self, step: Coroutine[Any, Any, None]) -> None:
+        """Await ``step`` of the run; the run ends as its failure says (see the module). The
+        operation's guard: whatever the run waits for before it plays (a hold, a slot) is
+        awaited through it too, so a run cancelled or stopped there ends as it would while
+        playing (CANCELLED, or ERROR at a shutdown)."""
         try:
             await step
         except asyncio.CancelledError:
@@ -667,7 +667,8 @@ class Prepared:
 
     def start(self, context: Context, operation: operations_pb2.Operation) -> None:
         """Play the run in ``operation``, stored by the caller with this process as owner."""
-        context.runner.adopt(operation, self.metadata, self.engine.play, self.engine.queued)
+        engine = self.engine
+        context.runner.adopt(operation, self.metadata, engine.play, engine.queued, engine.guarded)
 
 
 async def prepare(
@@ -737,6 +738,7 @@ async def run_evaluation(
             prepared.engine.play,
             name=run.operation,
             ready=prepared.engine.queued,
+            guard=prepared.engine.guarded,
         )
     except BaseException:
         # No operation plays the run: it must not stay QUEUED.
