@@ -665,6 +665,8 @@ ONE_SURFACE = {
     "parse JSON, whose errors are INVALID_ARGUMENT and JSON-RPC parse errors",
     "CLIENT_DISCONNECTED": "nobody receives it: the REST client went away",
     "EXPORT_WRITE_FAILED": "an operation's error, read back by GetOperation, not a call's",
+    "RESPONSE_TOO_LARGE": "an operation's error (tests/unit/test_operation_bounds.py), read back "
+    "by GetOperation, not a call's",
     "RESOURCE_DELETED": "a RunEvaluation operation's error (tests/unit/test_running.py), read "
     "back by GetOperation, not a call's",
     "METHOD_NOT_IMPLEMENTED": "gRPC only: a method path no service of ours declares (every "

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from google.longrunning import operations_pb2
 
-from ces_eval.core import pages
+from ces_eval.contract import limits
+from ces_eval.core import imports, pages
 from ces_eval.core.service import Core
 from ces_eval.errors import Code
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
@@ -403,3 +404,23 @@ def test_an_export_round_trip_restores_runs_too(core: Importer) -> None:
         )
     )
     assert skipped.evaluation_run_import_failure_count == 0 and not skipped.evaluation_runs
+
+
+def test_a_response_naming_more_than_fits_lists_what_fits_and_counts_the_rest() -> None:
+    """Imported items listed by name and display name alone can pass what clients read too
+    (8,000 of about 570 bytes: 4.6 MB, stored whole before): as many as fit are listed, the rest
+    counted for the status message."""
+    long = "n" * limits.MAX_DISPLAY_NAME
+    outcome = imports._Outcome(
+        evaluations=[
+            evaluation_pb2.Evaluation(name=f"{APP}/evaluations/e{i}", display_name=f"{long}{i}")
+            for i in range(8000)
+        ],
+        errors=["x" * 5000] * 500,
+    )
+    response, left_out = imports._response(outcome)
+    assert response.ByteSize() <= limits.MAX_RESOURCE_BYTES - 1024
+    assert 0 < left_out < 8000
+    assert len(response.evaluations) + left_out == 8000
+    assert response.evaluations[0].display_name == f"{long}0" and response.evaluations[0].name
+    assert len(response.error_messages) == limits.MAX_VIOLATIONS + 1

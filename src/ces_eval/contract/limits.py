@@ -26,7 +26,8 @@ key longer than 128 characters is shown cut, ending in ``…``) and reason ``TOO
 from __future__ import annotations
 
 import json
-from collections.abc import Container, Iterable, Iterator, Mapping
+import logging
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from functools import cache
 from typing import TYPE_CHECKING, Any, cast
@@ -34,10 +35,11 @@ from typing import TYPE_CHECKING, Any, cast
 from google.api import field_behavior_pb2
 from google.protobuf import descriptor, struct_pb2
 
-from ces_eval.errors import FieldViolation
+from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 
 if TYPE_CHECKING:
+    from google.longrunning import operations_pb2
     from google.protobuf.message import Message
 
 __all__ = [
@@ -45,10 +47,12 @@ __all__ = [
     "LIMITS",
     "MAX_DISPLAY_NAME",
     "MAX_GOLDEN_TURNS",
+    "MAX_IMPORT_EVALUATIONS",
     "MAX_MAP_ENTRIES",
     "MAX_MESSAGE_NESTING",
     "MAX_PAGE_BYTES",
     "MAX_PAGE_SIZE",
+    "MAX_PROBLEM_CHARS",
     "MAX_REPEATED",
     "MAX_REQUEST_BYTES",
     "MAX_RESOURCE_BYTES",
@@ -65,8 +69,12 @@ __all__ = [
     "Limits",
     "Rules",
     "Walk",
+    "bound_operation",
+    "bounded",
     "check",
+    "cut",
     "key_path",
+    "listed",
     "rule_form",
     "shown",
     "size_violations",
@@ -126,6 +134,15 @@ MAX_COUNT_VIOLATIONS = 10
 # are ignored, not held to the limits above): decoding stops there, so no container of a hostile
 # request is ever read whole.
 MAX_DECODED_ENTRIES = 100_000
+# What a caller is told of many problems at once (an import's error_messages and BadRequest):
+# each problem's text, which may quote the input (a cell, a name), cut after this many
+# characters, and at most MAX_VIOLATIONS problems, then how many more (:func:`listed`,
+# :func:`bounded`). 101 of them, at 4 bytes a character at most, are about 400 KB: an answer
+# or operation holding them stays well within MAX_RESOURCE_BYTES.
+MAX_PROBLEM_CHARS = 1_000
+# Evaluations one emulator ImportEvaluations imports at most: its answer names each of them
+# (a name is 486 characters at most), and must stay within MAX_RESOURCE_BYTES.
+MAX_IMPORT_EVALUATIONS = 8_000
 
 # -- work on the event loop (ces_eval.offload) ---------------------------------------------------
 
@@ -156,6 +173,7 @@ _VALUE = "google.protobuf.Value"
 _LIST = "google.protobuf.ListValue"
 _NESTED = frozenset({"struct_value", "list_value"})
 _KEY_SHOWN = 128  # characters of a map key shown in a path before it is cut
+_log = logging.getLogger(__name__)
 
 # What one field holds; a repeated field or map also names what each element holds.
 _SCALAR, _STRING, _MESSAGE, _STRUCT_KIND, _VALUE_KIND, _LIST_KIND, _REPEATED, _MAP = range(8)
@@ -678,6 +696,56 @@ def too_many(path: str, limit: int, got: int | None) -> FieldViolation:
     """``TOO_MANY`` at ``path``; ``got`` None when counting stopped at the limit."""
     counted = f"got {got}" if got is not None else "got more"
     return FieldViolation(path, f"At most {limit} entries; {counted}.", "TOO_MANY")
+
+
+def cut(text: str, limit: int = MAX_PROBLEM_CHARS) -> str:
+    """``text`` within ``limit`` characters as a problem quotes it: cut, and the cut said."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit} more characters)"
+
+
+def listed(problems: Sequence[str], kind: str = "errors") -> list[str]:
+    """``problems`` as an answer lists them: at most :data:`MAX_VIOLATIONS`, each
+    :func:`cut`, then ``"… and N more errors."`` (``kind`` names them) when there are more."""
+    shown = [cut(problem) for problem in problems[:MAX_VIOLATIONS]]
+    if len(problems) > MAX_VIOLATIONS:
+        shown.append(f"… and {len(problems) - MAX_VIOLATIONS} more {kind}.")
+    return shown
+
+
+def bounded(violations: Sequence[FieldViolation]) -> list[FieldViolation]:
+    """``violations`` as an answer's BadRequest lists them: at most :data:`MAX_VIOLATIONS`
+    (the error's message counts them all), each description :func:`cut` (the field paths are
+    bounded where they are made: indexes, proto names and keys cut by :func:`key_path`)."""
+    return [
+        FieldViolation(v.field, cut(v.description), v.reason) for v in violations[:MAX_VIOLATIONS]
+    ]
+
+
+def bound_operation(operation: operations_pb2.Operation) -> None:
+    """Hold a finished ``operation`` to :data:`MAX_RESOURCE_BYTES` before it is stored: the
+    last resort behind each work's own bounds (an import's :func:`listed` problems and names),
+    so that no operation is ever stored larger than every client reads. A response or error
+    that would pass the bound is replaced by RESOURCE_EXHAUSTED, reason
+    ``RESPONSE_TOO_LARGE`` (what a gRPC client would have been answered on reading it), and
+    metadata that alone passes it by an empty message of its type (docs/semantics.md,
+    "Errors")."""
+    size = operation.ByteSize()
+    if size <= MAX_RESOURCE_BYTES:
+        return
+    what = operation.WhichOneof("result") or "metadata"
+    _log.warning("operation %s: its %s made it %d bytes; not stored", operation.name, what, size)
+    error = ServiceError(
+        Code.RESOURCE_EXHAUSTED,
+        f"The operation's {what} would make it {size} bytes, more than the "
+        f"{MAX_RESOURCE_BYTES} bytes every client reads; it was not kept.",
+        "RESPONSE_TOO_LARGE",
+        {"size": str(size), "limit": str(MAX_RESOURCE_BYTES)},
+    )
+    operation.error.CopyFrom(error.to_status())  # a response, if any, is cleared (a oneof)
+    if operation.ByteSize() > MAX_RESOURCE_BYTES:
+        operation.metadata.value = b""
 
 
 def too_many_struct_entries(path: str) -> FieldViolation:

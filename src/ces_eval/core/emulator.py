@@ -73,15 +73,22 @@ def _flat(
     list[evaluation_pb2.Evaluation], list[evaluation_pb2.EvaluationResult], list[FieldViolation]
 ]:
     """The evaluations and results of ``bundle`` renamed into ``app``
-    (:func:`ces_eval.core.imports.renamed`) and every problem of them, at most
-    :data:`limits.MAX_VIOLATIONS`: this import is all or nothing."""
+    (:func:`ces_eval.core.imports.renamed`) and every problem of them as the answer lists them
+    (:func:`limits.bounded`: at most :data:`limits.MAX_VIOLATIONS`, each description cut, as
+    the official import's error_messages are): this import is all or nothing. More evaluations
+    than the answer can name (:data:`limits.MAX_IMPORT_EVALUATIONS`) is the only problem
+    reported then."""
+    count = len(bundle.evaluations)
+    if count > limits.MAX_IMPORT_EVALUATIONS:
+        path = f"{source}.evaluations"
+        return [], [], [limits.too_many(path, limits.MAX_IMPORT_EVALUATIONS, count)]
     evaluations, results = imports.renamed(source, bundle, app)
     violations = [v for e in evaluations for v in e.violations]
     violations += [v for r in results for v in r.violations]
     return (
         [e.message for e in evaluations if e.message is not None],
         [r.message for r in results if r.message is not None],
-        violations[: limits.MAX_VIOLATIONS],
+        limits.bounded(violations),
     )
 
 

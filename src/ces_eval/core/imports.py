@@ -64,6 +64,8 @@ _OBJECT = "storage.googleapis.com/Object"  # Cloud Storage's resource type, for 
 # Display names a DUPLICATE tries ("Name (2)", "Name (3)", ...) before it reports a failure.
 _DUPLICATE_TRIES = 100
 _OPERATION_ENVELOPE = 1024  # an operation's name, metadata and type URL, at most
+# A listed item's tags and lengths: its own, its name's and its display name's, at most.
+_ITEM_OVERHEAD = 10
 M = TypeVar("M", "evaluation_pb2.Evaluation", "evaluation_pb2.EvaluationResult")
 
 
@@ -458,36 +460,42 @@ async def _store(
     outcome.fail(f"{group.at}: no free display name after {_DUPLICATE_TRIES} tries.")
 
 
-def _response(outcome: _Outcome) -> service_pb2.ImportEvaluationsResponse:
-    """The response, within what every client can read: when listing the imported evaluations
-    and results whole would be too large, they are listed by name and display name only."""
-    shown = outcome.errors[: limits.MAX_VIOLATIONS]
-    if len(outcome.errors) > len(shown):
-        shown.append(f"... and {len(outcome.errors) - len(shown)} more errors.")
+def _response(outcome: _Outcome) -> tuple[service_pb2.ImportEvaluationsResponse, int]:
+    """The response, within what every client reads (:data:`limits.MAX_RESOURCE_BYTES`), and
+    how many imported items it leaves out. Problems are :func:`limits.listed` (at most 100,
+    each cut); the imported evaluations, results and runs are listed whole when they fit, else
+    by name and display name only, as many as fit (evaluations first, then runs, then
+    results): the metadata's status message counts them all."""
     response = service_pb2.ImportEvaluationsResponse(
         evaluations=outcome.evaluations,
         evaluation_results=outcome.results,
         evaluation_runs=outcome.runs,
-        error_messages=shown,
+        error_messages=limits.listed(outcome.errors),
         import_failure_count=outcome.failed,
         evaluation_result_import_failure_count=outcome.failed_results,
         evaluation_run_import_failure_count=outcome.failed_runs,
     )
     if response.ByteSize() + _OPERATION_ENVELOPE <= limits.MAX_RESOURCE_BYTES:
-        return response
+        return response, 0
     del response.evaluations[:]
     del response.evaluation_results[:]
     del response.evaluation_runs[:]
-    response.evaluation_runs.extend(
-        _Run(name=r.name, display_name=r.display_name) for r in outcome.runs
-    )
-    response.evaluations.extend(
-        _Evaluation(name=e.name, display_name=e.display_name) for e in outcome.evaluations
-    )
-    response.evaluation_results.extend(
-        _Result(name=r.name, display_name=r.display_name) for r in outcome.results
-    )
-    return response
+    room = limits.MAX_RESOURCE_BYTES - _OPERATION_ENVELOPE - response.ByteSize()
+    left_out = 0
+    for field_name, items in (
+        ("evaluations", outcome.evaluations),
+        ("evaluation_runs", outcome.runs),
+        ("evaluation_results", outcome.results),
+    ):
+        listing = getattr(response, field_name)
+        for item in items:
+            size = len(item.name.encode()) + len(item.display_name.encode()) + _ITEM_OVERHEAD
+            if size > room:
+                left_out += 1
+                continue
+            room -= size
+            listing.add(name=item.name, display_name=item.display_name)
+    return response, left_out
 
 
 async def _conversations(
@@ -572,13 +580,20 @@ async def import_evaluations(
             await _store(context, group, strategy, outcome, app)
         if bundle is not None:
             await _import_runs(context, bundle, strategy, outcome, app)
+        # Sizing and copying every imported item: off the event loop for a large import.
+        response, left_out = await asyncio.to_thread(_response, outcome)
         metadata.status_message = (
             f"Imported {len(outcome.evaluations)} evaluations, {len(outcome.results)} "
             f"results and {len(outcome.runs)} runs; {outcome.skipped} skipped, "
             f"{outcome.failed} evaluations, {outcome.failed_results} results and "
             f"{outcome.failed_runs} runs failed."
         )
-        return _response(outcome)
+        if left_out:
+            metadata.status_message += (
+                f" The response lists {left_out} imported items fewer, within the "
+                f"{limits.MAX_RESOURCE_BYTES} bytes every client reads."
+            )
+        return response
 
     return await context.runner.start(
         location_of(request.parent), "ImportEvaluations", metadata, work
@@ -656,7 +671,7 @@ async def seed(context: Context, plan: SeedPlan, user: str) -> Seeded:
 def _refuse_seed(outcome: _Outcome) -> None:
     if outcome.errors:
         more = f" (and {len(outcome.errors) - 1} more)" if len(outcome.errors) > 1 else ""
-        raise invalid("seed", f"{outcome.errors[0]}{more}")
+        raise invalid("seed", f"{limits.cut(outcome.errors[0])}{more}")
 
 
 RPCS: dict[str, Rpc] = {"ImportEvaluations": import_evaluations}

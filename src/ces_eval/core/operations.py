@@ -2,7 +2,8 @@
 
 An operation is stored before its work starts, so a caller can always read it; its final state
 (response or error) is written once, when the work ends. Work runs as asyncio tasks of the
-server process, at most ``concurrency`` at a time.
+server process, at most ``concurrency`` at a time, in slots shared fairly between projects
+(:class:`_Slots`): one project's work never takes every slot while another's waits.
 
 Each operation belongs to the process that started it (its ``owner``), which renews a lease on
 it every third of the lease while it runs, and in the same round trip learns which of its
@@ -27,7 +28,8 @@ import os
 import socket
 import time
 import uuid
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 from google.longrunning import operations_pb2
 from google.protobuf import any_pb2
@@ -41,14 +43,13 @@ from ces_eval.errors import Code, ServiceError
 from ces_eval.storage.base import Unavailable
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
     from pathlib import Path
 
     from google.protobuf.message import Message
 
     from ces_eval.storage.base import Storage
 
-__all__ = ["OperationRunner"]
+__all__ = ["Guard", "OperationRunner"]
 
 _log = logging.getLogger(__name__)
 _CRASHED = status_pb2.Status(
@@ -63,6 +64,9 @@ _CANCELLED = status_pb2.Status(code=code_pb2.CANCELLED, message="The operation w
 _FINISH_RETRY_MAX = 2.0  # seconds between attempts to record an operation's end
 # The metadata fields that say a cancellation was requested (the API spells it both ways).
 _CANCEL_FLAGS = frozenset({"requested_cancellation", "cancel_requested"})
+# The work's own guard (OperationRunner.start): awaits a step, ending the work as its failure
+# (a cancellation, a shutdown) says, and raises it again.
+Guard = Callable[[Coroutine[Any, Any, None]], Awaitable[None]]
 # The operation whose work runs in this context (set by OperationRunner._run).
 _CURRENT: contextvars.ContextVar[str] = contextvars.ContextVar("ces_eval_operation", default="")
 
@@ -71,6 +75,70 @@ def _pack(message: Message) -> any_pb2.Any:
     packed = any_pb2.Any()
     packed.Pack(message)
     return packed
+
+
+def _project_of(operation: str) -> str:
+    """The project of an operation named ``projects/{project}/locations/{l}/operations/{o}``."""
+    parts = operation.split("/", 2)
+    return parts[1] if len(parts) > 1 and parts[0] == "projects" else ""
+
+
+class _Slots:
+    """The runner's ``count`` operation slots, shared between projects (docs/semantics.md,
+    "Long-running operations"): a project holds at most ``max(1, count - 1)`` of them, so
+    that another project's work always finds one free however long the first project's
+    work takes (runs against a slow agent, held runs). A freed slot goes to the waiting work
+    whose project holds the fewest slots, and among equals to the work that asked first: one
+    project's queue does not make another's wait behind it. Work waiting for a slot is
+    cancellable; it leaves the queue without a slot."""
+
+    def __init__(self, count: int) -> None:
+        self._free = count
+        self._share = max(1, count - 1)
+        self._held: dict[str, int] = {}
+        self._waiting: list[tuple[str, asyncio.Future[None]]] = []  # in the order they asked
+
+    async def acquire(self, project: str) -> None:
+        """Take a slot for ``project``, waiting for it as the class says."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.append((project, waiter))
+        self._hand_out()
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release(project)  # handed a slot just as the work was cancelled
+            else:
+                self._waiting = [entry for entry in self._waiting if entry[1] is not waiter]
+            raise
+
+    def release(self, project: str) -> None:
+        """Give back a slot ``project`` held; the next waiting work takes it."""
+        held = self._held[project] - 1
+        if held:
+            self._held[project] = held
+        else:
+            del self._held[project]
+        self._free += 1
+        self._hand_out()
+
+    def _hand_out(self) -> None:
+        while self._free and self._waiting:
+            # A waiter cancelled meanwhile leaves the queue (acquire removes it once its task
+            # runs again; a slot must not go to it before then).
+            self._waiting = [entry for entry in self._waiting if not entry[1].done()]
+            eligible = [
+                (self._held.get(project, 0), index)
+                for index, (project, _) in enumerate(self._waiting)
+                if self._held.get(project, 0) < self._share
+            ]
+            if not eligible:
+                return
+            _, index = min(eligible)
+            project, waiter = self._waiting.pop(index)
+            self._held[project] = self._held.get(project, 0) + 1
+            self._free -= 1
+            waiter.set_result(None)
 
 
 class OperationRunner:
@@ -86,7 +154,7 @@ class OperationRunner:
         self._storage = storage
         self._export_root = export_root
         self._database_tag = ""  # set by recover(): which database the exports belong to
-        self._slots = asyncio.Semaphore(concurrency)
+        self._slots = _Slots(concurrency)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._metadata: dict[str, Message] = {}
         self._stopping = False
@@ -190,15 +258,20 @@ class OperationRunner:
         *,
         name: str = "",
         ready: Callable[[], Awaitable[None]] | None = None,
+        guard: Guard | None = None,
     ) -> operations_pb2.Operation:
         """Persist a new operation under ``parent`` (``projects/p/locations/l``), named
         ``name`` when given (from :meth:`new_name`, for work that records it elsewhere first),
         and run ``work`` in the background; its result becomes the operation's response.
         ``ready``, when given, is awaited first, before the work takes one of the runner's
-        slots: work that waits for something else (a held run) does not keep others waiting."""
+        slots: work that waits for something else (a held run) does not keep others waiting.
+        ``guard``, when given, is the work's own guard: the runner awaits what comes before
+        the work (``ready``, then a slot) through it, so that a cancellation or a shutdown
+        there reaches the work's side as one during the work does (a run waiting for a slot
+        ends CANCELLED or ERROR, never left QUEUED)."""
         operation = self.new_operation(parent, metadata, name)
         await self._storage.insert_operation(operation, method, self.owner, self._lease)
-        self.adopt(operation, metadata, work, ready)
+        self.adopt(operation, metadata, work, ready, guard)
         return operation
 
     def new_operation(
@@ -218,11 +291,13 @@ class OperationRunner:
         metadata: Message,
         work: Callable[[], Awaitable[Message]],
         ready: Callable[[], Awaitable[None]] | None = None,
+        guard: Guard | None = None,
     ) -> None:
-        """Run ``work`` (after ``ready``, as :meth:`start` does) for ``operation``, which the
-        caller stored with this process as its owner (in a transaction of its own)."""
+        """Run ``work`` (after ``ready``, through ``guard``, as :meth:`start` does) for
+        ``operation``, which the caller stored with this process as its owner (in a
+        transaction of its own)."""
         self._metadata[operation.name] = metadata
-        task = asyncio.create_task(self._run(operation, work, ready), name=operation.name)
+        task = asyncio.create_task(self._run(operation, work, ready, guard), name=operation.name)
         self._tasks[operation.name] = task
         task.add_done_callback(lambda _: self._tasks.pop(operation.name, None))
 
@@ -247,16 +322,29 @@ class OperationRunner:
         operation: operations_pb2.Operation,
         work: Callable[[], Awaitable[Message]],
         ready: Callable[[], Awaitable[None]] | None,
+        guard: Guard | None,
     ) -> None:
         final = operations_pb2.Operation()
         final.CopyFrom(operation)
         final.done = True
         _CURRENT.set(operation.name)  # this task's own context: seen by its work only
-        try:
+        project = _project_of(operation.name)
+        holding = False
+
+        async def admitted() -> None:
+            nonlocal holding
             if ready is not None:
                 await ready()
-            async with self._slots:
+            await self._slots.acquire(project)
+            holding = True
+
+        try:
+            try:
+                await (admitted() if guard is None else guard(admitted()))
                 response = await work()
+            finally:
+                if holding:
+                    self._slots.release(project)
             final.response.CopyFrom(_pack(response))
         except asyncio.CancelledError:
             final.error.CopyFrom(_SHUTDOWN if self._stopping else _CANCELLED)
