@@ -124,6 +124,13 @@ MAX_DISPLAY_NAME = 512
 # Results one evaluation run produces at most (every repetition and persona task of each of its
 # evaluations): the run lists them all, and must stay well within one message a client receives.
 MAX_RUN_RESULTS = 5_000
+# Bytes one evaluation run stores at most: its results and the conversations they recorded, as
+# stored (binary protobuf). RunEvaluation (and a schedule, when written) refuses a plan whose
+# repetitions cannot fit, each estimated at what its result repeats of its evaluation (what a
+# repetition stores is never less); the engine ends a run ERROR before the result that would
+# pass it (docs/semantics.md, "Evaluation runs"). Without it, results within every other bound
+# allow about 16 GB per run.
+MAX_RUN_BYTES = 256 * 1024 * 1024
 # Violations reported for one request: enough to fix a request, bounded so that a hostile one
 # cannot make the error itself huge. Every check stops once it has found this many.
 MAX_VIOLATIONS = 100

@@ -19,6 +19,12 @@ RunEvaluationOperationMetadata) whose work plays the run:
   Results are stored in batches, each with the run's progress, summaries and result list in one
   transaction (Storage.record_run): progress never counts a result that is not stored, and each
   evaluation's derived fields follow.
+* The run's byte budget (:data:`limits.MAX_RUN_BYTES`: its results and conversations as
+  stored): a plan whose repetitions cannot fit, each at least what its result repeats of its
+  evaluation, is refused at the request (:func:`plan_violations` for schedules); while
+  playing, a result (with its conversation) that would pass the budget is not stored: what
+  was played before it is, and the run ends ERROR saying so (an agent's answers may make
+  results larger than their evaluations).
 * The run ends COMPLETED, with its latency report when asked. Cancelled (CancelOperation):
   every repetition not stored yet is stored CANCELLED and the run is CANCELLED. Stopped with
   the server: the run ends ERROR and its operation UNAVAILABLE; a server that died mid-run
@@ -71,8 +77,17 @@ if TYPE_CHECKING:
 
     from ces_eval.access import Caller
     from ces_eval.core.context import Context, Rpc
+    from ces_eval.generated.google.cloud.ces.v1beta.conversation_pb2 import Conversation
 
-__all__ = ["RPCS", "Prepared", "prepare", "refused_run", "request_violations", "verify"]
+__all__ = [
+    "RPCS",
+    "Prepared",
+    "plan_violations",
+    "prepare",
+    "refused_run",
+    "request_violations",
+    "verify",
+]
 
 Run = evaluation_pb2.EvaluationRun
 _Result = evaluation_pb2.EvaluationResult
@@ -85,6 +100,7 @@ _GOLDEN_RUNS, _SCENARIO_RUNS = 1, 5  # the client's documented defaults of run_c
 # _FLUSH_EVERY seconds, so a poller sees progress that is never older than that.
 _BATCH = 500
 _FLUSH_EVERY = 0.25
+_BATCH_BYTES = 16 * 1024 * 1024  # and once a batch holds this many bytes
 _HOLD_POLL = 0.1  # seconds between two looks at a hold
 _VERB = "run"
 _SHUT_DOWN = "The server shut down before this run finished; run the evaluations again."
@@ -226,14 +242,21 @@ def _unchanged_since(evaluation: _Evaluation) -> _Result | None:
 
 
 def _plan(
-    request: evaluation_pb2.RunEvaluationRequest, evaluations: Sequence[_Evaluation], app: str
+    request: evaluation_pb2.RunEvaluationRequest,
+    evaluations: Sequence[_Evaluation],
+    app: str,
+    *,
+    reuse: bool = True,
 ) -> list[_Task]:
-    """Every repetition the run plays, in order (see the module)."""
+    """Every repetition the run plays, in order (see the module); with ``reuse`` False, as if
+    no last result could be reused (a schedule's plan: its evaluations may change before it
+    fires)."""
     caching = request.evaluation_run_caching_settings.run_caching_mode
     default_persona = f"{app}/evaluationPersonas/{DEFAULT_PERSONA}"
     tasks: list[_Task] = []
     for evaluation in evaluations:
-        reused = _unchanged_since(evaluation) if caching == _Caching.SKIP_IF_UNCHANGED else None
+        reusing = reuse and caching == _Caching.SKIP_IF_UNCHANGED
+        reused = _unchanged_since(evaluation) if reusing else None
         if reused is not None:
             tasks.append(_Task(evaluation, 0, 1, reuse=reused))
             continue
@@ -254,6 +277,87 @@ def _plan(
                 tasks.append(_Task(evaluation, repetition, count, persona))
                 repetition += 1
     return tasks
+
+
+def _plan_field(request: evaluation_pb2.RunEvaluationRequest) -> str:
+    """The request's field that sets the size of its plan, where a plan too large is refused."""
+    if request.HasField("run_count"):
+        return "run_count"
+    return "evaluation_dataset" if request.evaluation_dataset else "evaluations"
+
+
+def _repeated_size(evaluation: _Evaluation) -> int:
+    """Bytes each repetition of ``evaluation`` stores at least: what its result and its
+    conversation repeat of it (a golden's steps; a scenario's task, rubrics and scenario
+    expectations), counted once. Its other fields (descriptions, traces, variables) are not
+    repeated, and a rule or an agent can only add to it."""
+    if _is_scenario(evaluation):
+        scenario = evaluation.scenario
+        texts = [scenario.task, *scenario.rubrics]
+        return sum(len(text.encode()) for text in texts) + sum(
+            expected.ByteSize() for expected in scenario.scenario_expectations
+        )
+    return sum(step.ByteSize() for turn in evaluation.golden.turns for step in turn.steps)
+
+
+def _size_violations(
+    request: evaluation_pb2.RunEvaluationRequest, tasks: Sequence[_Task], path: str
+) -> list[FieldViolation]:
+    """``tasks`` (the plan of ``request``) hold more results than a run may (TOO_MANY), or
+    cannot fit the run's byte budget (TOO_LARGE): each repetition stores at least
+    :func:`_repeated_size` of its evaluation, a reused result its own size. At ``path``'s
+    field that sets the plan's size."""
+    at = validation.under(path, _plan_field(request))
+    if len(tasks) > limits.MAX_RUN_RESULTS:
+        return [
+            FieldViolation(
+                at,
+                f"The run would produce {len(tasks)} results; at most "
+                f"{limits.MAX_RUN_RESULTS} are allowed.",
+                "TOO_MANY",
+            )
+        ]
+    sizes: dict[str, int] = {}
+    estimate = 0
+    for task in tasks:
+        if task.reuse is not None:
+            estimate += task.reuse.ByteSize()
+            continue
+        name = task.evaluation.name
+        if name not in sizes:
+            sizes[name] = _repeated_size(task.evaluation)
+        estimate += sizes[name]
+    if estimate <= limits.MAX_RUN_BYTES:
+        return []
+    return [
+        FieldViolation(
+            at,
+            f"The run's {len(tasks)} results would store at least {estimate} bytes (each "
+            f"repeats its evaluation's turns or scenario); a run stores at most "
+            f"{limits.MAX_RUN_BYTES} bytes. "
+            f"Run fewer repetitions, or smaller evaluations.",
+            "TOO_LARGE",
+        )
+    ]
+
+
+async def plan_violations(
+    context: Context, request: evaluation_pb2.RunEvaluationRequest, path: str, app: str
+) -> list[FieldViolation]:
+    """What RunEvaluation would refuse of ``request``'s plan with the evaluations as stored
+    now (TOO_MANY, TOO_LARGE: :func:`_size_violations`), as for a schedule: no result reused.
+    The evaluations' existence is :func:`verify`'s to report; missing ones count for nothing
+    here, as does a dataset that lists none yet."""
+    listed = list(request.evaluations)
+    if request.evaluation_dataset:
+        dataset = await context.storage.get_row(tables.DATASETS, request.evaluation_dataset)
+        listed = list(dataset.evaluations) if dataset is not None else []
+    evaluations = [
+        evaluation
+        for name in listed
+        if (evaluation := await context.storage.get_evaluation(name)) is not None
+    ]
+    return _size_violations(request, _plan(request, evaluations, app, reuse=False), path)
 
 
 def _evaluation_type(evaluations: Sequence[_Evaluation]) -> Run.EvaluationType.ValueType:
@@ -328,7 +432,9 @@ class _Engine:
         self._run_id = run.name.rsplit("/", 1)[-1]
         self._stored = 0  # tasks whose results are stored
         self._pending: list[_Result] = []
-        self._conversations: list[outcomes.Played] = []
+        self._conversations: list[Conversation] = []
+        self._stored_bytes = 0  # of the results and conversations stored (the budget)
+        self._pending_bytes = 0
         self._rules: list[_Rule] = []
         self._latencies = _Latencies()
         self._player = outcomes.Player()
@@ -372,11 +478,35 @@ class _Engine:
             if not self._pending:  # a batch begins: the rules as they are now
                 self._rules = await outcome_rules.of_app(self._context, self._app)
             await self._before(task)
-            self._pending.append(await self._result(task))
-            if len(self._pending) >= _BATCH or time.monotonic() - flushed >= _FLUSH_EVERY:
+            result, conversation = await self._result(task)
+            size = result.ByteSize() + (conversation.ByteSize() if conversation else 0)
+            if self._stored_bytes + self._pending_bytes + size > limits.MAX_RUN_BYTES:
+                await self._flush()  # what fits is kept
+                over = self._over_budget(task)
+                raise ServiceError.invalid_argument(over.description, [over])
+            self._pending.append(result)
+            if conversation is not None:
+                self._conversations.append(conversation)
+            self._pending_bytes += size
+            if (
+                len(self._pending) >= _BATCH
+                or self._pending_bytes >= _BATCH_BYTES
+                or time.monotonic() - flushed >= _FLUSH_EVERY
+            ):
                 await self._flush()
                 flushed = time.monotonic()
         await self._flush()
+
+    def _over_budget(self, task: _Task) -> FieldViolation:
+        """Why the run stops before ``task``: its results would pass the budget."""
+        return FieldViolation(
+            _plan_field(self._request),
+            f"The run's results and conversations would pass its budget of "
+            f"{limits.MAX_RUN_BYTES} bytes at repetition {task.repetition + 1} of "
+            f"{task.evaluation.name}; {self._stored} of {len(self._tasks)} results were stored. "
+            f"Run fewer repetitions, or smaller evaluations.",
+            "TOO_LARGE",
+        )
 
     async def _completed(self) -> None:
         """Store the run COMPLETED and, in the same transaction, its scheduled evaluation run
@@ -452,12 +582,14 @@ class _Engine:
             await asyncio.sleep(_HOLD_POLL)
             self._rules = await outcome_rules.of_app(self._context, self._app)
 
-    async def _result(self, task: _Task) -> _Result:
-        """The result of ``task``, played (or reused), with the run's fields: by the app's
-        agent when it has one and no outcome rule decides the repetition, else scripted."""
+    async def _result(self, task: _Task) -> tuple[_Result, Conversation | None]:
+        """The result of ``task``, played (or reused), with the run's fields, and the
+        conversation it recorded (none for a reused result): by the app's agent when it has
+        one and no outcome rule decides the repetition, else scripted."""
         evaluation = task.evaluation
         started = now()
         result_name = f"{evaluation.name}/results/{names.new_id()}"
+        conversation = None
         if task.reuse is not None:
             result = _Result()
             result.CopyFrom(task.reuse)
@@ -480,10 +612,10 @@ class _Engine:
             else:
                 played = self._player.play(given)
             result = played.result
-            self._conversations.append(played)
+            conversation = played.conversation
         self._stamp(result, task)
         self._latencies.add(result)
-        return result
+        return result, conversation
 
     def _stamp(self, result: _Result, task: _Task) -> None:
         run = self._run
@@ -533,7 +665,7 @@ class _Engine:
             return
         batch = self._pending
         run = self._counted(batch)
-        conversations = [played.conversation for played in self._conversations]
+        conversations = self._conversations
 
         async def write() -> None:
             await self._context.storage.record_run(
@@ -545,8 +677,10 @@ class _Engine:
             )
             self._run = run
             self._stored += len(batch)
+            self._stored_bytes += self._pending_bytes
             self._pending = []
             self._conversations = []
+            self._pending_bytes = 0
 
         await self._settled(write())
 
@@ -554,6 +688,7 @@ class _Engine:
         """Store every repetition not stored yet as CANCELLED, and the run CANCELLED."""
         self._pending = []
         self._conversations = []
+        self._pending_bytes = 0
         cancelled = []
         for task in self._tasks[self._stored :]:
             result = _Result(
@@ -684,19 +819,7 @@ async def prepare(
         raise _not_found(missing)
     evaluations = await _evaluations_of(context, request)
     tasks = _plan(request, evaluations, app)
-    if len(tasks) > limits.MAX_RUN_RESULTS:
-        field_name = "run_count" if request.HasField("run_count") else "evaluations"
-        validation.raise_if_invalid(
-            [
-                FieldViolation(
-                    field_name,
-                    f"The run would produce {len(tasks)} results; at most "
-                    f"{limits.MAX_RUN_RESULTS} are allowed.",
-                    "TOO_MANY",
-                )
-            ],
-            "run request",
-        )
+    validation.raise_if_invalid(_size_violations(request, tasks, ""), "run request")
     run = _new_run(request, user, now())
     run.operation = context.runner.new_name(location_of(app))
     run.evaluation_type = _evaluation_type(evaluations)

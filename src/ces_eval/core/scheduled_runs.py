@@ -9,7 +9,9 @@ and served by the generic standard methods. What is its own:
   ``evaluation_dataset`` is given, each listed evaluation (or the dataset) exists when the
   schedule is written, ``run_count`` is at least 1 when set and no persona has a negative
   ``task_count`` (personas are names of the app's ``evaluationPersonas``, checked for their
-  form only: this service keeps no personas).
+  form only: this service keeps no personas), and the run it starts, with the evaluations as
+  they are when the schedule is written, holds no more results than a run may and fits a
+  run's byte budget (:func:`running.plan_violations`; a firing checks again).
 * ``scheduling_config`` follows :mod:`ces_eval.core.schedules` (frequency REQUIRED,
   ``start_time`` REQUIRED, ``days_of_week`` 1-7, unrepeated, only for WEEKLY and BIWEEKLY).
 * ``next_scheduled_execution_time`` (output only) is computed on create and on every update
@@ -72,9 +74,11 @@ def _rules(run: Scheduled, path: str, parts: dict[str, str]) -> list[FieldViolat
 
 async def _verify(context: Context, run: Scheduled) -> list[FieldViolation]:
     """The evaluations (or the dataset) the request runs exist now (their form and app were
-    checked by the field rules)."""
-    return await running.verify(
-        context, run.request, f"{_FIELD}.request", tables.parent_of(run.name)
+    checked by the field rules), and the run it would start fits a run's bounds (its count of
+    results, its byte budget) with them as they are now."""
+    path, app = f"{_FIELD}.request", tables.parent_of(run.name)
+    return await running.verify(context, run.request, path, app) or (
+        await running.plan_violations(context, run.request, path, app)
     )
 
 
