@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from google.rpc import code_pb2
 
-from ces_eval.core.operations import OperationRunner
+from ces_eval.core.operations import Guard, OperationRunner
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.storage.sqlite import SqliteStorage
 
@@ -18,11 +18,8 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine
     from pathlib import Path
 
+    from google.longrunning import operations_pb2
     from google.protobuf.message import Message
-
-
-def _parent(project: str) -> str:
-    return f"projects/{project}/locations/l"
 
 
 class _Works:
@@ -41,6 +38,14 @@ class _Works:
             return service_pb2.OperationMetadata()
 
         return run
+
+    async def start(
+        self, runner: OperationRunner, project: str, label: str, guard: Guard | None = None
+    ) -> operations_pb2.Operation:
+        """Start the work ``label`` in an operation of ``project``."""
+        parent = f"projects/{project}/locations/l"
+        metadata = service_pb2.OperationMetadata()
+        return await runner.start(parent, "M", metadata, self.work(label), guard=guard)
 
     def release(self, label: str) -> None:
         self._releases[label].set()
@@ -73,14 +78,10 @@ def test_one_project_leaves_another_a_slot(tmp_path: Path) -> None:
     async def body(runner: OperationRunner) -> None:
         works = _Works()
         for index in range(5):
-            await runner.start(
-                _parent("a"), "M", service_pb2.OperationMetadata(), works.work(f"a{index}")
-            )
+            await works.start(runner, "a", f"a{index}")
         await _settle()
         assert works.started == ["a0", "a1", "a2"]  # max(1, 4 - 1) of the 4 slots
-        other = await runner.start(
-            _parent("b"), "M", service_pb2.OperationMetadata(), works.work("b")
-        )
+        other = await works.start(runner, "b", "b")
         await _settle()
         assert works.started == ["a0", "a1", "a2", "b"]
         works.release("b")
@@ -101,9 +102,7 @@ def test_a_freed_slot_goes_to_the_waiting_project_holding_fewest(tmp_path: Path)
         works = _Works()
 
         async def start(project: str, label: str) -> None:
-            await runner.start(
-                _parent(project), "M", service_pb2.OperationMetadata(), works.work(label)
-            )
+            await works.start(runner, project, label)
             await _settle()
 
         for label in ("a0", "a1", "a2"):
@@ -123,9 +122,9 @@ def test_a_freed_slot_goes_to_the_waiting_project_holding_fewest(tmp_path: Path)
     _scenario(tmp_path, body)
 
 
-def _guard(
-    seen: list[str], runner: OperationRunner
-) -> Callable[[Coroutine[Any, Any, None]], Awaitable[None]]:
+def _guard(seen: list[str], runner: OperationRunner) -> Guard:
+    """A guard that records what ended the work it guards: a cancellation or a shutdown."""
+
     async def guard(step: Coroutine[Any, Any, None]) -> None:
         try:
             await step
@@ -140,17 +139,9 @@ def test_work_cancelled_while_it_waits_for_a_slot_is_seen_by_its_guard(tmp_path:
     async def body(runner: OperationRunner) -> None:
         works = _Works()
         for index in range(3):
-            await runner.start(
-                _parent("a"), "M", service_pb2.OperationMetadata(), works.work(f"a{index}")
-            )
+            await works.start(runner, "a", f"a{index}")
         seen: list[str] = []
-        waiting = await runner.start(
-            _parent("a"),
-            "M",
-            service_pb2.OperationMetadata(),
-            works.work("a3"),
-            guard=_guard(seen, runner),
-        )
+        waiting = await works.start(runner, "a", "a3", _guard(seen, runner))
         await _settle()
         assert "a3" not in works.started
         await runner.cancel(waiting.name)
@@ -158,13 +149,7 @@ def test_work_cancelled_while_it_waits_for_a_slot_is_seen_by_its_guard(tmp_path:
         assert done is not None and done.error.code == code_pb2.CANCELLED
         assert seen == ["cancelled"] and "a3" not in works.started
         # Shut down while one waits: its guard sees the server stop.
-        stopped = await runner.start(
-            _parent("a"),
-            "M",
-            service_pb2.OperationMetadata(),
-            works.work("a4"),
-            guard=_guard(seen, runner),
-        )
+        stopped = await works.start(runner, "a", "a4", _guard(seen, runner))
         await _settle()
         await runner.shutdown()
         assert seen == ["cancelled", "stopping"] and "a4" not in works.started

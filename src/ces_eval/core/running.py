@@ -479,7 +479,7 @@ class _Engine:
                 self._rules = await outcome_rules.of_app(self._context, self._app)
             await self._before(task)
             result, conversation = await self._result(task)
-            size = result.ByteSize() + (conversation.ByteSize() if conversation else 0)
+            size = result.ByteSize() + (0 if conversation is None else conversation.ByteSize())
             if self._stored_bytes + self._pending_bytes + size > limits.MAX_RUN_BYTES:
                 await self._flush()  # what fits is kept
                 over = self._over_budget(task)
