@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
 __all__ = [
+    "SEED_MAX_BYTES",
     "ExitStatus",
     "ServerConfig",
     "StartupError",
@@ -77,6 +78,9 @@ DRAIN_SECONDS = 10.0
 # Per listener and process; at most 2 x this of the process's file descriptors go to clients.
 DEFAULT_MAX_CONNECTIONS = 4096
 HEALTH_PING_SECONDS = 2.0
+# The largest ``--seed`` file read (README, "Server options"): an export document is parsed
+# whole in memory, and a bigger one is refused by its size before any of it is read.
+SEED_MAX_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -557,6 +561,7 @@ async def _serve(
         locations=config.locations,
         scheduling=config.scheduler,
         agent_hosts=config.agent_allow_hosts,
+        own_ports=(grpc_port, int(http_sockets[0].getsockname()[1])),
     )
     if config.seed is not None and seed is not None:
         await _seed(core, config.seed, seed)

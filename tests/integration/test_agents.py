@@ -7,13 +7,10 @@ endpoint is set; the agent's token is sent to it and written nowhere else."""
 
 from __future__ import annotations
 
-import json
 import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +20,7 @@ import pytest
 from ces_eval.testing import Emulator, EmulatorError
 from ces_eval.testing.server import RunningServer, start_server
 from tests.support import contract
-from tests.support.agent import Agent, running_agent
+from tests.support.agent import Agent, rest_call, run_evaluations, running_agent
 from tests.support.official import run_official
 
 pytestmark = pytest.mark.external
@@ -43,20 +40,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     running = start_server(tmp_path_factory.mktemp("agents") / "db.sqlite")
     yield running
     running.stop()
-
-
-def _call(server: RunningServer, method: str, path: str, body: object = None) -> Any:
-    request = urllib.request.Request(
-        server.http_base + path,
-        data=None if body is None else json.dumps(body).encode(),
-        method=method,
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=60) as answer:
-            return json.loads(answer.read() or b"{}")
-    except urllib.error.HTTPError as error:
-        raise AssertionError(f"{method} {path}: {error.code} {error.read()!r}") from None
 
 
 @pytest.mark.parametrize("transport", ["grpc", "rest"])
@@ -121,24 +104,12 @@ def _golden(server: RunningServer, app: str) -> str:
             ]
         },
     }
-    return str(_call(server, "POST", f"/v1beta/{app}/evaluations", evaluation)["name"])
-
-
-def _run(
-    server: RunningServer, app: str, evaluations: list[str], **request: object
-) -> tuple[Any, list[Any]]:
-    """RunEvaluation of ``evaluations`` (with ``request``'s other fields) to its end: the run
-    and its results."""
-    body = {"app": app, "evaluations": evaluations, **request}
-    operation = _call(server, "POST", f"/v1beta/{app}:runEvaluation", body)
-    done = Emulator(server.http_base).wait(operation)
-    run = _call(server, "GET", f"/v1beta/{done['response']['evaluationRun']}")
-    return run, [_call(server, "GET", f"/v1beta/{name}") for name in run["evaluationResults"]]
+    return str(rest_call(server, "POST", f"/v1beta/{app}/evaluations", evaluation)["name"])
 
 
 def _played(server: RunningServer, app: str, evaluation: str) -> tuple[Any, Any]:
     """Run ``evaluation`` once: the run and its one result."""
-    run, [result] = _run(server, app, [evaluation], runCount=1)
+    run, [result] = run_evaluations(server, app, [evaluation], runCount=1)
     return run, result
 
 
@@ -180,7 +151,7 @@ def test_a_scenario_needs_a_simulator(server: RunningServer, agent: Agent) -> No
             ],
         },
     }
-    evaluation = _call(server, "POST", f"/v1beta/{app}/evaluations", scenario)["name"]
+    evaluation = rest_call(server, "POST", f"/v1beta/{app}/evaluations", scenario)["name"]
     _, result = _played(server, app, evaluation)
     assert result["executionState"] == "ERROR"
     assert "needs a user simulator" in result["errorInfo"]["errorMessage"]
@@ -278,7 +249,7 @@ def _weather_golden(server: RunningServer, app: str, city: str, degrees: int) ->
             ]
         },
     }
-    return str(_call(server, "POST", f"/v1beta/{app}/evaluations", evaluation)["name"])
+    return str(rest_call(server, "POST", f"/v1beta/{app}/evaluations", evaluation)["name"])
 
 
 def test_a_judge_scores_turns_and_the_trace_gives_tool_latencies(
@@ -288,7 +259,9 @@ def test_a_judge_scores_turns_and_the_trace_gives_tool_latencies(
     emulator = Emulator(server.http_base)
     emulator.set_agent(app, agent.url + "/agent", judge_uri=agent.url + "/judge")
     evaluation = _weather_golden(server, app, "Paris", 21)
-    run, [result, _] = _run(server, app, [evaluation], runCount=2, generateLatencyReport=True)
+    run, [result, _] = run_evaluations(
+        server, app, [evaluation], runCount=2, generateLatencyReport=True
+    )
     assert run["progress"]["passedCount"] == 2
     [turn] = result["goldenResult"]["turnReplayResults"]
     assert turn["semanticSimilarityResult"] == {"score": 4, "outcome": "PASS"}
@@ -345,7 +318,7 @@ def _scenario(server: RunningServer, app: str) -> str:
             ],
         },
     }
-    return str(_call(server, "POST", f"/v1beta/{app}/evaluations", scenario)["name"])
+    return str(rest_call(server, "POST", f"/v1beta/{app}/evaluations", scenario)["name"])
 
 
 def test_a_simulator_plays_the_user_of_a_scenario(server: RunningServer, agent: Agent) -> None:
@@ -373,7 +346,7 @@ def test_a_simulator_plays_the_user_of_a_scenario(server: RunningServer, agent: 
             "scoreExplanation": "A temperature was given.",
         }
     ]
-    conversation = _call(server, "GET", f"/emulator/v1/{scenario['conversation']}")
+    conversation = rest_call(server, "GET", f"/emulator/v1/{scenario['conversation']}")
     texts = [
         (message["role"], chunk.get("text"))
         for turn in conversation["turns"]
@@ -386,7 +359,9 @@ def test_a_simulator_plays_the_user_of_a_scenario(server: RunningServer, agent: 
         ("agent", "It is 30 degrees in Rome."),
     ]
     # The recorded conversation is a conversation like any other: a golden is made of it.
-    generated = _call(server, "POST", f"/v1beta/{scenario['conversation']}:generateEvaluation", {})
+    generated = rest_call(
+        server, "POST", f"/v1beta/{scenario['conversation']}:generateEvaluation", {}
+    )
     made = Emulator(server.http_base).wait(generated)
     assert made["response"]["golden"]["turns"], made
 
@@ -414,7 +389,7 @@ def test_the_readme_example_agent_passes_the_workflow_goldens(
         call = {"toolCall": {"tool": f"{app}/tools/lookup-order", "args": {"order": order}}}
         golden = {"turns": [{"steps": [step_in, {"expectation": call}]}]}
         evaluation = {"displayName": f"Order {order}", "golden": golden}
-        names.append(_call(server, "POST", f"/v1beta/{app}/evaluations", evaluation)["name"])
+        names.append(rest_call(server, "POST", f"/v1beta/{app}/evaluations", evaluation)["name"])
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -430,7 +405,7 @@ def test_the_readme_example_agent_passes_the_workflow_goldens(
                     break
             assert time.monotonic() < deadline and process.poll() is None
             time.sleep(0.05)
-        run, _ = _run(server, app, names)
+        run, _ = run_evaluations(server, app, names)
         assert run["state"] == "COMPLETED"
         assert run["progress"]["passedCount"] == 2, run["progress"]
     finally:

@@ -13,6 +13,14 @@ deterministic; ``/judge-wrong`` a judge answering a similarity out of range. ``/
 after :attr:`Agent.slow` seconds; ``/fail`` HTTP 500; ``/huge`` 2 MB of
 JSON; ``/malformed`` text that is not JSON; ``/shape`` JSON that is no RunSessionResponse;
 ``/redirect`` a 302 to ``/agent``.
+
+Hostile paths (tests/integration/test_agent_attacks.py), each answering bytes built once, so
+that the agent's own work (in the test process) stays cheap: ``/long`` one text of 4.1 MB;
+``/many-calls`` 40,000 tool calls in one answer; ``/spans`` a trace of 400,000 spans (11 MB);
+``/bulky`` 15 texts of 260,000 characters (3.9 MB, under the default 4 MiB answer limit);
+``/judge-huge`` a judge's similarity that is an array of 4 MB; ``/deep`` JSON nested 100,000
+deep; ``/echo`` HTTP 500 repeating the request's Authorization header (once whole, once across
+the 200th character).
 """
 
 from __future__ import annotations
@@ -21,11 +29,19 @@ import json
 import re
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from ces_eval.testing import Emulator
+
+if TYPE_CHECKING:
+    from ces_eval.testing.server import RunningServer
 
 TOOL = "{app}/tools/get_weather"  # of the app whose session it is
 _CITY = re.compile(r"weather in (\w+)", re.IGNORECASE)
@@ -109,6 +125,37 @@ def _simulated(request: dict[str, Any]) -> dict[str, Any]:
     return {"userInput": {"text": f"What is the weather in {city}?"}}
 
 
+LONG_TEXT_CHARS = 4_100_000
+MANY_CALLS = 40_000
+SPANS = 400_000
+BULKY_TEXTS, BULKY_CHARS = 15, 260_000
+DEEP = 100_000
+
+
+@cache
+def _hostile(path: str) -> bytes:
+    """The prebuilt answer of a hostile path (see the module)."""
+    if path == "/long":
+        return json.dumps(
+            {"outputs": [{"text": ("lorem " * LONG_TEXT_CHARS)[:LONG_TEXT_CHARS]}]}
+        ).encode()
+    if path == "/many-calls":
+        calls = [{"tool": "tools/elsewhere"}] * MANY_CALLS
+        return json.dumps({"outputs": [{"toolCalls": {"toolCalls": calls}}]}).encode()
+    if path == "/spans":
+        spans = [{"name": f"span-{index:012d}"} for index in range(SPANS)]
+        trace = {"rootSpan": {"name": "turn", "childSpans": spans}}
+        return json.dumps({"outputs": [{"text": "Hi", "diagnosticInfo": trace}]}).encode()
+    if path == "/bulky":
+        text = ("ipsum " * BULKY_CHARS)[:BULKY_CHARS]
+        return json.dumps({"outputs": [{"text": text}] * BULKY_TEXTS}).encode()
+    if path == "/judge-huge":
+        return json.dumps({"semanticSimilarity": [10**39] * 99_000}).encode()
+    if path == "/deep":
+        return b'{"outputs": ' + b"[" * DEEP + b"]" * DEEP + b"}"
+    raise KeyError(path)
+
+
 def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, format: str, *args: Any) -> None:
@@ -155,6 +202,12 @@ def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
                 self._send(200, b"this is not JSON {", "text/plain")
             elif self.path == "/shape":
                 self._send(200, b'{"outputs": "not a list of outputs"}')
+            elif self.path in ("/long", "/many-calls", "/spans", "/bulky", "/judge-huge", "/deep"):
+                self._send(200, _hostile(self.path))
+            elif self.path == "/echo":
+                secret = self.headers.get("Authorization", "")
+                echoed = f"authorization={secret}; " + "x" * (190 - 16 - len(secret)) + secret
+                self._send(500, echoed.encode(), "text/plain")
             elif self.path == "/redirect":
                 self.send_response(302)
                 self.send_header("Location", "/agent")
@@ -181,3 +234,32 @@ def running_agent() -> Iterator[Agent]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+def rest_call(server: RunningServer, method: str, path: str, body: object = None) -> Any:
+    """One REST call to ``server``: its JSON answer (AssertionError for an HTTP error)."""
+    request = urllib.request.Request(
+        server.http_base + path,
+        data=None if body is None else json.dumps(body).encode(),
+        method=method,
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=120) as answer:
+            return json.loads(answer.read() or b"{}")
+    except urllib.error.HTTPError as error:
+        raise AssertionError(f"{method} {path}: {error.code} {error.read()[:2000]!r}") from None
+
+
+def run_evaluations(
+    server: RunningServer, app: str, evaluations: list[str], **request: object
+) -> tuple[Any, list[Any]]:
+    """RunEvaluation of ``evaluations`` (with ``request``'s other fields) to its end: the run
+    and its results."""
+    body = {"app": app, "evaluations": evaluations, **request}
+    operation = rest_call(server, "POST", f"/v1beta/{app}:runEvaluation", body)
+    done = Emulator(server.http_base).wait(operation, timeout=300)
+    run = rest_call(server, "GET", f"/v1beta/{done['metadata']['evaluationRun']}")
+    return run, [
+        rest_call(server, "GET", f"/v1beta/{name}") for name in run.get("evaluationResults", [])
+    ]

@@ -6,14 +6,19 @@ It lives in a generic table (:data:`ces_eval.storage.tables.AGENT_ENDPOINTS`), s
 reset clears it.
 
 Every URL's host must be loopback or one the server allows (``--agent-allow-hosts``), checked
-when the endpoint is set and again before every call. The headers (tokens) are stored but never
-answered: ``header_names`` lists them.
+when the endpoint is set and again before every call; no URL may reach the server's own
+listeners (:func:`reaches_server`: its gRPC and HTTP ports at any address of this machine),
+checked when the endpoint is set and, on the addresses its host resolves to then, at every
+connection. The headers (tokens) are stored but never answered: ``header_names`` lists them;
+their values are visible ASCII (what HTTP/1.1 sends as is), and no violation repeats one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import re
+import socket
 import urllib.parse
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -27,12 +32,20 @@ from ces_eval.storage import tables
 from ces_eval.storage.base import Conflict, EtagMismatch, Missing
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Collection, Mapping, Sequence
 
     from ces_eval.access import Caller
     from ces_eval.core.context import Context, Rpc
 
-__all__ = ["RPCS", "Endpoint", "host_refusal", "of_app"]
+__all__ = [
+    "RPCS",
+    "Endpoint",
+    "header_refusal",
+    "host_refusal",
+    "of_app",
+    "own_port_refusal",
+    "reaches_server",
+]
 
 AgentEndpoint = emulator_pb2.AgentEndpoint
 PATTERN = names.of(AgentEndpoint)
@@ -40,9 +53,13 @@ DEFAULT_TIMEOUT_SECONDS = 30.0
 MAX_TIMEOUT_SECONDS = 600.0
 DEFAULT_MAX_RESPONSE_BYTES = 4 * 2**20
 MAX_RESPONSE_BYTES = 64 * 2**20
-# RFC 9110 field names (tokens); values of visible characters, spaces and tabs only.
+# RFC 9110 field names (tokens); values of visible ASCII characters, spaces and tabs only: the
+# HTTP client sends header values as ASCII (RFC 9110's obs-text, 0x80-0xFF, it cannot encode).
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-_HEADER_VALUE = re.compile(r"[\t\x20-\x7e\x80-\xff]*")
+_HEADER_VALUE = re.compile(r"[\t\x20-\x7e]*")
+# Which this server's listeners are, as one URL names them: its ports at addresses of this
+# machine (see reaches_server).
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 _MANAGED_HEADERS = frozenset({"content-type", "content-length", "host", "transfer-encoding"})
 
 
@@ -56,6 +73,8 @@ class Endpoint:
     max_response_bytes: int
     judge_uri: str
     simulator_uri: str
+    # The server's own listening ports, which no call may reach (reaches_server).
+    server_ports: tuple[int, ...] = ()
 
 
 def host_refusal(uri: str, allowed: Sequence[str]) -> str | None:
@@ -68,7 +87,10 @@ def host_refusal(uri: str, allowed: Sequence[str]) -> str | None:
         return f"Not a URL: {error}."
     host = (parts.hostname or "").lower()
     problem = None
-    if parts.scheme not in ("http", "https"):
+    if any(character.isspace() or not character.isprintable() for character in uri):
+        # urlsplit drops tabs and line breaks (WHATWG); the HTTP client refuses them.
+        problem = "Must not hold whitespace or control characters."
+    elif parts.scheme not in ("http", "https"):
         problem = "Must be an http or https URL."
     elif parts.username is not None or parts.password is not None:
         problem = "Must not carry credentials; give them in headers."
@@ -79,6 +101,67 @@ def host_refusal(uri: str, allowed: Sequence[str]) -> str | None:
             f"The host {host} is neither loopback nor allowed by the server's --agent-allow-hosts."
         )
     return problem
+
+
+def header_refusal(value: str) -> str | None:
+    """Why a header value cannot be sent (None: it can); never repeats the value, a secret."""
+    if _HEADER_VALUE.fullmatch(value):
+        return None
+    return "The value holds a character other than visible ASCII, a space or a tab."
+
+
+def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        address = ipaddress.ip_address(text.split("%", 1)[0])
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _of_this_machine(text: str) -> bool:
+    """Whether ``text`` is an address of this machine: loopback, the unspecified address (which
+    connects to this machine), or one a socket can be bound to (an address of one of its
+    interfaces, whatever name the machine or ``--host`` gives it)."""
+    address = _address(text)
+    if address is None:
+        return False
+    if address.is_loopback or address.is_unspecified:
+        return True
+    family = socket.AF_INET if address.version == 4 else socket.AF_INET6
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((str(address), 0))
+    except OSError:
+        return False
+    return True
+
+
+def reaches_server(address: str, port: int, own_ports: Collection[int]) -> bool:
+    """Whether a connection to ``address`` and ``port`` could reach this server's own
+    listeners (``own_ports``, its gRPC and HTTP ports): the port is one of them and the address
+    is this machine's. Refused for agents, judges and simulators whatever the address's name
+    (docs/agents.md, "Safety")."""
+    return port in own_ports and _of_this_machine(address)
+
+
+async def own_port_refusal(uri: str, own_ports: Collection[int]) -> str | None:
+    """Why ``uri`` may not be called because it reaches this server (see
+    :func:`reaches_server`) at one of the addresses its host resolves to now; None when it does
+    not, or cannot be resolved now (each connection checks again)."""
+    if not own_ports:
+        return None
+    try:
+        parts = urllib.parse.urlsplit(uri)
+        port = parts.port or _DEFAULT_PORTS.get(parts.scheme, 0)
+        host = parts.hostname or ""
+        found = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (ValueError, OSError, UnicodeError):
+        return None
+    if any(reaches_server(str(info[4][0]), port, own_ports) for info in found):
+        return "Names this server's own port; the agent, judge and simulator are other programs."
+    return None
 
 
 def _loopback(host: str) -> bool:
@@ -109,6 +192,7 @@ async def of_app(context: Context, app: str) -> Endpoint | None:
         max_response_bytes=stored.max_response_bytes or DEFAULT_MAX_RESPONSE_BYTES,
         judge_uri=stored.judge_uri,
         simulator_uri=stored.simulator_uri,
+        server_ports=context.own_ports,
     )
 
 
@@ -138,9 +222,9 @@ def _violations(endpoint: AgentEndpoint, allowed: tuple[str, ...]) -> list[Field
             found.append(FieldViolation(where, "Not an HTTP header name."))
         elif name.lower() in _MANAGED_HEADERS:
             found.append(FieldViolation(where, "Set by the server for every call."))
-        if not _HEADER_VALUE.fullmatch(value):
-            # The value is a secret: the violation does not repeat it.
-            found.append(FieldViolation(where, "The value holds a line break or control byte."))
+        refusal = header_refusal(value)
+        if refusal is not None:  # the value is a secret: the violation does not repeat it
+            found.append(FieldViolation(where, refusal))
     if endpoint.HasField("timeout"):
         seconds = endpoint.timeout.ToNanoseconds() / 1e9
         if not 0 < seconds <= MAX_TIMEOUT_SECONDS:
@@ -193,6 +277,14 @@ async def update_agent_endpoint(
         checked.CopyFrom(updated)  # the descriptors' rules and limits clear OUTPUT_ONLY fields
         violations = validation.resource_violations(checked, "agent_endpoint")
         violations += _violations(updated, context.agent_hosts)
+        for field in ("uri", "judge_uri", "simulator_uri"):
+            value = getattr(updated, field)
+            if not value or host_refusal(value, context.agent_hosts) is not None:
+                continue  # nothing to call, or refused already
+            refusal = await own_port_refusal(value, context.own_ports)
+            if refusal is not None:
+                found = FieldViolation(f"agent_endpoint.{field}", refusal, "URL_NOT_ALLOWED")
+                violations.append(found)
         validation.raise_if_invalid(violations, "request")
         updated.update_time.CopyFrom(now())
         updated.etag = new_etag()

@@ -20,23 +20,46 @@ it answers is recorded and scored (:mod:`ces_eval.core.agent_scoring`).
   own trace (``diagnostic_info.root_span``: a span whose ``attributes.tool`` names a tool).
 
 Any failure of a call (a refused host, no answer within the timeout, an HTTP error or redirect,
-an answer too large, not JSON, not the expected shape) ends that result ERROR with the reason;
-the run goes on. The endpoint's headers (tokens) are sent with every call and written nowhere
-else: not to a result, a conversation, an error or a log line.
+an answer too large, not JSON, nested too deeply, not the expected shape) ends that result ERROR
+with the reason; the run goes on. So does any unexpected failure while one result is played
+(the last resort in :meth:`Agent.play`: logged by its kind and place, never its text).
+
+Bounds (docs/agents.md, "Bounds"): what a result and its conversation record is spent from a
+:class:`~ces_eval.core.agent_scoring.Budget` as it is recorded, so that neither is ever built
+past what the write path stores (MAX_RESOURCE_BYTES; for a result, less what its evaluation
+takes, since the evaluation serves its last completed result), nor past its count limits; a
+text past MAX_STRING_CHARS is refused as it arrives; what is left is checked by the write
+path's own limits once played. An answer's JSON is read, parsed and recorded off the event loop
+when large (:func:`ces_eval.offload.off_loop`), with the reader that lets other threads run
+(:func:`ces_eval.transcoding.body.load_json`), and at most MAX_DECODED_ENTRIES values of it.
+
+Secrets and reach (docs/agents.md, "Safety"): the endpoint's headers (tokens) are sent with
+every call and written nowhere else: every piece of an answer quoted in an error, and every
+error message, goes through :meth:`Agent._shown` (scrubbed of each header value sent, then cut).
+Connections are made by :class:`_Connector`, which resolves the host at each connection and
+refuses any address that reaches the server's own listeners; such a refusal and every failure
+below HTTP read alike ("could not be reached"), so errors tell no closed port from an open one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import logging
+import socket
 import time
+import traceback
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
+import httpcore
 import httpx
 from google.protobuf import json_format
 
+from ces_eval.contract import limits
 from ces_eval.core import agent_scoring, names, outcomes, rerun
-from ces_eval.core.agent_endpoints import host_refusal
+from ces_eval.core.agent_endpoints import header_refusal, host_refusal, reaches_server
 from ces_eval.generated.google.cloud.ces.v1beta import (
     common_pb2,
     content_pb2,
@@ -45,27 +68,41 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_pb2,
     session_service_pb2,
 )
+from ces_eval.offload import is_heavy, off_loop
+from ces_eval.transcoding.body import Overflow, load_json
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Collection, Iterable, Sequence
 
     from google.protobuf.message import Message
 
     from ces_eval.core.agent_endpoints import Endpoint
 
-__all__ = ["Agent", "AgentFailure"]
+__all__ = ["MESSAGE_CHARS", "SHOWN_CHARS", "Agent", "AgentFailure"]
 
+_log = logging.getLogger(__name__)
 _Result = evaluation_pb2.EvaluationResult
 _Evaluation = evaluation_pb2.Evaluation
 _Conversation = conversation_pb2.Conversation
 _ErrorInfo = evaluation_config_pb2.EvaluationErrorInfo
+_Latency = _Result.ToolCallLatency
 _Method = common_pb2.GoldenRunMethod
 _Observed = agent_scoring.Observed
+_Budget = agent_scoring.Budget
 _TOOL_ROUNDS = 8  # tool-response round trips at most in one turn
-_SHOWN_BYTES = 200  # of an error answer's body, in the result's error message
 _SCENARIO_TURNS, _MAX_SCENARIO_TURNS = 10, 50  # user turns: when max_turns is 0, at most
 _AGENT, _USER = "agent", "user"
 _HALLUCINATION_LABELS = {1: "Justified", 0: "Not Justified", -1: "No Claim To Assess"}
+# Characters of an answer (its body, a value of it, a parser's complaint about it) quoted in an
+# error message, and of a whole error message the player writes (docs/agents.md, "Bounds").
+SHOWN_CHARS = 200
+MESSAGE_CHARS = 1_000
+_MAX_VALUES = limits.MAX_DECODED_ENTRIES  # JSON values of one answer parsed at most
+# Of a result's bound, kept for what the engine adds to it (its name, display name, run, config)
+# and for its evaluation's derived fields that grow with it.
+_RESERVE_BYTES = 64 * 1024
+_RECORD_OVERHEAD = 8  # bytes of a list entry's tag and length, spent with each
+_INTERNAL = "The result could not be played: an unexpected failure (see the server log)."
 
 
 class AgentFailure(Exception):
@@ -83,23 +120,150 @@ def _dict(message: Message) -> dict[str, Any]:
     return json_format.MessageToDict(message)
 
 
+def _encoded(document: Callable[[], object]) -> bytes:
+    return json.dumps(document()).encode()
+
+
+class _Connector(httpcore.AsyncNetworkBackend):
+    """The player's connections: the host is resolved here, at each connection, and the
+    connection goes to the addresses found, none of which may reach the server's own listeners
+    (:func:`~ces_eval.core.agent_endpoints.reaches_server`); no second resolution in between
+    could name another. A refusal is a ConnectError, as a closed port's."""
+
+    def __init__(self, own_ports: Collection[int]) -> None:
+        self._own_ports = own_ports
+        self._inner = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        try:
+            found = await asyncio.get_running_loop().getaddrinfo(
+                host, port, type=socket.SOCK_STREAM
+            )
+        except (OSError, UnicodeError):
+            raise httpcore.ConnectError("unresolved") from None
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in found))
+        if any(reaches_server(address, port, self._own_ports) for address in addresses):
+            raise httpcore.ConnectError("refused")
+        failure = httpcore.ConnectError("no address")
+        for address in addresses:
+            try:
+                return await self._inner.connect_tcp(
+                    address, port, timeout, local_address, socket_options
+                )
+            except httpcore.ConnectError as error:
+                failure = error
+        raise failure
+
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("refused")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+def _client(endpoint: Endpoint) -> httpx.AsyncClient:
+    """One HTTP client for a run: no proxies from the environment, no redirects followed, the
+    endpoint's timeout, and connections by :class:`_Connector`."""
+    transport = httpx.AsyncHTTPTransport(trust_env=False)
+    # httpx takes no network backend of its own: its pool is made again with ours, with its
+    # own defaults otherwise (httpx.AsyncHTTPTransport.__init__).
+    transport._pool = httpcore.AsyncConnectionPool(
+        ssl_context=httpx.create_ssl_context(trust_env=False),
+        max_connections=100,
+        max_keepalive_connections=20,
+        keepalive_expiry=5.0,
+        network_backend=_Connector(endpoint.server_ports),
+    )
+    return httpx.AsyncClient(
+        transport=transport,
+        follow_redirects=False,
+        trust_env=False,
+        timeout=httpx.Timeout(endpoint.timeout),
+    )
+
+
+def _secret_forms(values: Iterable[str]) -> tuple[str, ...]:
+    """Every header value as an error message could hold it: as sent, and escaped as Python's
+    repr and JSON quote it; longest first, so a longer form is replaced whole."""
+    forms = {
+        form
+        for value in values
+        if value
+        for form in (value, repr(value)[1:-1], json.dumps(value)[1:-1])
+    }
+    return tuple(sorted(forms, key=len, reverse=True))
+
+
+def _described(value: object) -> str:
+    """A JSON value as an error quotes it (a container by its kind: never walked)."""
+    if isinstance(value, dict):
+        return "a JSON object"
+    if isinstance(value, list):
+        return "a JSON array"
+    if isinstance(value, str):
+        return repr(value[: SHOWN_CHARS * 2])
+    return repr(value)
+
+
+def _where(error: BaseException) -> str:
+    """Where ``error`` was raised: its innermost frame's file and line (never its text)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return "unknown"
+    return f"{PurePath(frames[-1].filename).name}:{frames[-1].lineno}"
+
+
 class Agent:
-    """An app's agent for one run: one HTTP client (no proxies from the environment, no
-    redirects followed) and the endpoint's headers, timeout and answer size limit."""
+    """An app's agent for one run: one HTTP client (see :func:`_client`) and the endpoint's
+    headers, timeout and answer size limit."""
 
     def __init__(self, endpoint: Endpoint, allowed: Sequence[str]) -> None:
         self._endpoint = endpoint
         self._allowed = tuple(allowed)
-        self._client = httpx.AsyncClient(
-            follow_redirects=False, trust_env=False, timeout=httpx.Timeout(endpoint.timeout)
+        self._client = _client(endpoint)
+        self._secrets = _secret_forms(endpoint.headers.values())
+        self._window = SHOWN_CHARS + max((len(secret) for secret in self._secrets), default=0)
+        # A header stored before its value was refused (docs/agents.md, "Safety").
+        self._unsendable = next(
+            (
+                f"The endpoint's header {self._shown(name)!r} cannot be sent: {refusal} "
+                "Set the endpoint's headers again."
+                for name, value in endpoint.headers.items()
+                if (refusal := header_refusal(value)) is not None
+            ),
+            None,
         )
+        self._rooms: dict[str, int] = {}
 
     async def close(self) -> None:
         await self._client.aclose()
 
+    # -- secrets ------------------------------------------------------------------------------
+
+    def _shown(self, text: str, chars: int = SHOWN_CHARS) -> str:
+        """``text`` as an error message may hold it: scrubbed of every header value sent, then
+        cut to ``chars`` characters (marked "…"). The one place every quoted piece and every
+        message goes through; scrubbed before it is cut, so no secret is left cut in two."""
+        text = text[: chars + self._window]
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text if len(text) <= chars else text[:chars] + "…"
+
+    # -- playing ------------------------------------------------------------------------------
+
     async def play(self, given: outcomes.Play, method: int) -> outcomes.Played:
         """Play ``given`` against the agent: its result (judged, named, timed) and the
-        conversation it recorded; ERROR with the reason when a call failed."""
+        conversation it recorded; ERROR with the reason when a call failed, what was recorded
+        would pass its bound, or anything else went wrong playing it."""
         result = _Result(name=given.result_name)
         result.create_time.CopyFrom(given.started)
         conversation = _Conversation(
@@ -111,27 +275,89 @@ class Agent:
         conversation.start_time.CopyFrom(given.started)
         clock = outcomes.Clock(given.started)
         evaluation = given.evaluation
+        failure: AgentFailure | None = None
         try:
-            if evaluation.WhichOneof("inputs") == "scenario":
-                result.scenario_result.CopyFrom(await self._scenario(given, conversation, clock))
-                if given.persona is not None:
-                    result.persona.CopyFrom(given.persona)
-            else:
-                result.golden_result.CopyFrom(
-                    await self._golden(given, method, conversation, clock)
-                )
-        except AgentFailure as failure:
+            result = await self._played(given, method, result, conversation, clock)
+        except AgentFailure as failed:
+            failure = failed
+        except agent_scoring.Overflow as overflow:
+            failure = AgentFailure(str(overflow))
+        except Exception as error:  # noqa: BLE001 - the last resort: that result ends ERROR
+            # No traceback: the texts of its exceptions could hold a header value.
+            _log.error(
+                "The result %s could not be played: %s at %s; it ends ERROR, the run goes on.",
+                given.result_name,
+                type(error).__name__,
+                _where(error),
+            )
+            failure = AgentFailure(_INTERNAL)
+        conversation.end_time.CopyFrom(clock.at)
+        if failure is None:
+            heavy = is_heavy(result, conversation)
+            problem = await off_loop(heavy, self._unstorable, result, conversation)
+            failure = None if problem is None else AgentFailure(problem)
+        if failure is not None:
             result.ClearField("result")
+            result.ClearField("persona")
             result.execution_state = _Result.ERROR
+            message = self._shown(str(failure), MESSAGE_CHARS)
             result.error_info.CopyFrom(
-                _ErrorInfo(error_type=failure.error_type, error_message=str(failure))
+                _ErrorInfo(error_type=failure.error_type, error_message=message)
             )
             getattr(result, outcomes.kind(evaluation)).SetInParent()
-            conversation.end_time.CopyFrom(clock.at)
-            return outcomes.Played(result, conversation)
+        return outcomes.Played(result, conversation)
+
+    async def _played(
+        self,
+        given: outcomes.Play,
+        method: int,
+        result: _Result,
+        conversation: _Conversation,
+        clock: outcomes.Clock,
+    ) -> _Result:
+        """The result of ``given``, COMPLETED and judged (see :meth:`play`)."""
+        if self._unsendable is not None:
+            raise AgentFailure(self._unsendable)
+        evaluation = given.evaluation
+        budgets = _Budgets(
+            _Budget("result", await self._room(evaluation)),
+            _Budget("conversation", limits.MAX_RESOURCE_BYTES - _RESERVE_BYTES),
+        )
+        if evaluation.WhichOneof("inputs") == "scenario":
+            played = await self._scenario(given, conversation, clock, budgets)
+            result.scenario_result.CopyFrom(played)
+            if given.persona is not None:
+                result.persona.CopyFrom(given.persona)
+        else:
+            golden = await self._golden(given, method, conversation, clock, budgets)
+            result.golden_result.CopyFrom(golden)
         result.execution_state = _Result.COMPLETED
-        conversation.end_time.CopyFrom(clock.at)
-        return outcomes.Played(rerun.rerun(result, evaluation), conversation)
+        return await off_loop(is_heavy(result), rerun.rerun, result, evaluation)
+
+    async def _room(self, evaluation: _Evaluation) -> int:
+        """The bytes a result of ``evaluation`` may take: the bound of a stored resource less
+        what the evaluation takes besides its last completed result, which this result may
+        become, and :data:`_RESERVE_BYTES` (measured once per evaluation and run)."""
+        room = self._rooms.get(evaluation.name)
+        if room is None:
+            taken = await off_loop(is_heavy(evaluation), _own_bytes, evaluation)
+            room = max(0, limits.MAX_RESOURCE_BYTES - _RESERVE_BYTES - taken)
+            self._rooms[evaluation.name] = room
+        return room
+
+    @staticmethod
+    def _unstorable(result: _Result, conversation: _Conversation) -> str | None:
+        """Why the played result or its conversation would not be stored: the write path's
+        limits (lengths, counts, Struct sizes and depths), the first one broken; a
+        conversation that breaks one is kept without its turns."""
+        for record, what in ((result, "result"), (conversation, "conversation")):
+            violations = limits.check(record, what) or limits.size_violations(record, what)
+            if violations:
+                if record is conversation:
+                    del conversation.turns[:]
+                first = violations[0]
+                return f"The {what} would not be stored: {first.field}: {first.description}"
+        return None
 
     # -- goldens -------------------------------------------------------------------------------
 
@@ -141,6 +367,7 @@ class Agent:
         method: int,
         conversation: _Conversation,
         clock: outcomes.Clock,
+        budgets: _Budgets,
     ) -> _Result.GoldenResult:
         app = given.conversation_name.rsplit("/conversations/", 1)[0]
         session = f"{app}/sessions/{names.new_id()}"
@@ -151,8 +378,12 @@ class Agent:
             if not naive:
                 session = f"{app}/sessions/{names.new_id()}"
             inputs = [s.user_input for s in turn.steps if s.WhichOneof("step") == "user_input"]
-            observed, spans = await self._exchange(
-                session, [] if naive else history, inputs, _golden_responses(turn)
+            observed, latencies = await self._exchange(
+                session,
+                [] if naive else history,
+                inputs,
+                _golden_responses(turn),
+                budget=budgets.conversation,
             )
             latency = outcomes.duration(observed.millis)
             start, _ = clock.advance(latency)
@@ -160,6 +391,7 @@ class Agent:
             messages = []
             if user is not None:
                 user.event_time.CopyFrom(start)
+                budgets.conversation.spend(user, _RECORD_OVERHEAD)
                 messages.append(user)
             if observed.chunks:
                 agent = content_pb2.Message(role=_AGENT, chunks=observed.chunks)
@@ -168,16 +400,26 @@ class Agent:
             conversation.turns.add(messages=messages)
             replay = golden.turn_replay_results.add(conversation=given.conversation_name)
             replay.turn_latency.CopyFrom(latency)
-            replay.tool_call_latencies.extend(_tool_latencies(spans))
+            replay.tool_call_latencies.extend(latencies)
+            budgets.result.spend(replay, _RECORD_OVERHEAD)
             judged = await self._judge_turn(given.evaluation, index, turn, observed, messages)
-            agent_scoring.score_golden_turn(
-                turn, observed, replay, judged.get("semanticSimilarity")
+            await off_loop(
+                is_heavy(turn),
+                functools.partial(
+                    agent_scoring.score_golden_turn,
+                    turn,
+                    observed,
+                    replay,
+                    judged.get("semanticSimilarity"),
+                    budget=budgets.result,
+                ),
             )
             if "hallucination" in judged:
                 score = judged["hallucination"]
                 replay.hallucination_result.score = score
                 replay.hallucination_result.label = _HALLUCINATION_LABELS[score]
-                replay.hallucination_result.explanation = str(judged.get("explanation", ""))
+                replay.hallucination_result.explanation = judged["explanation"]
+                budgets.result.spend(replay.hallucination_result, _RECORD_OVERHEAD)
             history += [m for m in (user, _expected_message(turn)) if m is not None]
         return golden
 
@@ -199,18 +441,18 @@ class Agent:
         uri = self._endpoint.judge_uri
         if not uri or not expected:
             return {}
-        answer = await self._object(
-            uri,
-            {
+
+        def document() -> object:
+            return {
                 "kind": "TURN",
                 "evaluation": evaluation.name,
                 "turn": index,
                 "expected": " ".join(expected),
                 "observed": observed.said,
                 "conversation": [_dict(m) for m in messages],
-            },
-            "The judge",
-        )
+            }
+
+        answer = await self._object(uri, document, "The judge", heavy=is_heavy(*messages))
         judged: dict[str, Any] = {}
         similarity = answer.get("semanticSimilarity")
         if similarity is not None:
@@ -218,13 +460,17 @@ class Agent:
         hallucination = answer.get("hallucination")
         if hallucination is not None:
             judged["hallucination"] = _integer(hallucination, range(-1, 2), "hallucination")
-        judged["explanation"] = answer.get("explanation", "")
+        judged["explanation"] = _explanation(answer, "The judge")
         return judged
 
     # -- scenarios -----------------------------------------------------------------------------
 
     async def _scenario(
-        self, given: outcomes.Play, conversation: _Conversation, clock: outcomes.Clock
+        self,
+        given: outcomes.Play,
+        conversation: _Conversation,
+        clock: outcomes.Clock,
+        budgets: _Budgets,
     ) -> _Result.ScenarioResult:
         scenario = given.evaluation.scenario
         uri = self._endpoint.simulator_uri
@@ -239,6 +485,7 @@ class Agent:
         result = _Result.ScenarioResult(
             conversation=given.conversation_name, task=scenario.task, user_facts=scenario.user_facts
         )
+        budgets.result.spend(result, _RECORD_OVERHEAD)
         mocks = [
             e.tool_expectation.mock_tool_response
             for e in scenario.scenario_expectations
@@ -255,25 +502,44 @@ class Agent:
             if ending.get("done"):
                 break
             user_input = content_pb2.SessionInput()
-            _parse(ending.get("userInput"), user_input, "The simulator", "userInput")
-            observed, spans = await self._exchange(session, [], [user_input], list(mocks), sent)
+            self._parse(ending.get("userInput"), user_input, "The simulator", "userInput")
+            observed, latencies = await self._exchange(
+                session, [], [user_input], list(mocks), budget=budgets.conversation, sent=sent
+            )
             start, _ = clock.advance(outcomes.duration(observed.millis))
             user = content_pb2.Message(role=_USER, chunks=outcomes.input_chunks(user_input))
             user.event_time.CopyFrom(start)
+            budgets.conversation.spend(user, _RECORD_OVERHEAD)
             turn = conversation.turns.add(messages=[user])
             if observed.chunks:
                 agent = turn.messages.add(role=_AGENT, chunks=observed.chunks)
                 agent.event_time.CopyFrom(clock.at)
                 answers.append(agent)
-            result.tool_call_latencies.extend(_tool_latencies(spans))
+            result.tool_call_latencies.extend(latencies)
+            budgets.result.count(len(result.tool_call_latencies), "tool call latencies")
+            for latency in latencies:
+                budgets.result.spend(latency, _RECORD_OVERHEAD)
             _merge(everything, observed)
-        agent_scoring.score_scenario(scenario, everything, answers, sent, result)
-        await self._rubrics(given.evaluation, conversation, result)
+        await off_loop(
+            is_heavy(scenario) or is_heavy(*answers),
+            functools.partial(
+                agent_scoring.score_scenario,
+                scenario,
+                everything,
+                answers,
+                sent,
+                result,
+                budget=budgets.result,
+            ),
+        )
+        await self._rubrics(given.evaluation, conversation, result, budgets.result)
         if ending.get("done") and "userGoalSatisfied" in ending:
             met = ending["userGoalSatisfied"] is True
-            result.user_goal_satisfaction_result.score = 1 if met else 0
-            result.user_goal_satisfaction_result.label = "Satisfied" if met else "Not satisfied"
-            result.user_goal_satisfaction_result.explanation = str(ending.get("explanation", ""))
+            satisfaction = result.user_goal_satisfaction_result
+            satisfaction.score = 1 if met else 0
+            satisfaction.label = "Satisfied" if met else "Not satisfied"
+            satisfaction.explanation = _explanation(ending, "The simulator")
+            budgets.result.spend(satisfaction, _RECORD_OVERHEAD)
         if ending.get("done") and "taskCompleted" in ending:
             result.task_completed = ending["taskCompleted"] is True
         return result
@@ -281,49 +547,53 @@ class Agent:
     async def _simulated(self, given: outcomes.Play, conversation: _Conversation) -> dict[str, Any]:
         """The simulator's next move: ``{"userInput": SessionInput}`` or ``{"done": true,
         ...}``."""
-        document: dict[str, Any] = {
-            "evaluation": given.evaluation.name,
-            "scenario": _dict(given.evaluation.scenario),
-            "conversation": [_dict(m) for turn in conversation.turns for m in turn.messages],
-        }
-        if given.persona is not None:
-            document["persona"] = _dict(given.persona)
+
+        def document() -> object:
+            found: dict[str, Any] = {
+                "evaluation": given.evaluation.name,
+                "scenario": _dict(given.evaluation.scenario),
+                "conversation": [_dict(m) for turn in conversation.turns for m in turn.messages],
+            }
+            if given.persona is not None:
+                found["persona"] = _dict(given.persona)
+            return found
+
+        heavy = is_heavy(given.evaluation, conversation)
         try:
-            answer = await self._object(self._endpoint.simulator_uri, document, "The simulator")
+            answer = await self._object(
+                self._endpoint.simulator_uri, document, "The simulator", heavy=heavy
+            )
+            if not answer.get("done") and "userInput" not in answer:
+                raise AgentFailure('The simulator answered neither "userInput" nor "done": true.')
         except AgentFailure as failure:
             raise AgentFailure(str(failure), _ErrorInfo.USER_SIMULATION_FAILURE) from None
-        if not answer.get("done") and "userInput" not in answer:
-            raise AgentFailure(
-                'The simulator answered neither "userInput" nor "done": true.',
-                _ErrorInfo.USER_SIMULATION_FAILURE,
-            )
         return answer
 
     async def _rubrics(
-        self, evaluation: _Evaluation, conversation: _Conversation, result: _Result.ScenarioResult
+        self,
+        evaluation: _Evaluation,
+        conversation: _Conversation,
+        result: _Result.ScenarioResult,
+        budget: _Budget,
     ) -> None:
         """Score each rubric with the judge (none without one)."""
         uri = self._endpoint.judge_uri
         if not uri:
             return
-        messages = [_dict(m) for turn in conversation.turns for m in turn.messages]
+        heavy = is_heavy(conversation)
+        messages = await off_loop(
+            heavy, lambda: [_dict(m) for turn in conversation.turns for m in turn.messages]
+        )
         for rubric in evaluation.scenario.rubrics:
-            answer = await self._object(
-                uri,
-                {
-                    "kind": "RUBRIC",
-                    "evaluation": evaluation.name,
-                    "rubric": rubric,
-                    "conversation": messages,
-                },
-                "The judge",
-            )
+            document = functools.partial(_rubric, evaluation.name, rubric, messages)
+            answer = await self._object(uri, document, "The judge", heavy=heavy)
             score = answer.get("score")
             if isinstance(score, bool) or not isinstance(score, int | float) or not 0 <= score <= 1:
                 raise AgentFailure('The judge answered no "score" between 0 and 1 for a rubric.')
-            result.rubric_outcomes.add(
-                rubric=rubric, score=score, score_explanation=str(answer.get("explanation", ""))
+            outcome = result.rubric_outcomes.add(
+                rubric=rubric, score=score, score_explanation=_explanation(answer, "The judge")
             )
+            budget.spend(outcome, _RECORD_OVERHEAD)
 
     # -- calls ---------------------------------------------------------------------------------
 
@@ -333,21 +603,29 @@ class Agent:
         history: Sequence[content_pb2.Message],
         inputs: Sequence[content_pb2.SessionInput],
         responses: list[content_pb2.ToolResponse],
+        *,
+        budget: _Budget,
         sent: list[content_pb2.ToolResponse] | None = None,
-    ) -> tuple[_Observed, list[Any]]:
+    ) -> tuple[_Observed, list[_Latency]]:
         """One turn in ``session``: its inputs, then ``responses`` (taken as used, ``sent``
-        gathers them) to the tools the agent asks for; what the agent did and its trace's
-        spans."""
+        gathers them) to the tools the agent asks for; what the agent did (its chunks spent
+        from ``budget``, the conversation's) and the tool latencies of its traces."""
         config = session_service_pb2.SessionConfig(session=session)
         config.historical_contexts.extend(history)
         observed = _Observed()
-        spans: list[Any] = []
+        latencies: list[_Latency] = []
+        waiting = agent_scoring.ByTool(responses)
         started = time.monotonic()
         given = list(inputs)
+        heavy = is_heavy(config)
         for _ in range(_TOOL_ROUNDS + 1):
             request = session_service_pb2.RunSessionRequest(config=config, inputs=given)
-            asked = _record(await self._session(request), observed, spans)
-            replies = [reply for call in asked if (reply := _reply(call, responses)) is not None]
+            data = await self._call(
+                self._endpoint.uri, functools.partial(_dict, request), "The agent", heavy=heavy
+            )
+            heavy = is_heavy() or len(data) > limits.LOOP_BYTES
+            asked = await off_loop(heavy, self._taken, data, observed, latencies, budget)
+            replies = [reply for call in asked if (reply := _reply(call, waiting)) is not None]
             if not replies:
                 break
             if sent is not None:
@@ -358,132 +636,277 @@ class Agent:
                     tool_responses=content_pb2.ToolResponses(tool_responses=replies)
                 )
             ]
+            heavy = is_heavy(*replies)
         observed.millis = max(1, round((time.monotonic() - started) * 1000))
-        return observed, spans
+        return observed, latencies
 
-    async def _session(
-        self, request: session_service_pb2.RunSessionRequest
-    ) -> session_service_pb2.RunSessionResponse:
-        document = await self._object(self._endpoint.uri, _dict(request), "The agent")
+    def _taken(
+        self, data: bytes, observed: _Observed, latencies: list[_Latency], budget: _Budget
+    ) -> list[content_pb2.ToolCall]:
+        """The agent's answer ``data`` read, parsed and recorded (see :func:`_record`): the
+        tool calls it asks the client for."""
         answer = session_service_pb2.RunSessionResponse()
-        _parse(document, answer, "The agent", "RunSessionResponse")
-        return answer
+        self._parse(self._loaded(data, "The agent"), answer, "The agent", "RunSessionResponse")
+        return _record(answer, observed, latencies, budget)
 
-    async def _object(self, uri: str, document: object, who: str) -> dict[str, Any]:
-        """POST ``document`` as JSON to ``uri``; the JSON object answered."""
+    async def _object(
+        self, uri: str, document: Callable[[], object], who: str, *, heavy: bool
+    ) -> dict[str, Any]:
+        """POST ``document()`` as JSON to ``uri``; the JSON object answered."""
+        data = await self._call(uri, document, who, heavy=heavy)
+        return await off_loop(
+            heavy or is_heavy() or len(data) > limits.LOOP_BYTES, self._loaded, data, who
+        )
+
+    async def _call(
+        self, uri: str, document: Callable[[], object], who: str, *, heavy: bool
+    ) -> bytes:
+        """POST ``document()`` as JSON to ``uri`` (encoded off the loop when ``heavy``); the
+        body answered (see :meth:`_read`)."""
         endpoint = self._endpoint
         refusal = host_refusal(uri, self._allowed)
         if refusal is not None:
-            raise AgentFailure(f"{who} at {uri} was not called: {refusal}")
-        headers = {**endpoint.headers, "content-type": "application/json"}
-        body = json.dumps(document).encode()
+            raise AgentFailure(f"{who} at {self._shown(uri)} was not called: {refusal}")
+        body = await off_loop(heavy, _encoded, document)
+        # Compressed answers are not read (a small one can inflate past any bound in one step).
+        headers = {
+            **endpoint.headers,
+            "content-type": "application/json",
+            "accept-encoding": "identity",
+        }
         try:
             async with asyncio.timeout(endpoint.timeout):
                 request = self._client.build_request("POST", uri, content=body, headers=headers)
                 response = await self._client.send(request, stream=True)
                 try:
-                    data = await _read(response, endpoint.max_response_bytes, who)
+                    return await self._read(response, endpoint.max_response_bytes, who)
                 finally:
                     await response.aclose()
-        except TimeoutError:
+        except (TimeoutError, httpx.TimeoutException):
             raise AgentFailure(
                 f"{who} did not answer within {endpoint.timeout:g} seconds."
             ) from None
-        except httpx.HTTPError as error:
-            reason = type(error).__name__
-            raise AgentFailure(f"{who} at {uri} could not be called ({reason}).") from None
+        except (httpx.TransportError, httpx.InvalidURL, UnicodeError):
+            # One text for a refused address, a closed port and an open one that spoke no HTTP.
+            raise AgentFailure(
+                f"{who} at {self._shown(uri)} could not be reached (no HTTP answer)."
+            ) from None
+        except httpx.HTTPError:
+            raise AgentFailure(f"{who} answered something that could not be read.") from None
+
+    async def _read(self, response: httpx.Response, limit: int, who: str) -> bytes:
+        """The body of a 2xx answer of at most ``limit`` bytes; AgentFailure for anything else
+        (an error's body quoted at most :data:`SHOWN_CHARS` long, scrubbed)."""
+        status = response.status_code
+        if 300 <= status < 400:
+            location = self._shown(response.headers.get("location", ""))
+            raise AgentFailure(
+                f"{who} answered HTTP {status} (a redirect to {location!r}); redirects are not "
+                "followed."
+            )
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            raise AgentFailure(
+                f"{who} answered a compressed body ({self._shown(encoding)!r}); only "
+                "uncompressed ones are read."
+            )
+        parts: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_raw():
+            size += len(chunk)
+            if size > limit:
+                raise AgentFailure(f"{who} answered more than {limit} bytes.")
+            parts.append(chunk)
+            if status >= 300 and size >= self._window:
+                break
+        data = b"".join(parts)
+        if status >= 300:
+            shown = self._shown(data[: self._window].decode("utf-8", "replace").strip())
+            raise AgentFailure(f"{who} answered HTTP {status}: {shown!r}")
+        return data
+
+    def _loaded(self, data: bytes, who: str) -> dict[str, Any]:
+        """The JSON object ``data`` (at most :data:`_MAX_VALUES` values, nested no deeper
+        than Python recurses); AgentFailure otherwise."""
         try:
-            answer = json.loads(data)
+            answer = load_json(data)
+        except Overflow:
+            raise AgentFailure(
+                f"{who} answered a JSON array or object of more than "
+                f"{limits.MAX_DECODED_ENTRIES} entries."
+            ) from None
+        except RecursionError:
+            raise AgentFailure(f"{who} answered JSON nested too deeply.") from None
         except ValueError as error:
-            raise AgentFailure(f"{who} answered something that is not JSON ({error}).") from None
+            raise AgentFailure(
+                f"{who} answered something that is not JSON ({self._shown(str(error))})."
+            ) from None
         if not isinstance(answer, dict):
             raise AgentFailure(f"{who} answered JSON that is not an object.")
+        problem = _oversized(answer)
+        if problem is not None:
+            raise AgentFailure(f"{who} answered {problem}.")
         return answer
 
+    def _parse(self, document: object, message: Message, who: str, what: str) -> None:
+        if not isinstance(document, dict):
+            raise AgentFailure(f"{who}'s answer has no {what} object.")
+        try:
+            json_format.ParseDict(document, message, ignore_unknown_fields=True)
+        except json_format.ParseError as error:
+            raise AgentFailure(
+                f"{who}'s answer is not a {what}: {self._shown(str(error))}"
+            ) from None
 
-def _parse(document: object, message: Message, who: str, what: str) -> None:
-    if not isinstance(document, dict):
-        raise AgentFailure(f"{who}'s answer has no {what} object.")
-    try:
-        json_format.ParseDict(document, message, ignore_unknown_fields=True)
-    except json_format.ParseError as error:
-        raise AgentFailure(f"{who}'s answer is not a {what}: {error}") from None
+
+class _Budgets:
+    """The budgets of one played result and its conversation."""
+
+    def __init__(self, result: _Budget, conversation: _Budget) -> None:
+        self.result = result
+        self.conversation = conversation
+
+
+def _rubric(evaluation: str, rubric: str, messages: list[dict[str, Any]]) -> object:
+    """What the judge is sent for one rubric (docs/agents.md, "Judge")."""
+    return {"kind": "RUBRIC", "evaluation": evaluation, "rubric": rubric, "conversation": messages}
+
+
+def _own_bytes(evaluation: _Evaluation) -> int:
+    """What ``evaluation`` takes as served, but for its last completed result."""
+    return evaluation.ByteSize() - evaluation.last_completed_result.ByteSize()
+
+
+def _oversized(document: dict[str, Any]) -> str | None:
+    """What in ``document`` is past what the player reads (None: nothing): more than
+    :data:`_MAX_VALUES` values, or a string (or key) longer than MAX_STRING_CHARS, which the
+    write path would refuse anyway and whose parse holds the interpreter (json_format scans
+    each string in one call: 0.18 s for 4.1 million characters)."""
+    left = _MAX_VALUES
+    pending: list[object] = [document]
+    while pending:
+        item = pending.pop()
+        children: Iterable[object] = ()
+        if isinstance(item, dict):
+            children = item.values()
+            keys: Iterable[str] = item
+        elif isinstance(item, list):
+            children, keys = item, ()
+        else:
+            continue
+        left -= len(item)
+        if left < 0:
+            return f"more than {_MAX_VALUES} JSON values"
+        for text in keys:
+            if len(text) > limits.MAX_STRING_CHARS:
+                return (
+                    f"a key of {len(text)} characters; at most {limits.MAX_STRING_CHARS} are read"
+                )
+        for child in children:
+            if isinstance(child, str):
+                if len(child) > limits.MAX_STRING_CHARS:
+                    return (
+                        f"a string of {len(child)} characters; at most "
+                        f"{limits.MAX_STRING_CHARS} are read"
+                    )
+            elif isinstance(child, dict | list):
+                pending.append(child)
+    return None
 
 
 def _integer(value: object, allowed: range, field: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value not in allowed:
         raise AgentFailure(
-            f'The judge answered "{field}": {value!r}; expected an integer from '
+            f'The judge answered "{field}": {_described(value)}; expected an integer from '
             f"{allowed.start} to {allowed.stop - 1}."
         )
     return value
 
 
-async def _read(response: httpx.Response, limit: int, who: str) -> bytes:
-    """The body of a 2xx answer of at most ``limit`` bytes; AgentFailure for anything else."""
-    status = response.status_code
-    if 300 <= status < 400:
-        location = response.headers.get("location", "")
-        raise AgentFailure(
-            f"{who} answered HTTP {status} (a redirect to {location!r}); redirects are not "
-            "followed."
-        )
-    parts: list[bytes] = []
-    size = 0
-    async for chunk in response.aiter_bytes():
-        size += len(chunk)
-        if size > limit:
-            raise AgentFailure(f"{who} answered more than {limit} bytes.")
-        parts.append(chunk)
-        if status >= 300 and size >= _SHOWN_BYTES:
-            break
-    data = b"".join(parts)
-    if status >= 300:
-        shown = data[:_SHOWN_BYTES].decode("utf-8", "replace").strip()
-        raise AgentFailure(f"{who} answered HTTP {status}: {shown!r}")
-    return data
+def _explanation(answer: dict[str, Any], who: str) -> str:
+    value = answer.get("explanation", "")
+    if not isinstance(value, str):
+        raise AgentFailure(f'{who} answered an "explanation" that is {_described(value)}.')
+    return value
 
 
 def _record(
-    answer: session_service_pb2.RunSessionResponse, observed: _Observed, spans: list[Any]
+    answer: session_service_pb2.RunSessionResponse,
+    observed: _Observed,
+    latencies: list[_Latency],
+    budget: _Budget,
 ) -> list[content_pb2.ToolCall]:
-    """Add what ``answer`` shows to ``observed`` (and its trace to ``spans``); the tool calls
-    the agent asks the client for."""
+    """Add what ``answer`` shows to ``observed`` (see :class:`_Recorder`) and its traces' tool
+    latencies to ``latencies``; the tool calls the agent asks the client for."""
+    recorder = _Recorder(observed, budget)
     asked: list[content_pb2.ToolCall] = []
-    seen = {call.id for call in observed.calls if call.id}
-
-    def called(call: content_pb2.ToolCall) -> None:
-        if call.id and call.id in seen:
-            return
-        seen.add(call.id)
-        observed.calls.append(call)
-        observed.chunks.append(content_pb2.Chunk(tool_call=call))
-
     for output in answer.outputs:
         kind = output.WhichOneof("output_type")
         if kind == "text":
-            observed.texts.append(output.text)
-            observed.chunks.append(content_pb2.Chunk(text=output.text))
+            recorder.text(output.text)
         elif kind == "tool_calls":
-            asked += output.tool_calls.tool_calls
-            for call in output.tool_calls.tool_calls:
-                called(call)
+            calls = output.tool_calls.tool_calls
+            if len(asked) + len(calls) > limits.MAX_REPEATED:
+                raise AgentFailure(_TOO_MANY_CALLS)
+            asked += calls
+            for call in calls:
+                recorder.called(call)
         elif kind == "payload":
-            observed.chunks.append(content_pb2.Chunk(payload=output.payload))
+            recorder.recorded(content_pb2.Chunk(payload=output.payload))
         info = output.diagnostic_info
         for message in info.messages:
-            if message.role == _USER:
-                continue
-            for chunk in message.chunks:
-                data = chunk.WhichOneof("data")
-                if data == "agent_transfer":
-                    observed.transfers.append(chunk.agent_transfer.target_agent)
-                    observed.chunks.append(chunk)
-                elif data == "tool_call":
-                    called(chunk.tool_call)
+            if message.role != _USER:
+                recorder.reported(message)
         if info.HasField("root_span"):
-            spans.append(info.root_span)
+            _tool_latencies(info.root_span, latencies)
     return asked
+
+
+_TOO_MANY_CALLS = f"The agent asked for more than {limits.MAX_REPEATED} tool calls in one turn."
+
+
+class _Recorder:
+    """Records into what the agent did in a turn (``observed``), each chunk spent from
+    ``budget``: no text longer than MAX_STRING_CHARS, at most MAX_REPEATED calls and chunks."""
+
+    def __init__(self, observed: _Observed, budget: _Budget) -> None:
+        self.observed = observed
+        self.budget = budget
+        self.seen = {call.id for call in observed.calls if call.id}
+
+    def recorded(self, chunk: content_pb2.Chunk) -> None:
+        self.budget.spend(chunk, _RECORD_OVERHEAD)
+        self.observed.chunks.append(chunk)
+        self.budget.count(len(self.observed.chunks), "chunks in one message of the agent")
+
+    def text(self, text: str) -> None:
+        if len(text) > limits.MAX_STRING_CHARS:
+            raise AgentFailure(
+                f"The agent answered a text of {len(text)} characters; at most "
+                f"{limits.MAX_STRING_CHARS} are recorded."
+            )
+        self.observed.texts.append(text)
+        self.recorded(content_pb2.Chunk(text=text))
+
+    def called(self, call: content_pb2.ToolCall) -> None:
+        """A tool call, once per id."""
+        if call.id and call.id in self.seen:
+            return
+        self.seen.add(call.id)
+        self.observed.calls.append(call)
+        if len(self.observed.calls) > limits.MAX_REPEATED:
+            raise AgentFailure(_TOO_MANY_CALLS)
+        self.recorded(content_pb2.Chunk(tool_call=call))
+
+    def reported(self, message: content_pb2.Message) -> None:
+        """A message of the agent's diagnostic info: its transfers and tool calls."""
+        for chunk in message.chunks:
+            data = chunk.WhichOneof("data")
+            if data == "agent_transfer":
+                self.observed.transfers.append(chunk.agent_transfer.target_agent)
+                self.recorded(chunk)
+            elif data == "tool_call":
+                self.called(chunk.tool_call)
 
 
 def _merge(into: _Observed, observed: _Observed) -> None:
@@ -504,16 +927,16 @@ def _golden_responses(turn: _Evaluation.GoldenTurn) -> list[content_pb2.ToolResp
 
 
 def _reply(
-    call: content_pb2.ToolCall, responses: list[content_pb2.ToolResponse]
+    call: content_pb2.ToolCall, waiting: agent_scoring.ByTool[content_pb2.ToolResponse]
 ) -> content_pb2.ToolResponse | None:
-    """The response to ``call`` (taken from ``responses``), with the call's id."""
-    for index, response in enumerate(responses):
-        if agent_scoring.identity(response) == agent_scoring.identity(call):
-            reply = content_pb2.ToolResponse()
-            reply.CopyFrom(responses.pop(index))
-            reply.id = call.id
-            return reply
-    return None
+    """The response to ``call`` (taken from ``waiting``), with the call's id."""
+    response = waiting.take(agent_scoring.identity(call))
+    if response is None:
+        return None
+    reply = content_pb2.ToolResponse()
+    reply.CopyFrom(response)
+    reply.id = call.id
+    return reply
 
 
 def _expected_message(turn: _Evaluation.GoldenTurn) -> content_pb2.Message | None:
@@ -532,18 +955,25 @@ def _expected_message(turn: _Evaluation.GoldenTurn) -> content_pb2.Message | Non
     return content_pb2.Message(role=_AGENT, chunks=chunks) if chunks else None
 
 
-def _tool_latencies(spans: Sequence[Any]) -> list[_Result.ToolCallLatency]:
-    """One latency per span of the agent's traces (at any depth) whose ``attributes.tool``
-    names a tool: its start, end and duration (end minus start when it gives none)."""
-    found: list[_Result.ToolCallLatency] = []
-    pending = list(spans)
+def _tool_latencies(root: Any, into: list[_Latency]) -> None:  # noqa: ANN401 - a trace Span
+    """Add to ``into`` one latency per span of ``root``'s trace (at any depth, in pre-order)
+    whose ``attributes.tool`` names a tool: its start, end and duration (end minus start when
+    it gives none). A stack walk, linear in the spans (each span's children were prepended to a
+    list it popped from the front: 400,000 spans took 30 s); at most MAX_REPEATED latencies in
+    a turn."""
+    pending = [root]
     while pending:
-        span = pending.pop(0)
-        pending[:0] = list(span.child_spans)
+        span = pending.pop()
+        pending.extend(reversed(span.child_spans))
         tool = span.attributes.fields.get("tool")
         if tool is None or tool.WhichOneof("kind") != "string_value" or not tool.string_value:
             continue
-        latency = _Result.ToolCallLatency(
+        if len(into) >= limits.MAX_REPEATED:
+            raise AgentFailure(
+                f"The agent's traces name more than {limits.MAX_REPEATED} tool executions in "
+                "one turn."
+            )
+        latency = _Latency(
             tool=tool.string_value,
             display_name=span.name or tool.string_value.rsplit("/", 1)[-1],
             start_time=span.start_time,
@@ -555,5 +985,4 @@ def _tool_latencies(spans: Sequence[Any]) -> list[_Result.ToolCallLatency]:
             latency.execution_latency.FromNanoseconds(
                 max(0, span.end_time.ToNanoseconds() - span.start_time.ToNanoseconds())
             )
-        found.append(latency)
-    return found
+        into.append(latency)

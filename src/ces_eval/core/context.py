@@ -134,6 +134,9 @@ class Context:
     # ``--agent-allow-hosts``: the hosts besides loopback that agent endpoints may name
     # (ces_eval.core.agent_endpoints).
     agent_hosts: tuple[str, ...] = ()
+    # The server's own listening ports (gRPC, HTTP), which no agent, judge or simulator may be
+    # called at (ces_eval.core.agent_endpoints.reaches_server).
+    own_ports: tuple[int, ...] = ()
     # Reads answered lately, kept while the database's version lasts (standard._get_rpc,
     # standard.list_page).
     hot: HotReads = field(default_factory=HotReads, compare=False, repr=False)

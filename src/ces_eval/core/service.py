@@ -120,6 +120,7 @@ class Core:
         locations: tuple[str, ...] = (),
         scheduling: bool = True,
         agent_hosts: tuple[str, ...] = (),
+        own_ports: tuple[int, ...] = (),
     ) -> None:
         self.context = Context(
             storage,
@@ -130,6 +131,7 @@ class Core:
             locations,
             scheduling,
             agent_hosts,
+            own_ports,
         )
 
     def handler(self, path: str) -> Handler:
