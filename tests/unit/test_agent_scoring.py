@@ -170,3 +170,59 @@ def test_loopback_and_allowed_hosts_may_be_called(uri: str) -> None:
 def test_other_hosts_and_urls_are_refused(uri: str, problem: str) -> None:
     refusal = host_refusal(uri, ("agents.internal",))
     assert refusal is not None and problem in refusal
+
+
+def test_tools_are_taken_by_the_tool_they_name_in_order() -> None:
+    calls = [content_pb2.ToolCall(id=str(index), tool=f"{TOOL}-{index % 3}") for index in range(9)]
+    waiting = agent_scoring.ByTool(calls)
+    assert waiting.take(f"{TOOL}-1") is calls[1]
+    assert waiting.take(f"{TOOL}-1") is calls[4]
+    assert waiting.take(f"{TOOL}-9") is None
+    assert [call.id for call in waiting.left()] == ["0", "2", "3", "5", "6", "7", "8"]
+
+
+def test_a_thousand_calls_meet_a_thousand_expectations_one_each() -> None:
+    """Matched by an index (each take a look-up): every expectation takes its own call."""
+    expect = evaluation_pb2.Evaluation.GoldenExpectation
+    turn = _turn(*(expect(tool_call=content_pb2.ToolCall(tool=f"{TOOL}-{i}")) for i in range(999)))
+    observed = agent_scoring.Observed(
+        calls=[content_pb2.ToolCall(id=str(i), tool=f"{TOOL}-{998 - i}") for i in range(999)]
+    )
+    replay = Result.GoldenResult.TurnReplayResult()
+    agent_scoring.score_golden_turn(turn, observed, replay)
+    assert len(replay.expectation_outcome) == 999
+    assert all(
+        o.observed_tool_call.tool == o.expectation.tool_call.tool
+        for o in replay.expectation_outcome
+    )
+
+
+@pytest.mark.parametrize(
+    ("expected", "observed", "score"),
+    [
+        ("lorem ipsum " * 30_000, "lorem ipsum " * 30_000, 4),  # alike, 360,000 characters
+        ("lorem ipsum " * 21_000, "lorem " * 700_000, 0),  # the lengths allow 20 at most
+        ("lorem ipsum", "lorem ipsum " * 100_000, 0),
+    ],
+)
+def test_long_texts_are_compared_by_their_beginnings_within_their_lengths(
+    expected: str, observed: str, score: int
+) -> None:
+    assert len(observed) > agent_scoring.COMPARED_CHARS
+    assert agent_scoring.similarity(expected, observed) == score
+
+
+def test_a_budget_stops_a_record_at_its_bound() -> None:
+    """A turn whose expectations would each quote a 1 MB answer: scoring stops at the outcome
+    that passes the budget, with the outcomes so far."""
+    expect = evaluation_pb2.Evaluation.GoldenExpectation
+    answer = content_pb2.Message(role="agent", chunks=[content_pb2.Chunk(text="x")])
+    turn = _turn(*(expect(agent_response=answer) for _ in range(1000)))
+    observed = agent_scoring.Observed(texts=["y" * 1_000_000])
+    replay = Result.GoldenResult.TurnReplayResult()
+    budget = agent_scoring.Budget("result", 4_000_000)
+    with pytest.raises(agent_scoring.Overflow, match="The result would pass 4000000 bytes"):
+        agent_scoring.score_golden_turn(turn, observed, replay, budget=budget)
+    assert len(replay.expectation_outcome) == 4
+    with pytest.raises(agent_scoring.Overflow, match="more than 1000 things"):
+        agent_scoring.Budget("conversation", 10).count(1001, "things")
