@@ -386,15 +386,19 @@ def _held_runs(core: Harness, count: int) -> list[operations_pb2.Operation]:
 
 
 def test_runs_cancelled_while_they_wait_for_a_slot_end_cancelled(core: Harness) -> None:
-    """A cancel storm: every run ends CANCELLED, those that waited for an operation slot too
-    (they stayed QUEUED while their operations ended CANCELLED)."""
+    """A cancel storm: every run ends CANCELLED whatever its state: RUNNING, QUEUED on a hold,
+    and QUEUED waiting for an operation slot (those stayed QUEUED while their operations
+    ended CANCELLED)."""
     started = _held_runs(core, 8)
+    queued = _golden(core, "Queued")
+    _rule(core, evaluation=queued.name, hold=Rule.QUEUED)
+    started.append(_start(core, evaluations=[queued.name]))
     for operation in reversed(started):  # the waiting ones first: no slot frees meanwhile
         core.call("cancel_operation", operations_pb2.CancelOperationRequest(name=operation.name))
     for operation in started:
         assert _wait(core, operation).error.code == code_pb2.CANCELLED
-    states = [_get(core, _run_of(o)).state for o in started]
-    assert states == [Run.CANCELLED] * len(started), states
+    states = [Run.EvaluationRunState.Name(_get(core, _run_of(o)).state) for o in started]
+    assert states == ["CANCELLED"] * len(started), states
     for operation in started:
         [result] = _results(core, _run_of(operation))
         assert result.execution_state == Result.CANCELLED
@@ -407,5 +411,6 @@ def test_a_stopping_server_ends_the_runs_waiting_for_a_slot_in_error(core: Harne
         done = core.call("get_operation", operations_pb2.GetOperationRequest(name=operation.name))
         assert done.done and done.error.code == code_pb2.UNAVAILABLE
     runs = [_get(core, _run_of(o)) for o in started]
-    assert [r.state for r in runs] == [Run.ERROR] * len(started), [r.state for r in runs]
+    states = [Run.EvaluationRunState.Name(r.state) for r in runs]
+    assert states == ["ERROR"] * len(started), states
     assert all("shut down" in r.error_info.error_message for r in runs)
