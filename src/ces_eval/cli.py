@@ -495,7 +495,8 @@ def _serve_parser(commands: argparse._SubParsersAction[_Parser]) -> argparse.Arg
         "--seed",
         metavar="FILE",
         help="an export document (any format an export writes) imported at start into the "
-        "apps its names name; what is stored already is kept, so every start may read it again",
+        "apps its names name; what is stored already is kept, so every start may read it again; "
+        "a regular file of at most 64 MiB",
     )
     add(
         "--mcp-tools",

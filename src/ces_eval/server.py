@@ -26,6 +26,7 @@ import logging
 import os
 import signal
 import socket
+import stat
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -472,17 +473,45 @@ def _surfaces(
     return dispatcher, rest, mcp, ui
 
 
+_SPECIAL_FILES = (
+    (stat.S_ISFIFO, "FIFO"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+    (stat.S_ISSOCK, "socket"),
+    (stat.S_ISDIR, "folder"),
+)
+
+
+def _read_seed(path: Path) -> bytes:
+    """The bytes of the ``--seed`` file: a regular file of at most :data:`SEED_MAX_BYTES`.
+    Anything else is refused by what ``fstat`` says of it, before a byte is read: opened
+    without blocking, a FIFO cannot hang the start, nor can ``/dev/zero`` fill memory."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        raise StartupError(f"--seed: cannot read {path}: {error.strerror or error}") from error
+
+    status = os.fstat(descriptor)
+    if not stat.S_ISREG(status.st_mode):
+        os.close(descriptor)
+        kind = next((name for test, name in _SPECIAL_FILES if test(status.st_mode)), "special")
+        raise StartupError(f"--seed: {path} is not a regular file ({kind})")
+    with os.fdopen(descriptor, "rb") as file:
+        data = b"" if status.st_size > SEED_MAX_BYTES else file.read(SEED_MAX_BYTES + 1)
+    size = max(status.st_size, len(data))  # it may have grown since fstat
+    if size > SEED_MAX_BYTES:
+        raise StartupError(
+            f"--seed: {path} is {size} bytes; a seed may hold at most {SEED_MAX_BYTES} bytes"
+        )
+    return data
+
+
 def _seed_plan(config: ServerConfig) -> imports.SeedPlan | None:
     """``--seed``: the document read and checked before the database is opened, so that one
     that cannot be read or imported stops the start in one line and changes nothing."""
     if config.seed is None:
         return None
-    try:
-        data = config.seed.read_bytes()
-    except OSError as error:
-        raise StartupError(
-            f"--seed: cannot read {config.seed}: {error.strerror or error}"
-        ) from error
+    data = _read_seed(config.seed)
     try:
         return imports.seed_plan(data)
     except ServiceError as error:

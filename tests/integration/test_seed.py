@@ -5,15 +5,15 @@ changes nothing; a seed that cannot be read or imported stops the start with one
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+import os
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from ces_eval.server import SEED_MAX_BYTES
 from ces_eval.testing.server import run_serve, start_server
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 ORDERS = "projects/seeded/locations/us-central1/apps/orders"
 REFUNDS = "projects/seeded/locations/eu/apps/refunds"
@@ -127,3 +127,45 @@ def test_a_seed_that_cannot_be_imported_stops_the_start_in_one_line(
     assert completed.returncode == 2, completed.stderr
     [line] = [line for line in completed.stderr.splitlines() if line.strip()]
     assert said in line
+
+
+def _refusal(tmp_path: Path, seed: str) -> str:
+    """The one line ``serve --seed SEED`` stops with (status 2, as any unusable seed)."""
+    completed = run_serve(f"sqlite:///{tmp_path / 'x.db'}", "--seed", seed)
+    assert completed.returncode == 2, completed.stderr
+    assert "Traceback" not in completed.stderr
+    [line] = [line for line in completed.stderr.splitlines() if line.strip()]
+    assert not (tmp_path / "x.db").exists()  # refused before the database was opened
+    return line
+
+
+@pytest.mark.parametrize("kind", ["FIFO", "character device", "folder"])
+def test_a_seed_that_is_not_a_regular_file_is_refused_without_reading_it(
+    tmp_path: Path, kind: str
+) -> None:
+    """Before: a FIFO hung the start silently (no writer ever came); ``/dev/zero`` was read
+    until MemoryError, then "unexpected error". Only a regular file is read: the others are
+    refused by what ``fstat`` says of them, opened without blocking."""
+    if kind == "FIFO":
+        seed = tmp_path / "seed.fifo"
+        os.mkfifo(seed)
+    elif kind == "folder":
+        seed = tmp_path / "seeds"
+        seed.mkdir()
+    else:
+        seed = Path("/dev/zero")
+    line = _refusal(tmp_path, str(seed))
+    assert line == f"ces-eval: --seed: {seed} is not a regular file ({kind})"
+
+
+def test_a_seed_larger_than_the_limit_is_refused_by_its_size(tmp_path: Path) -> None:
+    """A file over SEED_MAX_BYTES (README, ``--seed``) is refused before any of it is read:
+    here a sparse file, which reading would fill memory with zeros."""
+    seed = tmp_path / "huge.json"
+    with seed.open("wb") as file:
+        file.truncate(SEED_MAX_BYTES + 1)
+    line = _refusal(tmp_path, str(seed))
+    assert line == (
+        f"ces-eval: --seed: {seed} is {SEED_MAX_BYTES + 1} bytes; a seed may hold at most "
+        f"{SEED_MAX_BYTES} bytes"
+    )
