@@ -48,6 +48,7 @@ import functools
 import json
 import logging
 import socket
+import ssl
 import time
 import traceback
 from pathlib import PurePath
@@ -102,6 +103,7 @@ _MAX_VALUES = limits.MAX_DECODED_ENTRIES  # JSON values of one answer parsed at 
 # and for its evaluation's derived fields that grow with it.
 _RESERVE_BYTES = 64 * 1024
 _RECORD_OVERHEAD = 8  # bytes of a list entry's tag and length, spent with each
+_PARSED_CHARS = 4096  # characters of an output's text json_format reads (see Agent._taken)
 _INTERNAL = "The result could not be played: an unexpected failure (see the server log)."
 
 
@@ -170,14 +172,25 @@ class _Connector(httpcore.AsyncNetworkBackend):
         await self._inner.sleep(seconds)
 
 
+@functools.cache
+def _verified() -> ssl.SSLContext:
+    """The TLS settings of https calls, made once per process (loading the CA certificates
+    takes ~40 ms, on the event loop)."""
+    return httpx.create_ssl_context(trust_env=False)
+
+
 def _client(endpoint: Endpoint) -> httpx.AsyncClient:
     """One HTTP client for a run: no proxies from the environment, no redirects followed, the
     endpoint's timeout, and connections by :class:`_Connector`."""
-    transport = httpx.AsyncHTTPTransport(trust_env=False)
-    # httpx takes no network backend of its own: its pool is made again with ours, with its
-    # own defaults otherwise (httpx.AsyncHTTPTransport.__init__).
+    uris = (endpoint.uri, endpoint.judge_uri, endpoint.simulator_uri)
+    tls = _verified() if any(uri.lower().startswith("https:") for uri in uris) else None
+    # The transport's own pool is replaced at once below (httpx takes no network backend of its
+    # own): ``verify`` given, it loads no certificates for it.
+    transport = httpx.AsyncHTTPTransport(verify=tls or False, trust_env=False)
+    # Ours, with httpx's defaults otherwise (httpx.AsyncHTTPTransport.__init__); without a
+    # context (no https URL), httpcore would make a verifying one itself.
     transport._pool = httpcore.AsyncConnectionPool(
-        ssl_context=httpx.create_ssl_context(trust_env=False),
+        ssl_context=tls,
         max_connections=100,
         max_keepalive_connections=20,
         keepalive_expiry=5.0,
@@ -645,8 +658,30 @@ class Agent:
     ) -> list[content_pb2.ToolCall]:
         """The agent's answer ``data`` read, parsed and recorded (see :func:`_record`): the
         tool calls it asks the client for."""
+        document = self._loaded(data, "The agent")
+        # json_format checks each string with a regular expression, in one call that holds the
+        # interpreter (11 ms for 262,144 characters): the outputs' texts, where an answer's
+        # bulk is, are set on the message instead (its setter refuses what is not Unicode).
+        texts: list[tuple[int, str]] = []
+        outputs = document.get("outputs")
+        if isinstance(outputs, list):
+            outputs = list(outputs)
+            for index, output in enumerate(outputs):
+                text = output.get("text") if isinstance(output, dict) else None
+                if isinstance(text, str) and len(text) > _PARSED_CHARS:
+                    texts.append((index, text))
+                    outputs[index] = {**output, "text": ""}
+            document = {**document, "outputs": outputs}
         answer = session_service_pb2.RunSessionResponse()
-        self._parse(self._loaded(data, "The agent"), answer, "The agent", "RunSessionResponse")
+        self._parse(document, answer, "The agent", "RunSessionResponse")
+        for index, text in texts:
+            try:
+                answer.outputs[index].text = text
+            except (ValueError, UnicodeError):
+                raise AgentFailure(
+                    f"The agent's answer is not a RunSessionResponse: outputs[{index}].text is "
+                    "not valid Unicode."
+                ) from None
         return _record(answer, observed, latencies, budget)
 
     async def _object(
@@ -666,7 +701,7 @@ class Agent:
         endpoint = self._endpoint
         refusal = host_refusal(uri, self._allowed)
         if refusal is not None:
-            raise AgentFailure(f"{who} at {self._shown(uri)} was not called: {refusal}")
+            raise AgentFailure(f"{who} at {self._shown(uri)!r} was not called: {refusal}")
         body = await off_loop(heavy, _encoded, document)
         # Compressed answers are not read (a small one can inflate past any bound in one step).
         headers = {
@@ -689,7 +724,7 @@ class Agent:
         except (httpx.TransportError, httpx.InvalidURL, UnicodeError):
             # One text for a refused address, a closed port and an open one that spoke no HTTP.
             raise AgentFailure(
-                f"{who} at {self._shown(uri)} could not be reached (no HTTP answer)."
+                f"{who} at {self._shown(uri)!r} could not be reached (no HTTP answer)."
             ) from None
         except httpx.HTTPError:
             raise AgentFailure(f"{who} answered something that could not be read.") from None
