@@ -54,6 +54,22 @@ def _said(text: str) -> dict[str, Any]:
     return {"expectation": {"agentResponse": {"role": "agent", "chunks": [{"text": text}]}}}
 
 
+def _set_agent(server: RunningServer, app: str, uri: str, **settings: Any) -> None:
+    """Point ``app`` at ``uri``, with the token every attack checks is written nowhere."""
+    Emulator(server.http_base).set_agent(app, uri, headers={"Authorization": TOKEN}, **settings)
+
+
+def _holding(server: RunningServer, text: str) -> list[str]:
+    """The stored results and conversations whose bytes hold ``text``."""
+    query = "SELECT name FROM {} WHERE instr(data, ?) > 0"
+    with contextlib.closing(sqlite3.connect(server.database)) as database:
+        return [
+            str(name)
+            for table in ("evaluation_results", "conversations")
+            for (name,) in database.execute(query.format(table), (text.encode(),))
+        ]
+
+
 def _stored_bytes(server: RunningServer) -> dict[str, int]:
     """The largest stored result and conversation, in bytes, read from the database file."""
     query = "SELECT max(length(data)) FROM {}"
@@ -87,6 +103,7 @@ def _attacked(
     output = server.output()
     assert "Traceback" not in output
     assert SECRET not in output
+    assert _holding(server, SECRET) == []
     return run, result
 
 
@@ -98,7 +115,7 @@ def test_a_long_answer_against_a_long_golden_stalls_nothing(
     app = f"{PROJECT}/long"
     expected = ("lorem ipsum " * 30_000)[:262_000]
     evaluation = _evaluation(server, app, [[{"userInput": {"text": "Hi"}}, _said(expected)]])
-    Emulator(server.http_base).set_agent(app, agent.url + "/long")
+    _set_agent(server, app, agent.url + "/long")
     _, result = _attacked(server, app, evaluation)
     assert "characters" in result["errorInfo"]["errorMessage"]
 
@@ -112,7 +129,7 @@ def test_forty_thousand_tool_calls_stall_nothing(server: RunningServer, agent: A
         for index in range(999)
     ]
     evaluation = _evaluation(server, app, [[{"userInput": {"text": "Hi"}}, *responses]])
-    Emulator(server.http_base).set_agent(app, agent.url + "/many-calls")
+    _set_agent(server, app, agent.url + "/many-calls")
     _, result = _attacked(server, app, evaluation)
     assert f"more than {MAX_REPEATED} tool calls" in result["errorInfo"]["errorMessage"]
 
@@ -121,7 +138,7 @@ def test_a_trace_of_400000_spans_stalls_nothing(server: RunningServer, agent: Ag
     """400,000 spans (11 MB, under a 16 MiB answer limit) were walked in quadratic time: 30 s."""
     app = f"{PROJECT}/spans"
     evaluation = _evaluation(server, app, [[{"userInput": {"text": "Hi"}}]])
-    Emulator(server.http_base).set_agent(app, agent.url + "/spans", max_response_bytes=16 * 2**20)
+    _set_agent(server, app, agent.url + "/spans", max_response_bytes=16 * 2**20)
     _, result = _attacked(server, app, evaluation)
     assert "100000 entries" in result["errorInfo"]["errorMessage"]
 
@@ -139,7 +156,7 @@ def test_what_is_recorded_holds_to_the_resource_bound(
     else:
         turns = [[{"userInput": {"text": "Hi"}}, _said("a"), _said("b"), _said("c")]]
     evaluation = _evaluation(server, app, turns)
-    Emulator(server.http_base).set_agent(app, agent.url + "/bulky")
+    _set_agent(server, app, agent.url + "/bulky")
     _, result = _attacked(server, app, evaluation)
     assert f"The {record} would pass" in result["errorInfo"]["errorMessage"]
 
@@ -148,9 +165,7 @@ def test_a_judges_malformed_answer_is_not_quoted_whole(server: RunningServer, ag
     """A judge answering a similarity of 4 MB: the result's error message quoted all of it."""
     app = f"{PROJECT}/judge-huge"
     evaluation = _evaluation(server, app, [[{"userInput": {"text": "Hi"}}, _said("Hello!")]])
-    Emulator(server.http_base).set_agent(
-        app, agent.url + "/agent", judge_uri=agent.url + "/judge-huge"
-    )
+    _set_agent(server, app, agent.url + "/agent", judge_uri=agent.url + "/judge-huge")
     _, result = _attacked(server, app, evaluation)
     assert '"semanticSimilarity": ' in result["errorInfo"]["errorMessage"]
 
@@ -170,11 +185,11 @@ def test_deeply_nested_json_ends_that_result_error(
         }
         body = {"displayName": "Deep", "scenario": scenario}
         evaluation = rest_call(server, "POST", f"/v1beta/{app}/evaluations", body)["name"]
-        Emulator(server.http_base).set_agent(app, agent.url + "/agent", simulator_uri=deep)
+        _set_agent(server, app, agent.url + "/agent", simulator_uri=deep)
     else:
         evaluation = _evaluation(server, app, [[{"userInput": {"text": "Hi"}}, _said("Hello!")]])
         uris = (deep, "") if role == "agent" else (agent.url + "/agent", deep)
-        Emulator(server.http_base).set_agent(app, uris[0], judge_uri=uris[1])
+        _set_agent(server, app, uris[0], judge_uri=uris[1])
     _, result = _attacked(server, app, evaluation)
     assert "nested too deeply" in result["errorInfo"]["errorMessage"]
 
@@ -289,7 +304,7 @@ def test_refusals_and_connection_failures_read_alike(server: RunningServer, agen
         for label, port in (("own", http_port), ("closed", _free_port()), ("open", open_port)):
             app = f"{PROJECT}/scan-{label}"
             evaluation = _evaluation(server, app, [[{"userInput": {"text": "Hi"}}]])
-            Emulator(server.http_base).set_agent(app, agent.url + "/agent")
+            _set_agent(server, app, agent.url + "/agent")
             _stored_endpoint(server, app, uri=f"http://localhost:{port}/v1beta/projects/-:reset")
             _, result = _attacked(server, app, evaluation)
             messages[label] = result["errorInfo"]["errorMessage"].replace(str(port), "PORT")
@@ -307,7 +322,7 @@ def test_stored_hostile_endpoints_end_their_result_error(
     ):
         app = f"{PROJECT}/stored-{label}"
         evaluation = _evaluation(server, app, [[{"userInput": {"text": "Hi"}}]])
-        Emulator(server.http_base).set_agent(app, agent.url + "/agent")
+        _set_agent(server, app, agent.url + "/agent")
         _stored_endpoint(server, app, **changed)
         _, result = _attacked(server, app, evaluation)
         assert "s3cr" not in str(result) and "s3cr" not in server.output()
@@ -318,7 +333,7 @@ def test_an_echoed_token_is_scrubbed_from_the_error(server: RunningServer, agent
     bearer token into the result (and any export of it)."""
     app = f"{PROJECT}/echo"
     evaluation = _evaluation(server, app, [[{"userInput": {"text": "Hi"}}]])
-    Emulator(server.http_base).set_agent(app, agent.url + "/echo", headers={"Authorization": TOKEN})
+    _set_agent(server, app, agent.url + "/echo")
     _, result = _attacked(server, app, evaluation)
     message = result["errorInfo"]["errorMessage"]
     assert "answered HTTP 500" in message

@@ -156,3 +156,21 @@ def test_an_unexpected_failure_ends_that_result_error_and_logs_no_secret(
     [record] = caplog.records
     assert "TypeError at agents.py:" in record.getMessage()
     assert "s3cret" not in caplog.text and record.exc_info is None
+
+
+@pytest.mark.parametrize("length", [10, 5_000])
+def test_an_output_text_that_is_not_unicode_is_refused(length: int) -> None:
+    """Long texts are set on the message rather than read by json_format: either way a lone
+    surrogate is refused, and the texts are recorded as answered."""
+    agent = agents.Agent(_endpoint(), ())
+    budget = agents._Budget("conversation", 10 * 2**20)
+    try:
+        good = json.dumps({"outputs": [{"text": "y" * length}, {"text": "z"}]}).encode()
+        observed = agents._Observed()
+        assert agent._taken(good, observed, [], budget) == []
+        assert observed.texts == ["y" * length, "z"]
+        bad = json.dumps({"outputs": [{"text": "\ud800" + "x" * length}]}).encode()
+        with pytest.raises(agents.AgentFailure, match="RunSessionResponse"):
+            agent._taken(bad, agents._Observed(), [], budget)
+    finally:
+        asyncio.run(agent.close())

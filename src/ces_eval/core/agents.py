@@ -216,17 +216,6 @@ def _secret_forms(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(forms, key=len, reverse=True))
 
 
-def _described(value: object) -> str:
-    """A JSON value as an error quotes it (a container by its kind: never walked)."""
-    if isinstance(value, dict):
-        return "a JSON object"
-    if isinstance(value, list):
-        return "a JSON array"
-    if isinstance(value, str):
-        return repr(value[: SHOWN_CHARS * 2])
-    return repr(value)
-
-
 def _where(error: BaseException) -> str:
     """Where ``error`` was raised: its innermost frame's file and line (never its text)."""
     frames = traceback.extract_tb(error.__traceback__)
@@ -270,6 +259,29 @@ class Agent:
         for secret in self._secrets:
             text = text.replace(secret, "***")
         return text if len(text) <= chars else text[:chars] + "…"
+
+    def _described(self, value: object) -> str:
+        """A JSON value of an answer as an error quotes it (a container by its kind: never
+        walked nor repeated)."""
+        if isinstance(value, dict):
+            return "a JSON object"
+        if isinstance(value, list):
+            return "a JSON array"
+        return repr(self._shown(value)) if isinstance(value, str) else self._shown(repr(value))
+
+    def _integer(self, value: object, allowed: range, field: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value not in allowed:
+            raise AgentFailure(
+                f'The judge answered "{field}": {self._described(value)}; expected an integer '
+                f"from {allowed.start} to {allowed.stop - 1}."
+            )
+        return value
+
+    def _explanation(self, answer: dict[str, Any], who: str) -> str:
+        value = answer.get("explanation", "")
+        if not isinstance(value, str):
+            raise AgentFailure(f'{who} answered an "explanation" that is {self._described(value)}.')
+        return value
 
     # -- playing ------------------------------------------------------------------------------
 
@@ -469,11 +481,11 @@ class Agent:
         judged: dict[str, Any] = {}
         similarity = answer.get("semanticSimilarity")
         if similarity is not None:
-            judged["semanticSimilarity"] = _integer(similarity, range(5), "semanticSimilarity")
+            judged["semanticSimilarity"] = self._integer(similarity, range(5), "semanticSimilarity")
         hallucination = answer.get("hallucination")
         if hallucination is not None:
-            judged["hallucination"] = _integer(hallucination, range(-1, 2), "hallucination")
-        judged["explanation"] = _explanation(answer, "The judge")
+            judged["hallucination"] = self._integer(hallucination, range(-1, 2), "hallucination")
+        judged["explanation"] = self._explanation(answer, "The judge")
         return judged
 
     # -- scenarios -----------------------------------------------------------------------------
@@ -551,7 +563,7 @@ class Agent:
             satisfaction = result.user_goal_satisfaction_result
             satisfaction.score = 1 if met else 0
             satisfaction.label = "Satisfied" if met else "Not satisfied"
-            satisfaction.explanation = _explanation(ending, "The simulator")
+            satisfaction.explanation = self._explanation(ending, "The simulator")
             budgets.result.spend(satisfaction, _RECORD_OVERHEAD)
         if ending.get("done") and "taskCompleted" in ending:
             result.task_completed = ending["taskCompleted"] is True
@@ -604,7 +616,7 @@ class Agent:
             if isinstance(score, bool) or not isinstance(score, int | float) or not 0 <= score <= 1:
                 raise AgentFailure('The judge answered no "score" between 0 and 1 for a rubric.')
             outcome = result.rubric_outcomes.add(
-                rubric=rubric, score=score, score_explanation=_explanation(answer, "The judge")
+                rubric=rubric, score=score, score_explanation=self._explanation(answer, "The judge")
             )
             budget.spend(outcome, _RECORD_OVERHEAD)
 
@@ -847,22 +859,6 @@ def _oversized(document: dict[str, Any]) -> str | None:
             elif isinstance(child, dict | list):
                 pending.append(child)
     return None
-
-
-def _integer(value: object, allowed: range, field: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value not in allowed:
-        raise AgentFailure(
-            f'The judge answered "{field}": {_described(value)}; expected an integer from '
-            f"{allowed.start} to {allowed.stop - 1}."
-        )
-    return value
-
-
-def _explanation(answer: dict[str, Any], who: str) -> str:
-    value = answer.get("explanation", "")
-    if not isinstance(value, str):
-        raise AgentFailure(f'{who} answered an "explanation" that is {_described(value)}.')
-    return value
 
 
 def _record(
