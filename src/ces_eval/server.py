@@ -28,6 +28,7 @@ import signal
 import socket
 import stat
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -415,16 +416,33 @@ def exposure_problem(config: ServerConfig) -> str | None:
 
 def preflight(config: ServerConfig) -> Tokens | None:
     """The ``--auth-tokens`` table (None: an open server); a :class:`StartupError` when the
-    server must not start (the exposure check above, or what is wrong with the token file)."""
+    server must not start (the exposure check above, an export folder that cannot be written,
+    or what is wrong with the token file)."""
     problem = exposure_problem(config)
     if problem is not None:
         raise StartupError(problem)
+    _check_export_folder(config.export_dir)
     if config.auth_tokens is None:
         return None
     try:
         return Tokens.load(config.auth_tokens)
     except TokenFileError as error:
         raise StartupError(f"--auth-tokens: {error}") from error
+
+
+def _check_export_folder(folder: Path) -> None:
+    """``--export-dir`` made (with its parents) and written once, an unnamed file created and
+    gone at once: a folder no export could write to is a configuration mistake said at start,
+    not an INTERNAL answer to the first export. Written, not judged by its mode: file modes
+    do not stop root, a read-only mount or an immutable folder do."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise StartupError(
+            f"--export-dir: cannot write to {folder}: {error.strerror or error}"
+        ) from error
 
 
 async def open_database(config: ServerConfig, *, shared: bool = False) -> Storage:

@@ -23,6 +23,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
 )
 from ces_eval.testing.server import RunningServer, run_serve, serve_command, start_server
 from tests.support.load import golden_evaluation
+from tests.unit.test_sqlite_files import immutable
 
 APP = "projects/p/locations/l/apps/a"
 CONNECTIONS = 20
@@ -267,3 +268,28 @@ def test_without_uvloop_and_httptools_the_server_says_so_and_serves(tmp_path: Pa
         assert not _mapped(running.process.pid, "httptools")
     finally:
         assert running.stop() == 0
+
+
+def test_an_export_folder_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
+    """Before: the server started and the first export answered 500. Now it is refused at
+    start, as a configuration mistake: here a folder under a regular file (the tests run as
+    root, whom file modes do not stop)."""
+    (tmp_path / "file").write_text("")
+    exports = tmp_path / "file" / "exports"
+    completed = run_serve(f"sqlite:///{tmp_path / 'x.db'}", "--export-dir", str(exports))
+    assert completed.returncode == 2, completed.stderr
+    line = _one_line(completed)
+    assert line.startswith(f"ces-eval: --export-dir: cannot write to {exports}: "), line
+    assert not (tmp_path / "x.db").exists()  # refused before the database was touched
+
+
+@pytest.mark.external  # chattr (e2fsprogs)
+def test_an_immutable_export_folder_is_one_line(tmp_path: Path) -> None:
+    exports = tmp_path / "exports"
+    exports.mkdir()
+    with immutable(exports):
+        completed = run_serve(f"sqlite:///{tmp_path / 'x.db'}", "--export-dir", str(exports))
+    assert completed.returncode == 2, completed.stderr
+    assert _one_line(completed) == (
+        f"ces-eval: --export-dir: cannot write to {exports}: Operation not permitted"
+    )
