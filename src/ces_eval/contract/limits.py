@@ -81,6 +81,7 @@ __all__ = [
     "too_large",
     "too_many",
     "too_many_struct_entries",
+    "wire_fields",
 ]
 
 # -- the limits ----------------------------------------------------------------------------------
@@ -1085,6 +1086,18 @@ def _fields(data: bytes, start: int, end: int) -> Iterator[tuple[int, int, int, 
         if at > end:
             raise _Stop
         yield tag >> 3, wire, first, at
+
+
+def wire_fields(data: bytes, start: int = 0, end: int = -1) -> Iterator[tuple[int, int, int, int]]:
+    """The fields of the message encoded in ``data[start:end]`` (``end`` -1: to the end of
+    ``data``), as the count pass reads them: (number, wire type, start and end of the payload),
+    each field's encoding ending where the next begins. For a reader that needs a few fields
+    of a large stored message without parsing all of it (the web view); ValueError where the
+    encoding is broken."""
+    try:
+        yield from _fields(data, start, len(data) if end < 0 else end)
+    except (_Stop, IndexError):
+        raise ValueError("not a valid protobuf encoding") from None
 
 
 def _delimited(data: bytes, start: int, end: int) -> Iterator[tuple[int, int, int]]:

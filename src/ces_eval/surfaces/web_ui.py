@@ -2,20 +2,32 @@
 result's turns (expected beside observed), and each evaluation's pass rate over its runs.
 
 Read-only and server-rendered (Jinja2 templates in ``web/``, charts drawn as SVG on the server by
-pygal): no script runs in the page and nothing is fetched from elsewhere, so it works offline.
+pygal and shown as ``data:`` images): no script runs in the page and nothing is fetched from
+elsewhere, so it works offline.
 Every page reads through the same handlers and boundary steps as the API (tokens, per-project
 authorization, in-flight limits): a browser presents a token as REST does, in ``Authorization``
 or as ``?access_token=`` (kept in the page's links). What a page shows is what the official
 client would read.
+
+Every page stays small whatever the data holds: a result's outcomes are paged
+(:data:`OUTCOMES_PER_PAGE`, ``?page=N``), long texts are cut, and only the fields a page shows
+are parsed from the stored bytes (:func:`_slim`); a page built from a large answer is built and
+rendered in a worker thread (:func:`ces_eval.offload.off_loop`), never on the event loop. Every
+answer carries a strict Content-Security-Policy (:data:`CONTENT_SECURITY_POLICY`),
+``Referrer-Policy: no-referrer`` and ``X-Content-Type-Options: nosniff`` (docs/security.md).
 """
 
 from __future__ import annotations
 
+import base64
+import collections
 import functools
+import hashlib
 import json
 import math
 import re
 import sys
+import threading
 import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -25,33 +37,64 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 
 from ces_eval.access.authorization import project_of
-from ces_eval.contract.encoded import message_of
-from ces_eval.errors import ServiceError
+from ces_eval.contract import limits
+from ces_eval.contract.encoded import Encoded, varint
+from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.logs import CALL_KEY, Call
+from ces_eval.offload import off_loop
 from ces_eval.surfaces.asgi import credentials, send_body
 from ces_eval.surfaces.boundary import Boundary, Inputs
 from ces_eval.transcoding import printer
 
 if TYPE_CHECKING:
+    from google.protobuf.descriptor import Descriptor
     from google.protobuf.message import Message
     from starlette.types import Receive, Scope, Send
 
     from ces_eval.access import Caller, Handler
+    from ces_eval.contract.encoded import Response
 
-__all__ = ["UI_PATH", "WebView"]
+__all__ = ["CONTENT_SECURITY_POLICY", "OUTCOMES_PER_PAGE", "UI_PATH", "WebView"]
 
 UI_PATH = "/ui"
 _SERVICE = "/google.cloud.ces.v1beta.EvaluationService/"
 _HTML = b"text/html; charset=utf-8"
-_NO_STORE = [(b"cache-control", b"no-store")]
 _LISTED = 1000  # items a page lists of each collection (the API's largest page)
+# Expectation outcomes one result page shows (a turn without any counts as one): a result may
+# hold a million (1,000 turns of 1,000, within every write limit), which rendered whole made
+# 225 MB of HTML. Pages are ?page=N, from 1.
+OUTCOMES_PER_PAGE = 50
+# Characters of one expected or observed block, and of a display name in a listing, shown
+# before they are cut (limits.cut says how many more): a page stays small whatever a field
+# holds (a string may hold 262,144 characters). The API serves them whole.
+_SHOWN_CHARS = 4_000
+_NAME_CHARS = 200
+_WEB = Path(__file__).with_name("web")
 _TEMPLATES = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(Path(__file__).with_name("web")),
+    loader=jinja2.FileSystemLoader(_WEB),
     autoescape=True,
     undefined=jinja2.StrictUndefined,
 )
+_TEMPLATES.filters["short"] = functools.partial(limits.cut, limit=_NAME_CHARS)
+_TEMPLATES.filters["long"] = functools.partial(limits.cut, limit=_SHOWN_CHARS)
+# The pages' one stylesheet, inlined in each and allowed by its hash alone: every answer's
+# Content-Security-Policy lets nothing else run or load (no script, no other style, no
+# fetch, no frame, no form elsewhere); images only from the page's own data: URIs (the
+# pass-rate chart's SVG). Links carry ?access_token=, so no Referer is ever sent.
+_STYLE = (_WEB / "style.css").read_text(encoding="utf-8")
+_STYLE_HASH = base64.b64encode(hashlib.sha256(_STYLE.encode()).digest()).decode()
+CONTENT_SECURITY_POLICY = (
+    f"default-src 'none'; style-src 'sha256-{_STYLE_HASH}'; img-src 'self' data:; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+_HEADERS = [
+    (b"cache-control", b"no-store"),
+    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-content-type-options", b"nosniff"),
+]
 _NONE = "\N{EN DASH}"  # shown for nothing
 _SCRIPT = re.compile(r"<script\b.*?</script>", re.DOTALL)
 _Outcome = evaluation_pb2.EvaluationResult.Outcome
@@ -82,8 +125,188 @@ def _pygal() -> Any:  # noqa: ANN401 - the pygal module (untyped)
 
 @dataclass(frozen=True)
 class _Page:
+    """A page to render: its template and values; ``heavy`` when it was built from answers
+    too large for the event loop (:data:`limits.LOOP_BYTES`), so it is rendered off it too."""
+
     template: str
     values: dict[str, Any]
+    heavy: bool = False
+
+
+# -- reading only what a page shows ------------------------------------------------------------
+
+# Field numbers kept of a message, each with what is kept of it (None: all of it).
+_Keep = dict[int, "_Keep | None"]
+
+
+def _keep(message_type: Descriptor, fields: Mapping[str, Any]) -> _Keep:
+    """``fields`` (a name, with None or the fields kept of it) as field numbers."""
+    kept: _Keep = {}
+    for name, inner in fields.items():
+        field = message_type.fields_by_name[name]
+        nested = field.message_type
+        if inner is None or nested is None:
+            kept[field.number] = None
+        else:
+            kept[field.number] = _keep(nested, inner)
+    return kept
+
+
+def _slim(data: bytes, keep: _Keep, start: int = 0, end: int = -1) -> bytes:
+    """The encoding ``data[start:end]`` with only the fields ``keep`` names: a page's rows
+    need a few fields of messages that may hold a million others, which parsing whole holds
+    the interpreter for tens of milliseconds (protobuf's parser never lets go of it)."""
+    parts: list[bytes] = []
+    begin = start
+    for number, wire, first, last in limits.wire_fields(data, start, end):
+        if number in keep:
+            inner = keep[number]
+            if inner is None or wire != 2:
+                parts.append(data[begin:last])
+            else:
+                body = _slim(data, inner, first, last)
+                parts += (varint(number << 3 | 2), varint(len(body)), body)
+        begin = last
+    return b"".join(parts)
+
+
+def _encoding(response: Response) -> bytes:
+    return response.data if isinstance(response, Encoded) else response.SerializeToString()
+
+
+def _items(response: Response, field: str) -> list[bytes]:
+    """The encodings of the elements of a List response's repeated ``field``."""
+    if isinstance(response, Encoded) and response.page is not None:
+        return list(response.page.items)
+    data = _encoding(response)
+    kind = response.message_class if isinstance(response, Encoded) else type(response)
+    number = kind.DESCRIPTOR.fields_by_name[field].number
+    return [data[a:b] for n, _, a, b in limits.wire_fields(data) if n == number]
+
+
+def _heavy(*responses: Response) -> bool:
+    return any(isinstance(r, Encoded) and r.size > limits.LOOP_BYTES for r in responses)
+
+
+_E = evaluation_pb2.Evaluation
+_R = evaluation_pb2.EvaluationResult
+_Run = evaluation_pb2.EvaluationRun
+_Turn = _R.GoldenResult.TurnReplayResult
+_RESULT_ROW = _keep(
+    _R.DESCRIPTOR,
+    dict.fromkeys(
+        ("name", "display_name", "evaluation_run", "evaluation_status", "execution_state")
+    ),
+)
+_RUN_ROW = _keep(_Run.DESCRIPTOR, dict.fromkeys(("name", "display_name", "state", "progress")))
+_Dataset = evaluation_pb2.EvaluationDataset
+_DATASET_ROW = _keep(_Dataset.DESCRIPTOR, dict.fromkeys(("display_name", "evaluations")))
+_EVALUATION_ROW = _keep(
+    _E.DESCRIPTOR,
+    {
+        "name": None,
+        "display_name": None,
+        "description": None,
+        "golden": {},  # kept empty: which of them is set
+        "scenario": {},
+        "last_completed_result": {"evaluation_status": None},
+    },
+)
+_GOLDEN_RESULT = _R.DESCRIPTOR.fields_by_name["golden_result"].number
+
+
+def _rows(response: Response, field: str, keep: _Keep, kind: type[Message]) -> list[Any]:
+    return [kind.FromString(_slim(item, keep)) for item in _items(response, field)]
+
+
+_Turns = tuple[list[tuple[int, int]], list[int]]
+_COUNTED: collections.OrderedDict[bytes, _Turns] = collections.OrderedDict()
+_COUNTED_KEPT = 64  # results whose turns are kept counted (a few kB each)
+_COUNTED_LOCK = threading.Lock()
+
+
+def _turns(data: bytes) -> _Turns:
+    """Where each turn of the result encoded in ``data`` is, and how many entries it makes on
+    the pages (its outcomes, 1 without any). Counting parses every turn (~25 ms for a million
+    outcomes), so the counts are kept for the next of its pages, by a digest of ``data``
+    (never ``data`` itself: a result may be 4 MB)."""
+    digest = hashlib.blake2b(data, digest_size=16).digest()
+    with _COUNTED_LOCK:
+        if (known := _COUNTED.get(digest)) is not None:
+            _COUNTED.move_to_end(digest)
+            return known
+    spans = []
+    for n, _, first, last in limits.wire_fields(data):
+        if n == _GOLDEN_RESULT:
+            turns = limits.wire_fields(data, first, last)  # turn_replay_results: field 1
+            spans += [(a, b) for t, _, a, b in turns if t == 1]
+    counts = [max(1, len(_Turn.FromString(data[a:b]).expectation_outcome)) for a, b in spans]
+    with _COUNTED_LOCK:
+        _COUNTED[digest] = (spans, counts)
+        while len(_COUNTED) > _COUNTED_KEPT:
+            _COUNTED.popitem(last=False)
+    return spans, counts
+
+
+def _result_page(data: bytes, number: int) -> dict[str, Any]:
+    """The values of page ``number`` of the result encoded in ``data``: its row, and the
+    turns whose outcomes fall on the page (:data:`OUTCOMES_PER_PAGE`, a turn without any
+    counting as one), each parsed alone."""
+    result = _R.FromString(_slim(data, _RESULT_ROW))
+    spans, counts = _turns(data)
+    total = sum(counts)
+    pages = max(1, math.ceil(total / OUTCOMES_PER_PAGE))
+    if number > pages:
+        raise ServiceError.not_found("page", f"page {number} of {result.name} ({pages} pages)")
+    low, high = (number - 1) * OUTCOMES_PER_PAGE, number * OUTCOMES_PER_PAGE
+    turns = []
+    before = 0  # entries of the turns before this one
+    for index, ((a, b), count) in enumerate(zip(spans, counts, strict=True)):
+        if before + count > low and before < high:
+            first, last = max(low - before, 0), min(high - before, count)
+            outcomes = _Turn.FromString(data[a:b]).expectation_outcome[first:last]
+            turns.append(
+                {
+                    "index": index + 1,
+                    "outcomes": [_outcome(o) for o in outcomes],
+                    "first": first + 1,
+                    "last": last,
+                    "count": count if outcomes else 0,
+                }
+            )
+        before += count
+    return {
+        "result": _result_row(result),
+        "turns": turns,
+        "page": number,
+        "pages": pages,
+        "shown": (low + 1, min(high, total)),
+        "total": total,
+    }
+
+
+def _outcome(outcome: Any) -> dict[str, str]:  # noqa: ANN401 - a generated message
+    observed = {
+        field.json_name: printer.to_dict(value)
+        for field, value in outcome.ListFields()
+        if field.name.startswith("observed_")
+    }
+    return {
+        "outcome": _named(_Outcome, outcome.outcome),
+        "expected": limits.cut(_json(outcome.expectation), _SHOWN_CHARS),
+        "observed": limits.cut(json.dumps(observed, indent=2, ensure_ascii=False), _SHOWN_CHARS),
+    }
+
+
+def _page_number(params: list[tuple[str, str]]) -> int:
+    """``?page=N`` (from 1; 1 when absent); INVALID_ARGUMENT for anything else."""
+    text = next((value for key, value in params if key == "page"), "1")
+    if not (len(text) <= 9 and text.isascii() and text.isdigit() and int(text) > 0):
+        problem = "Must be a whole number from 1."
+        raise ServiceError.invalid_argument(
+            f"page {limits.shown(text)!r}: {problem}", [FieldViolation("page", problem)]
+        )
+    return int(text)
 
 
 def _pass_rate(passed: int, finished: int) -> float | None:
@@ -142,13 +365,20 @@ class WebView:
         self._handlers = handlers
         self._boundary = boundary
         self._apps = apps
+        # Compiled once, at start: a template's first compilation takes tens of milliseconds,
+        # which the first page of its kind would otherwise spend on the event loop.
+        self._templates = {
+            name: _TEMPLATES.get_template(name)
+            for name in _TEMPLATES.list_templates(extensions=["html"])
+        }
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
         if scope["method"] not in ("GET", "HEAD"):
             answer = b"The web view only reads.\n"
-            await send_body(send, 405, b"text/plain", answer, [(b"allow", b"GET")])
+            headers = [*_HEADERS, (b"allow", b"GET")]
+            await send_body(send, 405, b"text/plain", answer, headers)
             return
         path = scope["path"].removeprefix(UI_PATH).strip("/")
         params = urllib.parse.parse_qsl(scope.get("query_string", b"").decode("latin-1"))
@@ -159,25 +389,32 @@ class WebView:
             return Inputs(authorization, user, None)
 
         async def work(caller: Caller) -> _Page:
-            return await self._page(path, caller)
+            return await self._page(path, caller, params)
 
         line: Call | None = scope.get(CALL_KEY)  # logs.HttpRequestLog: the request line
         outcome = await self._boundary.serve(f"GET {scope['path']}", inputs, work, line=line)
-        suffix = f"?access_token={urllib.parse.quote(token)}" if token else ""
+        kept = f"access_token={urllib.parse.quote(token)}" if token else ""
+        suffix = f"?{kept}" if kept else ""
+
+        def paged(name: str, number: int) -> str:
+            """The link to page ``number`` of ``name``'s page, the token kept."""
+            return f"{UI_PATH}/{name}?page={number}" + (f"&{kept}" if kept else "")
+
         if isinstance(outcome, ServiceError):
             status = outcome.code.http_status
             page = _Page("error.html", {"error": outcome, "status": status})
         else:
             status, page = 200, outcome
-        html = _TEMPLATES.get_template(page.template).render(
-            **page.values, ui=UI_PATH, suffix=suffix, percent=_percent
-        )
-        await send_body(send, status, _HTML, html.encode(), _NO_STORE, line=line)
+        template = self._templates[page.template]
+        values = {**page.values, "ui": UI_PATH, "suffix": suffix, "style": _STYLE}
+        values |= {"percent": _percent, "paged": paged}
+        html = await off_loop(page.heavy, template.render, values)
+        await send_body(send, status, _HTML, html.encode(), _HEADERS, line=line)
 
-    async def _call(self, method: str, request: Message, caller: Caller) -> Any:  # noqa: ANN401 - the method's response message
-        return message_of(await self._handlers[_SERVICE + method](request, caller))
+    async def _call(self, method: str, request: Message, caller: Caller) -> Response:
+        return await self._handlers[_SERVICE + method](request, caller)
 
-    async def _page(self, path: str, caller: Caller) -> _Page:
+    async def _page(self, path: str, caller: Caller, params: list[tuple[str, str]]) -> _Page:
         parts = path.split("/") if path else []
         if not parts:
             return await self._index(caller)
@@ -188,7 +425,7 @@ class WebView:
         if len(parts) == 8 and parts[6] == "evaluationRuns":
             return await self._run(path, caller)
         if len(parts) == 10 and parts[6] == "evaluations" and parts[8] == "results":
-            return await self._result(path, caller)
+            return await self._result(path, caller, _page_number(params))
         raise ServiceError.not_found("page", f"{UI_PATH}/{path}")
 
     async def _index(self, caller: Caller) -> _Page:
@@ -218,28 +455,9 @@ class WebView:
             ),
             caller,
         )
-        return _Page(
-            "app.html",
-            {
-                "app": app,
-                "evaluations": [
-                    {
-                        "name": e.name,
-                        "display_name": e.display_name,
-                        "kind": e.WhichOneof("inputs") or _NONE,
-                        "last": _named(_Outcome, e.last_completed_result.evaluation_status)
-                        if e.HasField("last_completed_result")
-                        else _NONE,
-                    }
-                    for e in sorted(evaluations.evaluations, key=lambda e: e.display_name)
-                ],
-                "datasets": [
-                    {"display_name": d.display_name, "count": len(d.evaluations)}
-                    for d in datasets.evaluation_datasets
-                ],
-                "runs": [_run_row(run) for run in runs.evaluation_runs],
-            },
-        )
+        heavy = _heavy(evaluations, datasets, runs)
+        values = await off_loop(heavy, _app_values, app, evaluations, datasets, runs)
+        return _Page("app.html", values, heavy)
 
     async def _evaluation(self, name: str, caller: Caller) -> _Page:
         evaluation = await self._call(
@@ -252,26 +470,9 @@ class WebView:
             ),
             caller,
         )
-        by_run: dict[str, list[int]] = {}  # run → [passed, finished], first seen first
-        for result in results.evaluation_results:
-            if result.evaluation_run and result.evaluation_status != _Outcome.OUTCOME_UNSPECIFIED:
-                tally = by_run.setdefault(result.evaluation_run, [0, 0])
-                tally[0] += result.evaluation_status == _Outcome.PASS
-                tally[1] += 1
-        points = [
-            (run.rsplit("/", 1)[1], rate)
-            for run, (passed, finished) in by_run.items()
-            if (rate := _pass_rate(passed, finished)) is not None and math.isfinite(rate)
-        ]
-        return _Page(
-            "evaluation.html",
-            {
-                "evaluation": evaluation,
-                "kind": evaluation.WhichOneof("inputs") or _NONE,
-                "chart": _pass_rate_chart(points),
-                "results": [_result_row(r) for r in results.evaluation_results],
-            },
-        )
+        heavy = _heavy(evaluation, results)
+        values = await off_loop(heavy, _evaluation_values, evaluation, results)
+        return _Page("evaluation.html", values, heavy)
 
     async def _run(self, name: str, caller: Caller) -> _Page:
         run = await self._call(
@@ -287,36 +488,70 @@ class WebView:
             ),
             caller,
         )
-        return _Page(
-            "run.html",
-            {
-                "run": _run_row(run),
-                "results": [_result_row(r) for r in results.evaluation_results],
-            },
-        )
+        heavy = _heavy(run, results)
+        return _Page("run.html", await off_loop(heavy, _run_values, run, results), heavy)
 
-    async def _result(self, name: str, caller: Caller) -> _Page:
+    async def _result(self, name: str, caller: Caller, number: int) -> _Page:
         result = await self._call(
             "GetEvaluationResult", service_pb2.GetEvaluationResultRequest(name=name), caller
         )
-        turns = []
-        for index, turn in enumerate(result.golden_result.turn_replay_results):
-            outcomes = []
-            for outcome in turn.expectation_outcome:
-                observed = {
-                    field.json_name: printer.to_dict(value)
-                    for field, value in outcome.ListFields()
-                    if field.name.startswith("observed_")
-                }
-                outcomes.append(
-                    {
-                        "outcome": _named(_Outcome, outcome.outcome),
-                        "expected": _json(outcome.expectation),
-                        "observed": json.dumps(observed, indent=2, ensure_ascii=False),
-                    }
-                )
-            turns.append({"index": index + 1, "outcomes": outcomes})
-        return _Page("result.html", {"result": _result_row(result), "turns": turns})
+        heavy = _heavy(result)
+        data = await off_loop(heavy, _encoding, result)
+        return _Page("result.html", await off_loop(heavy, _result_page, data, number), heavy)
+
+
+def _app_values(
+    app: str, evaluations: Response, datasets: Response, runs: Response
+) -> dict[str, Any]:
+    evaluation_rows = _rows(evaluations, "evaluations", _EVALUATION_ROW, _E)
+    return {
+        "app": app,
+        "evaluations": [
+            {
+                "name": e.name,
+                "display_name": e.display_name,
+                "kind": e.WhichOneof("inputs") or _NONE,
+                "last": _named(_Outcome, e.last_completed_result.evaluation_status)
+                if e.HasField("last_completed_result")
+                else _NONE,
+            }
+            for e in sorted(evaluation_rows, key=lambda e: e.display_name)
+        ],
+        "datasets": [
+            {"display_name": d.display_name, "count": len(d.evaluations)}
+            for d in _rows(datasets, "evaluation_datasets", _DATASET_ROW, _Dataset)
+        ],
+        "runs": [_run_row(run) for run in _rows(runs, "evaluation_runs", _RUN_ROW, _Run)],
+    }
+
+
+def _evaluation_values(evaluation: Response, results: Response) -> dict[str, Any]:
+    shown = _E.FromString(_slim(_encoding(evaluation), _EVALUATION_ROW))
+    rows = _rows(results, "evaluation_results", _RESULT_ROW, _R)
+    by_run: dict[str, list[int]] = {}  # run → [passed, finished], first seen first
+    for result in rows:
+        if result.evaluation_run and result.evaluation_status != _Outcome.OUTCOME_UNSPECIFIED:
+            tally = by_run.setdefault(result.evaluation_run, [0, 0])
+            tally[0] += result.evaluation_status == _Outcome.PASS
+            tally[1] += 1
+    points = [
+        (run.rsplit("/", 1)[1], rate)
+        for run, (passed, finished) in by_run.items()
+        if (rate := _pass_rate(passed, finished)) is not None and math.isfinite(rate)
+    ]
+    chart = _pass_rate_chart(points)
+    return {
+        "evaluation": shown,
+        "kind": shown.WhichOneof("inputs") or _NONE,
+        "chart": base64.b64encode(chart.encode()).decode() if chart else "",
+        "results": [_result_row(r) for r in rows],
+    }
+
+
+def _run_values(run: Response, results: Response) -> dict[str, Any]:
+    shown = _Run.FromString(_slim(_encoding(run), _RUN_ROW))
+    rows = _rows(results, "evaluation_results", _RESULT_ROW, _R)
+    return {"run": _run_row(shown), "results": [_result_row(r) for r in rows]}
 
 
 def _run_row(run: evaluation_pb2.EvaluationRun) -> dict[str, Any]:
@@ -330,7 +565,6 @@ def _run_row(run: evaluation_pb2.EvaluationRun) -> dict[str, Any]:
         "state": _named(_State, run.state),
         "done": done,
         "total": total,
-        "progress": round(100 * done / total) if total else 0,
         "pass_rate": _pass_rate(progress.passed_count, finished),
     }
 
