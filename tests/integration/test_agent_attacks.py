@@ -170,6 +170,24 @@ def test_a_judges_malformed_answer_is_not_quoted_whole(server: RunningServer, ag
     assert '"semanticSimilarity": ' in result["errorInfo"]["errorMessage"]
 
 
+def test_what_no_write_accepts_is_not_stored(server: RunningServer, agent: Agent) -> None:
+    """A tool call whose arguments nest deeper than any write accepts: it was stored in the
+    result and the conversation, which the write path would have refused."""
+    app = f"{PROJECT}/nested"
+    evaluation = _evaluation(server, app, [[{"userInput": {"text": "Hi"}}]])
+    _set_agent(server, app, agent.url + "/nested-args")
+    _, result = _attacked(server, app, evaluation)
+    message = result["errorInfo"]["errorMessage"]
+    assert message.startswith("The result would not be stored: result.golden_result"), message
+    conversation = rest_call(server, "GET", f"/emulator/v1/{_conversation_of(server, app)}")
+    assert "turns" not in conversation
+
+
+def _conversation_of(server: RunningServer, app: str) -> str:
+    [conversation] = rest_call(server, "GET", f"/emulator/v1/{app}/conversations")["conversations"]
+    return str(conversation["name"])
+
+
 @pytest.mark.parametrize("role", ["agent", "judge", "simulator"])
 def test_deeply_nested_json_ends_that_result_error(
     server: RunningServer, agent: Agent, role: str

@@ -18,9 +18,10 @@ Hostile paths (tests/integration/test_agent_attacks.py), each answering bytes bu
 that the agent's own work (in the test process) stays cheap: ``/long`` one text of 4.1 MB;
 ``/many-calls`` 40,000 tool calls in one answer; ``/spans`` a trace of 400,000 spans (11 MB);
 ``/bulky`` 15 texts of 260,000 characters (3.9 MB, under the default 4 MiB answer limit);
-``/judge-huge`` a judge's similarity that is an array of 4 MB; ``/deep`` JSON nested 100,000
-deep; ``/echo`` HTTP 500 repeating the request's Authorization header (once whole, once across
-the 200th character).
+``/judge-huge`` a judge's similarity that is an array of 4 MB; ``/nested-args`` a tool call
+whose arguments nest 31 levels deep (more than any write accepts); ``/deep`` JSON nested
+100,000 deep; ``/echo`` HTTP 500 repeating the request's Authorization header (once whole,
+once across the 200th character).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cache
@@ -132,28 +133,39 @@ BULKY_TEXTS, BULKY_CHARS = 15, 260_000
 DEEP = 100_000
 
 
+def _nested_args() -> object:
+    args: dict[str, Any] = {"leaf": 1}
+    for _ in range(30):
+        args = {"inner": args}
+    call = {"id": "nested", "tool": "tools/nested", "args": args}
+    return {"outputs": [{"toolCalls": {"toolCalls": [call]}}]}
+
+
+def _spans() -> object:
+    spans = [{"name": f"span-{index:012d}"} for index in range(SPANS)]
+    trace = {"rootSpan": {"name": "turn", "childSpans": spans}}
+    return {"outputs": [{"text": "Hi", "diagnosticInfo": trace}]}
+
+
+# The hostile paths' answers (see the module), as JSON documents.
+_HOSTILE: dict[str, Callable[[], object]] = {
+    "/long": lambda: {"outputs": [{"text": ("lorem " * LONG_TEXT_CHARS)[:LONG_TEXT_CHARS]}]},
+    "/many-calls": lambda: {
+        "outputs": [{"toolCalls": {"toolCalls": [{"tool": "tools/elsewhere"}] * MANY_CALLS}}]
+    },
+    "/spans": _spans,
+    "/bulky": lambda: {"outputs": [{"text": ("ipsum " * BULKY_CHARS)[:BULKY_CHARS]}] * BULKY_TEXTS},
+    "/judge-huge": lambda: {"semanticSimilarity": [10**39] * 99_000},
+    "/nested-args": _nested_args,
+}
+
+
 @cache
 def _hostile(path: str) -> bytes:
     """The prebuilt answer of a hostile path (see the module)."""
-    if path == "/long":
-        return json.dumps(
-            {"outputs": [{"text": ("lorem " * LONG_TEXT_CHARS)[:LONG_TEXT_CHARS]}]}
-        ).encode()
-    if path == "/many-calls":
-        calls = [{"tool": "tools/elsewhere"}] * MANY_CALLS
-        return json.dumps({"outputs": [{"toolCalls": {"toolCalls": calls}}]}).encode()
-    if path == "/spans":
-        spans = [{"name": f"span-{index:012d}"} for index in range(SPANS)]
-        trace = {"rootSpan": {"name": "turn", "childSpans": spans}}
-        return json.dumps({"outputs": [{"text": "Hi", "diagnosticInfo": trace}]}).encode()
-    if path == "/bulky":
-        text = ("ipsum " * BULKY_CHARS)[:BULKY_CHARS]
-        return json.dumps({"outputs": [{"text": text}] * BULKY_TEXTS}).encode()
-    if path == "/judge-huge":
-        return json.dumps({"semanticSimilarity": [10**39] * 99_000}).encode()
     if path == "/deep":
         return b'{"outputs": ' + b"[" * DEEP + b"]" * DEEP + b"}"
-    raise KeyError(path)
+    return json.dumps(_HOSTILE[path]()).encode()
 
 
 def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
@@ -202,7 +214,7 @@ def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
                 self._send(200, b"this is not JSON {", "text/plain")
             elif self.path == "/shape":
                 self._send(200, b'{"outputs": "not a list of outputs"}')
-            elif self.path in ("/long", "/many-calls", "/spans", "/bulky", "/judge-huge", "/deep"):
+            elif self.path in _HOSTILE or self.path == "/deep":
                 self._send(200, _hostile(self.path))
             elif self.path == "/echo":
                 secret = self.headers.get("Authorization", "")

@@ -317,14 +317,15 @@ class Agent:
             )
             failure = AgentFailure(_INTERNAL)
         conversation.end_time.CopyFrom(clock.at)
-        if failure is None:
-            heavy = is_heavy(result, conversation)
-            problem = await off_loop(heavy, self._unstorable, result, conversation)
-            failure = None if problem is None else AgentFailure(problem)
-        if failure is not None:
-            result.ClearField("result")
-            result.ClearField("persona")
-            result.execution_state = _Result.ERROR
+        # The conversation is kept whatever happened, the result only when it was played.
+        played = result if failure is None else None
+        heavy = is_heavy(result, conversation)
+        problem = await off_loop(heavy, self._unstorable, played, conversation)
+        if failure is None and problem is not None:
+            failure = AgentFailure(problem)
+        if failure is not None:  # a result of its own: nothing played is kept in it
+            result = _Result(name=given.result_name, execution_state=_Result.ERROR)
+            result.create_time.CopyFrom(given.started)
             message = self._shown(str(failure), MESSAGE_CHARS)
             result.error_info.CopyFrom(
                 _ErrorInfo(error_type=failure.error_type, error_message=message)
@@ -371,18 +372,24 @@ class Agent:
         return room
 
     @staticmethod
-    def _unstorable(result: _Result, conversation: _Conversation) -> str | None:
-        """Why the played result or its conversation would not be stored: the write path's
-        limits (lengths, counts, Struct sizes and depths), the first one broken; a
-        conversation that breaks one is kept without its turns."""
-        for record, what in ((result, "result"), (conversation, "conversation")):
+    def _unstorable(result: _Result | None, conversation: _Conversation) -> str | None:
+        """Why the played result (None: none) or its conversation would not be stored: the
+        write path's limits (lengths, counts, Struct sizes and depths), the first one broken;
+        a conversation that breaks one is kept without its turns."""
+        problem = None
+        records: list[tuple[Message, str]] = [(conversation, "conversation")]
+        if result is not None:
+            records.insert(0, (result, "result"))
+        for record, what in records:
             violations = limits.check(record, what) or limits.size_violations(record, what)
             if violations:
                 if record is conversation:
                     del conversation.turns[:]
                 first = violations[0]
-                return f"The {what} would not be stored: {first.field}: {first.description}"
-        return None
+                problem = (
+                    problem or f"The {what} would not be stored: {first.field}: {first.description}"
+                )
+        return problem
 
     # -- goldens -------------------------------------------------------------------------------
 
