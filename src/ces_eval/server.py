@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit, urlunsplit
 
 import grpc
 import uvicorn
@@ -73,6 +74,7 @@ __all__ = [
     "client_wiring",
     "ready_message",
     "serve",
+    "shown_database",
 ]
 
 _log = logging.getLogger("ces_eval")
@@ -190,12 +192,22 @@ def client_wiring(config: ServerConfig, grpc_port: int, http_port: int) -> list[
     return [grpc_line, f'REST: {rest}Credentials("<token>"))']
 
 
+def shown_database(url: str) -> str:
+    """``url`` as the server prints it: a password it holds is ``***``
+    (``postgresql://user:***@host/database``), so that logs and terminals never show it."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user, _, host = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=f"{user.split(':', 1)[0]}:***@{host}"))
+
+
 def ready_message(config: ServerConfig, grpc_port: int, http_port: int) -> str:
     """The start-up line on stderr (harnesses read the ports from it) and, under it, the
     wiring of the official client that works in this server's mode."""
     lines = [
         f"ces-eval serving gRPC on {config.host}:{grpc_port} and HTTP on "
-        f"http://{config.host}:{http_port} (database {config.database})",
+        f"http://{config.host}:{http_port} (database {shown_database(config.database)})",
     ]
     if config.auth_tokens is not None:
         lines.append(
@@ -456,7 +468,8 @@ async def open_database(config: ServerConfig, *, shared: bool = False) -> Storag
         await database.open()
     except (InUse, Unavailable, OSError) as error:  # OSError: e.g. its folder cannot be made
         raise StartupError(
-            f"--database: cannot open {config.database}: {error}", ExitStatus.FAILED
+            f"--database: cannot open {shown_database(config.database)}: {error}",
+            ExitStatus.FAILED,
         ) from error
     return database
 

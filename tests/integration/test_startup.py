@@ -8,9 +8,13 @@ one ``serve --workers`` supervisor share their ports.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -293,3 +297,51 @@ def test_an_immutable_export_folder_is_one_line(tmp_path: Path) -> None:
     assert _one_line(completed) == (
         f"ces-eval: --export-dir: cannot write to {exports}: Operation not permitted"
     )
+
+
+@contextlib.contextmanager
+def _unreachable_postgresql(kind: str) -> Iterator[int]:
+    """A port where no PostgreSQL answers: ``refused`` (nothing listens) or ``stalled`` (a
+    listener that accepts connections and never says a word, as a hung server or a
+    firewall's black hole would)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = int(listener.getsockname()[1])
+    if kind == "refused":
+        listener.close()
+        yield port
+        return
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                accepted.append(listener.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield port
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        for sock in [listener, *accepted]:
+            sock.close()
+
+
+@pytest.mark.parametrize("kind", ["refused", "stalled"])
+def test_an_unreachable_postgresql_is_one_line_without_the_password(kind: str) -> None:
+    """Before: 30 s of the driver's warnings, then a line that echoed the URL's password. Now
+    one connection is tried first, for at most the URL's ``connect_timeout`` or 5 s, and its
+    failure is one line with the password masked (exit status 1: the database)."""
+    with _unreachable_postgresql(kind) as port:
+        url = f"postgresql://ces:s3cret-pw@127.0.0.1:{port}/ces"
+        completed = run_serve(url)
+    assert completed.returncode == 1, completed.stderr
+    line = _one_line(completed)
+    assert "s3cret-pw" not in completed.stderr
+    assert line.startswith(
+        f"ces-eval: --database: cannot open postgresql://ces:***@127.0.0.1:{port}/ces: "
+        "cannot connect to PostgreSQL: "
+    ), line

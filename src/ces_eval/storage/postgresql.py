@@ -26,6 +26,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pg_errors
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import ExecStatus
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
@@ -43,6 +44,8 @@ _Connection = psycopg.AsyncConnection[TupleRow]
 _RETRIES = 5
 _POOL_OPTIONS = {"pool_min_size": 1, "pool_max_size": 16}
 _CONNECTION_WAIT = 10.0
+# How long the first connection at start may take, unless the URL sets connect_timeout.
+_CONNECT_SECONDS = 5
 
 
 async def _execute(connection: _Connection, statement: Statement) -> Rows:
@@ -99,6 +102,7 @@ class PostgresStorage(ScriptedStorage):
 
     def __init__(self, url: str) -> None:
         conninfo, options = _split_url(url)
+        self._conninfo = conninfo
         self._pool = AsyncConnectionPool(
             conninfo,
             min_size=options["pool_min_size"],
@@ -154,7 +158,25 @@ class PostgresStorage(ScriptedStorage):
                 raise Unavailable(str(error)) from error
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def _reachable(self) -> None:
+        """One connection, tried before the pool opens: a database that refuses, cannot be
+        resolved or never answers is one :class:`Unavailable` within the URL's
+        ``connect_timeout`` (default :data:`_CONNECT_SECONDS`), where the pool would retry
+        for 30 s, logging each attempt. Its reason is libpq's first line (never the URL)."""
+        given = conninfo_to_dict(self._conninfo)
+        options = {} if "connect_timeout" in given else {"connect_timeout": _CONNECT_SECONDS}
+        try:
+            connection = await psycopg.AsyncConnection.connect(self._conninfo, **options)
+        except psycopg.OperationalError as error:
+            reason = (str(error).strip().splitlines() or ["no reason given"])[0]
+            password = str(given.get("password") or "")
+            if password:
+                reason = reason.replace(password, "***")
+            raise Unavailable(f"cannot connect to PostgreSQL: {reason}") from None
+        await connection.close()
+
     async def open(self) -> None:
+        await self._reachable()
         try:
             await self._pool.open(wait=True, timeout=30)
         except PoolTimeout as error:
