@@ -120,6 +120,16 @@ def test_a_long_answer_against_a_long_golden_stalls_nothing(
     assert "characters" in result["errorInfo"]["errorMessage"]
 
 
+def test_a_text_of_60_mb_stalls_nothing(server: RunningServer, agent: Agent) -> None:
+    """One text of 60 MB under the largest answer limit: json.loads read it in one call and
+    json_format scanned it in another, both holding the interpreter."""
+    app = f"{PROJECT}/huge-text"
+    evaluation = _evaluation(server, app, [[{"userInput": {"text": "Hi"}}, _said("lorem")]])
+    _set_agent(server, app, agent.url + "/huge-text", max_response_bytes=64 * 2**20)
+    _, result = _attacked(server, app, evaluation)
+    assert "at most 262144 are read" in result["errorInfo"]["errorMessage"]
+
+
 def test_forty_thousand_tool_calls_stall_nothing(server: RunningServer, agent: Agent) -> None:
     """40,000 tool calls in one answer to a turn holding 999 tool responses: each call was
     matched against every response (16-17 s) and recorded as an extra outcome."""
@@ -140,7 +150,7 @@ def test_a_trace_of_400000_spans_stalls_nothing(server: RunningServer, agent: Ag
     evaluation = _evaluation(server, app, [[{"userInput": {"text": "Hi"}}]])
     _set_agent(server, app, agent.url + "/spans", max_response_bytes=16 * 2**20)
     _, result = _attacked(server, app, evaluation)
-    assert "100000 entries" in result["errorInfo"]["errorMessage"]
+    assert "more than 100000 JSON values" in result["errorInfo"]["errorMessage"]
 
 
 @pytest.mark.parametrize("record", ["conversation", "result"])

@@ -16,6 +16,7 @@ JSON; ``/malformed`` text that is not JSON; ``/shape`` JSON that is no RunSessio
 
 Hostile paths (tests/integration/test_agent_attacks.py), each answering bytes built once, so
 that the agent's own work (in the test process) stays cheap: ``/long`` one text of 4.1 MB;
+``/huge-text`` one of 60 MB (under the largest answer limit, 64 MiB);
 ``/many-calls`` 40,000 tool calls in one answer; ``/spans`` a trace of 400,000 spans (11 MB);
 ``/bulky`` 15 texts of 260,000 characters (3.9 MB, under the default 4 MiB answer limit);
 ``/judge-huge`` a judge's similarity that is an array of 4 MB; ``/nested-args`` a tool call
@@ -150,6 +151,7 @@ def _spans() -> object:
 # The hostile paths' answers (see the module), as JSON documents.
 _HOSTILE: dict[str, Callable[[], object]] = {
     "/long": lambda: {"outputs": [{"text": ("lorem " * LONG_TEXT_CHARS)[:LONG_TEXT_CHARS]}]},
+    "/huge-text": lambda: {"outputs": [{"text": "lorem " * 10_000_000}]},
     "/many-calls": lambda: {
         "outputs": [{"toolCalls": {"toolCalls": [{"tool": "tools/elsewhere"}] * MANY_CALLS}}]
     },

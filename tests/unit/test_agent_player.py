@@ -167,10 +167,28 @@ def test_an_output_text_that_is_not_unicode_is_refused(length: int) -> None:
     try:
         good = json.dumps({"outputs": [{"text": "y" * length}, {"text": "z"}]}).encode()
         observed = agents._Observed()
-        assert agent._taken(good, observed, [], budget) == []
+        assert agent._taken(agents._Body([good], len(good)), observed, [], budget) == []
         assert observed.texts == ["y" * length, "z"]
         bad = json.dumps({"outputs": [{"text": "\ud800" + "x" * length}]}).encode()
         with pytest.raises(agents.AgentFailure, match="RunSessionResponse"):
-            agent._taken(bad, agents._Observed(), [], budget)
+            agent._taken(agents._Body([bad], len(bad)), agents._Observed(), [], budget)
     finally:
         asyncio.run(agent.close())
+
+
+def test_a_large_answer_is_read_string_by_string() -> None:
+    """Past 4 MiB an answer is read by json's Python scanner (each string in one call of the C
+    one): the same document as json.loads reads; a string no write accepts is refused first."""
+    document = {
+        "outputs": [{"text": f'caf\u00e9 "{index}"\n' + "y" * 200_000} for index in range(25)],
+        "n": [1.5, -2, True, None, {"k": []}],
+    }
+    data = json.dumps(document).encode()
+    assert len(data) > agents._PARSED_AT_ONCE
+    assert agents._json(data) == document
+    for text in ("x" * (6 * MAX_STRING_CHARS + 1), 'x\\"' * 2 * MAX_STRING_CHARS):
+        long = b'{"outputs": [{"text": "' + text.encode() + b'"}], "pad": "' + b"p" * 5_000_000
+        with pytest.raises(agents._LongString):
+            agents._json(long + b'"}')
+    with pytest.raises(ValueError, match="NaN is not JSON"):
+        agents._json(b'{"a": NaN, "pad": ' + json.dumps(["p" * 1_000_000] * 5).encode() + b"}")

@@ -44,13 +44,17 @@ below HTTP read alike ("could not be reached"), so errors tell no closed port fr
 from __future__ import annotations
 
 import asyncio
+import codecs
 import functools
 import json
+import json.scanner
 import logging
+import re
 import socket
 import ssl
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
@@ -652,11 +656,11 @@ class Agent:
         heavy = is_heavy(config)
         for _ in range(_TOOL_ROUNDS + 1):
             request = session_service_pb2.RunSessionRequest(config=config, inputs=given)
-            data = await self._call(
+            body = await self._call(
                 self._endpoint.uri, functools.partial(_dict, request), "The agent", heavy=heavy
             )
-            heavy = is_heavy() or len(data) > limits.LOOP_BYTES
-            asked = await off_loop(heavy, self._taken, data, observed, latencies, budget)
+            heavy = is_heavy() or body.size > limits.LOOP_BYTES
+            asked = await off_loop(heavy, self._taken, body, observed, latencies, budget)
             replies = [reply for call in asked if (reply := _reply(call, waiting)) is not None]
             if not replies:
                 break
@@ -673,11 +677,11 @@ class Agent:
         return observed, latencies
 
     def _taken(
-        self, data: bytes, observed: _Observed, latencies: list[_Latency], budget: _Budget
+        self, body: _Body, observed: _Observed, latencies: list[_Latency], budget: _Budget
     ) -> list[content_pb2.ToolCall]:
-        """The agent's answer ``data`` read, parsed and recorded (see :func:`_record`): the
+        """The agent's answer ``body`` read, parsed and recorded (see :func:`_record`): the
         tool calls it asks the client for."""
-        document = self._loaded(data, "The agent")
+        document = self._loaded(body, "The agent")
         # json_format checks each string with a regular expression, in one call that holds the
         # interpreter (11 ms for 262,144 characters): the outputs' texts, where an answer's
         # bulk is, are set on the message instead (its setter refuses what is not Unicode).
@@ -707,14 +711,14 @@ class Agent:
         self, uri: str, document: Callable[[], object], who: str, *, heavy: bool
     ) -> dict[str, Any]:
         """POST ``document()`` as JSON to ``uri``; the JSON object answered."""
-        data = await self._call(uri, document, who, heavy=heavy)
+        body = await self._call(uri, document, who, heavy=heavy)
         return await off_loop(
-            heavy or is_heavy() or len(data) > limits.LOOP_BYTES, self._loaded, data, who
+            heavy or is_heavy() or body.size > limits.LOOP_BYTES, self._loaded, body, who
         )
 
     async def _call(
         self, uri: str, document: Callable[[], object], who: str, *, heavy: bool
-    ) -> bytes:
+    ) -> _Body:
         """POST ``document()`` as JSON to ``uri`` (encoded off the loop when ``heavy``); the
         body answered (see :meth:`_read`)."""
         endpoint = self._endpoint
@@ -748,7 +752,7 @@ class Agent:
         except httpx.HTTPError:
             raise AgentFailure(f"{who} answered something that could not be read.") from None
 
-    async def _read(self, response: httpx.Response, limit: int, who: str) -> bytes:
+    async def _read(self, response: httpx.Response, limit: int, who: str) -> _Body:
         """The body of a 2xx answer of at most ``limit`` bytes; AgentFailure for anything else
         (an error's body quoted at most :data:`SHOWN_CHARS` long, scrubbed)."""
         status = response.status_code
@@ -773,17 +777,22 @@ class Agent:
             parts.append(chunk)
             if status >= 300 and size >= self._window:
                 break
-        data = b"".join(parts)
         if status >= 300:
-            shown = self._shown(data[: self._window].decode("utf-8", "replace").strip())
+            data = b"".join(parts)[: self._window]
+            shown = self._shown(data.decode("utf-8", "replace").strip())
             raise AgentFailure(f"{who} answered HTTP {status}: {shown!r}")
-        return data
+        return _Body(parts, size)
 
-    def _loaded(self, data: bytes, who: str) -> dict[str, Any]:
-        """The JSON object ``data`` (at most :data:`_MAX_VALUES` values, nested no deeper
-        than Python recurses); AgentFailure otherwise."""
+    def _loaded(self, body: _Body, who: str) -> dict[str, Any]:
+        """The JSON object ``body`` holds (at most :data:`_MAX_VALUES` values, nested no
+        deeper than Python recurses); AgentFailure otherwise."""
         try:
-            answer = load_json(data)
+            answer = _json(b"".join(body.parts))
+        except _LongString:
+            raise AgentFailure(
+                f"{who} answered a string of more than {limits.MAX_STRING_CHARS} characters; "
+                f"at most {limits.MAX_STRING_CHARS} are read."
+            ) from None
         except Overflow:
             raise AgentFailure(
                 f"{who} answered a JSON array or object of more than "
@@ -811,6 +820,57 @@ class Agent:
             raise AgentFailure(
                 f"{who}'s answer is not a {what}: {self._shown(str(error))}"
             ) from None
+
+
+@dataclass(frozen=True)
+class _Body:
+    """An answer's body as read: its chunks (joined where it is parsed, off the event loop
+    when large: 60 MB take ~15 ms to copy) and its size."""
+
+    parts: list[bytes]
+    size: int
+
+
+class _LongString(Exception):
+    """A JSON string of an answer is longer than any write accepts (see :func:`_json`)."""
+
+
+# Bytes of an answer json.loads (C) reads in one call: it holds the interpreter for all of it,
+# 2 to 5 ms a megabyte (64 MiB, the largest answer an endpoint may allow: 0.1 to 0.3 s).
+_PARSED_AT_ONCE = 4 * 2**20
+# A JSON string's rest after its opening quote: to its closing quote.
+_STRING_REST = re.compile(rb'(?:[^"\\]++|\\.)*+"')
+# Bytes that hold more than MAX_STRING_CHARS characters whatever they are (\uXXXX: 6 a
+# character).
+_LONG_STRING_BYTES = 6 * limits.MAX_STRING_CHARS + 1
+
+
+def _json(data: bytes) -> object:
+    """The JSON document ``data``, read so that no one call holds the interpreter for long:
+    :func:`~ces_eval.transcoding.body.load_json` up to :data:`_PARSED_AT_ONCE` bytes; a
+    larger one has each string found first, each look bounded (:class:`_LongString` for one
+    that no write would accept), and is then read by json's Python scanner, which hands each
+    string, now bounded, to the C one."""
+    if len(data) <= _PARSED_AT_ONCE:
+        return load_json(data)
+    at = data.find(b'"')
+    while at >= 0:
+        string = _STRING_REST.match(data, at + 1, at + 1 + _LONG_STRING_BYTES)
+        if string is None:
+            raise _LongString
+        at = data.find(b'"', string.end())
+    decoder = codecs.getincrementaldecoder(json.detect_encoding(data))("surrogatepass")
+    text = "".join(
+        decoder.decode(data[start : start + _PARSED_AT_ONCE], final=False)
+        for start in range(0, len(data), _PARSED_AT_ONCE)
+    ) + decoder.decode(b"", final=True)
+    reader = json.JSONDecoder(parse_constant=_not_json)
+    reader.scan_once = json.scanner.py_make_scanner(reader)  # type: ignore[attr-defined]
+    return reader.decode(text)
+
+
+def _not_json(constant: str) -> object:
+    raise ValueError(f"{constant} is not JSON")
 
 
 class _Budgets:
