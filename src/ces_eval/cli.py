@@ -85,6 +85,9 @@ def _serve(args: argparse.Namespace) -> int:
         seed=Path(args.seed) if args.seed else None,
         mcp_tools=tuple(args.mcp_tools),
         mcp_schema=args.mcp_schema,
+        # A worker's lifeline is its link to the supervisor, which watches the harness's; the
+        # variable, inherited, would name a descriptor the worker does not have.
+        lifeline=args.lifeline if args.worker_of is None else None,
     )
     try:
         if args.worker_of is not None:  # started by a supervisor (below), never by hand
@@ -513,6 +516,14 @@ def _serve_parser(commands: argparse._SubParsersAction[_Parser]) -> argparse.Arg
         default=defaults.mcp_schema,
         help="how tools/list describes them: full, or compact (each description's first "
         "sentence, no output schemas; inputs are checked the same)",
+    )
+    add(
+        "--lifeline",
+        type=_bounded("a file descriptor", 0, 2**31 - 1),
+        metavar="FD",
+        help="the read end of a pipe inherited from the program that started the server (a "
+        "test harness, as ces_eval.testing's): end-of-file there, which comes however that "
+        "program ends, stops the server as SIGTERM does",
     )
     add("--worker-of", type=int, help=argparse.SUPPRESS)
     serve_parser.set_defaults(run=_serve)

@@ -75,6 +75,7 @@ __all__ = [
     "ready_message",
     "serve",
     "shown_database",
+    "watch_lifeline",
 ]
 
 _log = logging.getLogger("ces_eval")
@@ -118,6 +119,9 @@ class ServerConfig:
     # MCP's tools/list: which tools (names, or all|read|write) and how (full|compact).
     mcp_tools: tuple[str, ...] = ("all",)
     mcp_schema: str = "full"
+    # --lifeline: a pipe's read end from the program that started the server; end-of-file
+    # there stops the server as SIGTERM does (watch_lifeline).
+    lifeline: int | None = None
 
     @property
     def timeouts(self) -> connections.Timeouts:
@@ -399,6 +403,43 @@ class _Role:
             _log.info("worker %d stopped", os.getpid())
 
 
+def watch_lifeline(fd: int | None) -> None:
+    """Stop this process, as SIGTERM would, once ``fd`` (``--lifeline``) reads end-of-file.
+
+    A test harness keeps the write end of a pipe and passes the read end: the kernel closes
+    the write end when the harness's process ends, however it ends (SIGKILL included, where
+    no clean-up of its own runs), so its server never outlives it. SIGTERM is raised rather
+    than a stop set here, so that the one path that handles SIGTERM at that moment (an
+    interrupted start-up, or a drain once serving) handles this too. Bytes written to the
+    pipe are read and ignored."""
+    if fd is None:
+        return
+    try:
+        os.set_blocking(fd, False)
+        os.set_inheritable(fd, False)  # a worker process or an agent must not hold it open
+        loop = asyncio.get_running_loop()
+
+        def readable() -> None:
+            try:
+                if os.read(fd, 4096):
+                    return
+            except BlockingIOError:
+                return
+            except OSError:
+                pass
+            loop.remove_reader(fd)
+            os.close(fd)
+            _log.warning("the program that started this server is gone (--lifeline); stopping")
+            signal.raise_signal(signal.SIGTERM)
+
+        loop.add_reader(fd, readable)
+    except OSError as error:  # not open, or not a pipe, FIFO or socket (a file cannot be watched)
+        raise StartupError(
+            f"--lifeline: cannot watch file descriptor {fd}: {error.strerror or error} "
+            "(expected the read end of a pipe this process inherited)"
+        ) from error
+
+
 def loopback_only(host: str) -> bool:
     """Whether every address ``host`` resolves to is a loopback address."""
     try:
@@ -571,6 +612,7 @@ async def serve(config: ServerConfig, worker_of: socket.socket | None = None) ->
     this socket to the supervisor. What stops the start raises :class:`StartupError`; the
     ports are bound before the database is opened, so a taken port changes nothing."""
     role = _Role(worker_of)
+    watch_lifeline(config.lifeline)
     tokens = preflight(config)
     seed = _seed_plan(config)
     open_files = connections.raise_open_file_limit()

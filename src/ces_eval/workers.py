@@ -52,6 +52,7 @@ from ces_eval.server import (
     bind_sockets,
     open_database,
     ready_message,
+    watch_lifeline,
 )
 
 if TYPE_CHECKING:
@@ -316,6 +317,7 @@ async def supervise(config: ServerConfig, workers: int) -> int:
             "--workers: needs a database file or PostgreSQL: workers cannot share "
             "sqlite:///:memory:"
         )
+    watch_lifeline(config.lifeline)  # its SIGTERM stops the workers too (below)
     held: list[socket.socket] = []
     owner: Storage | None = None
     try:

@@ -120,6 +120,7 @@ def _token_file(tmp_path: Path, text: str) -> Path:
         ("unresolvable host", 2, "--host: cannot resolve 'no-such-host.invalid'"),
         ("database folder is a file", 1, "--database: cannot open sqlite:///"),
         ("unknown MCP tool", 2, "argument --mcp-tools: 'get_evalution': expected all, read,"),
+        ("lifeline not open", 2, "--lifeline: cannot watch file descriptor 999: Bad file"),
     ],
 )
 def test_a_start_up_mistake_is_one_line(
@@ -139,6 +140,8 @@ def test_a_start_up_mistake_is_one_line(
         extra = ["--auth-tokens", str(_token_file(tmp_path, "tokens: []\n"))]
     elif case == "unresolvable host":
         extra = ["--host", "no-such-host.invalid", "--allow-unauthenticated"]
+    elif case == "lifeline not open":
+        extra = ["--lifeline", "999"]
     elif case == "unknown MCP tool":
         extra = ["--mcp-tools", "read,get_evalution"]
     elif case == "database folder is a file":

@@ -3,6 +3,12 @@ pytest plugin (:mod:`ces_eval.testing.plugin`) in users' suites alike. Standard 
 
 Ports are chosen by the server (port 0) and read from its start-up line, so parallel test runs
 never race for a port. Readiness is ``GET /healthz`` == 200.
+
+The server dies with the process that started it, however that process ends: it gets the read
+end of a pipe (``serve --lifeline``) whose only write end this process holds (not inherited by
+the programs it starts; a process it forks without exec holds a copy, and the server lives as
+long as that one too). SIGKILL, SIGTERM or SIGHUP of a test run, where no teardown runs, close
+that end, and the server stops on end-of-file.
 """
 
 from __future__ import annotations
@@ -34,12 +40,15 @@ class RunningServer:
     log: list[str] = field(default_factory=list)
     reader: threading.Thread | None = None
     exports: Path | None = None
+    lifeline: int | None = None  # the write end of the server's --lifeline pipe
 
     def _closed(self) -> None:
         if self.reader is not None:
             self.reader.join(timeout=30)
         if self.process.stdout is not None:
             self.process.stdout.close()
+        _close_lifeline(self.lifeline)
+        self.lifeline = None
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
         if self.process.poll() is None:
@@ -60,6 +69,17 @@ class RunningServer:
     @property
     def export_dir(self) -> Path:
         return self.exports or self.database.parent / "exports"
+
+
+def _lifeline() -> tuple[int, int] | None:
+    """A pipe for ``serve --lifeline``: (read end, for the server; write end, kept here), both
+    not inheritable; None where file descriptors cannot be passed (Windows)."""
+    return os.pipe() if os.name == "posix" else None
+
+
+def _close_lifeline(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)
 
 
 def _drain(stream: object, sink: list[str], ready: threading.Event, found: list[str]) -> None:
@@ -129,22 +149,32 @@ def start_server(
     ``base_env`` (default this process's); ``program`` and ``cwd``: which ``ces-eval`` runs
     where (:func:`serve_command`)."""
     exports = export_dir or database.parent / "exports"
+    pipe = _lifeline()
     command = serve_command(
         database_url or f"sqlite:///{database}",
         "--export-dir",
         str(exports),
+        *(["--lifeline", str(pipe[0])] if pipe else []),
         *extra,
         program=program,
     )
     environ = {**(os.environ if base_env is None else base_env), "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**environ, **(env or {})},
-        cwd=cwd,
-    )
+    try:
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**environ, **(env or {})},
+            cwd=cwd,
+            pass_fds=pipe[:1] if pipe else (),
+        )
+    except BaseException:
+        _close_lifeline(pipe[1] if pipe else None)
+        raise
+    finally:
+        _close_lifeline(pipe[0] if pipe else None)  # the server's copy is its own
+    lifeline = pipe[1] if pipe else None
     log: list[str] = []
     ready = threading.Event()
     found: list[str] = []
@@ -156,6 +186,7 @@ def start_server(
         reader.join(timeout=30)
         if process.stdout is not None:  # closed here, or the next test's GC warns about it
             process.stdout.close()
+        _close_lifeline(lifeline)
         raise RuntimeError("ces-eval serve did not start:\n" + "".join(log))
     grpc_host, grpc_port, http_host, http_port = found
     server = RunningServer(
@@ -166,6 +197,7 @@ def start_server(
         log,
         reader,
         exports,
+        lifeline,
     )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
