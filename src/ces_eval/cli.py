@@ -5,26 +5,31 @@ Every ``serve`` option is a flag and an environment variable, ``CES_EVAL_<FLAG>`
 ``0``/``false``/``no``/``off``): a flag beats the variable, the variable beats the default.
 A bad value, from either, is one line naming it and exit status 2, as is any other start-up
 mistake (:class:`ces_eval.server.StartupError`); ``--log-level debug`` adds the traceback.
+
+SIGINT (Ctrl-C) or SIGTERM at any point of the start-up, before the ready line, stops it at
+once with one line, ``ces-eval: start-up interrupted by SIGINT; stopped``, and exit status 0 (as
+a stop once serving): :func:`main` installs the handlers first, which is why the server's
+modules, a second's worth of imports, are imported inside the functions below rather than at
+the top. Once the server serves, it handles both signals itself (a drain).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
+import signal
 import socket
 import sys
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import NoReturn
 
-from ces_eval import __version__, logs, loops
-from ces_eval.contract import schema
-from ces_eval.core.names import foreign_id
-from ces_eval.server import ExitStatus, ServerConfig, StartupError, preflight, serve
-from ces_eval.surfaces.http_app import host_name, origin_key
-from ces_eval.surfaces.mcp_tools import SCHEMA_FORMS, unknown_tools
+from ces_eval import __version__
 
 __all__ = ["ENV_PREFIX", "main", "parse"]
 
@@ -39,6 +44,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors: the problem and where to read more, no usage block."""
 
     def error(self, message: str) -> NoReturn:
+        from ces_eval.server import ExitStatus  # noqa: PLC0415 - see the module's docstring
+
         self.exit(ExitStatus.CONFIGURATION, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
@@ -51,6 +58,8 @@ def _describe(args: argparse.Namespace) -> int:
 
         print(markdown_table())
         return 0
+    from ces_eval.contract import schema  # noqa: PLC0415 - see the module's docstring
+
     for binding in schema.http_bindings():
         body = f"  body={binding.body}" if binding.body else ""
         print(f"{binding.verb:6} {binding.template}  {binding.method.full_name}{body}")
@@ -58,6 +67,16 @@ def _describe(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    # See the module's docstring.
+    from ces_eval import logs, loops  # noqa: PLC0415
+    from ces_eval.server import (  # noqa: PLC0415
+        ExitStatus,
+        ServerConfig,
+        StartupError,
+        preflight,
+        serve,
+    )
+
     several = args.workers > 1 or args.worker_of is not None
     logs.configure(args.log_level, args.log_format, with_pid=several)
     config = ServerConfig(
@@ -199,6 +218,8 @@ def _host(text: str) -> str:
 
 def _host_names(text: str) -> tuple[str, ...]:
     """``--allow-host``: one name or several, comma-separated (as its variable takes them)."""
+    from ces_eval.surfaces.http_app import host_name  # noqa: PLC0415 - see the module's docstring
+
     names = tuple(item.strip() for item in text.split(",") if item.strip())
     for name in names:
         if host_name(name) is None:
@@ -210,6 +231,8 @@ def _host_names(text: str) -> tuple[str, ...]:
 
 def _locations(text: str) -> tuple[str, ...]:
     """``--locations``: one location ID or several, comma-separated."""
+    from ces_eval.core.names import foreign_id  # noqa: PLC0415 - see the module's docstring
+
     found = tuple(item.strip() for item in text.split(",") if item.strip())
     for location in found:
         if not foreign_id(location):
@@ -224,6 +247,8 @@ def _origins(text: str) -> tuple[str, ...]:
     """``--allow-origin``: one origin or several, comma-separated. ``*`` and ``null`` are
     refused: either would let every web page (``null``: every sandboxed or ``file:`` page)
     drive the server."""
+    from ces_eval.surfaces.http_app import origin_key  # noqa: PLC0415 - see the module's docstring
+
     origins = tuple(item.strip() for item in text.split(",") if item.strip())
     for origin in origins:
         if origin in {"*", "null"}:
@@ -239,6 +264,8 @@ def _origins(text: str) -> tuple[str, ...]:
 
 def _mcp_tools(text: str) -> tuple[str, ...]:
     """``--mcp-tools``: tool names or groups, comma-separated."""
+    from ces_eval.surfaces.mcp_tools import unknown_tools  # noqa: PLC0415 - see the docstring
+
     names = tuple(item.strip() for item in text.split(",") if item.strip())
     unknown = unknown_tools(names)
     if unknown or not names:
@@ -326,6 +353,11 @@ def _resolve(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argpa
 
 
 def _serve_parser(commands: argparse._SubParsersAction[_Parser]) -> argparse.ArgumentParser:
+    # See the module's docstring.
+    from ces_eval import logs, loops  # noqa: PLC0415
+    from ces_eval.server import ServerConfig  # noqa: PLC0415
+    from ces_eval.surfaces.mcp_tools import SCHEMA_FORMS  # noqa: PLC0415
+
     defaults = ServerConfig()
     serve_parser = commands.add_parser(
         "serve",
@@ -553,10 +585,54 @@ def parse(
     return _resolve(serve_parser, parser.parse_args(argv))
 
 
+class StartupInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM before the server serves. A KeyboardInterrupt, so that asyncio's and
+    uvloop's loops let it out of whatever callback it interrupts, as they do Ctrl-C's, and the
+    tasks under way are cancelled (their clean-up runs: the database is closed)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signal = signal.Signals(signum).name
+
+
+def _interrupt(signum: int, _frame: FrameType | None) -> None:
+    raise StartupInterrupted(signum)
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """SIGINT and SIGTERM raise :class:`StartupInterrupted` in the block, until the server
+    replaces the handlers with its own once it serves (server.py); the previous ones after."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, _interrupt) for signum in _INTERRUPTS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+_INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
+
+
 def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
-    """Run ``ces-eval`` (see :func:`parse`); its exit status."""
-    args = parse(argv, environ)
-    result: int = args.run(args)
+    """Run ``ces-eval`` (see :func:`parse`); its exit status. An interrupted start-up is one
+    line (a worker of ``serve --workers``, stopped by its supervisor, says nothing)."""
+    with _interruptible():
+        try:
+            args = parse(argv, environ)
+            result: int = args.run(args)
+        except StartupInterrupted as interrupted:
+            if "--worker-of" not in (sys.argv[1:] if argv is None else argv):
+                print(
+                    f"ces-eval: start-up interrupted by {interrupted.signal}; stopped",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            # ExitStatus.STOPPED, not imported: the signal may have come during that import.
+            return 0
     return result
 
 

@@ -720,9 +720,6 @@ async def _serve(
     http_task = asyncio.create_task(http.serve(sockets=http_sockets))
 
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
     role.watch(stop)
 
     while not http.started and not http_task.done():
@@ -733,6 +730,12 @@ async def _serve(
         raise StartupError(
             f"--http-port: the HTTP listener did not start: {error}", ExitStatus.FAILED
         ) from error
+    # Until here a signal interrupts the start-up where it is (cli.StartupInterrupted, one
+    # line); from here on it drains. Set on the line before the ready line: a signal is never
+    # lost between the two, nor does it stop a server that printed it without a drain.
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
     await role.serving(config, grpc_port, http_port)
     if config.scheduler:
         scheduler.start()

@@ -128,8 +128,11 @@ class _Group:
         self._serving = False
         self._restarts: collections.deque[float] = collections.deque()
         self.failed = False
+        self.interrupted: str | None = None  # the signal that stopped the start-up, if one did
 
-    def stop(self) -> None:
+    def stop(self, signum: int) -> None:
+        if not self._serving and not self._stop.is_set():
+            self.interrupted = signal.Signals(signum).name
         self._stop.set()
 
     def _fail(self, why: str) -> None:
@@ -340,12 +343,19 @@ async def supervise(config: ServerConfig, workers: int) -> int:
         )
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, group.stop)
+            loop.add_signal_handler(signum, group.stop, signum)
         await group.run()
     finally:
         for sock in held:
             sock.close()
         if owner is not None:
             await owner.close()  # releases the SQLite file, now that no worker uses it
-    print("ces-eval stopped", file=sys.stderr, flush=True)
+    if group.interrupted is not None and not group.failed:  # before the ready line: as cli.main
+        print(
+            f"ces-eval: start-up interrupted by {group.interrupted}; stopped",
+            file=sys.stderr,
+            flush=True,
+        )
+    else:
+        print("ces-eval stopped", file=sys.stderr, flush=True)
     return ExitStatus.FAILED if group.failed else ExitStatus.STOPPED

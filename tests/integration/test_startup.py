@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -302,18 +303,26 @@ def test_an_immutable_export_folder_is_one_line(tmp_path: Path) -> None:
     )
 
 
+@dataclass
+class Unreachable:
+    """Where :func:`unreachable_postgresql` listens, and the connections it took."""
+
+    port: int
+    accepted: list[socket.socket] = field(default_factory=list)
+
+
 @contextlib.contextmanager
-def _unreachable_postgresql(kind: str) -> Iterator[int]:
+def unreachable_postgresql(kind: str) -> Iterator[Unreachable]:
     """A port where no PostgreSQL answers: ``refused`` (nothing listens) or ``stalled`` (a
     listener that accepts connections and never says a word, as a hung server or a
     firewall's black hole would)."""
     listener = socket.create_server(("127.0.0.1", 0))
-    port = int(listener.getsockname()[1])
+    unreachable = Unreachable(int(listener.getsockname()[1]))
+    accepted = unreachable.accepted
     if kind == "refused":
         listener.close()
-        yield port
+        yield unreachable
         return
-    accepted: list[socket.socket] = []
     stop = threading.Event()
 
     def accept() -> None:
@@ -325,7 +334,7 @@ def _unreachable_postgresql(kind: str) -> Iterator[int]:
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
     try:
-        yield port
+        yield unreachable
     finally:
         stop.set()
         thread.join(timeout=10)
@@ -338,7 +347,8 @@ def test_an_unreachable_postgresql_is_one_line_without_the_password(kind: str) -
     """Before: 30 s of the driver's warnings, then a line that echoed the URL's password. Now
     one connection is tried first, for at most the URL's ``connect_timeout`` or 5 s, and its
     failure is one line with the password masked (exit status 1: the database)."""
-    with _unreachable_postgresql(kind) as port:
+    with unreachable_postgresql(kind) as unreachable:
+        port = unreachable.port
         url = f"postgresql://ces:s3cret-pw@127.0.0.1:{port}/ces"
         completed = run_serve(url)
     assert completed.returncode == 1, completed.stderr
