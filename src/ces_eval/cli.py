@@ -38,6 +38,7 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off", ""})
 _SCHEMES = ("sqlite:///", "postgresql://", "postgres://")
 _log = logging.getLogger("ces_eval")
+_INTERRUPTS = (signal.SIGINT, signal.SIGTERM)  # what stops the start-up (main) or the server
 
 
 class _Parser(argparse.ArgumentParser):
@@ -612,9 +613,6 @@ def _interruptible() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-
-
-_INTERRUPTS = (signal.SIGINT, signal.SIGTERM)
 
 
 def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> int:

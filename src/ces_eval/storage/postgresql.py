@@ -26,7 +26,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.pq import ExecStatus
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
@@ -164,9 +164,11 @@ class PostgresStorage(ScriptedStorage):
         ``connect_timeout`` (default :data:`_CONNECT_SECONDS`), where the pool would retry
         for 30 s, logging each attempt. Its reason is libpq's first line (never the URL)."""
         given = conninfo_to_dict(self._conninfo)
-        options = {} if "connect_timeout" in given else {"connect_timeout": _CONNECT_SECONDS}
+        conninfo = make_conninfo(
+            self._conninfo, connect_timeout=given.get("connect_timeout", _CONNECT_SECONDS)
+        )
         try:
-            connection = await psycopg.AsyncConnection.connect(self._conninfo, **options)
+            connection = await psycopg.AsyncConnection.connect(conninfo)
         except psycopg.OperationalError as error:
             reason = (str(error).strip().splitlines() or ["no reason given"])[0]
             password = str(given.get("password") or "")
