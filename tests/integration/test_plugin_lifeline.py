@@ -112,6 +112,69 @@ def test_the_plugins_server_dies_with_its_pytest_process(
                 os.kill(pid, signal.SIGKILL)
 
 
+def _descendants(pid: int) -> list[int]:
+    found = []
+    for child in _children(pid):
+        found += [child, *_descendants(child)]
+    return found
+
+
+def _command_line(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _path(site: Path) -> str:
+    """PYTHONPATH with ``site`` first."""
+    return os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
+@pytest.mark.external  # pytest-xdist and execnet, installed from the package index
+def test_an_xdist_workers_server_dies_with_that_worker(tmp_path: Path) -> None:
+    """pytest -n 1: the worker process that holds ``ces_eval_server`` is sent SIGTERM (no
+    teardown runs); its server stops, not only the one of the main process."""
+    site = tmp_path / "site"  # pytest-xdist beside this environment, its pytest shared
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
+         "--no-deps", "--target", str(site), "pytest-xdist", "execnet"],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    (tmp_path / "test_user_suite.py").write_text(_HOLDING_TEST)
+    report = tmp_path / "report"
+    main = subprocess.Popen(
+        [sys.executable, "-m", "pytest", "-q", "-n", "1", "-p", "no:cacheprovider",
+         "test_user_suite.py"],
+        cwd=tmp_path,
+        env={**os.environ, "LIFELINE_REPORT": str(report), "PYTHONPATH": _path(site)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    started: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not report.exists() and time.monotonic() < deadline:
+            assert main.poll() is None, "pytest ended before its test ran"
+            time.sleep(0.1)
+        http_url = report.read_text()
+        started = _descendants(main.pid)
+        [server] = [pid for pid in started if "ces_eval.cli" in _command_line(pid)]
+        [worker] = [pid for pid in _children(main.pid) if server in _children(pid)]
+        assert _answers(http_url)
+        os.kill(worker, signal.SIGTERM)
+        gone = _gone_after(server)
+        assert gone is not None, f"the server still ran {WAIT:g} s after its worker's SIGTERM"
+        print(f"server gone {gone:.2f} s after its xdist worker got SIGTERM")
+        assert not _answers(http_url)
+    finally:
+        main.kill()
+        main.wait(timeout=WAIT)
+        for pid in started:  # only ever what this test's pytest started
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 _HARNESS = """\
 import pathlib, sys, time
 from ces_eval.testing.server import start_server
