@@ -11,6 +11,7 @@ kernel closes that end however the process dies, and the server stops on end-of-
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -18,6 +19,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -74,40 +77,48 @@ def _gone_after(pid: int) -> float | None:
     return None
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL, signal.SIGINT])
-def test_the_plugins_server_dies_with_its_pytest_process(
-    tmp_path: Path, signum: signal.Signals
-) -> None:
-    (tmp_path / "test_user_suite.py").write_text(_HOLDING_TEST)
-    report = tmp_path / "report"
-    pytest_process = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_user_suite.py"],
-        cwd=tmp_path,
-        env={**os.environ, "LIFELINE_REPORT": str(report)},
+@dataclass
+class Harness:
+    """A process that started servers (a pytest run, a script), what it reported once they
+    served (``report``'s text) and the processes it had started by then."""
+
+    process: subprocess.Popen[bytes]
+    report: str
+    started: list[int]
+
+    def gone(self, pid: int, after: str) -> None:
+        """``pid`` exits within :data:`WAIT` (the figure is printed), and the server no longer
+        answers at the reported URL."""
+        waited = _gone_after(pid)
+        assert waited is not None, f"process {pid} still ran {WAIT:g} s after {after}"
+        print(f"process {pid} gone {waited:.2f} s after {after}")
+        assert not _answers(self.report.split()[-1])
+
+
+@contextlib.contextmanager
+def _harness(command: list[str], folder: Path, **env: str) -> Iterator[Harness]:
+    """``command`` run in ``folder`` until it wrote ``folder/report`` (``LIFELINE_REPORT``);
+    afterwards it and whatever it had started are killed, if they still run."""
+    report = folder / "report"
+    process = subprocess.Popen(
+        command,
+        cwd=folder,
+        env={**os.environ, "LIFELINE_REPORT": str(report), **env},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    servers: list[int] = []
+    started: list[int] = []
     try:
         deadline = time.monotonic() + 120
         while not report.exists() and time.monotonic() < deadline:
-            assert pytest_process.poll() is None, "pytest ended before its test ran"
+            assert process.poll() is None, "it ended before its servers served"
             time.sleep(0.1)
-        http_url = report.read_text()
-        servers = _children(pytest_process.pid)
-        assert len(servers) == 1, servers
-        assert _answers(http_url)
-        pytest_process.send_signal(signum)
-        pytest_process.wait(timeout=WAIT)
-        gone = _gone_after(servers[0])
-        assert gone is not None, f"the server still ran {WAIT:g} s after pytest got {signum.name}"
-        print(f"server gone {gone:.2f} s after pytest got {signum.name}")
-        assert not _answers(http_url)
+        started = _descendants(process.pid)
+        yield Harness(process, report.read_text(), started)
     finally:
-        if pytest_process.poll() is None:
-            pytest_process.kill()
-            pytest_process.wait(timeout=WAIT)
-        for pid in servers:  # only ever the server this test's pytest started
+        process.kill()
+        process.wait(timeout=WAIT)
+        for pid in started:  # only ever what this test's harness started
             if _running(pid):
                 os.kill(pid, signal.SIGKILL)
 
@@ -126,9 +137,22 @@ def _command_line(pid: int) -> str:
         return ""
 
 
-def _path(site: Path) -> str:
-    """PYTHONPATH with ``site`` first."""
-    return os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
+def _user_suite(folder: Path, *options: str) -> list[str]:
+    (folder / "test_user_suite.py").write_text(_HOLDING_TEST)
+    return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *options,
+            "test_user_suite.py"]  # fmt: skip
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL, signal.SIGINT])
+def test_the_plugins_server_dies_with_its_pytest_process(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
+    with _harness(_user_suite(tmp_path), tmp_path) as pytest_run:
+        [server] = _children(pytest_run.process.pid)
+        assert _answers(pytest_run.report)
+        pytest_run.process.send_signal(signum)
+        pytest_run.process.wait(timeout=WAIT)
+        pytest_run.gone(server, f"pytest got {signum.name}")
 
 
 @pytest.mark.external  # pytest-xdist and execnet, installed from the package index
@@ -141,47 +165,22 @@ def test_an_xdist_workers_server_dies_with_that_worker(tmp_path: Path) -> None:
          "--no-deps", "--target", str(site), "pytest-xdist", "execnet"],
         check=True, capture_output=True, timeout=300,
     )  # fmt: skip
-    (tmp_path / "test_user_suite.py").write_text(_HOLDING_TEST)
-    report = tmp_path / "report"
-    main = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-q", "-n", "1", "-p", "no:cacheprovider",
-         "test_user_suite.py"],
-        cwd=tmp_path,
-        env={**os.environ, "LIFELINE_REPORT": str(report), "PYTHONPATH": _path(site)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    started: list[int] = []
-    try:
-        deadline = time.monotonic() + 120
-        while not report.exists() and time.monotonic() < deadline:
-            assert main.poll() is None, "pytest ended before its test ran"
-            time.sleep(0.1)
-        http_url = report.read_text()
-        started = _descendants(main.pid)
-        [server] = [pid for pid in started if "ces_eval.cli" in _command_line(pid)]
-        [worker] = [pid for pid in _children(main.pid) if server in _children(pid)]
-        assert _answers(http_url)
+    path = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
+    with _harness(_user_suite(tmp_path, "-n", "1"), tmp_path, PYTHONPATH=path) as pytest_run:
+        main = pytest_run.process.pid
+        [server] = [pid for pid in pytest_run.started if "ces_eval.cli" in _command_line(pid)]
+        [worker] = [pid for pid in _children(main) if server in _children(pid)]
+        assert _answers(pytest_run.report)
         os.kill(worker, signal.SIGTERM)
-        gone = _gone_after(server)
-        assert gone is not None, f"the server still ran {WAIT:g} s after its worker's SIGTERM"
-        print(f"server gone {gone:.2f} s after its xdist worker got SIGTERM")
-        assert not _answers(http_url)
-    finally:
-        main.kill()
-        main.wait(timeout=WAIT)
-        for pid in started:  # only ever what this test's pytest started
-            if _running(pid):
-                os.kill(pid, signal.SIGKILL)
+        pytest_run.gone(server, "its xdist worker got SIGTERM")
 
 
 _HARNESS = """\
-import pathlib, sys, time
+import os, pathlib, time
 from ces_eval.testing.server import start_server
 
-folder = pathlib.Path(sys.argv[1])
-running = start_server(folder / "group.db", "--workers", "2")
-(folder / "report").write_text(f"{running.process.pid} {running.http_base}")
+running = start_server(pathlib.Path("group.db").resolve(), "--workers", "2")
+pathlib.Path(os.environ["LIFELINE_REPORT"]).write_text(running.http_base)
 time.sleep(600)
 """
 
@@ -189,28 +188,11 @@ time.sleep(600)
 def test_a_worker_group_dies_with_the_harness_that_started_it(tmp_path: Path) -> None:
     """``start_server(..., "--workers", "2")`` in a harness killed with SIGKILL: the supervisor
     reads its lifeline's end and stops its workers as on SIGTERM."""
-    harness = subprocess.Popen([sys.executable, "-c", _HARNESS, str(tmp_path)])
-    report = tmp_path / "report"
-    processes: list[int] = []
-    try:
-        deadline = time.monotonic() + 120
-        while not report.exists() and time.monotonic() < deadline:
-            assert harness.poll() is None, "the harness ended before its server was ready"
-            time.sleep(0.1)
-        supervisor, http_url = report.read_text().split()
-        workers = _children(int(supervisor))
-        processes = [int(supervisor), *workers]
+    with _harness([sys.executable, "-c", _HARNESS], tmp_path) as harness:
+        [supervisor] = _children(harness.process.pid)
+        workers = _children(supervisor)
         assert len(workers) == 2, workers
-        harness.kill()
-        harness.wait(timeout=WAIT)
-        for pid in processes:
-            gone = _gone_after(pid)
-            assert gone is not None, f"process {pid} of the group still ran after {WAIT:g} s"
-        assert not _answers(http_url)
-    finally:
-        if harness.poll() is None:
-            harness.kill()
-            harness.wait(timeout=WAIT)
-        for pid in processes:  # only ever the group this test's harness started
-            if _running(pid):
-                os.kill(pid, signal.SIGKILL)
+        harness.process.kill()
+        harness.process.wait(timeout=WAIT)
+        for pid in [supervisor, *workers]:
+            harness.gone(pid, "its harness got SIGKILL")
