@@ -80,10 +80,19 @@ def _start(*args: str) -> subprocess.Popen[str]:
     )
 
 
+def _importing(pid: int) -> bool:
+    """Whether ``pid`` has begun importing the server's modules (grpc's extension is mapped,
+    Linux's /proc), which take it a second more."""
+    try:
+        return "cygrpc" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_while_importing(tmp_path: Path, signum: signal.Signals) -> None:
     process = _start(*serve_command(f"sqlite:///{tmp_path / 'x.db'}"))
-    time.sleep(0.2)  # the server's modules take a second to import
+    _wait_for(lambda: _importing(process.pid), process, "it imported the server's modules")
     _interrupted(process, signum)
     assert not (tmp_path / "x.db").exists()
 
