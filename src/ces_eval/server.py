@@ -415,7 +415,7 @@ def watch_lifeline(fd: int | None) -> None:
     if fd is None:
         return
     try:
-        os.set_blocking(fd, False)
+        # Left blocking (the flag would be the harness's too): read only when readable.
         os.set_inheritable(fd, False)  # a worker process or an agent must not hold it open
         loop = asyncio.get_running_loop()
 
