@@ -26,7 +26,6 @@ import logging
 import os
 import signal
 import socket
-import stat
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -48,6 +47,7 @@ from ces_eval.admission import DEFAULT_LIMIT, Admission
 from ces_eval.contract import limits, openapi
 from ces_eval.core import imports, pages
 from ces_eval.core.context import AnswerKeeper
+from ces_eval.core.exchange import objects
 from ces_eval.core.operations import OperationRunner
 from ces_eval.core.scheduler import Scheduler
 from ces_eval.core.service import DEFAULT_EXPORT_ROOT, Core, handlers
@@ -545,37 +545,21 @@ def _surfaces(
     return dispatcher, rest, mcp, ui
 
 
-_SPECIAL_FILES = (
-    (stat.S_ISFIFO, "FIFO"),
-    (stat.S_ISCHR, "character device"),
-    (stat.S_ISBLK, "block device"),
-    (stat.S_ISSOCK, "socket"),
-    (stat.S_ISDIR, "folder"),
-)
-
-
 def _read_seed(path: Path) -> bytes:
     """The bytes of the ``--seed`` file: a regular file of at most :data:`SEED_MAX_BYTES`.
     Anything else is refused by what ``fstat`` says of it, before a byte is read: opened
     without blocking, a FIFO cannot hang the start, nor can ``/dev/zero`` fill memory."""
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        return objects.read_regular(descriptor, SEED_MAX_BYTES)
+    except objects.NotRegular as refused:
+        raise StartupError(f"--seed: {path} is {refused}") from None
+    except objects.ObjectTooLarge as large:
+        raise StartupError(
+            f"--seed: {path} is {large}; a seed may hold at most {SEED_MAX_BYTES} bytes"
+        ) from None
     except OSError as error:
         raise StartupError(f"--seed: cannot read {path}: {error.strerror or error}") from error
-
-    status = os.fstat(descriptor)
-    if not stat.S_ISREG(status.st_mode):
-        os.close(descriptor)
-        kind = next((name for test, name in _SPECIAL_FILES if test(status.st_mode)), "special")
-        raise StartupError(f"--seed: {path} is not a regular file ({kind})")
-    with os.fdopen(descriptor, "rb") as file:
-        data = b"" if status.st_size > SEED_MAX_BYTES else file.read(SEED_MAX_BYTES + 1)
-    size = max(status.st_size, len(data))  # it may have grown since fstat
-    if size > SEED_MAX_BYTES:
-        raise StartupError(
-            f"--seed: {path} is {size} bytes; a seed may hold at most {SEED_MAX_BYTES} bytes"
-        )
-    return data
 
 
 def _seed_plan(config: ServerConfig) -> imports.SeedPlan | None:

@@ -19,21 +19,15 @@ import pytest
 
 from ces_eval.contract.limits import MAX_REPEATED, MAX_RESOURCE_BYTES
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2
-from ces_eval.testing import Emulator, EmulatorError
+from ces_eval.testing import Emulator
 from ces_eval.testing.server import RunningServer, start_server
-from tests.support.agent import Agent, rest_call, run_evaluations, running_agent
+from tests.support.agent import Agent, refusal, rest_call, run_evaluations, violation_fields
 from tests.support.stall import probing
 
 PROJECT = "projects/attack-project/locations/us-central1/apps"
 TOKEN = "Bearer agent-s3cret-7f3a"  # noqa: S105 - the test agent's made-up token
 SECRET = TOKEN.split()[1]
 EXCERPT = 1_000  # characters an error message may hold (docs/agents.md, "Bounds")
-
-
-@pytest.fixture(scope="module")
-def agent() -> Iterator[Agent]:
-    with running_agent() as running:
-        yield running
 
 
 @pytest.fixture(scope="module")
@@ -223,22 +217,11 @@ def test_deeply_nested_json_ends_that_result_error(
 
 
 def _refused_fields(server: RunningServer, app: str, endpoint: dict[str, Any]) -> list[str]:
-    """The field violations UpdateAgentEndpoint answers ``endpoint`` with (nothing stored)."""
-    emulator = Emulator(server.http_base)
-    with pytest.raises(EmulatorError) as refused:
-        emulator._call(
-            "PATCH",
-            f"/emulator/v1/{app}/agentEndpoint",
-            {"name": f"{app}/agentEndpoint", **endpoint},
-        )
-    assert refused.value.http_status == 400
-    assert "uri" not in emulator.agent(app)
-    assert SECRET not in str(refused.value) and "s3cr" not in str(refused.value.details)
-    return [
-        violation["field"]
-        for detail in refused.value.details
-        for violation in detail.get("fieldViolations", [])
-    ]
+    """The field violations UpdateAgentEndpoint answers ``endpoint`` with, which never quote
+    the secret (nothing stored)."""
+    refused = refusal(server, app, endpoint)
+    assert SECRET not in str(refused) and "s3cr" not in str(refused.details)
+    return violation_fields(refused)
 
 
 @pytest.mark.parametrize("character", ["\r", "\n", "\t"])

@@ -20,19 +20,13 @@ import pytest
 from ces_eval.testing import Emulator, EmulatorError
 from ces_eval.testing.server import RunningServer, start_server
 from tests.support import contract
-from tests.support.agent import Agent, rest_call, run_evaluations, running_agent
+from tests.support.agent import Agent, refusal, rest_call, run_evaluations, violation_fields
 from tests.support.official import run_official
 
 pytestmark = pytest.mark.external
 
 PROJECT = "projects/agent-project/locations/us-central1/apps"
 TOKEN = "Bearer agent-s3cret-7f3a"  # noqa: S105 - the test agent's made-up token
-
-
-@pytest.fixture(scope="module")
-def agent() -> Iterator[Agent]:
-    with running_agent() as running:
-        yield running
 
 
 @pytest.fixture(scope="module")
@@ -191,21 +185,7 @@ def test_an_endpoint_that_cannot_be_called_is_refused_when_set(
     server: RunningServer, endpoint: dict[str, Any], field: str
 ) -> None:
     app = f"{PROJECT}/refused"
-    emulator = Emulator(server.http_base)
-    with pytest.raises(EmulatorError) as refused:
-        emulator._call(
-            "PATCH",
-            f"/emulator/v1/{app}/agentEndpoint",
-            {"name": f"{app}/agentEndpoint", **endpoint},
-        )
-    assert refused.value.http_status == 400
-    violations = [
-        violation["field"]
-        for detail in refused.value.details
-        for violation in detail.get("fieldViolations", [])
-    ]
-    assert violations == [field]
-    assert "uri" not in emulator.agent(app)  # nothing stored
+    assert violation_fields(refusal(server, app, endpoint)) == [field]
 
 
 def test_an_allowed_host_may_be_named(tmp_path: Path) -> None:

@@ -40,7 +40,7 @@ from functools import cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
-from ces_eval.testing import Emulator
+from ces_eval.testing import Emulator, EmulatorError
 
 if TYPE_CHECKING:
     from ces_eval.testing.server import RunningServer
@@ -276,4 +276,29 @@ def run_evaluations(
     run = rest_call(server, "GET", f"/v1beta/{done['metadata']['evaluationRun']}")
     return run, [
         rest_call(server, "GET", f"/v1beta/{name}") for name in run.get("evaluationResults", [])
+    ]
+
+
+def refusal(server: RunningServer, app: str, endpoint: dict[str, Any]) -> EmulatorError:
+    """UpdateAgentEndpoint's refusal of ``endpoint`` (INVALID_ARGUMENT); nothing is stored."""
+    emulator = Emulator(server.http_base)
+    try:
+        emulator._call(
+            "PATCH",
+            f"/emulator/v1/{app}/agentEndpoint",
+            {"name": f"{app}/agentEndpoint", **endpoint},
+        )
+    except EmulatorError as refused:
+        assert refused.http_status == 400
+        assert "uri" not in emulator.agent(app)  # nothing stored
+        return refused
+    raise AssertionError(f"{endpoint} was accepted")
+
+
+def violation_fields(error: EmulatorError) -> list[str]:
+    """The fields of ``error``'s BadRequest violations."""
+    return [
+        violation["field"]
+        for detail in error.details
+        for violation in detail.get("fieldViolations", [])
     ]

@@ -74,7 +74,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
     session_service_pb2,
 )
 from ces_eval.offload import is_heavy, off_loop
-from ces_eval.transcoding.body import Overflow, load_json
+from ces_eval.transcoding.body import Overflow, load_json, not_json
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Iterable, Sequence
@@ -864,13 +864,9 @@ def _json(data: bytes) -> object:
         decoder.decode(data[start : start + _PARSED_AT_ONCE], final=False)
         for start in range(0, len(data), _PARSED_AT_ONCE)
     ) + decoder.decode(b"", final=True)
-    reader = json.JSONDecoder(parse_constant=_not_json)
+    reader = json.JSONDecoder(parse_constant=not_json)
     reader.scan_once = json.scanner.py_make_scanner(reader)  # type: ignore[attr-defined]
     return reader.decode(text)
-
-
-def _not_json(constant: str) -> object:
-    raise ValueError(f"{constant} is not JSON")
 
 
 class _Budgets:

@@ -54,6 +54,7 @@ __all__ = [
     "heavy_document",
     "load_json",
     "member_path",
+    "not_json",
     "parse_body",
     "parse_document",
 ]
@@ -357,7 +358,8 @@ MAX_NESTING = MAX_MESSAGE_NESTING
 _TOO_DEEP = f"The request body nests messages more than {MAX_NESTING} levels deep."
 
 
-def _not_json(constant: str) -> object:
+def not_json(constant: str) -> object:
+    """json's ``parse_constant``: NaN and the infinities are refused."""
     raise ValueError(f"{constant} is not JSON (RFC 8259 has no NaN or Infinity literals)")
 
 
@@ -458,7 +460,7 @@ class _Reader:
             return int(integer), number.end()
         for constant in ("NaN", "Infinity", "-Infinity"):
             if text.startswith(constant, at):
-                _not_json(constant)
+                not_json(constant)
         raise json.JSONDecodeError("Expecting value", text, at)
 
     def _skip(self, at: int) -> int:
@@ -526,7 +528,7 @@ def load_json(data: bytes) -> object:
     not one, RecursionError when it nests deeper than Python recurses, :class:`Overflow` when
     a container holds more than MAX_DECODED_ENTRIES."""
     if len(data) <= _LOOP_BODY_BYTES or _commas(data) <= _C_VALUES:
-        return json.loads(data, parse_constant=_not_json)
+        return json.loads(data, parse_constant=not_json)
     return _Reader(data.decode(json.detect_encoding(data), "surrogatepass")).document()
 
 

@@ -24,6 +24,7 @@ from ces_eval.core.exchange.errors import ExchangeError
 
 __all__ = [
     "OWNER_MAX",
+    "NotRegular",
     "ObjectMissing",
     "ObjectPath",
     "ObjectTooLarge",
@@ -31,6 +32,7 @@ __all__ = [
     "locate",
     "probe",
     "read_object",
+    "read_regular",
     "remove",
     "sweep_temporary",
     "temporary_owners",
@@ -240,24 +242,57 @@ def read_object(location: ObjectPath, limit: int) -> bytes:
     finally:
         os.close(folder)
     try:
-        status = os.fstat(descriptor_)
+        return read_regular(descriptor_, limit)
+    except NotRegular as refused:
+        what = "a folder, not an object" if refused.kind == "folder" else "not a regular file"
+        raise PathRefused(f"{location.uri} is {what}.", link=False) from None
+    except ObjectTooLarge:
+        raise ObjectTooLarge(
+            f"{location.uri} is larger than {limit} bytes, the most one import reads.",
+            limit=limit,
+        ) from None
+
+
+# What fstat may say a file is, when it is not a regular one (read_regular).
+_SPECIAL_FILES = (
+    (stat.S_ISFIFO, "FIFO"),
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISBLK, "block device"),
+    (stat.S_ISSOCK, "socket"),
+    (stat.S_ISDIR, "folder"),
+)
+
+
+class NotRegular(ExchangeError):
+    """A file that is no regular file: ``kind`` says what it is ("FIFO", "folder", …)."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(f"not a regular file ({kind})")
+        self.kind = kind
+
+
+def read_regular(descriptor: int, limit: int) -> bytes:
+    """The bytes of the file open at ``descriptor`` (opened with O_NONBLOCK; closed here) if it
+    is a regular file of at most ``limit`` bytes, else :class:`NotRegular` or
+    :class:`ObjectTooLarge` (whose message gives the size). What ``fstat`` says refuses a
+    FIFO, a device or a folder before a byte is read, and a file larger than ``limit``; one
+    that grew since is read to ``limit + 1`` bytes only: never held in memory whole."""
+    try:
+        status = os.fstat(descriptor)
     except BaseException:
-        os.close(descriptor_)
+        os.close(descriptor)
         raise
     if not stat.S_ISREG(status.st_mode):
-        os.close(descriptor_)
-        what = "a folder, not an object" if stat.S_ISDIR(status.st_mode) else "not a regular file"
-        raise PathRefused(f"{location.uri} is {what}.", link=False)
-    too_large = ObjectTooLarge(
-        f"{location.uri} is larger than {limit} bytes, the most one import reads.", limit=limit
-    )
+        os.close(descriptor)
+        kind = next((name for test, name in _SPECIAL_FILES if test(status.st_mode)), "special")
+        raise NotRegular(kind)
     if status.st_size > limit:
-        os.close(descriptor_)
-        raise too_large
-    with os.fdopen(descriptor_, "rb") as file:
-        data = file.read(limit + 1)  # the file may have grown since fstat
+        os.close(descriptor)
+        raise ObjectTooLarge(f"{status.st_size} bytes", limit=limit)
+    with os.fdopen(descriptor, "rb") as file:
+        data = file.read(limit + 1)
     if len(data) > limit:
-        raise too_large
+        raise ObjectTooLarge(f"more than {limit} bytes", limit=limit)
     return data
 
 
