@@ -50,9 +50,13 @@ def fallbacks(loop: str = "auto") -> list[str]:
 def run(main: Coroutine[Any, Any, T], loop: str = "auto") -> T:
     """``asyncio.run(main)`` on the ``loop`` of :data:`LOOPS`: uvloop's where there is one
     (auto, uvloop), else asyncio's; each fallback is a warning (the server works the same,
-    slower)."""
-    for sentence in fallbacks(loop):
-        _log.warning("%s (slower; install uvicorn's standard extras to speed it up)", sentence)
-    factory = None if loop == "asyncio" else loop_factory()
-    with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(main)
+    slower). ``main`` is closed however this ends: a start-up interrupted before the loop ran
+    it (cli.StartupInterrupted) leaves no "never awaited" warning behind."""
+    try:
+        for sentence in fallbacks(loop):
+            _log.warning("%s (slower; install uvicorn's standard extras to speed it up)", sentence)
+        factory = None if loop == "asyncio" else loop_factory()
+        with asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(main)
+    finally:
+        main.close()

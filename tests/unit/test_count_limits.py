@@ -344,7 +344,7 @@ def test_the_reader_refuses_what_json_loads_refuses(text: str) -> None:
             return ("error", str(error))
 
     def strict_loads() -> object:
-        return json.loads(text, parse_constant=body._not_json)
+        return json.loads(text, parse_constant=body.not_json)
 
     expected = outcome(strict_loads)
     got = outcome(lambda: body._Reader(text).document())
