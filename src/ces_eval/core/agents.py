@@ -865,7 +865,9 @@ def _json(data: bytes) -> object:
         for start in range(0, len(data), _PARSED_AT_ONCE)
     ) + decoder.decode(b"", final=True)
     reader = json.JSONDecoder(parse_constant=not_json)
-    reader.scan_once = json.scanner.py_make_scanner(reader)  # type: ignore[attr-defined]
+    # json's Python scanner, which hands each (bounded) string to the C one.
+    # Neither scan_once nor py_make_scanner is in typeshed.
+    reader.scan_once = json.scanner.py_make_scanner(reader)  # type: ignore[attr-defined]  # untyped
     return reader.decode(text)
 
 
