@@ -608,11 +608,40 @@ def _interruptible() -> Iterator[None]:
         yield
         return
     previous = {signum: signal.signal(signum, _interrupt) for signum in _INTERRUPTS}
+    unraisable = sys.unraisablehook
+    sys.unraisablehook = _again(unraisable)
     try:
         yield
     finally:
+        sys.unraisablehook = unraisable
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _again(
+    otherwise: Callable[[sys.UnraisableHookArgs], object],
+) -> Callable[[sys.UnraisableHookArgs], object]:
+    """A hook for exceptions Python cannot raise: the interrupt's handler can run inside a
+    weakref callback or a ``__del__`` (the import system's module locks have one), where what it
+    raises is printed and dropped, and the start-up would go on as if no signal had come. Such
+    an interrupt is raised again, silently, as the next Python function is called (a trace
+    function's exception is raised in the frame it traces); any other exception goes to the
+    hook that was there before."""
+
+    def hook(unraisable: sys.UnraisableHookArgs) -> object:
+        interrupted = unraisable.exc_value
+        if not isinstance(interrupted, StartupInterrupted):
+            return otherwise(unraisable)
+        tracing = sys.gettrace()
+
+        def again(_frame: FrameType, _event: str, _arg: object) -> NoReturn:
+            sys.settrace(tracing)
+            raise interrupted
+
+        sys.settrace(again)
+        return None
+
+    return hook
 
 
 def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
