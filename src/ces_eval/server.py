@@ -29,7 +29,6 @@ import socket
 import sys
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
@@ -43,14 +42,15 @@ from ces_eval import connections
 from ces_eval import storage as storage_backends
 from ces_eval.access import TokenFileError, Tokens, authorized
 from ces_eval.access.caller import DEFAULT_USER
-from ces_eval.admission import DEFAULT_LIMIT, Admission
+from ces_eval.admission import Admission
+from ces_eval.config import DEFAULT_MAX_CONNECTIONS, ServerConfig
 from ces_eval.contract import limits, openapi
 from ces_eval.core import imports, pages
 from ces_eval.core.context import AnswerKeeper
 from ces_eval.core.exchange import objects
 from ces_eval.core.operations import OperationRunner
 from ces_eval.core.scheduler import Scheduler
-from ces_eval.core.service import DEFAULT_EXPORT_ROOT, Core, handlers
+from ces_eval.core.service import Core, handlers
 from ces_eval.errors import ServiceError
 from ces_eval.logs import HttpRequestLog, RequestLog
 from ces_eval.storage.base import InUse, Storage, Unavailable
@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from starlette.types import ASGIApp
 
 __all__ = [
+    "DEFAULT_MAX_CONNECTIONS",
     "SEED_MAX_BYTES",
     "ExitStatus",
     "ServerConfig",
@@ -80,52 +81,10 @@ __all__ = [
 
 _log = logging.getLogger("ces_eval")
 DRAIN_SECONDS = 10.0
-# Per listener and process; at most 2 x this of the process's file descriptors go to clients.
-DEFAULT_MAX_CONNECTIONS = 4096
 HEALTH_PING_SECONDS = 2.0
 # The largest ``--seed`` file read (README, "Server options"): an export document is parsed
 # whole in memory, and a bigger one is refused by its size before any of it is read.
 SEED_MAX_BYTES = 64 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    host: str = "127.0.0.1"
-    grpc_port: int = 50051
-    http_port: int = 8080
-    database: str = "sqlite:///./data/ces-eval.db"
-    export_dir: Path = DEFAULT_EXPORT_ROOT
-    locations: tuple[str, ...] = ()  # --locations: every project has these (core/locations.py)
-    operation_lease: float = 30.0
-    scheduler: bool = True  # --scheduler on|off: fire due scheduled evaluation runs
-    auth_tokens: Path | None = None  # the --auth-tokens file (docs/security.md)
-    allow_unauthenticated: bool = False
-    max_concurrent_requests: int = DEFAULT_LIMIT  # per surface and process (admission.py)
-    # Open connections per listener (gRPC port, HTTP port) and process; one more is closed.
-    max_connections: int = DEFAULT_MAX_CONNECTIONS
-    # How long the HTTP port waits for a client (connections.Timeouts), in seconds.
-    header_timeout: float = connections.Timeouts.header
-    idle_timeout: int = connections.Timeouts.idle
-    body_timeout: float = connections.Timeouts.body
-    log_level: str = "info"  # logs.LEVELS; info writes the request log
-    log_format: str = "text"  # logs.FORMATS
-    loop: str = "auto"  # loops.LOOPS: --loop auto|uvloop|asyncio
-    # Web pages (http_app.BrowserGuard): more Host names (any port) and cross-origin origins.
-    allow_host: tuple[str, ...] = ()
-    allow_origin: tuple[str, ...] = ()
-    # Hosts besides loopback that agent endpoints may name (docs/agents.md).
-    agent_allow_hosts: tuple[str, ...] = ()
-    seed: Path | None = None  # --seed: an export document imported at start (core/imports.py)
-    # MCP's tools/list: which tools (names, or all|read|write) and how (full|compact).
-    mcp_tools: tuple[str, ...] = ("all",)
-    mcp_schema: str = "full"
-    # --lifeline: a pipe's read end from the program that started the server; end-of-file
-    # there stops the server as SIGTERM does (watch_lifeline).
-    lifeline: int | None = None
-
-    @property
-    def timeouts(self) -> connections.Timeouts:
-        return connections.Timeouts(self.header_timeout, self.idle_timeout, self.body_timeout)
 
 
 class ExitStatus(enum.IntEnum):
@@ -638,16 +597,12 @@ async def _serve(
     runner = OperationRunner(database, lease=config.operation_lease, export_root=config.export_dir)
     # Also sweeps the export folder, of what provably no process writes any more.
     await runner.recover()
+    own_ports = (grpc_port, int(http_sockets[0].getsockname()[1]))
     core = Core(
         database,
         pages.PageTokens(await database.secret()),
         runner,
-        config.export_dir,
-        export_per_project=tokens is not None,
-        locations=config.locations,
-        scheduling=config.scheduler,
-        agent_hosts=config.agent_allow_hosts,
-        own_ports=(grpc_port, int(http_sockets[0].getsockname()[1])),
+        config.core(own_ports=own_ports),
     )
     if config.seed is not None and seed is not None:
         await _seed(core, config.seed, seed)

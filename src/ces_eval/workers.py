@@ -44,6 +44,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from ces_eval import options
 from ces_eval.core.operations import OperationRunner
 from ces_eval.server import (
     ExitStatus,
@@ -151,50 +152,11 @@ class _Group:
         return True
 
     def _arguments(self, link: int) -> list[str]:
-        config = self._config
-        return [
-            "--host",
-            config.host,
-            "--grpc-port",
-            str(config.grpc_port),
-            "--http-port",
-            str(config.http_port),
-            "--database",
-            config.database,
-            "--export-dir",
-            str(config.export_dir),
-            "--operation-lease",
-            repr(config.operation_lease),
-            "--scheduler",
-            "on" if config.scheduler else "off",
-            "--max-concurrent-requests",
-            str(config.max_concurrent_requests),
-            "--max-connections",
-            str(config.max_connections),
-            "--header-timeout",
-            repr(config.header_timeout),
-            "--idle-timeout",
-            str(config.idle_timeout),
-            "--body-timeout",
-            repr(config.body_timeout),
-            "--log-level",
-            config.log_level,
-            "--log-format",
-            config.log_format,
-            "--loop",
-            config.loop,
-            *(["--auth-tokens", str(config.auth_tokens)] if config.auth_tokens else []),
-            *(["--allow-unauthenticated"] if config.allow_unauthenticated else []),
-            *(["--allow-host", ",".join(config.allow_host)] if config.allow_host else []),
-            *(["--allow-origin", ",".join(config.allow_origin)] if config.allow_origin else []),
-            *(["--seed", str(config.seed)] if config.seed else []),
-            "--mcp-tools",
-            ",".join(config.mcp_tools),
-            "--mcp-schema",
-            config.mcp_schema,
-            "--worker-of",
-            str(link),
-        ]
+        """A worker's command line: every option of the supervisor's configuration as a flag
+        (the concrete ports among them), but the worker count and the lifeline (a worker's
+        is its link, ``--worker-of``)."""
+        without = ("workers", "lifeline")
+        return [*options.arguments(self._config, without=without), "--worker-of", str(link)]
 
     async def _spawn(self) -> _Worker:
         ours, theirs = socket.socketpair()

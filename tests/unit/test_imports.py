@@ -13,6 +13,7 @@ from google.longrunning import operations_pb2
 
 from ces_eval.contract import limits
 from ces_eval.core import imports, pages
+from ces_eval.core.context import Settings
 from ces_eval.core.service import Core
 from ces_eval.errors import Code
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
@@ -32,7 +33,9 @@ class Importer(Harness):
     def __init__(self, path: Path, export_root: Path) -> None:
         super().__init__(path)
         self.core = Core(
-            self.storage, pages.PageTokens(self.run(self.storage.secret())), export_root=export_root
+            self.storage,
+            pages.PageTokens(self.run(self.storage.secret())),
+            settings=Settings(export_dir=export_root),
         )
 
     def finished(self, operation: operations_pb2.Operation) -> operations_pb2.Operation:

@@ -10,6 +10,7 @@ import pytest
 from google.cloud.location import locations_pb2
 
 from ces_eval.core import pages
+from ces_eval.core.context import Settings
 from ces_eval.core.service import Core
 from ces_eval.errors import Code
 from tests.unit.test_core import Harness
@@ -23,7 +24,7 @@ class Located(Harness):
         self.core = Core(
             self.storage,
             pages.PageTokens(self.run(self.storage.secret())),
-            locations=("us-central1", "europe-west1"),
+            settings=Settings(locations=("us-central1", "europe-west1")),
         )
 
     def ids(self, **fields: object) -> list[str]:

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ces_eval.core import pages
+from ces_eval.core.context import Settings
 from ces_eval.core.exchange import linear16
 from ces_eval.core.media import AUDIO_BUCKET, MAX_AUDIO_BYTES, MAX_VOICE_TEXT
 from ces_eval.core.service import Core
@@ -102,8 +103,7 @@ class Media(Harness):
         self.core = Core(
             self.storage,
             pages.PageTokens(self.run(self.storage.secret())),
-            export_root=export_root,
-            export_per_project=per_project,
+            settings=Settings(export_dir=export_root, export_per_project=per_project),
         )
 
     def file(self, uri: str, project: str = "") -> Path:

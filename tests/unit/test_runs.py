@@ -16,6 +16,7 @@ from google.protobuf import empty_pb2
 from google.rpc import code_pb2
 
 from ces_eval.core import exchange, pages
+from ces_eval.core.context import Settings
 from ces_eval.core.service import Core
 from ces_eval.errors import Code
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
@@ -33,7 +34,9 @@ def core(tmp_path: Path) -> Iterator[Harness]:
     harness = Harness(tmp_path / "db.sqlite")
     storage = harness.storage
     secret = harness.run(storage.secret())
-    harness.core = Core(storage, pages.PageTokens(secret), export_root=tmp_path / "exports")
+    harness.core = Core(
+        storage, pages.PageTokens(secret), settings=Settings(export_dir=tmp_path / "exports")
+    )
     yield harness
     harness.close()
 

@@ -15,6 +15,7 @@ from google.longrunning import operations_pb2
 from google.protobuf import duration_pb2
 
 from ces_eval.core import pages, scheduler
+from ces_eval.core.context import Settings
 from ces_eval.core.service import Core
 from ces_eval.errors import Code
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
@@ -112,7 +113,8 @@ def test_two_processes_firing_one_due_time_make_one_run(core: Harness) -> None:
     schedule = _schedule(core)
     tokens = pages.PageTokens(core.run(core.storage.secret()))
     other = Core(core.storage, tokens)
-    quiet = Core(core.storage, tokens, scheduling=False)  # moves the clock, fires nothing
+    # Moves the clock, fires nothing.
+    quiet = Core(core.storage, tokens, settings=Settings(scheduler=False))
     by = duration_pb2.Duration(seconds=2 * HOUR)
     core.run(quiet.advance_clock(emulator_pb2.AdvanceClockRequest(name=CLOCK, by=by), ME))
     assert not _runs(core)
@@ -182,7 +184,7 @@ def test_the_scheduler_off_fires_nothing(tmp_path: Path) -> None:
         harness.core = Core(
             harness.storage,
             pages.PageTokens(harness.run(harness.storage.secret())),
-            scheduling=False,
+            settings=Settings(scheduler=False),
         )
         schedule = _schedule(harness)
         _advance(harness, 2 * HOUR)

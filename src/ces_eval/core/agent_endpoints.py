@@ -192,7 +192,7 @@ async def of_app(context: Context, app: str) -> Endpoint | None:
         max_response_bytes=stored.max_response_bytes or DEFAULT_MAX_RESPONSE_BYTES,
         judge_uri=stored.judge_uri,
         simulator_uri=stored.simulator_uri,
-        server_ports=context.own_ports,
+        server_ports=context.settings.own_ports,
     )
 
 
@@ -276,12 +276,12 @@ async def update_agent_endpoint(
         checked = AgentEndpoint()
         checked.CopyFrom(updated)  # the descriptors' rules and limits clear OUTPUT_ONLY fields
         violations = validation.resource_violations(checked, "agent_endpoint")
-        violations += _violations(updated, context.agent_hosts)
+        violations += _violations(updated, context.settings.agent_allow_hosts)
         for field in ("uri", "judge_uri", "simulator_uri"):
             value = getattr(updated, field)
-            if not value or host_refusal(value, context.agent_hosts) is not None:
+            if not value or host_refusal(value, context.settings.agent_allow_hosts) is not None:
                 continue  # nothing to call, or refused already
-            refusal = await own_port_refusal(value, context.own_ports)
+            refusal = await own_port_refusal(value, context.settings.own_ports)
             if refusal is not None:
                 found = FieldViolation(f"agent_endpoint.{field}", refusal, "URL_NOT_ALLOWED")
                 violations.append(found)

@@ -1,5 +1,5 @@
 """What every core function works over: the storage, the page-token signer, the operation
-runner and the export root. Passed explicitly (no mixins, no instance state per service), so a
+runner and the server's settings. Passed explicitly (no mixins, no instance state per service), so a
 resource module is a set of plain functions of ``(Context, request, Caller)``.
 """
 
@@ -21,7 +21,15 @@ if TYPE_CHECKING:
     from ces_eval.core.pages import PageTokens
     from ces_eval.storage.base import Storage
 
-__all__ = ["DEFAULT_EXPORT_ROOT", "AnswerKeeper", "Context", "HotReads", "Kept", "Rpc"]
+__all__ = [
+    "DEFAULT_EXPORT_ROOT",
+    "AnswerKeeper",
+    "Context",
+    "HotReads",
+    "Kept",
+    "Rpc",
+    "Settings",
+]
 
 DEFAULT_EXPORT_ROOT = Path("./data/exports")
 
@@ -115,36 +123,47 @@ class AnswerKeeper:
 
 
 @dataclass(frozen=True)
-class Context:
-    """The server-wide state a call may use: where resources are kept, who signs page tokens,
-    who runs operations, and where ``gs://`` objects live."""
+class Settings:
+    """What the server's options tell the core. Each field but the last two is named after the
+    ``ces-eval serve`` option that sets it (:class:`ces_eval.config.ServerConfig` fills them
+    by name); the defaults here are those options' defaults."""
 
-    storage: Storage
-    page_tokens: PageTokens
-    runner: OperationRunner
-    export_root: Path = DEFAULT_EXPORT_ROOT
-    # With ``--auth-tokens`` every project has a bucket namespace of its own (docs/security.md):
-    # gs://b/p of project P is <export root>/P/b/p, so no token reaches another project's files.
-    export_per_project: bool = False
+    # ``--export-dir``: where ``gs://`` objects live.
+    export_dir: Path = DEFAULT_EXPORT_ROOT
     # ``--locations``: location IDs every project has, besides those its resources use.
     locations: tuple[str, ...] = ()
     # ``--scheduler``: whether this server fires scheduled evaluation runs (and AdvanceClock
     # fires what became due).
-    scheduling: bool = True
+    scheduler: bool = True
     # ``--agent-allow-hosts``: the hosts besides loopback that agent endpoints may name
     # (ces_eval.core.agent_endpoints).
-    agent_hosts: tuple[str, ...] = ()
+    agent_allow_hosts: tuple[str, ...] = ()
+    # With ``--auth-tokens`` every project has a bucket namespace of its own (docs/security.md):
+    # gs://b/p of project P is <export root>/P/b/p, so no token reaches another project's files.
+    export_per_project: bool = False
     # The server's own listening ports (gRPC, HTTP), which no agent, judge or simulator may be
     # called at (ces_eval.core.agent_endpoints.reaches_server).
     own_ports: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Context:
+    """The server-wide state a call may use: where resources are kept, who signs page tokens,
+    who runs operations, and what the server's options say (:class:`Settings`)."""
+
+    storage: Storage
+    page_tokens: PageTokens
+    runner: OperationRunner
+    settings: Settings = Settings()
     # Reads answered lately, kept while the database's version lasts (standard._get_rpc,
     # standard.list_page).
     hot: HotReads = field(default_factory=HotReads, compare=False, repr=False)
 
     def locate(self, gcs_uri: str, resource: str) -> objects.ObjectPath:
         """Where ``gcs_uri`` is for ``resource``'s project; raises ExchangeError."""
-        namespace = resource.split("/", 2)[1] if self.export_per_project else ""
-        return objects.locate(gcs_uri, self.export_root, namespace)
+        settings = self.settings
+        namespace = resource.split("/", 2)[1] if settings.export_per_project else ""
+        return objects.locate(gcs_uri, settings.export_dir, namespace)
 
 
 # One RPC's implementation: its request is the RPC's own message type, hence Any here (a

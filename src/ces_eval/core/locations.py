@@ -3,7 +3,7 @@
 A project's locations are every location its stored resources' names use (evaluations and
 their results, the generic tables' resources, operations: :meth:`Storage.locations`) and the
 locations the server is configured with (``ces-eval serve --locations us-central1,...``,
-:attr:`Context.locations`), sorted by ID. Nothing else is known of a location: its display name
+:attr:`Settings.locations`), sorted by ID. Nothing else is known of a location: its display name
 is its ID, it has no labels or metadata.
 
 ListLocations pages like every list (AIP-158, tokens bound to the query) and filters with
@@ -40,7 +40,7 @@ _FIELDS = ("name", "location_id", "display_name")
 async def _known(context: Context, project: str) -> list[str]:
     """The project's location IDs: used by its resources or configured, sorted."""
     used = await context.storage.locations(project)
-    return sorted({*used, *context.locations})
+    return sorted({*used, *context.settings.locations})
 
 
 def _location(project: str, location_id: str) -> locations_pb2.Location:

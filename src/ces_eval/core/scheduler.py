@@ -260,7 +260,7 @@ async def advance_clock(
         except (Conflict, Missing):
             continue  # created or reset meanwhile: read it again
         break
-    if context.scheduling:
+    if context.settings.scheduler:
         await fire_due(context, project)
     return await get_project_clock(
         context, emulator_pb2.GetProjectClockRequest(name=request.name), caller

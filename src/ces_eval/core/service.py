@@ -12,7 +12,6 @@ no module lists is UNIMPLEMENTED everywhere.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ces_eval.contract import schema
@@ -34,7 +33,7 @@ from ces_eval.core import (
     runs,
     scheduled_runs,
 )
-from ces_eval.core.context import DEFAULT_EXPORT_ROOT, Context, Rpc
+from ces_eval.core.context import DEFAULT_EXPORT_ROOT, Context, Rpc, Settings
 from ces_eval.core.names import snake_case
 from ces_eval.core.operations import OperationRunner
 from ces_eval.errors import Code, ServiceError
@@ -114,25 +113,10 @@ class Core:
         storage: Storage,
         tokens: pages.PageTokens,
         runner: OperationRunner | None = None,
-        export_root: Path = DEFAULT_EXPORT_ROOT,
-        *,
-        export_per_project: bool = False,
-        locations: tuple[str, ...] = (),
-        scheduling: bool = True,
-        agent_hosts: tuple[str, ...] = (),
-        own_ports: tuple[int, ...] = (),
+        settings: Settings | None = None,
     ) -> None:
-        self.context = Context(
-            storage,
-            tokens,
-            runner or OperationRunner(storage),
-            export_root,
-            export_per_project,
-            locations,
-            scheduling,
-            agent_hosts,
-            own_ports,
-        )
+        runner = runner or OperationRunner(storage)
+        self.context = Context(storage, tokens, runner, settings or Settings())
 
     def handler(self, path: str) -> Handler:
         """The implementation of the RPC at gRPC path ``path``
