@@ -232,7 +232,7 @@ def _host_names(text: str) -> tuple[str, ...]:
 
 def _locations(text: str) -> tuple[str, ...]:
     """``--locations``: one location ID or several, comma-separated."""
-    from ces_eval.core.names import foreign_id  # noqa: PLC0415 - see the module's docstring
+    from ces_eval.core.aip.names import foreign_id  # noqa: PLC0415 - see the module's docstring
 
     found = tuple(item.strip() for item in text.split(",") if item.strip())
     for location in found:

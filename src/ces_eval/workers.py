@@ -44,7 +44,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from ces_eval.core.operations import OperationRunner
+from ces_eval.core.io.operations import OperationRunner
 from ces_eval.server import (
     ExitStatus,
     ServerConfig,

@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ces_eval.core.exchange import objects
+from ces_eval.core.io import objects
 from ces_eval.storage.base import Unavailable
 
 if TYPE_CHECKING:
     from ces_eval.access import Caller
     from ces_eval.contract.encoded import Response
-    from ces_eval.core.operations import OperationRunner
-    from ces_eval.core.pages import PageTokens
+    from ces_eval.core.aip.pages import PageTokens
+    from ces_eval.core.io.operations import OperationRunner
     from ces_eval.storage.base import Storage
 
 __all__ = ["DEFAULT_EXPORT_ROOT", "AnswerKeeper", "Context", "HotReads", "Kept", "Rpc"]
@@ -132,10 +132,10 @@ class Context:
     # fires what became due).
     scheduling: bool = True
     # ``--agent-allow-hosts``: the hosts besides loopback that agent endpoints may name
-    # (ces_eval.core.agent_endpoints).
+    # (ces_eval.core.resources.agent_endpoints).
     agent_hosts: tuple[str, ...] = ()
     # The server's own listening ports (gRPC, HTTP), which no agent, judge or simulator may be
-    # called at (ces_eval.core.agent_endpoints.reaches_server).
+    # called at (ces_eval.core.resources.agent_endpoints.reaches_server).
     own_ports: tuple[int, ...] = ()
     # Reads answered lately, kept while the database's version lasts (standard._get_rpc,
     # standard.list_page).
