@@ -4,11 +4,11 @@ Each field is one option (:mod:`ces_eval.options`): its flag, its ``CES_EVAL_*``
 help, its default and its value check follow from the entry, in the order ``--help`` lists
 them. :mod:`ces_eval.cli` builds the command line from it, :mod:`ces_eval.server` serves what
 it holds, :mod:`ces_eval.workers` hands it to each worker as flags, and the core receives its
-part as one :class:`~ces_eval.core.context.Settings` (:meth:`ServerConfig.core`), whose fields
+part as one :class:`~ces_eval.core.aip.context.Settings` (:meth:`ServerConfig.core`), whose fields
 are named after the options that fill them. A new option is one entry here, plus its use.
 
 The checks of host names, origins, location IDs and MCP tool names are those of the layer that
-uses the value (:mod:`ces_eval.surfaces.http_app`, :mod:`ces_eval.core.names`,
+uses the value (:mod:`ces_eval.surfaces.http_app`, :mod:`ces_eval.core.aip.names`,
 :mod:`ces_eval.surfaces.mcp_tools`), so an option and its use cannot disagree.
 """
 
@@ -21,8 +21,8 @@ from pathlib import Path
 
 from ces_eval import connections, logs, loops
 from ces_eval.admission import DEFAULT_LIMIT
-from ces_eval.core.context import Settings
-from ces_eval.core.names import foreign_id
+from ces_eval.core.aip.context import Settings
+from ces_eval.core.aip.names import foreign_id
 from ces_eval.options import bounded, comma_list, on_off, option, project, repeated, switch, timeout
 from ces_eval.surfaces.http_app import host_name, origin_key
 from ces_eval.surfaces.mcp_tools import SCHEMA_FORMS, unknown_tools
@@ -155,7 +155,7 @@ class ServerConfig:
         metavar="DIR",
         into=Path,
     )
-    # Every project has these (core/locations.py).
+    # Every project has these (core/resources/locations.py).
     locations: tuple[str, ...] = repeated(
         _CORE.locations,
         "locations every project has (ListLocations, GetLocation), besides those its "
@@ -271,7 +271,7 @@ class ServerConfig:
         "the event loop: uvloop (auto, where installed) or asyncio's own",
         choices=loops.LOOPS,
     )
-    # An export document imported at start (core/imports.py).
+    # An export document imported at start (core/exchange/imports.py).
     seed: Path | None = option(  # noqa: RUF009 - a field declaration, as field() is
         None,
         "an export document (any format an export writes) imported at start into the "

@@ -45,11 +45,12 @@ from ces_eval.access.caller import DEFAULT_USER
 from ces_eval.admission import Admission
 from ces_eval.config import DEFAULT_MAX_CONNECTIONS, ServerConfig
 from ces_eval.contract import limits, openapi
-from ces_eval.core import imports, pages
-from ces_eval.core.context import AnswerKeeper
-from ces_eval.core.exchange import objects
-from ces_eval.core.operations import OperationRunner
-from ces_eval.core.scheduler import Scheduler
+from ces_eval.core.aip import pages
+from ces_eval.core.aip.context import AnswerKeeper
+from ces_eval.core.engine.scheduler import Scheduler
+from ces_eval.core.exchange import imports
+from ces_eval.core.io import objects
+from ces_eval.core.io.operations import OperationRunner
 from ces_eval.core.service import Core, handlers
 from ces_eval.errors import ServiceError
 from ces_eval.logs import HttpRequestLog, RequestLog

@@ -45,7 +45,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ces_eval import options
-from ces_eval.core.operations import OperationRunner
+from ces_eval.core.io.operations import OperationRunner
 from ces_eval.server import (
     ExitStatus,
     ServerConfig,

@@ -43,7 +43,7 @@ from hypothesis import strategies as st
 
 from ces_eval.contract import schema
 from ces_eval.contract.limits import MAX_REQUEST_BYTES, MAX_VIOLATIONS
-from ces_eval.core import names
+from ces_eval.core.aip import names
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2_grpc as emulator_grpc
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2

@@ -14,9 +14,14 @@ import pytest
 from google.protobuf import json_format
 
 from ces_eval.contract.limits import MAX_REPEATED, MAX_STRING_CHARS
-from ces_eval.core import agents, outcomes
-from ces_eval.core.agent_endpoints import Endpoint, header_refusal, host_refusal, reaches_server
-from ces_eval.core.stamps import now
+from ces_eval.core.aip.stamps import now
+from ces_eval.core.engine import agents, outcomes
+from ces_eval.core.resources.agent_endpoints import (
+    Endpoint,
+    header_refusal,
+    host_refusal,
+    reaches_server,
+)
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2, session_service_pb2
 from tests.support.agent import running_agent
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from google.protobuf import struct_pb2
 
-from ces_eval.core import agent_scoring
-from ces_eval.core.agent_endpoints import host_refusal
+from ces_eval.core.engine import agent_scoring
+from ces_eval.core.resources.agent_endpoints import host_refusal
 from ces_eval.generated.google.cloud.ces.v1beta import content_pb2, evaluation_pb2
 
 Result = evaluation_pb2.EvaluationResult

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ces_eval.contract import checks, limits, schema
-from ces_eval.core import validation
+from ces_eval.core.aip import validation
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from tests.support.generated import generated_examples, messages
 

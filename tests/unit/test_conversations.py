@@ -1,5 +1,5 @@
-"""The conversion of a conversation into an evaluation (ces_eval.core.conversations): every
-chunk kind of a user and of an agent message, turns, the deprecated flat messages, the
+"""The conversion of a conversation into an evaluation (ces_eval.core.resources.conversations):
+every chunk kind of a user and of an agent message, turns, the deprecated flat messages, the
 scenario read off the golden, display names, and what a conversation without content gets."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from google.longrunning import operations_pb2
 from google.protobuf import struct_pb2
 
-from ces_eval.core import conversations
-from ces_eval.core.validation import evaluation_violations
+from ces_eval.core.aip.validation import evaluation_violations
+from ces_eval.core.resources import conversations
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import (

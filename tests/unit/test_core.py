@@ -11,7 +11,7 @@ import pytest
 from google.protobuf import field_mask_pb2
 
 from ces_eval.access import Caller
-from ces_eval.core import pages
+from ces_eval.core.aip import pages
 from ces_eval.core.service import Core
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from google.protobuf import field_mask_pb2
 
-from ces_eval.core.datasets import DATASETS
+from ces_eval.core.resources.datasets import DATASETS
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2

@@ -22,8 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ces_eval.core import exchange
-from ces_eval.core.exchange import FORMAT, Bundle, ExchangeError, objects, yaml_dialect
+from ces_eval.core.exchange import FORMAT, Bundle, ExchangeError, yaml_dialect
 from ces_eval.core.exchange import document as export_document
+from ces_eval.core.io import objects
 from ces_eval.generated.google.cloud.ces.v1beta import (
     content_pb2,
     evaluation_pb2,

@@ -1,7 +1,7 @@
 """The export folder on real files: no read or write follows a symbolic link out of it, errors name
 the gs:// URI only, temporary files carry their owner and the sweep removes only what it is told is
 abandoned, and errors about a document read from a file quote none of it
-(src/ces_eval/core/exchange/objects.py, docs/security.md).
+(src/ces_eval/core/io/objects.py, docs/security.md).
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ces_eval.core import exchange
-from ces_eval.core.exchange import FORMAT, ExchangeError, objects
-from ces_eval.core.exchange.objects import ObjectMissing, ObjectTooLarge, PathRefused
+from ces_eval.core.exchange import FORMAT, ExchangeError
+from ces_eval.core.io import objects
+from ces_eval.core.io.objects import ObjectMissing, ObjectTooLarge, PathRefused
 
 SHADOW_LINE = "root:$6$s3cr3t-hash:19000:0:99999:7:::"
 MARKER = "s3cr3t"

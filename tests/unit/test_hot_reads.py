@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from ces_eval.contract.encoded import Encoded, message_of
-from ces_eval.core import standard
-from ces_eval.core.context import HotReads
-from ces_eval.core.evaluations import EVALUATIONS
-from ces_eval.core.results import RESULTS
+from ces_eval.core.aip import standard
+from ces_eval.core.aip.context import HotReads
+from ces_eval.core.resources.evaluations import EVALUATIONS
+from ces_eval.core.resources.results import RESULTS
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2

@@ -1,6 +1,6 @@
 """EvaluationService.ImportEvaluations in the core over a real SQLite file and export folder
-(src/ces_eval/core/imports.py): the three sources, the conflict strategies, the round trip of
-an export and what is reported per evaluation."""
+(src/ces_eval/core/exchange/imports.py): the three sources, the conflict strategies, the round
+trip of an export and what is reported per evaluation."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import pytest
 from google.longrunning import operations_pb2
 
 from ces_eval.contract import limits
-from ces_eval.core import imports, pages
-from ces_eval.core.context import Settings
+from ces_eval.core.aip import pages
+from ces_eval.core.aip.context import Settings
+from ces_eval.core.exchange import imports
 from ces_eval.core.service import Core
 from ces_eval.errors import Code
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2

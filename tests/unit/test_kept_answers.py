@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from ces_eval.access import Caller, Handler, Tokens
-from ces_eval.core import pages
+from ces_eval.core.aip import pages
 from ces_eval.core.service import Core
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2

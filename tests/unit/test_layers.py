@@ -39,9 +39,9 @@ def test_the_tree_keeps_every_import_contract() -> None:
     ("module", "climbing_import", "contract"),
     [
         ("transcoding/router.py", "import ces_eval.core.service", "libraries (contract"),
-        ("core/pages.py", "import ces_eval.surfaces.rest", "program -> surfaces -> core"),
-        ("storage/base.py", "import ces_eval.core.names", "program -> surfaces -> core"),
-        ("access/tokens.py", "import ces_eval.core.names", "access imports no"),
+        ("core/aip/pages.py", "import ces_eval.surfaces.rest", "program -> surfaces -> core"),
+        ("storage/base.py", "import ces_eval.core.aip.names", "program -> surfaces -> core"),
+        ("access/tokens.py", "import ces_eval.core.aip.names", "access imports no"),
         ("surfaces/mcp_tools.py", "import ces_eval.surfaces.rest", "gRPC, REST, MCP and the web"),
     ],
 )

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from ces_eval.access import Caller
 from ces_eval.contract import limits
-from ces_eval.core import pages, validation
+from ces_eval.core.aip import pages, validation
 from ces_eval.core.service import Core
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2

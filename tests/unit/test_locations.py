@@ -1,5 +1,6 @@
-"""The Locations mixin in the core over a real SQLite file (src/ces_eval/core/locations.py): a
-project's locations are those its resources' names use plus the configured ones."""
+"""The Locations mixin in the core over a real SQLite file
+(src/ces_eval/core/resources/locations.py): a project's locations are those its resources' names use
+plus the configured ones."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from pathlib import Path
 import pytest
 from google.cloud.location import locations_pb2
 
-from ces_eval.core import pages
-from ces_eval.core.context import Settings
+from ces_eval.core.aip import pages
+from ces_eval.core.aip.context import Settings
 from ces_eval.core.service import Core
 from ces_eval.errors import Code
 from tests.unit.test_core import Harness

@@ -1,5 +1,5 @@
 """LINEAR16 audio (src/ces_eval/core/exchange/linear16.py) and the two audio RPCs
-(src/ces_eval/core/media.py) in the core over a real SQLite file and export folder."""
+(src/ces_eval/core/exchange/media.py) in the core over a real SQLite file and export folder."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ces_eval.core import pages
-from ces_eval.core.context import Settings
+from ces_eval.core.aip import pages
+from ces_eval.core.aip.context import Settings
 from ces_eval.core.exchange import linear16
-from ces_eval.core.media import AUDIO_BUCKET, MAX_AUDIO_BYTES, MAX_VOICE_TEXT
+from ces_eval.core.exchange.media import AUDIO_BUCKET, MAX_AUDIO_BYTES, MAX_VOICE_TEXT
 from ces_eval.core.service import Core
 from ces_eval.errors import Code
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2

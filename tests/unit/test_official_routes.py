@@ -30,7 +30,7 @@ import pytest
 from ces_eval.access import Handler, Tokens, authorized
 from ces_eval.contract import openapi, schema
 from ces_eval.contract.limits import MAX_REQUEST_BYTES
-from ces_eval.core import pages
+from ces_eval.core.aip import pages
 from ces_eval.core.service import RPCS, Core, handlers
 from ces_eval.storage.sqlite import SqliteStorage
 from ces_eval.surfaces.boundary import Boundary

@@ -13,7 +13,7 @@ from google.longrunning import operations_pb2
 from google.rpc import code_pb2, error_details_pb2
 
 from ces_eval.contract import limits
-from ces_eval.core.operations import OperationRunner
+from ces_eval.core.io.operations import OperationRunner
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.storage.sqlite import SqliteStorage
 

@@ -12,7 +12,7 @@ from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2
 from google.rpc import code_pb2
 
-from ces_eval.core.operations import OperationRunner
+from ces_eval.core.io.operations import OperationRunner
 from ces_eval.errors import ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.storage.sqlite import SqliteStorage
@@ -191,9 +191,9 @@ def test_shutdown_ends_when_the_database_cannot_record_it(
         stopping.result()  # raises nothing
         await storage.close()
 
-    with caplog.at_level(logging.WARNING, logger="ces_eval.core.operations"):
+    with caplog.at_level(logging.WARNING, logger="ces_eval.core.io.operations"):
         asyncio.run(scenario())
-    lines = [r.getMessage() for r in caplog.records if r.name == "ces_eval.core.operations"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "ces_eval.core.io.operations"]
     assert len(lines) == 1, lines
     assert "could not record at stop" in lines[0]
     assert "(1 were running)" in lines[0]

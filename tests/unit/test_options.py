@@ -14,7 +14,7 @@ import pytest
 from ces_eval import options
 from ces_eval.cli import parse
 from ces_eval.config import ServerConfig
-from ces_eval.core.context import Settings
+from ces_eval.core.aip.context import Settings
 from ces_eval.options import bounded, comma_list, option, repeated, switch
 from ces_eval.workers import _Group
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from google.protobuf import duration_pb2
 
-from ces_eval.core import outcome_rules
+from ces_eval.core.resources import outcome_rules
 from ces_eval.errors import Code
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2

@@ -1,4 +1,4 @@
-"""What the run engine observes (ces_eval.core.outcomes.play; docs/semantics.md, "Evaluation
+"""What the run engine observes (ces_eval.core.engine.outcomes.play; docs/semantics.md, "Evaluation
 runs" and "Scripted outcomes"): the golden is the truth by default, FAIL and ERROR rules, the
 scores and latencies a rule sets, scenarios, and the recorded conversation."""
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from google.protobuf import duration_pb2, json_format, timestamp_pb2
 
-from ces_eval.core import outcomes
+from ces_eval.core.engine import outcomes
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_config_pb2, evaluation_pb2
 

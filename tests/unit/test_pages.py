@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ces_eval.core import names, pages
+from ces_eval.core.aip import names, pages
 from ces_eval.errors import Code, ServiceError
 from ces_eval.storage.base import Cursor, OrderBy, SortKey
 

@@ -1,4 +1,4 @@
-"""Recomputing a stored result's outcomes (src/ces_eval/core/rerun.py).
+"""Recomputing a stored result's outcomes (src/ces_eval/core/engine/rerun.py).
 
 Every case is hand-computed: the recorded result, the evaluation in force and the complete
 expected result are written out, with every outcome as a literal. The recorded outcomes are
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 from google.protobuf import struct_pb2, text_format
 
-from ces_eval.core.rerun import rerun
+from ces_eval.core.engine.rerun import rerun
 from ces_eval.generated.google.cloud.ces.v1beta import (
     content_pb2,
     evaluation_config_pb2,

@@ -1,4 +1,4 @@
-"""The run engine (ces_eval.core.running; docs/semantics.md, "Evaluation runs") over a real
+"""The run engine (ces_eval.core.engine.running; docs/semantics.md, "Evaluation runs") over a real
 SQLite file: the plan (defaults, run_count, persona tasks), caching, the request checks, a delay
 observed with the results before it stored, cancellation, a run deleted or a server stopped
 mid-run, and a crash recovered at the next start. The official client's view of the same

@@ -15,8 +15,9 @@ from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2
 from google.rpc import code_pb2
 
-from ces_eval.core import exchange, pages
-from ces_eval.core.context import Settings
+from ces_eval.core import exchange
+from ces_eval.core.aip import pages
+from ces_eval.core.aip.context import Settings
 from ces_eval.core.service import Core
 from ces_eval.errors import Code
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from google.protobuf import field_mask_pb2, timestamp_pb2
 
-from ces_eval.core import schedules
+from ces_eval.core.engine import schedules
 from ces_eval.errors import Code
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2

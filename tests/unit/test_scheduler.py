@@ -1,4 +1,4 @@
-"""Scheduled evaluation runs fire (ces_eval.core.scheduler; docs/semantics.md, "Scheduled
+"""Scheduled evaluation runs fire (ces_eval.core.engine.scheduler; docs/semantics.md, "Scheduled
 evaluation runs: when they fire") over a real SQLite file: a project clock moved past a due
 time fires the schedule once, missed times collapse into one firing, two processes firing the
 same due time make one run, FireScheduledEvaluationRun, a request that no longer runs, the
@@ -14,8 +14,9 @@ import pytest
 from google.longrunning import operations_pb2
 from google.protobuf import duration_pb2
 
-from ces_eval.core import pages, scheduler
-from ces_eval.core.context import Settings
+from ces_eval.core.aip import pages
+from ces_eval.core.aip.context import Settings
+from ces_eval.core.engine import scheduler
 from ces_eval.core.service import Core
 from ces_eval.errors import Code
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2

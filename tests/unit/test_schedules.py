@@ -1,4 +1,4 @@
-"""When a scheduled evaluation run fires (src/ces_eval/core/schedules.py).
+"""When a scheduled evaluation run fires (src/ces_eval/core/engine/schedules.py).
 
 The expected times are written out by hand from a calendar, with the weekday beside each date,
 so that they share no arithmetic with the code under test. Hypothesis then checks the rules
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ces_eval.core.schedules import (
+from ces_eval.core.engine.schedules import (
     DAY_NAMES,
     Frequency,
     Schedule,

@@ -6,7 +6,7 @@ import os
 import re
 import uuid
 
-from ces_eval.core import names, stamps
+from ces_eval.core.aip import names, stamps
 
 
 def test_ids_are_letter_first_version_4_uuids_valid_per_aip_122() -> None:

@@ -16,10 +16,10 @@ from google.protobuf.message import Message
 from ces_eval.access import Caller
 from ces_eval.contract import schema
 from ces_eval.contract.encoded import Encoded, message_of
-from ces_eval.core import names, standard
-from ces_eval.core.datasets import DATASETS
-from ces_eval.core.evaluations import EVALUATIONS
-from ces_eval.core.results import RESULTS
+from ces_eval.core.aip import names, standard
+from ces_eval.core.resources.datasets import DATASETS
+from ces_eval.core.resources.evaluations import EVALUATIONS
+from ces_eval.core.resources.results import RESULTS
 from ces_eval.core.service import RESOURCES, RPCS, implements
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2

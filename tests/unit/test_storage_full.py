@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from google.rpc import code_pb2
 
-from ces_eval.core.operations import OperationRunner
+from ces_eval.core.io.operations import OperationRunner
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.storage.base import ListQuery, OrderBy, SortKey, Unavailable
@@ -109,7 +109,7 @@ def test_writes_to_a_full_database_are_unavailable_reads_go_on_and_writes_recove
 def test_an_operation_whose_end_cannot_be_stored_ends_once_the_database_takes_it(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="ces_eval.core.operations")
+    caplog.set_level(logging.WARNING, logger="ces_eval.core.io.operations")
 
     async def scenario() -> None:
         storage = SqliteStorage(tmp_path / "db.sqlite")

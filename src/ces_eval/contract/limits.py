@@ -3,9 +3,9 @@
 The values are documented in ``docs/security.md`` (section "Limits"), one row each. Request
 size is enforced by the surfaces (:data:`MAX_REQUEST_BYTES`: REST and MCP bodies, gRPC
 messages), message nesting by protobuf's parsers (:data:`MAX_MESSAGE_NESTING`), page size by
-:mod:`ces_eval.core.pages`, what a read returns by :data:`MAX_RESOURCE_BYTES` (every write, on
+:mod:`ces_eval.core.aip.pages`, what a read returns by :data:`MAX_RESOURCE_BYTES` (every write, on
 the resource as it will be served: :func:`size_violations`) and :data:`MAX_PAGE_BYTES` (every
-list page: :func:`ces_eval.core.pages.fill`), and the field limits below by :class:`Limits` on
+list page: :func:`ces_eval.core.aip.pages.fill`), and the field limits below by :class:`Limits` on
 everything a caller writes: inside the one validation pass (:class:`ces_eval.contract.checks.Checks`
 calls :meth:`Walk.fields` on each message it visits: CreateEvaluation, the merged result of
 UpdateEvaluation, CreateEvaluationResult), standalone (:func:`check`) for each evaluation and

@@ -1,16 +1,17 @@
 """The EmulatorService: what the emulator adds to the real API for tests and local use.
 
 CreateEvaluationResult seeds a result and CreateEvaluationRun a run (the generic AIP-133 create
-over the results' and the runs' declarations, :data:`ces_eval.core.results.RESULTS`,
-:data:`ces_eval.core.runs.RUNS`); CreateConversation seeds a conversation, GetConversation and
-ListConversations read them (:data:`ces_eval.core.conversations.CONVERSATIONS`); the outcome
-rules script what the run engine observes (:mod:`ces_eval.core.outcome_rules`); the project
-clocks and FireScheduledEvaluationRun drive the scheduler (:mod:`ces_eval.core.scheduler`);
+over the results' and the runs' declarations, :data:`ces_eval.core.resources.results.RESULTS`,
+:data:`ces_eval.core.resources.runs.RUNS`); CreateConversation seeds a conversation,
+GetConversation and ListConversations read them
+(:data:`ces_eval.core.resources.conversations.CONVERSATIONS`); the outcome rules script what the
+run engine observes (:mod:`ces_eval.core.resources.outcome_rules`); the project
+clocks and FireScheduledEvaluationRun drive the scheduler (:mod:`ces_eval.core.engine.scheduler`);
 ResetProject
 deletes a project's evaluations, results and operations; ImportEvaluations reads an export
 document (:mod:`ces_eval.core.exchange.document`), given as content or as a ``gs://`` object of
 the export root, into an app, all or nothing (with the readers of the official import,
-:mod:`ces_eval.core.imports`, which imports what it can and reports the rest).
+:mod:`ces_eval.core.exchange.imports`, which imports what it can and reports the rest).
 """
 
 from __future__ import annotations
@@ -20,27 +21,22 @@ import re
 from typing import TYPE_CHECKING
 
 from ces_eval.contract import limits
-from ces_eval.core import (
-    agent_endpoints,
-    conversations,
-    exchange,
-    imports,
-    names,
-    outcome_rules,
-    scheduler,
-    standard,
-)
-from ces_eval.core.results import RESULTS
-from ces_eval.core.runs import RUNS
-from ces_eval.core.standard import invalid
-from ces_eval.core.validation import raise_if_invalid
+from ces_eval.core.aip import names, standard
+from ces_eval.core.aip.standard import invalid
+from ces_eval.core.aip.validation import raise_if_invalid
+from ces_eval.core.engine import scheduler
+from ces_eval.core.exchange import imports
+from ces_eval.core.resources import agent_endpoints, conversations, outcome_rules
+from ces_eval.core.resources.results import RESULTS
+from ces_eval.core.resources.runs import RUNS
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.storage.base import Conflict, Missing, TooLarge
 
 if TYPE_CHECKING:
     from ces_eval.access import Caller
-    from ces_eval.core.context import Context, Rpc
+    from ces_eval.core import exchange
+    from ces_eval.core.aip.context import Context, Rpc
     from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 
 __all__ = ["RPCS"]
@@ -73,8 +69,8 @@ def _flat(
     list[evaluation_pb2.Evaluation], list[evaluation_pb2.EvaluationResult], list[FieldViolation]
 ]:
     """The evaluations and results of ``bundle`` renamed into ``app``
-    (:func:`ces_eval.core.imports.renamed`) and every problem of them as the answer lists them
-    (:func:`limits.bounded`: at most :data:`limits.MAX_VIOLATIONS`, each description cut, as
+    (:func:`ces_eval.core.exchange.imports.renamed`) and every problem of them as the answer lists
+    them (:func:`limits.bounded`: at most :data:`limits.MAX_VIOLATIONS`, each description cut, as
     the official import's error_messages are): this import is all or nothing. More evaluations
     than the answer can name (:data:`limits.MAX_IMPORT_EVALUATIONS`) is the only problem
     reported then."""

@@ -1,13 +1,13 @@
 """The service core's facade: every implemented RPC by name, bound to one :class:`Context`.
 
-Each RPC is a function ``(Context, request, Caller) -> response`` of the module of its resource
-or service (:mod:`~ces_eval.core.evaluations`, :mod:`~ces_eval.core.results`,
-:mod:`~ces_eval.core.datasets`, :mod:`~ces_eval.core.exports`, :mod:`~ces_eval.core.longrunning`,
-:mod:`~ces_eval.core.emulator`), which lists it in its ``RPCS`` by RPC name; here each module's
-RPCs are filed under their service, so that two services' RPCs of one name (EvaluationService's
-and EmulatorService's ImportEvaluations) stay apart. Nothing here knows about transports: the
-surfaces find the implementations through the service descriptors (:func:`handlers`), so an RPC
-no module lists is UNIMPLEMENTED everywhere.
+Each RPC is a function ``(Context, request, Caller) -> response`` of the module of its resource or
+service (:mod:`~ces_eval.core.resources.evaluations`, :mod:`~ces_eval.core.resources.results`,
+:mod:`~ces_eval.core.resources.datasets`, :mod:`~ces_eval.core.exchange.exports`,
+:mod:`~ces_eval.core.resources.longrunning`, :mod:`~ces_eval.core.emulator`), which lists it in its
+``RPCS`` by RPC name; here each module's RPCs are filed under their service, so that two services'
+RPCs of one name (EvaluationService's and EmulatorService's ImportEvaluations) stay apart. Nothing
+here knows about transports: the surfaces find the implementations through the service descriptors
+(:func:`handlers`), so an RPC no module lists is UNIMPLEMENTED everywhere.
 """
 
 from __future__ import annotations
@@ -16,26 +16,23 @@ from typing import TYPE_CHECKING
 
 from ces_eval.contract import schema
 from ces_eval.contract.encoded import message_of
-from ces_eval.core import (
+from ces_eval.core import emulator
+from ces_eval.core.aip.context import DEFAULT_EXPORT_ROOT, Context, Rpc, Settings
+from ces_eval.core.aip.names import snake_case
+from ces_eval.core.engine import running, scheduled_runs
+from ces_eval.core.exchange import exports, imports, media
+from ces_eval.core.io.operations import OperationRunner
+from ces_eval.core.resources import (
     conversations,
     datasets,
-    emulator,
     evaluations,
     expectations,
-    exports,
-    imports,
     locations,
     longrunning,
-    media,
     outcome_rules,
     results,
-    running,
     runs,
-    scheduled_runs,
 )
-from ces_eval.core.context import DEFAULT_EXPORT_ROOT, Context, Rpc, Settings
-from ces_eval.core.names import snake_case
-from ces_eval.core.operations import OperationRunner
 from ces_eval.errors import Code, ServiceError
 from ces_eval.storage.base import Unavailable
 
@@ -47,7 +44,7 @@ if TYPE_CHECKING:
 
     from ces_eval.access import Caller, Handler
     from ces_eval.contract.encoded import Response
-    from ces_eval.core import pages
+    from ces_eval.core.aip import pages
     from ces_eval.storage.base import Storage
 
     MessageHandler = Callable[[Message, Caller], Awaitable[Message]]

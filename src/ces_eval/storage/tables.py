@@ -316,21 +316,21 @@ CONVERSATIONS = Table(
     ),
     created="start_time",
 )
-# The emulator's scripted outcomes of the run engine (ces_eval.core.outcome_rules).
+# The emulator's scripted outcomes of the run engine (ces_eval.core.resources.outcome_rules).
 OUTCOME_RULES = Table(
     "outcome_rules",
     emulator_service_pb2.OutcomeRule,
     ("evaluation", "evaluation_display_name", "tag", "outcome", "hold", "released"),
     unique_display_name=False,
 )
-# The projects' scheduler clocks (ces_eval.core.scheduler): one row per project that moved it.
+# The projects' scheduler clocks (ces_eval.core.engine.scheduler): a row per project that moved it.
 CLOCKS = Table(
     "project_clocks",
     emulator_service_pb2.ProjectClock,
     unique_display_name=False,
     created="update_time",
 )
-# The apps' agent endpoints (ces_eval.core.agent_endpoints): one row per app that set one.
+# The apps' agent endpoints (ces_eval.core.resources.agent_endpoints): one row per app that set one.
 AGENT_ENDPOINTS = Table(
     "agent_endpoints",
     emulator_service_pb2.AgentEndpoint,

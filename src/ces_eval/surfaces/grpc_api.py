@@ -24,7 +24,7 @@ from ces_eval.admission import Admission
 from ces_eval.contract import schema
 from ces_eval.contract.encoded import Encoded
 from ces_eval.contract.limits import ENCODED_CHECK_BYTES, LIMITS, LOOP_BYTES
-from ces_eval.core.validation import raise_if_invalid
+from ces_eval.core.aip.validation import raise_if_invalid
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.offload import off_loop
 from ces_eval.surfaces.boundary import Boundary, Inputs
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from ces_eval.access import Caller, Handler
     from ces_eval.contract.encoded import Response
-    from ces_eval.core.context import AnswerKeeper
+    from ces_eval.core.aip.context import AnswerKeeper
 
 __all__ = ["CALLER_METADATA", "Dispatcher"]
 
@@ -142,7 +142,7 @@ def _decode(request_class: type[Message], raw: bytes) -> Message:
 
 @dataclass(frozen=True, slots=True)
 class _Answer:
-    """A read's answer as kept (:class:`~ces_eval.core.context.AnswerKeeper`), with the
+    """A read's answer as kept (:class:`~ces_eval.core.aip.context.AnswerKeeper`), with the
     resource its request line names."""
 
     answer: Encoded

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
 
     from ces_eval.access import Caller, Handler
-    from ces_eval.core.context import AnswerKeeper
+    from ces_eval.core.aip.context import AnswerKeeper
     from ces_eval.logs import Call
     from ces_eval.transcoding.router import Route, Router
 
@@ -97,7 +97,7 @@ class Transcoder:
         keeper: AnswerKeeper | None = None,
     ) -> None:
         """``keeper``: where GET answers are kept by path and query while nothing is written
-        (None: never; an open server's, :class:`~ces_eval.core.context.AnswerKeeper`)."""
+        (None: never; an open server's, :class:`~ces_eval.core.aip.context.AnswerKeeper`)."""
         self._router = router
         self._handlers = handlers
         self._boundary = boundary or Boundary("rest")
@@ -260,7 +260,7 @@ class Transcoder:
 class _Answer:
     """A call's JSON answer, with what its request line names; ``stored``: an answer of
     stored bytes, which holds while nothing is written (a GET's is kept,
-    :class:`~ces_eval.core.context.AnswerKeeper`)."""
+    :class:`~ces_eval.core.aip.context.AnswerKeeper`)."""
 
     body: bytes
     method: str

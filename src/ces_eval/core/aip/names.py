@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from google.api import resource_pb2
 
-from ces_eval.core.stamps import random_bits
+from ces_eval.core.aip.stamps import random_bits
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2, evaluation_service_pb2
 

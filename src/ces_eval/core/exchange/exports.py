@@ -1,7 +1,7 @@
 """ExportEvaluations, ExportEvaluationResults and ExportEvaluationRuns: long-running operations
 that write the export document (docs/export-format.md) inline into the operation's response,
 or, with ``export_options.gcs_uri``, atomically into a file under the server's export root
-(``gs://bucket/path`` → ``<export root>/bucket/path``, :mod:`ces_eval.core.exchange.objects`).
+(``gs://bucket/path`` → ``<export root>/bucket/path``, :mod:`ces_eval.core.io.objects`).
 
 No read or write there follows a symbolic link, and errors about a file read from there never
 quote its content (docs/security.md).
@@ -14,13 +14,14 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ces_eval.contract import limits
-from ces_eval.core import exchange, names
-from ces_eval.core.exchange import objects
-from ces_eval.core.longrunning import location_of
-from ces_eval.core.results import RESULTS
-from ces_eval.core.runs import RUNS
-from ces_eval.core.standard import invalid
-from ces_eval.core.validation import raise_if_invalid
+from ces_eval.core import exchange
+from ces_eval.core.aip import names
+from ces_eval.core.aip.standard import invalid
+from ces_eval.core.aip.validation import raise_if_invalid
+from ces_eval.core.io import objects
+from ces_eval.core.resources.longrunning import location_of
+from ces_eval.core.resources.results import RESULTS
+from ces_eval.core.resources.runs import RUNS
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
@@ -33,8 +34,8 @@ if TYPE_CHECKING:
     from google.protobuf.message import Message
 
     from ces_eval.access import Caller
-    from ces_eval.core.context import Context, Rpc
-    from ces_eval.core.standard import Resource
+    from ces_eval.core.aip.context import Context, Rpc
+    from ces_eval.core.aip.standard import Resource
 
 __all__ = ["RPCS", "refused", "write_object"]
 

@@ -16,16 +16,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ces_eval.core import names, standard, validation
-from ces_eval.core.evaluations import EVALUATIONS
-from ces_eval.core.stamps import new_etag
+from ces_eval.core.aip import names, standard, validation
+from ces_eval.core.aip.stamps import new_etag
+from ces_eval.core.resources.evaluations import EVALUATIONS
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.storage import tables
 from ces_eval.storage.base import Missing
 
 if TYPE_CHECKING:
-    from ces_eval.core.context import Context, Rpc
+    from ces_eval.core.aip.context import Context, Rpc
     from ces_eval.storage.base import Storage
 
 __all__ = ["DATASETS", "RPCS"]

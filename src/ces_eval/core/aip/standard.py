@@ -2,17 +2,18 @@
 Update and AIP-135 Delete over a :class:`Resource` declaration.
 
 A resource is its message (whose ``google.api.resource`` option gives its name pattern and
-type, :func:`ces_eval.core.names.of`), its parent, its storage calls (:class:`Store`) and a small
-policy: the field rules of what a caller writes (the validation modules), which request fields
+type, :func:`ces_eval.core.aip.names.of`), its parent, its storage calls (:class:`Store`) and a
+small policy: the field rules of what a caller writes (the validation modules), which request fields
 filter a list, whether a create needs its parent stored, defaults, a delete precondition, what a
 list adds to each item. Everything else follows from the descriptors: the request field holding
 the resource (``evaluation``), its ID field (``evaluation_id``), how many trailing IDs of its
 name this service assigns, whether it carries an etag (AIP-154) and server stamps
 (``create_time``, ``update_time``, ``created_by``, ``last_updated_by``, AIP-148).
 
-The resource modules (:mod:`~ces_eval.core.evaluations`, :mod:`~ces_eval.core.results`)
-declare their resource and call these functions from their RPCs; what is truly theirs (recent
-results on a list of evaluations, a result's metric rerun) is written beside.
+The resource modules (:mod:`~ces_eval.core.resources.evaluations`,
+:mod:`~ces_eval.core.resources.results`) declare their resource and call these functions from their
+RPCs; what is truly theirs (recent results on a list of evaluations, a result's metric rerun) is
+written beside.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from google.protobuf import empty_pb2, message_factory
 from ces_eval import filtering
 from ces_eval.contract import checks, fields, limits, schema
 from ces_eval.contract.encoded import Encoded
-from ces_eval.core import names, pages, validation
-from ces_eval.core.stamps import new_etag, now
+from ces_eval.core.aip import names, pages, validation
+from ces_eval.core.aip.stamps import new_etag, now
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.offload import is_heavy, off_loop
 from ces_eval.storage.base import (
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 
     from ces_eval.access import Caller
     from ces_eval.contract.encoded import Response
-    from ces_eval.core.context import Context, Rpc
+    from ces_eval.core.aip.context import Context, Rpc
     from ces_eval.storage.base import Storage
     from ces_eval.storage.tables import Table
 
@@ -382,7 +383,7 @@ async def list_page(
     filters, AIP-132 order_by; page tokens bound to the query that issued them. A page of
     items the storage gave as bytes is answered as those bytes (:class:`Encoded`: ``response``
     holds the rest), never parsed; such a page is kept while nothing is written (the same
-    request answered again from memory: :class:`~ces_eval.core.context.HotReads`)."""
+    request answered again from memory: :class:`~ces_eval.core.aip.context.HotReads`)."""
     key = (type(request), request.SerializeToString(deterministic=True))
     return await _kept(context, key, partial(_list_page, context, resource, request, response))
 

@@ -28,20 +28,23 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from ces_eval.contract import limits
-from ces_eval.core import conversations, exchange, names
-from ces_eval.core.exchange import csv_dialect, objects
-from ces_eval.core.exports import refused
-from ces_eval.core.longrunning import location_of
-from ces_eval.core.results import RESULTS
-from ces_eval.core.runs import RUNS
-from ces_eval.core.stamps import new_etag, now
-from ces_eval.core.standard import invalid
-from ces_eval.core.validation import (
+from ces_eval.core import exchange
+from ces_eval.core.aip import names
+from ces_eval.core.aip.stamps import new_etag, now
+from ces_eval.core.aip.standard import invalid
+from ces_eval.core.aip.validation import (
     evaluation_violations,
     raise_if_invalid,
     seeded_violations,
     with_size,
 )
+from ces_eval.core.exchange import csv_dialect
+from ces_eval.core.exchange.exports import refused
+from ces_eval.core.io import objects
+from ces_eval.core.resources import conversations
+from ces_eval.core.resources.longrunning import location_of
+from ces_eval.core.resources.results import RESULTS
+from ces_eval.core.resources.runs import RUNS
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
@@ -52,7 +55,7 @@ if TYPE_CHECKING:
     from google.longrunning import operations_pb2
 
     from ces_eval.access import Caller
-    from ces_eval.core.context import Context, Rpc
+    from ces_eval.core.aip.context import Context, Rpc
 
 __all__ = ["RPCS", "Renamed", "SeedPlan", "Seeded", "read_import", "renamed", "seed", "seed_plan"]
 
@@ -505,9 +508,10 @@ async def _conversations(
     outcome: _Outcome,
 ) -> list[_Group]:
     """A golden evaluation of each stored conversation named (the conversion of
-    GenerateEvaluation, :func:`ces_eval.core.conversations.evaluation_of`), each with a new ID,
-    after the names are checked (a conversation of the parent app); a conversation not stored
-    is NOT_FOUND, one with nothing to convert FAILED_PRECONDITION (reported per conversation)."""
+    GenerateEvaluation, :func:`ces_eval.core.resources.conversations.evaluation_of`), each with a
+    new ID, after the names are checked (a conversation of the parent app); a conversation not
+    stored is NOT_FOUND, one with nothing to convert FAILED_PRECONDITION (reported per
+    conversation)."""
     listed = request.conversation_list.conversations
     if not listed:
         raise ServiceError.invalid_argument(

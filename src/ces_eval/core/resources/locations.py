@@ -18,15 +18,15 @@ from typing import TYPE_CHECKING
 from google.cloud.location import locations_pb2
 
 from ces_eval import filtering
-from ces_eval.core import names
-from ces_eval.core.pages import page_size
-from ces_eval.core.standard import filter_error, parse_filter
+from ces_eval.core.aip import names
+from ces_eval.core.aip.pages import page_size
+from ces_eval.core.aip.standard import filter_error, parse_filter
 from ces_eval.errors import ServiceError
 from ces_eval.storage.base import Cursor
 
 if TYPE_CHECKING:
     from ces_eval.access import Caller
-    from ces_eval.core.context import Context, Rpc
+    from ces_eval.core.aip.context import Context, Rpc
 
 __all__ = ["LOCATION", "PROJECT", "RPCS"]
 

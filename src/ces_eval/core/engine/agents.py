@@ -1,7 +1,7 @@
 """Playing evaluations against the team's own agent (docs/agents.md): the app's
-:class:`~ces_eval.core.agent_endpoints.Endpoint` is called over HTTP with CES's session JSON
-(a ``RunSessionRequest`` in, a ``RunSessionResponse`` out, as SessionService.RunSession); what
-it answers is recorded and scored (:mod:`ces_eval.core.agent_scoring`).
+:class:`~ces_eval.core.resources.agent_endpoints.Endpoint` is called over HTTP with CES's session
+JSON (a ``RunSessionRequest`` in, a ``RunSessionResponse`` out, as SessionService.RunSession);
+what it answers is recorded and scored (:mod:`ces_eval.core.engine.agent_scoring`).
 
 * Golden turns are played by the run's ``golden_run_method``: NAIVE, one session for the whole
   golden; STABLE (the default), each turn in a fresh session given the golden's earlier turns,
@@ -25,7 +25,7 @@ with the reason; the run goes on. So does any unexpected failure while one resul
 (the last resort in :meth:`Agent.play`: logged by its kind and place, never its text).
 
 Bounds (docs/agents.md, "Bounds"): what a result and its conversation record is spent from a
-:class:`~ces_eval.core.agent_scoring.Budget` as it is recorded, so that neither is ever built
+:class:`~ces_eval.core.engine.agent_scoring.Budget` as it is recorded, so that neither is ever built
 past what the write path stores (MAX_RESOURCE_BYTES; for a result, less what its evaluation
 takes, since the evaluation serves its last completed result), nor past its count limits; a
 text past MAX_STRING_CHARS is refused as it arrives; what is left is checked by the write
@@ -63,8 +63,9 @@ import httpx
 from google.protobuf import json_format
 
 from ces_eval.contract import limits
-from ces_eval.core import agent_scoring, names, outcomes, rerun
-from ces_eval.core.agent_endpoints import header_refusal, host_refusal, reaches_server
+from ces_eval.core.aip import names
+from ces_eval.core.engine import agent_scoring, outcomes, rerun
+from ces_eval.core.resources.agent_endpoints import header_refusal, host_refusal, reaches_server
 from ces_eval.generated.google.cloud.ces.v1beta import (
     common_pb2,
     content_pb2,
@@ -81,7 +82,7 @@ if TYPE_CHECKING:
 
     from google.protobuf.message import Message
 
-    from ces_eval.core.agent_endpoints import Endpoint
+    from ces_eval.core.resources.agent_endpoints import Endpoint
 
 __all__ = ["MESSAGE_CHARS", "SHOWN_CHARS", "Agent", "AgentFailure"]
 
@@ -133,8 +134,8 @@ def _encoded(document: Callable[[], object]) -> bytes:
 class _Connector(httpcore.AsyncNetworkBackend):
     """The player's connections: the host is resolved here, at each connection, and the
     connection goes to the addresses found, none of which may reach the server's own listeners
-    (:func:`~ces_eval.core.agent_endpoints.reaches_server`); no second resolution in between
-    could name another. A refusal is a ConnectError, as a closed port's."""
+    (:func:`~ces_eval.core.resources.agent_endpoints.reaches_server`); no second resolution in
+    between could name another. A refusal is a ConnectError, as a closed port's."""
 
     def __init__(self, own_ports: Collection[int]) -> None:
         self._own_ports = own_ports

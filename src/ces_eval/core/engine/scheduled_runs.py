@@ -12,7 +12,7 @@ and served by the generic standard methods. What is its own:
   form only: this service keeps no personas), and the run it starts, with the evaluations as
   they are when the schedule is written, holds no more results than a run may and fits a
   run's byte budget (:func:`running.plan_violations`; a firing checks again).
-* ``scheduling_config`` follows :mod:`ces_eval.core.schedules` (frequency REQUIRED,
+* ``scheduling_config`` follows :mod:`ces_eval.core.engine.schedules` (frequency REQUIRED,
   ``start_time`` REQUIRED, ``days_of_week`` 1-7, unrepeated, only for WEEKLY and BIWEEKLY).
 * ``next_scheduled_execution_time`` (output only) is computed on create and on every update
   that changes ``scheduling_config`` or ``active``: the first firing after that moment
@@ -30,14 +30,15 @@ import contextlib
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from ces_eval.core import names, running, schedules, standard, validation
+from ces_eval.core.aip import names, standard, validation
+from ces_eval.core.engine import running, schedules
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.storage import tables
 
 if TYPE_CHECKING:
     from google.protobuf import timestamp_pb2
 
-    from ces_eval.core.context import Context, Rpc
+    from ces_eval.core.aip.context import Context, Rpc
     from ces_eval.errors import FieldViolation
 
 __all__ = ["RPCS", "SCHEDULED_RUNS", "set_next_execution"]

@@ -1,11 +1,11 @@
 """Evaluation runs: the resource's declaration and its RPCs (Get, List and the long-running
-DeleteEvaluationRun; ExportEvaluationRuns is an export, :mod:`ces_eval.core.exports`).
+DeleteEvaluationRun; ExportEvaluationRuns is an export, :mod:`ces_eval.core.exchange.exports`).
 
 A run is kept in a generic table (:data:`ces_eval.storage.tables.RUNS`) and read by the generic
 standard methods. It has no public create or update: the run engine writes runs
-(:mod:`ces_eval.core.running`, RunEvaluation), and the emulator seeds them
+(:mod:`ces_eval.core.engine.running`, RunEvaluation), and the emulator seeds them
 (:mod:`ces_eval.core.emulator`, CreateEvaluationRun, the generic create with this declaration:
-every field as the seed gives it, held to :func:`~ces_eval.core.validation.seeded_violations`).
+every field as the seed gives it, held to :func:`~ces_eval.core.aip.validation.seeded_violations`).
 Deleting a run deletes the results it produced (those whose ``evaluation_run`` names it) in
 the same transaction, and their evaluations' derived fields follow (docs/semantics.md,
 "Evaluation runs").
@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 from google.protobuf import empty_pb2
 
-from ces_eval.core import names, standard, validation
-from ces_eval.core.longrunning import location_of
-from ces_eval.core.stamps import new_etag
+from ces_eval.core.aip import names, standard, validation
+from ces_eval.core.aip.stamps import new_etag
+from ces_eval.core.resources.longrunning import location_of
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from google.longrunning import operations_pb2
 
     from ces_eval.access import Caller
-    from ces_eval.core.context import Context, Rpc
+    from ces_eval.core.aip.context import Context, Rpc
 
 __all__ = ["RPCS", "RUNS"]
 

@@ -1,13 +1,13 @@
 """What the run engine observes when it plays one repetition of an evaluation: the result and
 the conversation it records (docs/semantics.md, "Evaluation runs" and "Scripted outcomes").
 
-Without an agent of the app's own (:mod:`ces_eval.core.agents`), by default the golden is the
+Without an agent of the app's own (:mod:`ces_eval.core.engine.agents`), by default the golden is the
 truth: every expectation of a golden turn is observed as expected (tool calls with their
 arguments, tool responses, agent responses, transfers) with full scores (semantic similarity 4,
 parameter correctness and overall tool invocation 1.0, hallucination 1 "justified"), and a
 scenario meets every scenario expectation, rubric and the user's goal. Latencies are
 deterministic: a function of the evaluation's name, the repetition and the turn. An outcome
-rule (:mod:`ces_eval.core.outcome_rules`) that decides a repetition changes that:
+rule (:mod:`ces_eval.core.resources.outcome_rules`) that decides a repetition changes that:
 
 * FAIL: the chosen expectation (``turn``, ``expectation``; by default the first expectation of
   the first turn that has one, or the first scenario expectation) observes something else:
@@ -23,8 +23,8 @@ rule (:mod:`ces_eval.core.outcome_rules`) that decides a repetition changes that
   ``turn_latency`` too.
 
 The outcomes and ``evaluation_status`` then follow from the scores by the same threshold rules
-as RunEvaluationResultMetrics (:func:`ces_eval.core.rerun.rerun`): one engine judges both. Pure:
-no I/O, the evaluation and the rule are not modified.
+as RunEvaluationResultMetrics (:func:`ces_eval.core.engine.rerun.rerun`): one engine judges both.
+Pure: no I/O, the evaluation and the rule are not modified.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from google.protobuf import duration_pb2, struct_pb2, timestamp_pb2
 
-from ces_eval.core import rerun
+from ces_eval.core.engine import rerun
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import (
     content_pb2,

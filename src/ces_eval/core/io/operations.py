@@ -36,9 +36,9 @@ from google.protobuf import any_pb2
 from google.rpc import code_pb2, status_pb2
 
 from ces_eval.contract import limits
-from ces_eval.core import names
-from ces_eval.core.exchange import objects
-from ces_eval.core.stamps import now
+from ces_eval.core.aip import names
+from ces_eval.core.aip.stamps import now
+from ces_eval.core.io import objects
 from ces_eval.errors import Code, ServiceError
 from ces_eval.storage.base import Unavailable
 

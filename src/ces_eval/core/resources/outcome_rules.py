@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ces_eval.core import names, standard, validation
-from ces_eval.core.stamps import new_etag, now
+from ces_eval.core.aip import names, standard, validation
+from ces_eval.core.aip.stamps import new_etag, now
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.storage import tables
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from google.protobuf.message import Message
 
     from ces_eval.access import Caller
-    from ces_eval.core.context import Context, Rpc
+    from ces_eval.core.aip.context import Context, Rpc
     from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 
 __all__ = ["RPCS", "RULES", "Rule", "deciding", "delay", "holding", "matches", "of_app"]

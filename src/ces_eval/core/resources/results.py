@@ -12,10 +12,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, cast
 
 from ces_eval.contract import limits
-from ces_eval.core import names, rerun, standard, validation
-from ces_eval.core.evaluations import EVALUATIONS
-from ces_eval.core.longrunning import location_of
-from ces_eval.core.stamps import new_etag
+from ces_eval.core.aip import names, standard, validation
+from ces_eval.core.aip.stamps import new_etag
+from ces_eval.core.engine import rerun
+from ces_eval.core.resources.evaluations import EVALUATIONS
+from ces_eval.core.resources.longrunning import location_of
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from google.protobuf.message import Message
 
     from ces_eval.access import Caller
-    from ces_eval.core.context import Context, Rpc
+    from ces_eval.core.aip.context import Context, Rpc
 
 __all__ = ["RESULTS", "RPCS"]
 
@@ -97,7 +98,7 @@ RESULTS = standard.Resource(
 async def run_evaluation_result_metrics(
     context: Context, request: service_pb2.RunEvaluationResultMetricsRequest, caller: Caller
 ) -> operations_pb2.Operation:
-    """Compute a stored result's metrics again (:func:`ces_eval.core.rerun.rerun`) in an
+    """Compute a stored result's metrics again (:func:`ces_eval.core.engine.rerun.rerun`) in an
     operation, and store the result with them."""
     name = request.evaluation_result_id
     names.EVALUATION_RESULT.parse(name, "evaluation_result_id", owned=RESULTS.owned)

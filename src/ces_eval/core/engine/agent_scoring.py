@@ -1,6 +1,6 @@
 """Scoring what the team's own agent did (docs/agents.md, "Scoring"), an approximation of the
 hosted judge that needs no model: pure functions from the expectations and what was observed to
-the outcomes and scores of a result; :func:`ces_eval.core.rerun.rerun` then applies the
+the outcomes and scores of a result; :func:`ces_eval.core.engine.rerun.rerun` then applies the
 evaluation's thresholds, as to every other result.
 
 * Tool calls: an expectation takes the first observed call of the same tool (``tool``, or
@@ -35,8 +35,8 @@ from google.protobuf import json_format, struct_pb2
 from rapidfuzz import fuzz, utils
 
 from ces_eval.contract.limits import MAX_REPEATED
-from ces_eval.core import outcomes
-from ces_eval.core.rerun import DEFAULT_SEMANTIC_SIMILARITY_SUCCESS_THRESHOLD
+from ces_eval.core.engine import outcomes
+from ces_eval.core.engine.rerun import DEFAULT_SEMANTIC_SIMILARITY_SUCCESS_THRESHOLD
 from ces_eval.generated.google.cloud.ces.v1beta import content_pb2, evaluation_pb2
 
 if TYPE_CHECKING:

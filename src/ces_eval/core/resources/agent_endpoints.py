@@ -1,5 +1,5 @@
 """An app's agent endpoint (docs/agents.md): where the run engine plays the app's evaluations
-when the team brings its own agent (:mod:`ces_eval.core.agents`). A singleton of the app
+when the team brings its own agent (:mod:`ces_eval.core.engine.agents`). A singleton of the app
 (AIP-156): GetAgentEndpoint answers the stored one, or an empty one (no agent) for an app that
 never set it; UpdateAgentEndpoint sets it, with an update mask and an etag (AIP-134, AIP-154).
 It lives in a generic table (:data:`ces_eval.storage.tables.AGENT_ENDPOINTS`), so a project
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ces_eval.contract import checks, fields
-from ces_eval.core import names, validation
-from ces_eval.core.stamps import new_etag, now
+from ces_eval.core.aip import names, validation
+from ces_eval.core.aip.stamps import new_etag, now
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.storage import tables
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Mapping, Sequence
 
     from ces_eval.access import Caller
-    from ces_eval.core.context import Context, Rpc
+    from ces_eval.core.aip.context import Context, Rpc
 
 __all__ = [
     "RPCS",

@@ -1,6 +1,6 @@
 """What every core function works over: the storage, the page-token signer, the operation
-runner and the server's settings. Passed explicitly (no mixins, no instance state per service), so a
-resource module is a set of plain functions of ``(Context, request, Caller)``.
+runner and the server's settings. Passed explicitly (no mixins, no instance state per service),
+so a resource module is a set of plain functions of ``(Context, request, Caller)``.
 """
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ces_eval.core.exchange import objects
+from ces_eval.core.io import objects
 from ces_eval.storage.base import Unavailable
 
 if TYPE_CHECKING:
     from ces_eval.access import Caller
     from ces_eval.contract.encoded import Response
-    from ces_eval.core.operations import OperationRunner
-    from ces_eval.core.pages import PageTokens
+    from ces_eval.core.aip.pages import PageTokens
+    from ces_eval.core.io.operations import OperationRunner
     from ces_eval.storage.base import Storage
 
 __all__ = [
@@ -136,13 +136,13 @@ class Settings:
     # fires what became due).
     scheduler: bool = True
     # ``--agent-allow-hosts``: the hosts besides loopback that agent endpoints may name
-    # (ces_eval.core.agent_endpoints).
+    # (ces_eval.core.resources.agent_endpoints).
     agent_allow_hosts: tuple[str, ...] = ()
     # With ``--auth-tokens`` every project has a bucket namespace of its own (docs/security.md):
     # gs://b/p of project P is <export root>/P/b/p, so no token reaches another project's files.
     export_per_project: bool = False
     # The server's own listening ports (gRPC, HTTP), which no agent, judge or simulator may be
-    # called at (ces_eval.core.agent_endpoints.reaches_server).
+    # called at (ces_eval.core.resources.agent_endpoints.reaches_server).
     own_ports: tuple[int, ...] = ()
 
 

@@ -1,6 +1,6 @@
 """The google.longrunning.Operations service (AIP-151) over the stored operations: Get, List,
 Delete, Cancel and Wait. Operations are started and run by the
-:class:`~ces_eval.core.operations.OperationRunner` of the context; the methods that start them
+:class:`~ces_eval.core.io.operations.OperationRunner` of the context; the methods that start them
 live with their resources (exports, a result's metric rerun).
 """
 
@@ -12,15 +12,15 @@ from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2
 
 from ces_eval.contract import limits
-from ces_eval.core import names
-from ces_eval.core.pages import fill, page_size
-from ces_eval.core.standard import invalid
+from ces_eval.core.aip import names
+from ces_eval.core.aip.pages import fill, page_size
+from ces_eval.core.aip.standard import invalid
 from ces_eval.errors import ServiceError
 from ces_eval.storage.base import Cursor
 
 if TYPE_CHECKING:
     from ces_eval.access import Caller
-    from ces_eval.core.context import Context, Rpc
+    from ces_eval.core.aip.context import Context, Rpc
 
 __all__ = ["LOCATION", "OPERATION", "RPCS", "location_of"]
 

@@ -1,6 +1,6 @@
 """Evaluations: the resource's declaration and its RPCs (Create, Get, List, Update, Delete).
 
-Their standard methods are the generic ones of :mod:`ces_eval.core.standard`; what is theirs
+Their standard methods are the generic ones of :mod:`ces_eval.core.aip.standard`; what is theirs
 alone is written here: a list's ``last_ten_results`` (each evaluation with its newest results)
 the refusal to delete an evaluation that evaluation datasets still hold (without ``force``)
 and the check that the evaluation expectations it names exist.
@@ -11,9 +11,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, cast
 
 from ces_eval.contract import limits
-from ces_eval.core import names, pages, standard, validation
-from ces_eval.core.expectations import EXPECTATIONS
-from ces_eval.core.stamps import new_etag
+from ces_eval.core.aip import names, pages, standard, validation
+from ces_eval.core.aip.stamps import new_etag
+from ces_eval.core.resources.expectations import EXPECTATIONS
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
@@ -21,7 +21,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as
 if TYPE_CHECKING:
     from google.protobuf.message import Message
 
-    from ces_eval.core.context import Context, Rpc
+    from ces_eval.core.aip.context import Context, Rpc
     from ces_eval.errors import FieldViolation
 
 __all__ = ["EVALUATIONS", "RPCS"]

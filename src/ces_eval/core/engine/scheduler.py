@@ -27,8 +27,9 @@ import logging
 from datetime import UTC
 from typing import TYPE_CHECKING
 
-from ces_eval.core import names, running, scheduled_runs, standard, validation
-from ces_eval.core.stamps import new_etag, now
+from ces_eval.core.aip import names, standard, validation
+from ces_eval.core.aip.stamps import new_etag, now
+from ces_eval.core.engine import running, scheduled_runs
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
     from google.protobuf import timestamp_pb2
 
     from ces_eval.access import Caller
-    from ces_eval.core.context import Context, Rpc
+    from ces_eval.core.aip.context import Context, Rpc
 
 __all__ = ["INTERVAL", "RPCS", "Scheduler", "fire", "fire_due"]
 

@@ -13,9 +13,10 @@ RunEvaluationOperationMetadata) whose work plays the run:
 * The run stays QUEUED while it waits for an operation slot and while an unreleased QUEUED
   hold of an outcome rule matches one of its evaluations; then it is RUNNING.
 * Each repetition is played against the app's own agent when it has one and no outcome rule
-  decides the repetition (:mod:`ces_eval.core.agents`, docs/agents.md), else by
-  :func:`ces_eval.core.outcomes.play` under the outcome rule that decides it, after the longest
-  delay of the matching rules, and not while an unreleased RUNNING hold matches its evaluation.
+  decides the repetition (:mod:`ces_eval.core.engine.agents`, docs/agents.md), else by
+  :func:`ces_eval.core.engine.outcomes.play` under the outcome rule that decides it, after the
+  longest delay of the matching rules, and not while an unreleased RUNNING hold matches its
+  evaluation.
   Results are stored in batches, each with the run's progress, summaries and result list in one
   transaction (Storage.record_run): progress never counts a result that is not stored, and each
   evaluation's derived fields follow.
@@ -33,7 +34,7 @@ RunEvaluationOperationMetadata) whose work plays the run:
   ends the run ERROR with the reason in ``error_info``.
 
 The checks are shared with the schedules that store a RunEvaluationRequest
-(:mod:`ces_eval.core.scheduled_runs`).
+(:mod:`ces_eval.core.engine.scheduled_runs`).
 """
 
 from __future__ import annotations
@@ -45,20 +46,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ces_eval.contract import limits
-from ces_eval.core import (
-    agent_endpoints,
-    agents,
-    names,
-    outcome_rules,
-    outcomes,
-    standard,
-    validation,
-)
-from ces_eval.core.datasets import DATASETS
-from ces_eval.core.evaluations import EVALUATIONS
-from ces_eval.core.longrunning import location_of
-from ces_eval.core.media import DEFAULT_PERSONA
-from ces_eval.core.stamps import new_etag, now
+from ces_eval.core.aip import names, standard, validation
+from ces_eval.core.aip.stamps import new_etag, now
+from ces_eval.core.engine import agents, outcomes
+from ces_eval.core.exchange.media import DEFAULT_PERSONA
+from ces_eval.core.resources import agent_endpoints, outcome_rules
+from ces_eval.core.resources.datasets import DATASETS
+from ces_eval.core.resources.evaluations import EVALUATIONS
+from ces_eval.core.resources.longrunning import location_of
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import (
     common_pb2,
@@ -76,7 +71,7 @@ if TYPE_CHECKING:
     from google.protobuf import timestamp_pb2
 
     from ces_eval.access import Caller
-    from ces_eval.core.context import Context, Rpc
+    from ces_eval.core.aip.context import Context, Rpc
     from ces_eval.generated.google.cloud.ces.v1beta.conversation_pb2 import Conversation
 
 __all__ = [

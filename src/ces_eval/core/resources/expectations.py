@@ -15,7 +15,7 @@ import json
 from typing import TYPE_CHECKING
 
 from ces_eval import filtering
-from ces_eval.core import names, standard, validation
+from ces_eval.core.aip import names, standard, validation
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.storage import tables
@@ -24,7 +24,7 @@ from ces_eval.storage.base import ListQuery, OrderBy, SortKey
 if TYPE_CHECKING:
     from google.protobuf.message import Message
 
-    from ces_eval.core.context import Context, Rpc
+    from ces_eval.core.aip.context import Context, Rpc
     from ces_eval.errors import FieldViolation
 
 __all__ = ["EXPECTATIONS", "RPCS"]

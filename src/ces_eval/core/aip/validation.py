@@ -18,7 +18,7 @@ from google.protobuf import descriptor
 
 from ces_eval.contract import checks, limits
 from ces_eval.contract.limits import MAX_GOLDEN_TURNS, MAX_SCENARIO_TURNS
-from ces_eval.core import names
+from ces_eval.core.aip import names
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_config_pb2, evaluation_pb2
 

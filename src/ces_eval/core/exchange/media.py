@@ -20,17 +20,19 @@ from typing import TYPE_CHECKING
 
 from google.protobuf import duration_pb2
 
-from ces_eval.core import exchange, names
-from ces_eval.core.exchange import linear16, objects
-from ces_eval.core.exports import refused, write_object
-from ces_eval.core.standard import invalid
-from ces_eval.core.validation import raise_if_invalid
+from ces_eval.core import exchange
+from ces_eval.core.aip import names
+from ces_eval.core.aip.standard import invalid
+from ces_eval.core.aip.validation import raise_if_invalid
+from ces_eval.core.exchange import linear16
+from ces_eval.core.exchange.exports import refused, write_object
+from ces_eval.core.io import objects
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 
 if TYPE_CHECKING:
     from ces_eval.access import Caller
-    from ces_eval.core.context import Context, Rpc
+    from ces_eval.core.aip.context import Context, Rpc
     from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 
 __all__ = ["AUDIO_BUCKET", "MAX_AUDIO_BYTES", "MAX_VOICE_TEXT", "RPCS"]

@@ -9,7 +9,7 @@ a list orders by ``start_time``, newest first.
 
 One conversion (:func:`evaluation_of`) makes an evaluation of a conversation, for
 GenerateEvaluation and for ImportEvaluations' ``conversation_list``
-(:mod:`ces_eval.core.imports`). docs/semantics.md ("Conversations and GenerateEvaluation")
+(:mod:`ces_eval.core.exchange.imports`). docs/semantics.md ("Conversations and GenerateEvaluation")
 states its rules for users:
 
 * GOLDEN: one golden turn per conversation turn (the deprecated flat ``messages`` as one turn
@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING
 
 from google.protobuf import json_format
 
-from ces_eval.core import names, standard, validation
-from ces_eval.core.evaluations import EVALUATIONS
-from ces_eval.core.longrunning import location_of
+from ces_eval.core.aip import names, standard, validation
+from ces_eval.core.resources.evaluations import EVALUATIONS
+from ces_eval.core.resources.longrunning import location_of
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import (
     content_pb2,
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from google.protobuf.message import Message
 
     from ces_eval.access import Caller
-    from ces_eval.core.context import Context, Rpc
+    from ces_eval.core.aip.context import Context, Rpc
 
 __all__ = [
     "CONVERSATIONS",
