@@ -267,7 +267,9 @@ def config(cls: type[Config], args: argparse.Namespace) -> Config:
 def arguments(configured: object, *, without: Sequence[str] = ()) -> list[str]:
     """The flags that give a parser the options of ``configured`` (a dataclass of options),
     but those named in ``without``; an option without a value (None, an empty list, a switch
-    off) is left out."""
+    off) is left out. A list is written comma-separated, a float as ``repr`` writes it (all its
+    digits), and a setting of two states that is no switch as ``on`` or ``off`` (:func:`on_off`
+    reads it)."""
     argv: list[str] = []
     for field, spec in declared(type(configured)):
         value = getattr(configured, field.name)
