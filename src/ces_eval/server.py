@@ -96,7 +96,7 @@ class ServerConfig:
     http_port: int = 8080
     database: str = "sqlite:///./data/ces-eval.db"
     export_dir: Path = DEFAULT_EXPORT_ROOT
-    locations: tuple[str, ...] = ()  # --locations: every project has these (core/locations.py)
+    locations: tuple[str, ...] = ()  # --locations: every project has these (resources/locations.py)
     operation_lease: float = 30.0
     scheduler: bool = True  # --scheduler on|off: fire due scheduled evaluation runs
     auth_tokens: Path | None = None  # the --auth-tokens file (docs/security.md)
@@ -116,7 +116,7 @@ class ServerConfig:
     allow_origin: tuple[str, ...] = ()
     # Hosts besides loopback that agent endpoints may name (docs/agents.md).
     agent_allow_hosts: tuple[str, ...] = ()
-    seed: Path | None = None  # --seed: an export document imported at start (core/imports.py)
+    seed: Path | None = None  # --seed: an export document to import at start (exchange/imports.py)
     # MCP's tools/list: which tools (names, or all|read|write) and how (full|compact).
     mcp_tools: tuple[str, ...] = ("all",)
     mcp_schema: str = "full"
@@ -534,7 +534,7 @@ def _surfaces(
 
     def keeper(surface: str) -> AnswerKeeper | None:
         # An open server's reads are answered again from what a surface kept; with tokens,
-        # every call is authorized on its decoded request (core/context.py, AnswerKeeper).
+        # every call is authorized on its decoded request (core/aip/context.py, AnswerKeeper).
         return AnswerKeeper(core.context, surface) if tokens is None else None
 
     dispatcher = Dispatcher(implementations, boundary=boundary("grpc", log), keeper=keeper("grpc"))

@@ -20,8 +20,9 @@ from ces_eval.contract.encoded import message_of
 from ces_eval.core import emulator
 from ces_eval.core.aip.context import DEFAULT_EXPORT_ROOT, Context, Rpc
 from ces_eval.core.aip.names import snake_case
-from ces_eval.core.engine import running, scheduled_runs
+from ces_eval.core.engine import metrics, running, scheduled_runs
 from ces_eval.core.exchange import exports, imports, media
+from ces_eval.core.io.objects import ExportFolder
 from ces_eval.core.io.operations import OperationRunner
 from ces_eval.core.resources import (
     conversations,
@@ -65,6 +66,7 @@ _SERVICES: dict[str, dict[str, Rpc]] = {
     "google.cloud.ces.v1beta.EvaluationService": {
         **evaluations.RPCS,
         **results.RPCS,
+        **metrics.RPCS,
         **exports.RPCS,
         **expectations.RPCS,
         **scheduled_runs.RPCS,
@@ -123,7 +125,7 @@ class Core:
             storage,
             tokens,
             runner or OperationRunner(storage),
-            export_root,
+            ExportFolder(export_root),
             export_per_project,
             locations,
             scheduling,

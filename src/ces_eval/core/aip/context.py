@@ -1,5 +1,6 @@
-"""What every core function works over: the storage, the page-token signer, the operation
-runner and the export root. Passed explicitly (no mixins, no instance state per service), so a
+"""What every core function works over: the storage, the page-token signer, and the ports to
+the world outside (:mod:`ces_eval.core.aip.ports`: the operation runner, the object store).
+Passed explicitly (no mixins, no instance state per service), so a
 resource module is a set of plain functions of ``(Context, request, Caller)``.
 """
 
@@ -11,14 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ces_eval.core.io import objects
 from ces_eval.storage.base import Unavailable
 
 if TYPE_CHECKING:
     from ces_eval.access import Caller
     from ces_eval.contract.encoded import Response
     from ces_eval.core.aip.pages import PageTokens
-    from ces_eval.core.io.operations import OperationRunner
+    from ces_eval.core.aip.ports import ObjectLocation, ObjectStore, Operations
     from ces_eval.storage.base import Storage
 
 __all__ = ["DEFAULT_EXPORT_ROOT", "AnswerKeeper", "Context", "HotReads", "Kept", "Rpc"]
@@ -121,8 +121,8 @@ class Context:
 
     storage: Storage
     page_tokens: PageTokens
-    runner: OperationRunner
-    export_root: Path = DEFAULT_EXPORT_ROOT
+    runner: Operations
+    objects: ObjectStore
     # With ``--auth-tokens`` every project has a bucket namespace of its own (docs/security.md):
     # gs://b/p of project P is <export root>/P/b/p, so no token reaches another project's files.
     export_per_project: bool = False
@@ -141,10 +141,10 @@ class Context:
     # standard.list_page).
     hot: HotReads = field(default_factory=HotReads, compare=False, repr=False)
 
-    def locate(self, gcs_uri: str, resource: str) -> objects.ObjectPath:
-        """Where ``gcs_uri`` is for ``resource``'s project; raises ExchangeError."""
+    def locate(self, gcs_uri: str, resource: str) -> ObjectLocation:
+        """Where ``gcs_uri`` is for ``resource``'s project; raises ObjectError."""
         namespace = resource.split("/", 2)[1] if self.export_per_project else ""
-        return objects.locate(gcs_uri, self.export_root, namespace)
+        return self.objects.locate(gcs_uri, namespace)
 
 
 # One RPC's implementation: its request is the RPC's own message type, hence Any here (a
