@@ -1,5 +1,5 @@
-"""Graceful behaviour under load (issue 9): per-surface in-flight limits, REST deadlines and
-client disconnects.
+"""Graceful behaviour under load (docs/security.md, "Load"): per-surface in-flight limits, REST
+deadlines and client disconnects.
 
 **Admission.** Each surface (gRPC, REST, MCP) counts the calls it is serving. A call beyond the
 surface's limit (``serve --max-concurrent-requests``) is refused at once with

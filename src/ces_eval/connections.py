@@ -1,5 +1,5 @@
-"""Connections on the HTTP port (issue 15, item 4): how long a client may take, how many
-connections may be open, and what happens when the process runs out of file descriptors.
+"""Connections on the HTTP port (docs/security.md, "Connections"): how long a client may take, how
+many connections may be open, and what happens when the process runs out of file descriptors.
 
 uvicorn bounds none of this by itself: it arms its keep-alive timer only once a response is
 sent (a connection that never sends a request stays open forever), any byte received disarms
@@ -29,14 +29,14 @@ Bodies are bounded where they are read, before an admission slot is taken
 (:class:`ces_eval.surfaces.http_app.BodyLimit`, by :meth:`Timeouts.body_deadline`).
 
 **File descriptors.** :func:`raise_open_file_limit` lifts the soft ``RLIMIT_NOFILE`` to the hard
-limit at start, as servers do (a login shell's soft limit is often 1,024). Should the process
-still run out on uvloop (:mod:`ces_eval.loops`), libuv accepts and closes each connection it has
-no descriptor for, and says nothing. On asyncio's own loop, asyncio stops accepting on that
-socket and retries a second later, but before CPython gh-151615 its accept loop carries on after
-the failure and reports every further ``accept()`` too, a backlog's worth (2,048) per second,
-each an ERROR with a traceback (61 MB of log in 20 s). :class:`AcceptErrors`, the loop's
-exception handler, turns them into one warning per :data:`LOG_INTERVAL` with their count, and
-passes everything else on.
+limit at start, as servers do (a login shell's soft limit is often 1,024). Should the process still
+run out on uvloop (:mod:`ces_eval.loops`), libuv accepts and closes each connection it has no
+descriptor for, and says nothing. On asyncio's own loop, asyncio stops accepting on that socket and
+retries a second later, but in CPython 3.11 (the project's Python) its accept loop carries on after
+the failure and reports every further ``accept()`` too, a backlog's worth (2,048) per second, each
+an ERROR with a traceback (61 MB of log in 20 s). :class:`AcceptErrors`, the loop's exception
+handler, turns them into one warning per :data:`LOG_INTERVAL` with their count, and passes
+everything else on.
 """
 
 from __future__ import annotations

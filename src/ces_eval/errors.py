@@ -1,4 +1,4 @@
-"""The one error type of the service core and its translation table (GUIDE §7.3).
+"""The one error type of the service core and its translation table (docs/semantics.md, "Errors").
 
 The core raises :class:`ServiceError`; only the surfaces translate it: gRPC into a status with
 ``grpc-status-details-bin``, REST into Google's JSON error envelope, MCP into an ``isError`` tool
@@ -26,7 +26,7 @@ DOMAIN = "ces.googleapis.com"
 
 
 class Code(enum.Enum):
-    """Canonical codes (google.rpc.Code) with their HTTP status, per the table in GUIDE §4."""
+    """Canonical codes (google.rpc.Code) with the HTTP status google/rpc/code.proto gives each."""
 
     OK = (code_pb2.OK, 200)
     CANCELLED = (code_pb2.CANCELLED, 499)

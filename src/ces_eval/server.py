@@ -493,7 +493,7 @@ def _surfaces(
 
     def keeper(surface: str) -> AnswerKeeper | None:
         # An open server's reads are answered again from what a surface kept; with tokens,
-        # every call is authorized on its decoded request (core/context.py, AnswerKeeper).
+        # every call is authorized on its decoded request (core/aip/context.py, AnswerKeeper).
         return AnswerKeeper(core.context, surface) if tokens is None else None
 
     dispatcher = Dispatcher(implementations, boundary=boundary("grpc", log), keeper=keeper("grpc"))

@@ -1,6 +1,7 @@
-"""The agent player's own pieces (core/agents.py, core/agent_endpoints.py): the trace walk, what
-an answer may hold, the scrubbing of header values, the server's own ports, the checks of an
-endpoint's URLs and headers, and the last resort that ends one result ERROR (docs/agents.md)."""
+"""The agent player's own pieces (core/engine/agents.py, core/resources/agent_endpoints.py): the
+trace walk, what an answer may hold, the scrubbing of header values, the server's own ports, the
+checks of an endpoint's URLs and headers, and the last resort that ends one result ERROR
+(docs/agents.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Local scoring of what the team's own agent did (core/agent_scoring.py) and the hosts agent
-endpoints may name (core/agent_endpoints.host_refusal): pure functions, no agent needed."""
+"""Local scoring of what the team's own agent did (core/engine/agent_scoring.py) and the hosts agent
+endpoints may name (core/resources/agent_endpoints.host_refusal): pure functions, no agent
+needed."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Gets and List pages answered again from what was read (core/context.py HotReads, standard's
+"""Gets and List pages answered again from what was read (core/aip/context.py HotReads, standard's
 _get_rpc and list_page), over a real SQLite file: never older than the database, whoever wrote
 to it (this server's own writes, another program's), and bounded."""
 

@@ -1,4 +1,4 @@
-"""Answers a surface keeps by the request as it arrived (core/context.py AnswerKeeper): the REST
+"""Answers a surface keeps by the request as it arrived (core/aip/context.py AnswerKeeper): the REST
 transcoder and the gRPC dispatcher as ``serve`` wires them (server._surfaces), over a real
 SQLite file, a real grpc.aio server and the ASGI app through httpx. A repeated read is answered
 without calling the core, and never older than the database, whoever wrote to it; nothing is

@@ -1,5 +1,5 @@
-"""Scheduled evaluation runs (core/scheduled_runs.py) through the core's RPCs over a real SQLite
-file: the request and schedule rules, the next execution across changes, list filters."""
+"""Scheduled evaluation runs (core/engine/scheduled_runs.py) through the core's RPCs over a real
+SQLite file: the request and schedule rules, the next execution across changes, list filters."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The generic standard methods (core/standard.py, AIP-131..135), table-driven: each standard
+"""The generic standard methods (core/aip/standard.py, AIP-131..135), table-driven: each standard
 method over each declared resource, through the generic functions themselves, over a real
 SQLite file. The resources' own RPCs (and their exact messages) are covered by test_core.py."""
 

@@ -8,6 +8,6 @@ type that applies them all in a single walk (:mod:`~ces_eval.contract.checks`), 
 built from them: JSON Schemas (:mod:`~ces_eval.contract.jsonschema`) and OpenAPI
 (:mod:`~ces_eval.contract.openapi`).
 
-Everything that depends on the API's shape starts here (GUIDE §7.5). It imports no surface, no
-core and no storage: they all import it.
+Everything that depends on the API's shape starts here (docs/architecture.md). It imports no
+surface, no core and no storage: they all import it.
 """

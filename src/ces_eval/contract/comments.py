@@ -5,7 +5,7 @@ The generated ``*_pb2`` modules drop comments; ``descriptor_set.binpb`` keeps th
 ``FileDescriptorProto`` (``[4, 0, 2, 3]`` = ``message_type[0].field[3]``; see
 google/protobuf/descriptor.proto, ``SourceCodeInfo.Location.path``). This module resolves those
 paths to full names once, so JSON Schemas, OpenAPI and MCP tool descriptions read the comments the
-``.proto`` files were written with (GUIDE §7.5: descriptors drive docs).
+``.proto`` files were written with: descriptors drive the documents.
 
 Keys: messages, fields (``pkg.Msg.field``), oneofs (``pkg.Msg.oneof``), enums, enum values
 (``pkg.Enum.VALUE``, nested under the enum rather than in the enum's scope as protobuf's own

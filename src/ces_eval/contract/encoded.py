@@ -1,5 +1,4 @@
-"""Responses held as their protobuf wire bytes (issue 19: no work per read that a write did
-once).
+"""Responses held as their protobuf wire bytes: no work per read that a write did once.
 
 The storage keeps every resource as the bytes it is served as (``data``, and for an evaluation
 the ``derived`` blob and its etag beside it: serialized messages merge when concatenated). A Get

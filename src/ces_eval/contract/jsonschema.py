@@ -2,9 +2,8 @@
 
 One walker serves every surface that describes JSON: MCP tool ``inputSchema``/``outputSchema``
 (:func:`message_schema`) and the OpenAPI document (a shared :class:`SchemaBuilder` whose ``$defs``
-become ``components.schemas``). No PyPI library turns descriptors into faithful proto3-JSON
-Schema (GUIDE §4), so the mapping of https://protobuf.dev/programming-guides/json/ is spelled out
-here.
+become ``components.schemas``). No library turns descriptors into faithful proto3-JSON
+Schema, so protobuf's JSON mapping (the one ``json_format`` implements) is spelled out here.
 
 Three views of a message
 ------------------------

@@ -8,7 +8,7 @@ Every operation is one ``google.api.http`` binding (google/api/http.proto) of th
 (default: every one of :func:`ces_eval.contract.schema.http_bindings`; ``make generate`` gives
 those the REST surface serves, :func:`ces_eval.surfaces.rest.served_bindings`, so the document
 lists no method answering 501); every schema comes from :mod:`ces_eval.contract.jsonschema`, with
-``$ref`` into ``components.schemas``. Nothing is listed by hand (GUIDE §7.5).
+``$ref`` into ``components.schemas``. Nothing is listed by hand.
 
 Transcoding as documented here (http.proto):
 

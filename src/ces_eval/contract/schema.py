@@ -1,7 +1,7 @@
 """The compiled contract: services and HTTP rules, read from the generated descriptors.
 
 Everything that depends on the API's shape (routes, schemas, validation, docs) starts here, so
-there is no hand-kept list of methods or fields anywhere else (GUIDE §7.5).
+there is no hand-kept list of methods or fields anywhere else.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from google.api import annotations_pb2, http_pb2
 from google.cloud.location import locations_pb2
@@ -22,6 +22,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2
 
 if TYPE_CHECKING:
     from google.protobuf import descriptor
+    from google.protobuf.message import Message
 
 __all__ = [
     "LOCATIONS",
@@ -33,6 +34,7 @@ __all__ = [
     "OfficialBinding",
     "OfficialMethod",
     "OfficialRoutes",
+    "descriptor_of",
     "http_bindings",
     "http_rule",
     "method_path",
@@ -41,6 +43,13 @@ __all__ = [
     "services",
     "unserved_bindings",
 ]
+
+
+def descriptor_of(message: Message | type[Message]) -> descriptor.Descriptor:
+    """``message``'s descriptor, as ``google.protobuf.descriptor`` types it (the stubs give
+    ``DESCRIPTOR`` the union with upb's own class, which has the same members)."""
+    return cast("descriptor.Descriptor", message.DESCRIPTOR)
+
 
 # google.protobuf wrapper messages: JSON and query parameters carry their bare value.
 WRAPPER_TYPES = frozenset(

@@ -19,8 +19,9 @@ from ces_eval.contract.encoded import message_of
 from ces_eval.core import emulator
 from ces_eval.core.aip.context import DEFAULT_EXPORT_ROOT, Context, Rpc, Settings
 from ces_eval.core.aip.names import snake_case
-from ces_eval.core.engine import running, scheduled_runs
+from ces_eval.core.engine import metrics, running, scheduled_runs
 from ces_eval.core.exchange import exports, imports, media
+from ces_eval.core.io.objects import ExportFolder
 from ces_eval.core.io.operations import OperationRunner
 from ces_eval.core.resources import (
     conversations,
@@ -64,6 +65,7 @@ _SERVICES: dict[str, dict[str, Rpc]] = {
     "google.cloud.ces.v1beta.EvaluationService": {
         **evaluations.RPCS,
         **results.RPCS,
+        **metrics.RPCS,
         **exports.RPCS,
         **expectations.RPCS,
         **scheduled_runs.RPCS,
@@ -112,8 +114,10 @@ class Core:
         runner: OperationRunner | None = None,
         settings: Settings | None = None,
     ) -> None:
+        settings = settings or Settings()
         runner = runner or OperationRunner(storage)
-        self.context = Context(storage, tokens, runner, settings or Settings())
+        objects = ExportFolder(settings.export_dir)
+        self.context = Context(storage, tokens, runner, objects, settings)
 
     def handler(self, path: str) -> Handler:
         """The implementation of the RPC at gRPC path ``path``

@@ -3,7 +3,7 @@
 ``parse`` turns filter text into a syntax tree (``None`` for an empty filter); ``compile_filter``
 checks it against a table of ``FieldSpec`` and produces a parameterized ``WHERE`` condition for
 SQLite or PostgreSQL. Every failure is a ``FilterError`` carrying the offending character's
-position, which the service reports as INVALID_ARGUMENT. See https://google.aip.dev/160.
+position, which the service reports as INVALID_ARGUMENT (docs/semantics.md, "Lists").
 """
 
 from ces_eval.filtering._fields import FieldKind, FieldSpec

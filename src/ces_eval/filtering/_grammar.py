@@ -1,7 +1,7 @@
 """AIP-160 filter syntax: the grammar, the syntax tree, and ``parse``.
 
-The grammar follows the EBNF of AIP-160 (https://google.aip.dev/160) with the decisions below, each
-one made so that a filter means the same thing on every surface and every storage backend:
+The grammar follows the EBNF of AIP-160 with the decisions below, each one made so that a filter
+means the same thing on every surface and every storage backend:
 
 * Precedence, loosest first: ``AND``, then the implicit AND of terms separated by whitespace, then
   ``OR``, then ``NOT`` / ``-``. AIP-160 deliberately binds ``OR`` tighter than ``AND`` (colloquial

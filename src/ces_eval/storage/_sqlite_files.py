@@ -70,7 +70,7 @@ __all__ = ["DatabaseFiles", "FilesChanged"]
 
 _log = logging.getLogger(__name__)
 
-# The database header (https://www.sqlite.org/fileformat.html#the_database_header): the bytes no
+# The database header (SQLite's file format, "The Database Header"): the bytes no
 # write of this server changes (magic string, page size, file format versions, reserved space,
 # payload fractions; the application ID), and user_version, where the storage keeps the
 # database's identity. The change counter, page count and schema cookie change with writes

@@ -1,4 +1,4 @@
-"""The storage contract: what the service core needs from a database (GUIDE §7.4).
+"""The storage contract: what the service core needs from a database (docs/architecture.md).
 
 Backends (SQLite, PostgreSQL) implement :class:`Storage`; one contract test suite runs against
 each. Resources cross this boundary as protobuf messages; a backend keeps whatever columns it
@@ -157,7 +157,7 @@ class Storage(Protocol):
         """The evaluation with its derived fields, or None."""
 
     async def read_evaluation(self, name: str) -> bytes | None:
-        """:meth:`get_evaluation`'s answer as its wire bytes, unparsed (issue 19)."""
+        """:meth:`get_evaluation`'s answer as its wire bytes, unparsed (``contract.encoded``)."""
 
     async def list_evaluations(
         self, query: ListQuery

@@ -5,7 +5,7 @@ request goes to the REST transcoder, which owns its own 404/405 answers in Googl
 REST and ``/mcp`` bodies are read once, whole, bounded in size and time, before the surface (and
 its admission) sees the request, and handed on joined (:class:`BodyLimit`). Every request,
 whatever its path, first passes :class:`BrowserGuard`: web pages must not drive a local server
-(issue 15, item 2; docs/security.md, "Web pages").
+(docs/security.md, "Web pages").
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ class BodyLimit:
     """``app`` behind a complete request body: read here, once, bounded in size and in time,
     and handed to ``app`` joined, in the scope (:data:`~ces_eval.surfaces.asgi.BODY_KEY`, read
     with :func:`~ces_eval.surfaces.asgi.body_of`; ``app`` never reads ``receive`` for it). In
-    front of admission, a body still arriving holds no slot (issue 15, item 4).
+    front of admission, a body still arriving holds no slot (docs/security.md, "Connections").
 
     **Size.** Bodies over ``limit`` bytes get 413 and Google's error envelope
     (RESOURCE_EXHAUSTED, ``REQUEST_BODY_TOO_LARGE``), as the REST transcoder answers. Never
@@ -299,9 +299,9 @@ class BrowserRules:
 
 
 class BrowserGuard:
-    """``app`` closed to web pages (issue 15, item 2): a page a browser shows may send requests
-    to any address, this server's included, and in an open server nothing else would stop it.
-    Checked in this order, before anything else sees the request:
+    """``app`` closed to web pages (docs/security.md, "Web pages"): a page a browser shows may send
+    requests to any address, this server's included, and in an open server nothing else would stop
+    it. Checked in this order, before anything else sees the request:
 
     1. **Host** (DNS rebinding: a page of ``evil.example`` whose name now resolves to 127.0.0.1
        sends ``Host: evil.example:PORT``). Accepted when its name is ``--host`` (a wildcard

@@ -1,4 +1,4 @@
-"""Large ``/mcp`` requests and results, kept away from the event loop (issue 15, item 1).
+"""Large ``/mcp`` requests and results, kept away from the event loop (docs/security.md, "Limits").
 
 The MCP SDK reads a POST body with ``pydantic_core.from_json`` and writes the answer with
 pydantic's serializer, both on the event loop and both holding the interpreter for as long as they

@@ -1,4 +1,5 @@
-"""The MCP surface: every implemented RPC as an MCP tool at ``/mcp`` (GUIDE §4, issue 6).
+"""The MCP surface: every implemented RPC as an MCP tool at ``/mcp`` (README, "MCP (for AI
+assistants)").
 
 Built on the official ``mcp`` SDK's low-level :class:`~mcp.server.lowlevel.Server`, served by its
 Streamable HTTP session manager in stateless mode with JSON responses (the initialize handshake
@@ -459,7 +460,7 @@ def build_endpoint(
     off; its Content-Type check is looser than ours), and bodies are limited by
     :class:`ces_eval.surfaces.http_app.BodyLimit` to ``MAX_REQUEST_BYTES`` (10 MiB) with
     Google's error shape; the SDK's limit (4 MiB by default, answered in plain text) is raised
-    to the same size (issue 15, item 10)."""
+    to the same size."""
     boundary = boundary or Boundary("mcp")
     # The SDK logs every stateless request at INFO ("Terminating session: None"): keep warnings.
     logging.getLogger("mcp").setLevel(logging.WARNING)

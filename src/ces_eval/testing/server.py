@@ -22,7 +22,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,8 +82,10 @@ def _close_lifeline(fd: int | None) -> None:
         os.close(fd)
 
 
-def _drain(stream: object, sink: list[str], ready: threading.Event, found: list[str]) -> None:
-    for line in stream:  # type: ignore[attr-defined]
+def _drain(
+    stream: Iterable[str], sink: list[str], ready: threading.Event, found: list[str]
+) -> None:
+    for line in stream:
         sink.append(line)
         if not found and (match := _READY_LINE.search(line)):
             found.extend(match.groups())

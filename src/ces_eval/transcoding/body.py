@@ -26,7 +26,7 @@ import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from google.protobuf import descriptor, descriptor_pool, json_format, message_factory
+from google.protobuf import descriptor, descriptor_pool, json_format, message_factory, struct_pb2
 
 from ces_eval.contract import schema
 from ces_eval.contract.limits import (
@@ -42,7 +42,7 @@ from ces_eval.contract.limits import (
 from ces_eval.errors import FieldViolation, ServiceError
 
 # The C string scanner json.loads itself uses (typed in _json only).
-scanstring: Callable[[str, int, bool], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+scanstring: Callable[[str, int, bool], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]  # not in typeshed
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message
@@ -433,9 +433,9 @@ class _Reader:
 
     def document(self) -> object:
         text = self.text
-        at = _WHITESPACE.match(text, 0).end()  # type: ignore[union-attr]
+        at = self._skip(0)
         value, at = self.value(at)
-        at = _WHITESPACE.match(text, at).end()  # type: ignore[union-attr]
+        at = self._skip(at)
         if at != len(text):
             raise json.JSONDecodeError("Extra data", text, at)
         return value
@@ -464,7 +464,9 @@ class _Reader:
         raise json.JSONDecodeError("Expecting value", text, at)
 
     def _skip(self, at: int) -> int:
-        return _WHITESPACE.match(self.text, at).end()  # type: ignore[union-attr]
+        """Where the whitespace at ``at`` ends (the pattern matches none, too)."""
+        space = _WHITESPACE.match(self.text, at)
+        return space.end() if space else at
 
     def members(self, at: int) -> tuple[dict[str, object], int]:
         text = self.text
@@ -578,7 +580,7 @@ def parse_body(data: bytes, message: Message, path: str) -> None:
         document = load_json(data)
     except Overflow as overflow:
         violation = LIMITS.json_overflow(
-            message.DESCRIPTOR,  # type: ignore[arg-type]
+            schema.descriptor_of(message),
             reversed(overflow.steps),
             path,
             is_object=overflow.is_object,
@@ -655,7 +657,8 @@ def _step(field: descriptor.FieldDescriptor, rule: Count | None) -> _Step:
             return field, _OTHER, None, limit, exclusive
         action, argument = _DESCEND, target
     elif field.cpp_type == _ENUM:
-        enum_type: descriptor.EnumDescriptor = field.enum_type  # type: ignore[assignment]
+        enum_type = field.enum_type
+        assert enum_type is not None  # an enum field's
         action = _NAMED
         argument = {name: value.number for name, value in enum_type.values_by_name.items()}
     elif field.cpp_type == _F_STRING and field.type != _BYTES:
@@ -690,7 +693,7 @@ def _convert(document: object, message: Message, depth: int, counting: bool) -> 
     against their limits when ``counting``; :class:`_Refer` at anything else."""
     if depth > MAX_NESTING or type(document) is not dict:
         raise _Refer
-    message_type: descriptor.Descriptor = message.DESCRIPTOR  # type: ignore[assignment]
+    message_type = schema.descriptor_of(message)
     plan = _PLANS.get(message_type) or _plan(message_type)
     seen: set[str] = set()
     oneofs: set[str] = set()
@@ -766,7 +769,7 @@ def _other(message: Message, key: str, value: object, depth: int, counting: bool
     """One field of a kind :func:`_convert` does not set itself, through the whole pipeline:
     counted, checked (floats adjusted, see :func:`_as_float32`), then json_format's."""
     single = {key: value}
-    message_type: descriptor.Descriptor = message.DESCRIPTOR  # type: ignore[assignment]
+    message_type = schema.descriptor_of(message)
     if (counting and LIMITS.json_counts(message_type, single, structs=False)) or check_document(
         message_type, single, "", limit=1
     ):
@@ -782,45 +785,45 @@ def _deeper(depth: int) -> None:
         raise json_format.ParseError("too deep")
 
 
-def _merge_struct(document: Any, message: Message, depth: int) -> None:  # noqa: ANN401 - a JSON object
+def _merge_struct(document: Any, message: struct_pb2.Struct, depth: int) -> None:  # noqa: ANN401 - a JSON object
     """A Struct from its JSON object, as json_format reads one (each level counted)."""
     _deeper(depth)
     message.Clear()  # present even when empty, as json_format makes it
-    entries = message.fields  # type: ignore[attr-defined]
+    entries = message.fields
     for key, item in document.items():
         _merge_value(item, entries[key], depth + 1)
 
 
-def _merge_list(document: Any, message: Message, depth: int) -> None:  # noqa: ANN401 - a JSON array
+def _merge_list(document: Any, message: struct_pb2.ListValue, depth: int) -> None:  # noqa: ANN401 - a JSON array
     _deeper(depth)
     message.ClearField("values")
-    values = message.values  # type: ignore[attr-defined]
+    values = message.values
     for item in document:
         _merge_value(item, values.add(), depth + 1)
 
 
-def _merge_value(document: Any, message: Message, depth: int) -> None:  # noqa: ANN401 - any JSON value
+def _merge_value(document: Any, message: struct_pb2.Value, depth: int) -> None:  # noqa: ANN401 - any JSON value
     _deeper(depth)
     kind = type(document)
     if kind is dict:
-        _merge_struct(document, message.struct_value, depth + 1)  # type: ignore[attr-defined]
+        _merge_struct(document, message.struct_value, depth + 1)
     elif kind is list:
-        _merge_list(document, message.list_value, depth + 1)  # type: ignore[attr-defined]
+        _merge_list(document, message.list_value, depth + 1)
     elif document is None:
-        message.null_value = 0  # type: ignore[attr-defined]
+        message.null_value = struct_pb2.NULL_VALUE
     elif kind is bool:
-        message.bool_value = document  # type: ignore[attr-defined]
+        message.bool_value = document
     elif kind is str:
-        message.string_value = document  # type: ignore[attr-defined]
+        message.string_value = document
     elif kind is int or kind is float:
-        message.number_value = document  # type: ignore[attr-defined]
+        message.number_value = document
     else:
         raise json_format.ParseError(f"a {kind.__name__} in a Value")
 
 
 # The documents of their own a message may hold, read here as json_format reads them: which JSON
 # values each takes, and its reader.
-_DOCUMENTS: dict[str, tuple[Callable[[object], bool], Callable[[Any, Message, int], None]]] = {
+_DOCUMENTS: dict[str, tuple[Callable[[object], bool], Callable[[Any, Any, int], None]]] = {
     "google.protobuf.Struct": (lambda value: type(value) is dict, _merge_struct),
     "google.protobuf.ListValue": (lambda value: type(value) is list, _merge_list),
     "google.protobuf.Value": (lambda value: True, _merge_value),
@@ -840,7 +843,7 @@ def parse_document(
     it may be changed in place. ``structs`` false: too small for any Struct total to pass its
     limit; ``counted``: the count limits were checked already (:meth:`Limits.json_counts`);
     ``refusal``: how the error message begins ("The tool arguments are invalid")."""
-    message_type: descriptor.Descriptor = message.DESCRIPTOR  # type: ignore[assignment]
+    message_type = schema.descriptor_of(message)
     opaque = message_type.full_name in _OPAQUE
     try:
         if structs and not counted and not opaque:

@@ -65,7 +65,7 @@ __all__ = ["SYSTEM_PARAMETERS", "QueryError", "apply_query"]
 
 SYSTEM_PARAMETERS: frozenset[str] = frozenset(
     {
-        # https://cloud.google.com/apis/docs/system-parameters (current and earlier editions)
+        # Google APIs' system parameters (current and earlier editions of their list)
         "$alt",
         "alt",
         "$.xgafv",

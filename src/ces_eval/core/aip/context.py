@@ -1,6 +1,7 @@
-"""What every core function works over: the storage, the page-token signer, the operation
-runner and the server's settings. Passed explicitly (no mixins, no instance state per service),
-so a resource module is a set of plain functions of ``(Context, request, Caller)``.
+"""What every core function works over: the storage, the page-token signer, the ports to the
+world outside (:mod:`ces_eval.core.aip.ports`: the operation runner, the object store) and the
+server's settings. Passed explicitly (no mixins, no instance state per service), so a
+resource module is a set of plain functions of ``(Context, request, Caller)``.
 """
 
 from __future__ import annotations
@@ -11,14 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ces_eval.core.io import objects
 from ces_eval.storage.base import Unavailable
 
 if TYPE_CHECKING:
     from ces_eval.access import Caller
     from ces_eval.contract.encoded import Response
     from ces_eval.core.aip.pages import PageTokens
-    from ces_eval.core.io.operations import OperationRunner
+    from ces_eval.core.aip.ports import ObjectLocation, ObjectStore, Operations
     from ces_eval.storage.base import Storage
 
 __all__ = [
@@ -128,7 +128,7 @@ class Settings:
     ``ces-eval serve`` option that sets it (:class:`ces_eval.config.ServerConfig` fills them
     by name); the defaults here are those options' defaults."""
 
-    # ``--export-dir``: where ``gs://`` objects live.
+    # ``--export-dir``: where ``gs://`` objects live (the object store service.py assembles).
     export_dir: Path = DEFAULT_EXPORT_ROOT
     # ``--locations``: location IDs every project has, besides those its resources use.
     locations: tuple[str, ...] = ()
@@ -149,21 +149,22 @@ class Settings:
 @dataclass(frozen=True)
 class Context:
     """The server-wide state a call may use: where resources are kept, who signs page tokens,
-    who runs operations, and what the server's options say (:class:`Settings`)."""
+    who runs operations, where ``gs://`` objects live, and what the server's options say
+    (:class:`Settings`)."""
 
     storage: Storage
     page_tokens: PageTokens
-    runner: OperationRunner
+    runner: Operations
+    objects: ObjectStore
     settings: Settings = Settings()
     # Reads answered lately, kept while the database's version lasts (standard._get_rpc,
     # standard.list_page).
     hot: HotReads = field(default_factory=HotReads, compare=False, repr=False)
 
-    def locate(self, gcs_uri: str, resource: str) -> objects.ObjectPath:
-        """Where ``gcs_uri`` is for ``resource``'s project; raises ExchangeError."""
-        settings = self.settings
-        namespace = resource.split("/", 2)[1] if settings.export_per_project else ""
-        return objects.locate(gcs_uri, settings.export_dir, namespace)
+    def locate(self, gcs_uri: str, resource: str) -> ObjectLocation:
+        """Where ``gcs_uri`` is for ``resource``'s project; raises ObjectError."""
+        namespace = resource.split("/", 2)[1] if self.settings.export_per_project else ""
+        return self.objects.locate(gcs_uri, namespace)
 
 
 # One RPC's implementation: its request is the RPC's own message type, hence Any here (a

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "APP",
     "CONVERSATION",
+    "DEFAULT_PERSONA",
     "EVALUATION",
     "EVALUATION_PERSONA",
     "EVALUATION_RESULT",
@@ -31,6 +32,7 @@ __all__ = [
     "ResourcePattern",
     "by_type",
     "foreign_id",
+    "location_of",
     "new_id",
     "of",
     "owned",
@@ -182,6 +184,14 @@ EVALUATION_RESULT = of(evaluation_pb2.EvaluationResult)
 APP = _definitions()["ces.googleapis.com/App"]
 CONVERSATION = _definitions()["ces.googleapis.com/Conversation"]
 EVALUATION_PERSONA = _definitions()["ces.googleapis.com/EvaluationPersona"]
+# The persona every app has: the one a scenario without its own plays, and the one whose voice
+# audio tests speak in.
+DEFAULT_PERSONA = "default"
+
+
+def location_of(name: str) -> str:
+    """The location a resource ``name`` lives in: the parent of the operations it starts."""
+    return "/".join(name.split("/")[:4])
 
 
 def owned(pattern: ResourcePattern) -> int:

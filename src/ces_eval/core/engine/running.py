@@ -47,13 +47,12 @@ from typing import TYPE_CHECKING, Any
 
 from ces_eval.contract import limits
 from ces_eval.core.aip import names, standard, validation
+from ces_eval.core.aip.names import DEFAULT_PERSONA, location_of
 from ces_eval.core.aip.stamps import new_etag, now
 from ces_eval.core.engine import agents, outcomes
-from ces_eval.core.exchange.media import DEFAULT_PERSONA
 from ces_eval.core.resources import agent_endpoints, outcome_rules
 from ces_eval.core.resources.datasets import DATASETS
 from ces_eval.core.resources.evaluations import EVALUATIONS
-from ces_eval.core.resources.longrunning import location_of
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import (
     common_pb2,

@@ -1,9 +1,10 @@
-"""The export exchange: the export document and where it is kept.
+"""The exchange: what enters and leaves the service as documents and objects.
 
-:mod:`.document` is the document (docs/export-format.md) in JSON or in the YAML dialect of
-:mod:`.yaml_dialect`; :mod:`.objects` is the gs:// object store over the export root, and
-:mod:`.errors` their one error. The document's API is re-exported here, where the core and the
-tests have always found it.
+Its methods are :mod:`.exports`, :mod:`.imports` and :mod:`.media`, which reach the ``gs://``
+objects through the context's store (:mod:`.stored`). Its formats: :mod:`.document`, the export
+document (docs/export-format.md) in JSON or in the YAML dialect of :mod:`.yaml_dialect`;
+:mod:`.csv_dialect`, the batch upload CSV; :mod:`.linear16`, audio; :mod:`.errors`, their one
+error. The document's API is re-exported here.
 """
 
 from __future__ import annotations

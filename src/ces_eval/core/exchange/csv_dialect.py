@@ -72,7 +72,8 @@ def _required(cells: dict[str, str], column: str, action: str) -> str:
 
 
 def _expectation(**condition: object) -> evaluation_pb2.Evaluation.Step:
-    return _Evaluation.Step(expectation=_Evaluation.GoldenExpectation(**condition))  # type: ignore[arg-type]
+    expectation = _Evaluation.GoldenExpectation(**condition)  # type: ignore[arg-type]  # fields' own types
+    return _Evaluation.Step(expectation=expectation)
 
 
 # A step built from a row's cells and the app's resource names (``tool``, ``agent`` given as

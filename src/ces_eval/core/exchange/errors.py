@@ -1,7 +1,8 @@
-"""The one error of the export exchange: a document, URI or path that cannot be used.
+"""The one error of the exchange's formats: a document that cannot be used.
 
-Shared by the document reader (:mod:`.document`, :mod:`.yaml_dialect`) and the object store
-(:mod:`.objects`), whose refusals are kinds of it, so that a caller catches one type.
+Shared by the document reader (:mod:`.document`, :mod:`.yaml_dialect`) and the CSV and audio
+readers, so that a caller catches one type. The object store's refusals are the port's
+(:class:`ces_eval.core.aip.ports.ObjectError`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ __all__ = ["ExchangeError"]
 
 
 class ExchangeError(ValueError):
-    """A document, URI or path that cannot be used; ``path`` locates it in the document.
+    """A document that cannot be used; ``path`` locates it in the document.
 
     ``quotes`` says whether ``message`` or ``path`` may hold text of the document (a key, a
     value, a line); ``blind`` is the (message, path) to give instead where the document's text

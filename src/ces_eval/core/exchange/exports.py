@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ces_eval.contract import limits
 from ces_eval.core import exchange
 from ces_eval.core.aip import names
+from ces_eval.core.aip.names import location_of
+from ces_eval.core.aip.ports import ObjectError, PathRefused
 from ces_eval.core.aip.standard import invalid
 from ces_eval.core.aip.validation import raise_if_invalid
-from ces_eval.core.io import objects
-from ces_eval.core.resources.longrunning import location_of
+from ces_eval.core.exchange.stored import refused, write_object
 from ces_eval.core.resources.results import RESULTS
 from ces_eval.core.resources.runs import RUNS
 from ces_eval.errors import Code, FieldViolation, ServiceError
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 
     from ces_eval.access import Caller
     from ces_eval.core.aip.context import Context, Rpc
+    from ces_eval.core.aip.ports import ObjectLocation
     from ces_eval.core.aip.standard import Resource
 
 __all__ = ["RPCS", "refused", "write_object"]
@@ -99,22 +101,9 @@ def _names_violations(
     return found
 
 
-def refused(field: str, error: objects.PathRefused, uri: str) -> ServiceError:
-    """A link in the export folder is PERMISSION_DENIED: the server will not go where it leads,
-    whatever is there. A file where a folder belongs (or the reverse) is the caller's path."""
-    if error.link:
-        return ServiceError(
-            Code.PERMISSION_DENIED,
-            f"{field}: {error.message}",
-            "EXPORT_PATH_REFUSED",
-            {"uri": uri},
-        )
-    return invalid(field, error.message)
-
-
 def _export_target(
     context: Context, options: service_pb2.ExportOptions, resource: str
-) -> objects.ObjectPath | None:
+) -> ObjectLocation | None:
     """The folder named by ``options.gcs_uri``; None for inline content. Also rejects
     export formats this server does not know (proto3 enums are open)."""
     if options.export_format not in service_pb2.ExportOptions.ExportFormat.values():
@@ -123,7 +112,7 @@ def _export_target(
         return None
     try:
         return context.locate(options.gcs_uri, resource)
-    except exchange.ExchangeError as error:
+    except ObjectError as error:
         raise invalid("export_options.gcs_uri", error.message) from error
 
 
@@ -136,8 +125,8 @@ async def _check_export_target(
     if target is None:
         return
     try:
-        await asyncio.to_thread(objects.probe, target)
-    except objects.PathRefused as error:
+        await asyncio.to_thread(context.objects.probe, target)
+    except PathRefused as error:
         raise refused("export_options.gcs_uri", error, target.uri) from error
 
 
@@ -158,27 +147,6 @@ async def _deliver(
     location = target.child(file_name)
     await write_object(context, location, data, "export_options.gcs_uri")
     return b"", location.uri
-
-
-async def write_object(
-    context: Context, location: objects.ObjectPath, data: bytes, field: str
-) -> None:
-    """Write ``data`` atomically at ``location`` (named by request ``field``); a link on the
-    way is PERMISSION_DENIED, a write the disk refuses UNAVAILABLE (retryable)."""
-    owner = context.runner.export_owner()  # in an operation's own context: its name
-    try:
-        await asyncio.to_thread(objects.write_atomically, location, data, owner)
-    except objects.PathRefused as error:
-        raise refused(field, error, location.uri) from error
-    except OSError as error:
-        # A full disk, a quota or a file size limit: retryable once space returns, and
-        # write_atomically left nothing at the final path.
-        raise ServiceError(
-            Code.UNAVAILABLE,
-            f"Cannot write {location.uri}: {error.strerror or error}; retry later.",
-            "EXPORT_WRITE_FAILED",
-            {"uri": location.uri},
-        ) from error
 
 
 def _answer(response_type: type[_Response], oneof: str, content: bytes, uri: str) -> _Response:

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from ces_eval.contract import limits
 from ces_eval.core import exchange
 from ces_eval.core.aip import names
+from ces_eval.core.aip.names import location_of
+from ces_eval.core.aip.ports import ObjectError, ObjectMissing, ObjectTooLarge, PathRefused
 from ces_eval.core.aip.stamps import new_etag, now
 from ces_eval.core.aip.standard import invalid
 from ces_eval.core.aip.validation import (
@@ -39,10 +41,8 @@ from ces_eval.core.aip.validation import (
     with_size,
 )
 from ces_eval.core.exchange import csv_dialect
-from ces_eval.core.exchange.exports import refused
-from ces_eval.core.io import objects
+from ces_eval.core.exchange.stored import refused
 from ces_eval.core.resources import conversations
-from ces_eval.core.resources.longrunning import location_of
 from ces_eval.core.resources.results import RESULTS
 from ces_eval.core.resources.runs import RUNS
 from ces_eval.errors import Code, FieldViolation, ServiceError
@@ -80,12 +80,12 @@ async def read_import(context: Context, gcs_uri: str, parent: str) -> bytes:
     in both import requests)."""
     try:
         location = context.locate(gcs_uri, parent)
-    except exchange.ExchangeError as error:
+    except ObjectError as error:
         raise invalid("gcs_uri", error.message) from error
     try:
         # As large as a document given as content may be (the request size limit).
-        return await asyncio.to_thread(objects.read_object, location, limits.MAX_REQUEST_BYTES)
-    except objects.ObjectTooLarge as error:
+        return await asyncio.to_thread(context.objects.read, location, limits.MAX_REQUEST_BYTES)
+    except ObjectTooLarge as error:
         # INVALID_ARGUMENT: the object is this call's input, as content would be, and Google
         # answers input over a size limit so (Cloud Logging's "Log entry with size … exceeds
         # maximum size"); this method answers so for the other objects it cannot import (a
@@ -99,11 +99,11 @@ async def read_import(context: Context, gcs_uri: str, parent: str) -> bytes:
             {"uri": location.uri, "limit": str(error.limit)},
             [FieldViolation("gcs_uri", description, "TOO_LARGE")],
         ) from error
-    except objects.ObjectMissing as error:
+    except ObjectMissing as error:
         # Only paths inside the export folder can be missing: a link on the way was
         # refused before anything behind it was looked at.
         raise ServiceError.not_found(_OBJECT, location.uri) from error
-    except objects.PathRefused as error:
+    except PathRefused as error:
         raise refused("gcs_uri", error, location.uri) from error
     except OSError as error:
         raise invalid("gcs_uri", f"cannot read {location.uri}: {error.strerror}") from error

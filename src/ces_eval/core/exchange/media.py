@@ -20,19 +20,19 @@ from typing import TYPE_CHECKING
 
 from google.protobuf import duration_pb2
 
-from ces_eval.core import exchange
 from ces_eval.core.aip import names
+from ces_eval.core.aip.ports import ObjectError, PathRefused
 from ces_eval.core.aip.standard import invalid
 from ces_eval.core.aip.validation import raise_if_invalid
 from ces_eval.core.exchange import linear16
-from ces_eval.core.exchange.exports import refused, write_object
-from ces_eval.core.io import objects
+from ces_eval.core.exchange.stored import refused, write_object
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 
 if TYPE_CHECKING:
     from ces_eval.access import Caller
     from ces_eval.core.aip.context import Context, Rpc
+    from ces_eval.core.aip.ports import ObjectLocation
     from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 
 __all__ = ["AUDIO_BUCKET", "MAX_AUDIO_BYTES", "MAX_VOICE_TEXT", "RPCS"]
@@ -42,7 +42,6 @@ AUDIO_BUCKET = "evaluation-audio"
 MAX_AUDIO_BYTES = 4 * 1024 * 1024
 # A voice test's text: 2,000 characters make 80 s of audio (2.5 MiB), a response any client reads.
 MAX_VOICE_TEXT = 2_000
-DEFAULT_PERSONA = "default"
 
 
 def _transcript(evaluation: evaluation_pb2.Evaluation) -> str:
@@ -59,7 +58,7 @@ def _transcript(evaluation: evaluation_pb2.Evaluation) -> str:
 
 def _previous(
     context: Context, request: service_pb2.UploadEvaluationAudioRequest
-) -> objects.ObjectPath | None:
+) -> ObjectLocation | None:
     """Where the audio to replace is: an upload of this evaluation's, or INVALID_ARGUMENT."""
     uri = request.previous_audio_gcs_uri
     if not uri:
@@ -69,7 +68,7 @@ def _previous(
         raise invalid(field, f"Must be audio uploaded for {request.name}.")
     try:
         return context.locate(uri, request.name)
-    except exchange.ExchangeError as error:
+    except ObjectError as error:
         raise invalid(field, error.message) from error
 
 
@@ -102,13 +101,13 @@ async def upload_evaluation_audio(
     uri = f"gs://{AUDIO_BUCKET}/{request.name}/audio-{names.new_id()}.wav"
     try:
         location = context.locate(uri, request.name)
-    except exchange.ExchangeError as error:  # a name too long for an object
+    except ObjectError as error:  # a name too long for an object
         raise invalid("name", error.message) from error
     await write_object(context, location, linear16.wav(audio), "name")
     if previous is not None:  # only once the new audio is safe
         try:
-            await asyncio.to_thread(objects.remove, previous)
-        except objects.PathRefused as error:
+            await asyncio.to_thread(context.objects.remove, previous)
+        except PathRefused as error:
             raise refused("previous_audio_gcs_uri", error, previous.uri) from error
     seconds, nanos = divmod(audio.nanoseconds, 1_000_000_000)
     return service_pb2.UploadEvaluationAudioResponse(
@@ -132,7 +131,7 @@ async def test_persona_voice(
             FieldViolation("text", f"At most {MAX_VOICE_TEXT} characters.", "TOO_LONG")
         )
     raise_if_invalid(violations, "voice test")
-    if request.persona_id != DEFAULT_PERSONA:
+    if request.persona_id != names.DEFAULT_PERSONA:
         persona = f"{request.app}/evaluationPersonas/{request.persona_id}"
         raise ServiceError.not_found(names.EVALUATION_PERSONA.type, persona)
     audio = await asyncio.to_thread(linear16.synthesize, request.text)

@@ -19,7 +19,7 @@ from ces_eval.core.exchange.errors import ExchangeError
 
 __all__ = ["DUMPER", "LOADER", "PY_DUMPER", "PY_LOADER", "Object", "read", "write"]
 
-# YAML 1.2 core schema (https://yaml.org/spec/1.2.2/#1032-tag-resolution).
+# YAML 1.2's core schema: its tag resolution, as docs/export-format.md describes the dialect.
 _CORE_SCHEMA = (
     ("tag:yaml.org,2002:null", re.compile(r"(?:~|null|Null|NULL|)\Z"), ["~", "n", "N", ""]),
     (
@@ -99,7 +99,7 @@ def _construct_map(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Iterator[
 def _loader_class(base: type[yaml.SafeLoader]) -> type[yaml.SafeLoader]:
     """A safe loader that reads YAML 1.2 core-schema scalars into plain JSON-like values."""
 
-    class Loader(base):  # type: ignore[misc,valid-type]
+    class Loader(base):  # type: ignore[misc,valid-type]  # a base given at run time
         yaml_implicit_resolvers: dict[Any, list[tuple[str, re.Pattern[str]]]] = {}  # noqa: RUF012
         yaml_constructors: dict[Any, Any] = {}  # noqa: RUF012
 
@@ -130,7 +130,7 @@ def _dumper_class(base: type[yaml.SafeDumper]) -> type[yaml.SafeDumper]:
     """A safe dumper that quotes strings a YAML 1.1 *or* 1.2 reader would resolve to another
     type, and never writes anchors or aliases."""
 
-    class Dumper(base):  # type: ignore[misc,valid-type]
+    class Dumper(base):  # type: ignore[misc,valid-type]  # a base given at run time
         def ignore_aliases(self, data: Any) -> bool:  # noqa: ANN401
             return True
 

@@ -20,10 +20,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ces_eval.core.exchange.errors import ExchangeError
+from ces_eval.core.aip.ports import (
+    ObjectError,
+    ObjectLocation,
+    ObjectMissing,
+    ObjectTooLarge,
+    PathRefused,
+)
 
 __all__ = [
     "OWNER_MAX",
+    "ExportFolder",
     "NotRegular",
     "ObjectMissing",
     "ObjectPath",
@@ -78,33 +85,33 @@ class ObjectPath:
 
 def locate(gcs_uri: str, export_root: Path, namespace: str = "") -> ObjectPath:
     """``gs://bucket/a/b`` → ``export_root/[namespace/]bucket/a/b``; ``gs://bucket`` and one
-    trailing ``/`` name the bucket or folder itself. Raises :class:`ExchangeError` for other
+    trailing ``/`` name the bucket or folder itself. Raises :class:`ObjectError` for other
     schemes, bucket names outside Cloud Storage's alphabet, empty, ``.`` or ``..`` segments,
     backslashes, control characters (NUL included) and names too long for Cloud Storage or the
     file system. Nothing is decoded: ``%2e%2e`` is a literal file name."""
     if not gcs_uri.startswith("gs://"):
-        raise ExchangeError(f"expected a gs:// URI, got {gcs_uri!r}")
+        raise ObjectError(f"expected a gs:// URI, got {gcs_uri!r}")
     if _CONTROL.search(gcs_uri):
-        raise ExchangeError("the URI contains a control character")
+        raise ObjectError("the URI contains a control character")
     if _SURROGATE.search(gcs_uri):
-        raise ExchangeError("the URI is not valid Unicode")
+        raise ObjectError("the URI is not valid Unicode")
     if "\\" in gcs_uri:
-        raise ExchangeError("the URI contains a backslash")
+        raise ObjectError("the URI contains a backslash")
     bucket, _, name = gcs_uri.removeprefix("gs://").partition("/")
     if not bucket:
-        raise ExchangeError("the URI names no bucket")
+        raise ObjectError("the URI names no bucket")
     if not _BUCKET.match(bucket) or ".." in bucket:
-        raise ExchangeError(f"{bucket!r} is not a valid bucket name")
+        raise ObjectError(f"{bucket!r} is not a valid bucket name")
     if len(name.encode("utf-8")) > _OBJECT_MAX:
-        raise ExchangeError(f"the object name is longer than {_OBJECT_MAX} bytes")
+        raise ObjectError(f"the object name is longer than {_OBJECT_MAX} bytes")
     segments = name.split("/")
     if segments[-1] == "":  # "gs://bucket", "gs://bucket/" and "gs://bucket/folder/"
         segments.pop()
     for segment in segments:
         if segment in ("", ".", ".."):
-            raise ExchangeError(f"the object name has an empty, '.' or '..' segment: {name!r}")
+            raise ObjectError(f"the object name has an empty, '.' or '..' segment: {name!r}")
         if len(segment.encode("utf-8")) > _NAME_MAX:
-            raise ExchangeError(f"a segment of the object name is longer than {_NAME_MAX} bytes")
+            raise ObjectError(f"a segment of the object name is longer than {_NAME_MAX} bytes")
     if namespace and (namespace in (".", "..") or "/" in namespace or "\x00" in namespace):
         raise ValueError(f"not a plain folder name: {namespace!r}")
     # Every part is now one plain file name, so the path cannot leave the root by its names;
@@ -112,29 +119,6 @@ def locate(gcs_uri: str, export_root: Path, namespace: str = "") -> ObjectPath:
     parts = (*([namespace] if namespace else []), bucket, *segments)
     uri = "gs://" + "/".join([bucket, *segments])
     return ObjectPath(uri, export_root, tuple(parts), bool(namespace))
-
-
-class PathRefused(ExchangeError):
-    """A path the export folder serves only by leaving it or by reading what is no object: a
-    symbolic link on the way (``link``), a file where a folder belongs, or a folder or special
-    file (a FIFO, a device) where an object belongs. The message names the ``gs://`` URI only:
-    never the local path, what a link points to, or whether anything exists there."""
-
-    def __init__(self, message: str, *, link: bool) -> None:
-        super().__init__(message)
-        self.link = link
-
-
-class ObjectMissing(ExchangeError):
-    """No object (or folder) at a URI, inside the export folder."""
-
-
-class ObjectTooLarge(ExchangeError):
-    """An object larger than a reader takes (``limit`` bytes); nothing of it was kept."""
-
-    def __init__(self, message: str, *, limit: int) -> None:
-        super().__init__(message)
-        self.limit = limit
 
 
 _ROOT_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -263,7 +247,7 @@ _SPECIAL_FILES = (
 )
 
 
-class NotRegular(ExchangeError):
+class NotRegular(ObjectError):
     """A file that is no regular file: ``kind`` says what it is ("FIFO", "folder", …)."""
 
     def __init__(self, kind: str) -> None:
@@ -421,3 +405,34 @@ def sweep_temporary(export_root: Path, abandoned: Callable[[str], bool]) -> int:
                 os.unlink(name, dir_fd=folder)
                 removed += 1
     return removed
+
+
+@dataclass(frozen=True)
+class ExportFolder:
+    """The object store over the export folder ``root`` (the operator's ``--export-dir``):
+    the implementation of :class:`~ces_eval.core.aip.ports.ObjectStore` the server runs with,
+    over the functions above."""
+
+    root: Path
+
+    def locate(self, gcs_uri: str, namespace: str) -> ObjectPath:
+        return locate(gcs_uri, self.root, namespace)
+
+    def probe(self, location: ObjectLocation) -> None:
+        probe(_ours(location))
+
+    def read(self, location: ObjectLocation, limit: int) -> bytes:
+        return read_object(_ours(location), limit)
+
+    def write(self, location: ObjectLocation, data: bytes, owner: str) -> None:
+        write_atomically(_ours(location), data, owner)
+
+    def remove(self, location: ObjectLocation) -> bool:
+        return remove(_ours(location))
+
+
+def _ours(location: ObjectLocation) -> ObjectPath:
+    """``location`` as this store made it; another store's location is a programming error."""
+    if not isinstance(location, ObjectPath):
+        raise TypeError(f"not a location in the export folder: {location.uri}")
+    return location

@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING
 from google.protobuf import json_format
 
 from ces_eval.core.aip import names, standard, validation
+from ces_eval.core.aip.names import location_of
 from ces_eval.core.resources.evaluations import EVALUATIONS
-from ces_eval.core.resources.longrunning import location_of
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import (
     content_pb2,

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ces_eval.access import Caller
     from ces_eval.core.aip.context import Context, Rpc
 
-__all__ = ["LOCATION", "OPERATION", "RPCS", "location_of"]
+__all__ = ["LOCATION", "OPERATION", "RPCS"]
 
 LOCATION = names.ResourcePattern(
     "ces.googleapis.com/Location", "projects/{project}/locations/{location}"
@@ -33,11 +33,6 @@ OPERATION = names.ResourcePattern(
 )
 _WAIT_DEFAULT = 60.0
 _WAIT_MAX = 600.0
-
-
-def location_of(name: str) -> str:
-    """The location a resource ``name`` lives in: the parent of the operations it starts."""
-    return "/".join(name.split("/")[:4])
 
 
 async def get_operation(

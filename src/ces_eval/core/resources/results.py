@@ -1,5 +1,5 @@
-"""Evaluation results: the resource's declaration and its RPCs (Get, List, Delete and the
-custom RunEvaluationResultMetrics).
+"""Evaluation results: the resource's declaration and its standard RPCs (Get, List, Delete; the
+custom RunEvaluationResultMetrics is the engine's, :mod:`ces_eval.core.engine.metrics`).
 
 Results are created only by the emulator (:mod:`ces_eval.core.emulator`, CreateEvaluationResult,
 through the generic create with this declaration): in the real service the runs write them. A
@@ -14,21 +14,15 @@ from typing import TYPE_CHECKING, cast
 from ces_eval.contract import limits
 from ces_eval.core.aip import names, standard, validation
 from ces_eval.core.aip.stamps import new_etag
-from ces_eval.core.engine import rerun
 from ces_eval.core.resources.evaluations import EVALUATIONS
-from ces_eval.core.resources.longrunning import location_of
-from ces_eval.errors import FieldViolation, ServiceError
+from ces_eval.errors import FieldViolation
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
-from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
-from ces_eval.storage.base import Missing, TooLarge
 
 if TYPE_CHECKING:
-    from google.longrunning import operations_pb2
     from google.protobuf import timestamp_pb2
     from google.protobuf.message import Message
 
-    from ces_eval.access import Caller
-    from ces_eval.core.aip.context import Context, Rpc
+    from ces_eval.core.aip.context import Rpc
 
 __all__ = ["RESULTS", "RPCS"]
 
@@ -95,48 +89,6 @@ RESULTS = standard.Resource(
 )
 
 
-async def run_evaluation_result_metrics(
-    context: Context, request: service_pb2.RunEvaluationResultMetricsRequest, caller: Caller
-) -> operations_pb2.Operation:
-    """Compute a stored result's metrics again (:func:`ces_eval.core.engine.rerun.rerun`) in an
-    operation, and store the result with them."""
-    name = request.evaluation_result_id
-    names.EVALUATION_RESULT.parse(name, "evaluation_result_id", owned=RESULTS.owned)
-    storage = context.storage
-    if await storage.get_result(name) is None:
-        raise ServiceError.not_found(names.EVALUATION_RESULT.type, name)
-
-    async def work() -> service_pb2.RunEvaluationResultMetricsResponse:
-        result = await storage.get_result(name)
-        evaluation = await storage.get_evaluation(name.rsplit("/results/", 1)[0])
-        if result is None or evaluation is None:
-            raise ServiceError.not_found(names.EVALUATION_RESULT.type, name)
-        updated = rerun.rerun(result, evaluation)
-        # The rerun result is stored: held to the size every write is held to.
-        validation.raise_if_invalid(
-            limits.size_violations(updated, "evaluation_result_id"), "result"
-        )
-        try:
-            await storage.replace_result(
-                updated, new_etag(), max_evaluation_bytes=limits.MAX_RESOURCE_BYTES
-            )
-        except Missing as missing:
-            raise ServiceError.not_found(names.EVALUATION_RESULT.type, name) from missing
-        except TooLarge as large:
-            violation = limits.too_large("evaluation_result_id", large.size, large.name)
-            validation.raise_if_invalid([violation], "result")
-        return service_pb2.RunEvaluationResultMetricsResponse(status=updated.evaluation_status)
-
-    return await context.runner.start(
-        location_of(name),
-        "RunEvaluationResultMetrics",
-        service_pb2.RunEvaluationResultMetricsOperationMetadata(),
-        work,
-    )
-
-
-# Its create is the emulator's (CreateEvaluationResult), its update a metric rerun.
-RPCS: dict[str, Rpc] = {
-    **standard.methods(RESULTS, "Get", "List", "Delete"),
-    "RunEvaluationResultMetrics": run_evaluation_result_metrics,
-}
+# Its create is the emulator's (CreateEvaluationResult), its update a metric rerun (the
+# engine's: ces_eval.core.engine.metrics).
+RPCS: dict[str, Rpc] = standard.methods(RESULTS, "Get", "List", "Delete")

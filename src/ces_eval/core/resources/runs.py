@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 from google.protobuf import empty_pb2
 
 from ces_eval.core.aip import names, standard, validation
+from ces_eval.core.aip.names import location_of
 from ces_eval.core.aip.stamps import new_etag
-from ces_eval.core.resources.longrunning import location_of
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
