@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ces_eval.contract import schema
 from ces_eval.contract.encoded import message_of
 from ces_eval.core import emulator
-from ces_eval.core.aip.context import DEFAULT_EXPORT_ROOT, Context, Rpc, Settings
+from ces_eval.core.aip.context import Context, Rpc, Settings
 from ces_eval.core.aip.names import snake_case
 from ces_eval.core.engine import metrics, running, scheduled_runs
 from ces_eval.core.exchange import exports, imports, media
@@ -51,7 +51,6 @@ if TYPE_CHECKING:
     MessageHandler = Callable[[Message, Caller], Awaitable[Message]]
 
 __all__ = [
-    "DEFAULT_EXPORT_ROOT",
     "RESOURCES",
     "RPCS",
     "Core",
