@@ -22,6 +22,7 @@ from ces_eval.core.aip.context import DEFAULT_EXPORT_ROOT, Context, Rpc
 from ces_eval.core.aip.names import snake_case
 from ces_eval.core.engine import metrics, running, scheduled_runs
 from ces_eval.core.exchange import exports, imports, media
+from ces_eval.core.io.agent_http import HttpxAgents
 from ces_eval.core.io.objects import ExportFolder
 from ces_eval.core.io.operations import OperationRunner
 from ces_eval.core.resources import (
@@ -126,6 +127,7 @@ class Core:
             tokens,
             runner or OperationRunner(storage),
             ExportFolder(export_root),
+            HttpxAgents(),
             export_per_project,
             locations,
             scheduling,

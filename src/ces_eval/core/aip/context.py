@@ -1,7 +1,7 @@
-"""What every core function works over: the storage, the page-token signer, and the ports to
-the world outside (:mod:`ces_eval.core.aip.ports`: the operation runner, the object store).
-Passed explicitly (no mixins, no instance state per service), so a
-resource module is a set of plain functions of ``(Context, request, Caller)``.
+"""What every core function works over: the storage, the page-token signer, and the ports to the
+world outside (:mod:`ces_eval.core.aip.ports`: the operation runner, the object store, the agent's
+HTTP). Passed explicitly (no mixins, no instance state per service), so a resource module is a set
+of plain functions of ``(Context, request, Caller)``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ces_eval.access import Caller
     from ces_eval.contract.encoded import Response
     from ces_eval.core.aip.pages import PageTokens
-    from ces_eval.core.aip.ports import ObjectLocation, ObjectStore, Operations
+    from ces_eval.core.aip.ports import AgentHttp, ObjectLocation, ObjectStore, Operations
     from ces_eval.storage.base import Storage
 
 __all__ = ["DEFAULT_EXPORT_ROOT", "AnswerKeeper", "Context", "HotReads", "Kept", "Rpc"]
@@ -123,6 +123,7 @@ class Context:
     page_tokens: PageTokens
     runner: Operations
     objects: ObjectStore
+    agents: AgentHttp
     # With ``--auth-tokens`` every project has a bucket namespace of its own (docs/security.md):
     # gs://b/p of project P is <export root>/P/b/p, so no token reaches another project's files.
     export_per_project: bool = False
