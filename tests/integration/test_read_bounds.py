@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,7 +29,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
 )
 from ces_eval.testing.server import RunningServer, start_server
-from tests.support import contract
+from tests.support.official import run_script, targets
 
 APP = "projects/p/locations/l/apps/large"
 EMPTY = "projects/p/locations/l/apps/refusals"  # where every refused create goes: stays empty
@@ -83,23 +82,8 @@ def stored(http: httpx.Client) -> list[str]:
 
 
 def _scenario(server: RunningServer, transport: str) -> dict[str, Any]:
-    target = server.grpc_target if transport == "grpc" else server.http_base
-    completed = subprocess.run(
-        [
-            str(contract.CLIENT_PYTHON),
-            str(contract.ROOT / "tests" / "official" / "large_scenario.py"),
-            transport,
-            target,
-            APP,
-            str(OVER),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stdout[-5000:] + completed.stderr[-5000:]
-    report: dict[str, Any] = json.loads(completed.stdout)
+    target = targets([server], transport)
+    [report] = run_script("large_scenario.py", transport, target, APP, str(OVER), timeout=600)
     return report
 
 

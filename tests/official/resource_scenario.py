@@ -1,13 +1,11 @@
 """The standard methods of one resource, driven by Google's official Python client.
 
-Runs in the official client's own environment (``.venv-client``), never beside ``ces_eval``
-(GUIDE §2). Usage: ``resource_scenario.py KIND grpc HOST:PORT`` or
-``resource_scenario.py KIND rest http://HOST:PORT``. ``KIND`` names an entry of :data:`KINDS`:
+The command line, the wiring and the reports are harness.py's; the one argument after them,
+``KIND``, names an entry of :data:`KINDS`:
 a resource served by the generic standard methods, with how to build a valid one, which field
 an update changes and which required field a create may not leave empty. Every step asserts
 what the client observes (AIP-131 to 135: ids, ALREADY_EXISTS, pages and filters, update masks
-and etags, deletes); the script prints one JSON line per step and exits non-zero on the first
-failure.
+and etags, deletes).
 
 A kind's ``prepare`` creates what its resources refer to (an evaluation for a dataset) and
 returns the app-scoped names a body may use.
@@ -15,20 +13,16 @@ returns the app-scoped names a body may use.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import grpc
+from google.api_core import exceptions
+from google.cloud import ces_v1beta
+from google.protobuf import field_mask_pb2, timestamp_pb2
 
 # The scenarios run as scripts: their folder is on sys.path.
-from client_scenario import details_of, step  # type: ignore[import-not-found]
-from google.api_core import exceptions
-from google.auth.credentials import AnonymousCredentials
-from google.cloud import ces_v1beta
-from google.cloud.ces_v1beta.services.evaluation_service.transports import grpc as grpc_transport
-from google.protobuf import field_mask_pb2, timestamp_pb2
+from harness import details_of, main, step  # type: ignore[import-not-found]
 
 APP = "projects/resource-project/locations/us-central1/apps/resources"
 # Monday 2100-03-01 09:30 UTC: a schedule's first firing, whenever the scenario runs.
@@ -295,21 +289,5 @@ def scenario(client: Any, kind: Kind, transport: str) -> None:
     kind.own(client, made, transport)
 
 
-def main(kind: str, transport: str, target: str) -> int:
-    if transport == "grpc":
-        channel = grpc.insecure_channel(target)
-        client = ces_v1beta.EvaluationServiceClient(
-            transport=grpc_transport.EvaluationServiceGrpcTransport(channel=channel)
-        )
-    else:
-        client = ces_v1beta.EvaluationServiceClient(
-            transport="rest",
-            client_options={"api_endpoint": target},
-            credentials=AnonymousCredentials(),
-        )
-    scenario(client, KINDS[kind], transport)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:]))
+    main(lambda wired, kind: scenario(wired.client, KINDS[kind], wired.transport))

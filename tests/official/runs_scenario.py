@@ -1,31 +1,24 @@
 """Evaluation runs, driven by Google's official Python client against a running server.
 
-Runs in the official client's own environment (``.venv-client``), never beside ``ces_eval``
-(GUIDE §2). Usage: ``runs_scenario.py grpc HOST:PORT DESCRIPTOR_SET`` or
-``runs_scenario.py rest http://HOST:PORT``; several comma-separated targets (replicas sharing
-one database) are called in turn. Runs have no public create: the emulator seeds two
-runs and their results (client_scenario's emulator clients), then the official client gets,
+Runs have no public create: the emulator seeds two runs and their results (harness.py's
+emulator clients), then the official client gets,
 lists (pager, filter, order) and exports them, filters evaluations by their runs, and deletes one
 (a long-running operation), after which its results are gone and the evaluations' runs follow.
-The script prints one JSON line per step and exits non-zero on the first failure.
+The command line, the wiring and the reports are harness.py's.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from typing import Any
 
-# The scenarios run as scripts: their folder is on sys.path.
-from client_scenario import (  # type: ignore[import-not-found]
-    details_of,
-    step,
-    wiring,
-)
 from google.api_core import exceptions
 from google.cloud import ces_v1beta
 from google.protobuf import empty_pb2
+
+# The scenarios run as scripts: their folder is on sys.path.
+from harness import details_of, main, step  # type: ignore[import-not-found]
 
 APP = "projects/runs-project/locations/us-central1/apps/runs"
 RUNS = APP + "/evaluationRuns/"
@@ -162,11 +155,5 @@ def scenario(client: Any, emulator: Any) -> None:
     )
 
 
-def main(transport: str, targets: str, descriptor_set: str = "") -> int:
-    client, emulator = wiring(transport, targets, descriptor_set)
-    scenario(client, emulator)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:]))
+    main(lambda wired: scenario(wired.client, wired.emulator))
