@@ -98,11 +98,13 @@ def wiring(transport: str, targets: str, descriptor_set: str = "") -> tuple[Any,
     return RoundRobin(clients), RoundRobin(emulators)
 
 
-def refused(call: Any, kind: type[exceptions.GoogleAPICallError]) -> dict[str, Any]:
-    """What api_core parsed from the error of ``call()``, which must raise ``kind``."""
+def refused(call: Callable[[], object], kind: type[Exception]) -> dict[str, Any]:
+    """What api_core parsed from the error of ``call()``, which must raise ``kind`` (one of
+    api_core's exceptions, or a class the test computed, such as the transport's)."""
     try:
         call()
     except kind as error:
+        assert isinstance(error, exceptions.GoogleAPICallError), error
         return details_of(error)
     raise AssertionError(f"expected {kind.__name__}")
 

@@ -12,17 +12,9 @@ from google.api_core import exceptions
 
 # The scenarios run as scripts: their folder is on sys.path.
 from client_scenario import golden  # type: ignore[import-not-found]
-from harness import details_of, main, step  # type: ignore[import-not-found]
+from harness import main, refused, step  # type: ignore[import-not-found]
 
 ONE_SECOND = bytes(32_000)  # LINEAR16 at 16 kHz: 2 bytes a sample
-
-
-def _refused(call: Any, error: type[Exception]) -> dict[str, Any]:
-    try:
-        call()
-    except error as raised:
-        return details_of(raised)  # type: ignore[arg-type]
-    raise AssertionError(f"expected {error.__name__}")
 
 
 def scenario(client: Any, app: str, transport: str) -> None:
@@ -48,14 +40,14 @@ def scenario(client: Any, app: str, transport: str) -> None:
     )
     step(
         "not_linear16",
-        **_refused(
+        **refused(
             lambda: client.upload_evaluation_audio(name=evaluation.name, audio_content=wav_float),
             exceptions.BadRequest,  # gRPC's InvalidArgument is one
         ),
     )
     step(
         "too_large",
-        **_refused(
+        **refused(
             lambda: client.upload_evaluation_audio(
                 name=evaluation.name, audio_content=bytes(4 * 1024 * 1024 + 2)
             ),
@@ -75,7 +67,7 @@ def scenario(client: Any, app: str, transport: str) -> None:
     step("voice", bytes=len(voice.audio))
     step(
         "unknown_persona",
-        **_refused(
+        **refused(
             lambda: client.test_persona_voice(
                 request={"app": app, "persona_id": "pirate", "text": "Ahoy"}
             ),

@@ -22,7 +22,7 @@ from google.cloud import ces_v1beta
 from google.protobuf import field_mask_pb2, timestamp_pb2
 
 # The scenarios run as scripts: their folder is on sys.path.
-from harness import details_of, main, step  # type: ignore[import-not-found]
+from harness import main, refused, smallest_evaluation, step  # type: ignore[import-not-found]
 
 APP = "projects/resource-project/locations/us-central1/apps/resources"
 # Monday 2100-03-01 09:30 UTC: a schedule's first firing, whenever the scenario runs.
@@ -30,21 +30,10 @@ START = 4107576600
 
 
 def _golden_evaluation(client: Any, display_name: str, evaluation_id: str = "") -> str:
-    evaluation = client.create_evaluation(
-        parent=APP,
-        evaluation_id=evaluation_id,
-        evaluation=ces_v1beta.Evaluation(
-            display_name=display_name,
-            golden=ces_v1beta.Evaluation.Golden(
-                turns=[
-                    ces_v1beta.Evaluation.GoldenTurn(
-                        steps=[ces_v1beta.Evaluation.Step(user_input={"text": "hello"})]
-                    )
-                ]
-            ),
-        ),
+    created = client.create_evaluation(
+        parent=APP, evaluation_id=evaluation_id, evaluation=smallest_evaluation(display_name)
     )
-    return str(evaluation.name)
+    return str(created.name)
 
 
 @dataclass(frozen=True)
@@ -98,7 +87,7 @@ def _dataset_references(client: Any, made: dict[str, str], transport: str) -> No
     request = {"parent": APP, "filter": f'evaluation_datasets:"{dataset.name}"'}
     listed = list(client.list_evaluations(request=request))
     assert sorted(e.name for e in listed) == [e1, e2]
-    bad = _refused(
+    bad = refused(
         lambda: client.create_evaluation_dataset(
             parent=APP,
             evaluation_dataset=ces_v1beta.EvaluationDataset(
@@ -110,7 +99,7 @@ def _dataset_references(client: Any, made: dict[str, str], transport: str) -> No
     assert bad["violations"] == ["evaluation_dataset.evaluations[1]"], bad
     # FAILED_PRECONDITION is HTTP 400, which api_core maps to BadRequest over REST.
     in_use_error = exceptions.FailedPrecondition if transport == "grpc" else exceptions.BadRequest
-    in_use = _refused(lambda: client.delete_evaluation(name=e1), in_use_error)
+    in_use = refused(lambda: client.delete_evaluation(name=e1), in_use_error)
     assert in_use["reason"] == "EVALUATION_IN_USE", in_use
     client.delete_evaluation(request={"name": e1, "force": True})
     after = client.get_evaluation_dataset(name=dataset.name)
@@ -187,15 +176,6 @@ def _clear(message: Any, path: str) -> None:
     message.__class__.pb(message).ClearField(last)
 
 
-def _refused(call: Callable[[], object], error: type[Exception]) -> dict[str, Any]:
-    try:
-        call()
-    except error as raised:
-        assert isinstance(raised, exceptions.GoogleAPICallError)
-        return details_of(raised)
-    raise AssertionError(f"expected {error.__name__}")
-
-
 def scenario(client: Any, kind: Kind, transport: str) -> None:
     # Over REST api_core maps HTTP 409 (ABORTED and ALREADY_EXISTS alike) to Conflict.
     stale_error = exceptions.Aborted if transport == "grpc" else exceptions.Conflict
@@ -217,20 +197,20 @@ def scenario(client: Any, kind: Kind, transport: str) -> None:
     assigned = create(parent=APP, **{snake: body("Second")})
     assert assigned.name.startswith(APP + "/") and not assigned.name.endswith("/first")
     step("create_assigned_id", resource=assigned.name)
-    taken = _refused(
+    taken = refused(
         lambda: create(request={"parent": APP, f"{snake}_id": "first", snake: body("Other")}),
         exceptions.Conflict,
     )
     step("create_taken_id", **taken)
     if kind.unique_display_name:
-        clash = _refused(lambda: create(parent=APP, **{snake: body("First")}), exceptions.Conflict)
+        clash = refused(lambda: create(parent=APP, **{snake: body("First")}), exceptions.Conflict)
         step("create_taken_display_name", **clash)
     missing = body("Third")
     _clear(missing, kind.required)
-    invalid = _refused(lambda: create(parent=APP, **{snake: missing}), exceptions.BadRequest)
+    invalid = refused(lambda: create(parent=APP, **{snake: missing}), exceptions.BadRequest)
     assert f"{snake}.{kind.required}" in invalid["violations"], invalid
     step("create_missing_required", **invalid)
-    bad_id = _refused(
+    bad_id = refused(
         lambda: create(request={"parent": APP, f"{snake}_id": "Not An Id", snake: body("X")}),
         exceptions.BadRequest,
     )
@@ -238,7 +218,7 @@ def scenario(client: Any, kind: Kind, transport: str) -> None:
 
     got = get(name=first.name)
     assert got == first
-    absent = _refused(lambda: get(name=f"{first.name}-absent"), exceptions.NotFound)
+    absent = refused(lambda: get(name=f"{first.name}-absent"), exceptions.NotFound)
     step("get", **absent)
 
     pages = list(list_(request={"parent": APP, "page_size": 1}).pages)
@@ -252,7 +232,7 @@ def scenario(client: Any, kind: Kind, transport: str) -> None:
     if kind.matches_all is not None:
         every = list(list_(request={"parent": APP, "filter": kind.matches_all(made)}))
         assert sorted(item.name for item in every) == sorted(names), every
-    bad_filter = _refused(
+    bad_filter = refused(
         lambda: list(list_(request={"parent": APP, "filter": "no_such_field = 1"})),
         exceptions.BadRequest,
     )
@@ -266,25 +246,25 @@ def scenario(client: Any, kind: Kind, transport: str) -> None:
     assert updated.display_name == "First" and updated.etag != first.etag
     stale = ces_v1beta.__dict__[kind.message](name=first.name, etag=first.etag)
     _set(stale, path, value)
-    aborted = _refused(
+    aborted = refused(
         lambda: update(**{snake: stale, "update_mask": field_mask_pb2.FieldMask(paths=[path])}),
         stale_error,
     )
-    unknown = _refused(
+    unknown = refused(
         lambda: update(**{snake: change, "update_mask": field_mask_pb2.FieldMask(paths=["nope"])}),
         exceptions.BadRequest,
     )
     step("update", stale=aborted, unknown=unknown)
 
     if "etag" in type(first).meta.fields:
-        stale_delete = _refused(
+        stale_delete = refused(
             lambda: delete(request={"name": first.name, "etag": first.etag}),
             stale_error,
         )
         step("delete_stale", **stale_delete)
     delete(request={"name": first.name, "etag": updated.etag})
-    gone = _refused(lambda: get(name=first.name), exceptions.NotFound)
-    again = _refused(lambda: delete(name=first.name), exceptions.NotFound)
+    gone = refused(lambda: get(name=first.name), exceptions.NotFound)
+    again = refused(lambda: delete(name=first.name), exceptions.NotFound)
     step("delete", gone=gone, again=again)
     kind.own(client, made, transport)
 

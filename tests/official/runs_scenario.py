@@ -10,7 +10,6 @@ The command line, the wiring and the reports are harness.py's.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 from google.api_core import exceptions
@@ -18,7 +17,7 @@ from google.cloud import ces_v1beta
 from google.protobuf import empty_pb2
 
 # The scenarios run as scripts: their folder is on sys.path.
-from harness import details_of, main, step  # type: ignore[import-not-found]
+from harness import main, refused, smallest_evaluation, step  # type: ignore[import-not-found]
 
 APP = "projects/runs-project/locations/us-central1/apps/runs"
 RUNS = APP + "/evaluationRuns/"
@@ -28,29 +27,8 @@ Result = ces_v1beta.EvaluationResult
 
 def _evaluation(client: Any, display_name: str) -> str:
     return str(
-        client.create_evaluation(
-            parent=APP,
-            evaluation=ces_v1beta.Evaluation(
-                display_name=display_name,
-                golden=ces_v1beta.Evaluation.Golden(
-                    turns=[
-                        ces_v1beta.Evaluation.GoldenTurn(
-                            steps=[ces_v1beta.Evaluation.Step(user_input={"text": "hello"})]
-                        )
-                    ]
-                ),
-            ),
-        ).name
+        client.create_evaluation(parent=APP, evaluation=smallest_evaluation(display_name)).name
     )
-
-
-def _refused(call: Callable[[], object], error: type[Exception]) -> dict[str, Any]:
-    try:
-        call()
-    except error as raised:
-        assert isinstance(raised, exceptions.GoogleAPICallError)
-        return details_of(raised)
-    raise AssertionError(f"expected {error.__name__}")
 
 
 def scenario(client: Any, emulator: Any) -> None:
@@ -87,7 +65,7 @@ def scenario(client: Any, emulator: Any) -> None:
 
     got = client.get_evaluation_run(name=nightly.name)
     assert got == nightly and got.progress.passed_count == 2, got
-    absent = _refused(lambda: client.get_evaluation_run(name=RUNS + "absent"), exceptions.NotFound)
+    absent = refused(lambda: client.get_evaluation_run(name=RUNS + "absent"), exceptions.NotFound)
     step("get", state=Run.EvaluationRunState(got.state).name, **absent)
 
     pages = list(client.list_evaluation_runs(request={"parent": APP, "page_size": 1}).pages)
@@ -100,7 +78,7 @@ def scenario(client: Any, emulator: Any) -> None:
         request={"parent": APP, "filter": 'initiated_by = "ci@example.com" AND state = COMPLETED'}
     )
     assert [r.name for r in filtered] == [nightly.name]
-    bad_filter = _refused(
+    bad_filter = refused(
         lambda: list(client.list_evaluation_runs(request={"parent": APP, "filter": "nope = 1"})),
         exceptions.BadRequest,
     )
@@ -143,8 +121,8 @@ def scenario(client: Any, emulator: Any) -> None:
     first, second = client.get_evaluation(name=one), client.get_evaluation(name=two)
     assert list(first.evaluation_runs) == [manual.name], first.evaluation_runs
     assert list(second.evaluation_runs) == [], second.evaluation_runs
-    gone = _refused(lambda: client.get_evaluation_run(name=nightly.name), exceptions.NotFound)
-    again = _refused(lambda: client.delete_evaluation_run(name=nightly.name), exceptions.NotFound)
+    gone = refused(lambda: client.get_evaluation_run(name=nightly.name), exceptions.NotFound)
+    again = refused(lambda: client.delete_evaluation_run(name=nightly.name), exceptions.NotFound)
     step(
         "delete",
         metadata=type(deletion.metadata).__name__,
