@@ -23,10 +23,10 @@ import pytest
 
 from ces_eval.contract.limits import MAX_REQUEST_BYTES
 from ces_eval.testing.server import RunningServer, start_server
+from tests.support.mcp import ACCEPT
 from tests.support.official import run_script
 
 VICTIM = "projects/victim/locations/l/apps/a"
-ACCEPT = "application/json, text/event-stream"
 TOOLS_LIST = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
 PARTNER = "http://app.example:3000"
 PROXY = "ces.internal"

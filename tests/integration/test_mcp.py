@@ -20,9 +20,9 @@ from ces_eval.core.service import RPCS
 from ces_eval.surfaces import mcp_tools
 from ces_eval.surfaces.mcp_tools import build_server, tool_specs
 from ces_eval.testing.server import RunningServer, start_server
+from tests.support.mcp import ACCEPT, call_tool, tool_call
 
 APP = "projects/p/locations/l/apps/a"
-ACCEPT = "application/json, text/event-stream"
 
 EXPECTED_TOOLS = {
     "create_evaluation",
@@ -331,16 +331,7 @@ def test_initialize_handshake(server: RunningServer, version: str) -> None:
 
 def test_unknown_tool_is_a_protocol_error(server: RunningServer) -> None:
     with httpx.Client(base_url=server.http_base, timeout=30) as http:
-        response = http.post(
-            "/mcp",
-            headers={"accept": ACCEPT},
-            json={
-                "jsonrpc": "2.0",
-                "id": 7,
-                "method": "tools/call",
-                "params": {"name": "no_such_tool", "arguments": {}},
-            },
-        )
+        response = call_tool(http, "no_such_tool", {}, request_id=7)
     body = response.json()
     assert body["id"] == 7
     assert "result" not in body
@@ -354,15 +345,7 @@ def test_curl_request_of_the_reference_pages(server: RunningServer) -> None:
             "/mcp",
             headers={"content-type": "application/json", "accept": ACCEPT},
             content=json.dumps(
-                {
-                    "jsonrpc": "2.0",
-                    "id": 1,
-                    "method": "tools/call",
-                    "params": {
-                        "name": "list_evaluation_results",
-                        "arguments": {"parent": f"{APP}/evaluations/-"},
-                    },
-                }
+                tool_call("list_evaluation_results", {"parent": f"{APP}/evaluations/-"})
             ),
         )
         assert response.status_code == 200, response.text

@@ -29,6 +29,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
 )
 from ces_eval.testing.server import RunningServer, start_server
+from tests.support.mcp import call_tool
 from tests.support.official import run_script, targets
 
 APP = "projects/p/locations/l/apps/large"
@@ -37,7 +38,6 @@ TEXT = 200_000  # characters of one step: under the string limit
 NEAR = limits.MAX_RESOURCE_BYTES - 16 * 1024  # bytes of text in each stored evaluation
 OVER = limits.MAX_RESOURCE_BYTES + 1  # bytes of text in a create that must be refused
 COUNT = 6
-ACCEPT = "application/json, text/event-stream"
 
 
 def body(display_name: str, size: int) -> dict[str, Any]:
@@ -165,15 +165,8 @@ def test_a_create_over_the_bound_is_refused_on_every_surface(
                 found += [(v.field, v.reason) for v in bad_request.field_violations]
         assert found == [("evaluation", "TOO_LARGE")]
 
-    call = {
-        "name": "create_evaluation",
-        "arguments": {"parent": EMPTY, "evaluation": body("over mcp", OVER)},
-    }
-    mcp = http.post(
-        "/mcp",
-        json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call},
-        headers={"Accept": ACCEPT},
-    )
+    arguments = {"parent": EMPTY, "evaluation": body("over mcp", OVER)}
+    mcp = call_tool(http, "create_evaluation", arguments)
     assert mcp.status_code == 200, mcp.text[:2000]
     result = mcp.json()["result"]
     assert result["isError"] is True
