@@ -33,6 +33,7 @@ from ces_eval.contract import limits
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.testing.server import RunningServer
+from tests.support.errors import violations
 from tests.support.mcp import ACCEPT, tool_call
 from tests.support.stall import HEALTH_BOUND, probing
 
@@ -194,8 +195,7 @@ def valid_evaluation() -> dict[str, Any]:
 
 def _violations_of(error: dict[str, Any]) -> list[tuple[str, str]]:
     assert error["status"] == "INVALID_ARGUMENT", error
-    [bad_request] = [d for d in error["details"] if d["@type"].endswith("BadRequest")]
-    return [(v["field"], v.get("reason", "")) for v in bad_request["fieldViolations"]]
+    return violations(error)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from ces_eval.core.service import RPCS
 from ces_eval.surfaces import mcp_tools
 from ces_eval.surfaces.mcp_tools import build_server, tool_specs
 from ces_eval.testing.server import RunningServer, start_server
+from tests.support.errors import violation_fields
 from tests.support.mcp import ACCEPT, call_tool, tool_call
 
 APP = "projects/p/locations/l/apps/a"
@@ -124,13 +125,6 @@ def envelope_of(result: types.CallToolResult) -> dict[str, Any]:
     return error
 
 
-def violations(error: dict[str, Any]) -> list[str]:
-    for detail in error["details"]:
-        if detail["@type"] == "type.googleapis.com/google.rpc.BadRequest":
-            return [v["field"] for v in detail["fieldViolations"]]
-    return []
-
-
 class Checked:
     """Calls tools and checks every success against the tool's outputSchema."""
 
@@ -226,7 +220,7 @@ def test_run_evaluation_tool_reaches_its_method(server: RunningServer) -> None:
         refused = await call.error("run_evaluation", {"app": APP})
         assert (refused["code"], refused["status"]) == (400, "INVALID_ARGUMENT")
         assert refused["details"][0]["reason"] == "INVALID_ARGUMENT"
-        assert violations(refused) == ["evaluations"]
+        assert violation_fields(refused) == ["evaluations"]
 
     run_with_client(server, scenario)
 
@@ -257,14 +251,14 @@ def test_evaluation_lifecycle_and_errors(server: RunningServer, mode: str) -> No
         # (the proto3-JSON checks REST bodies get), a missing required field (the core's).
         bad = await call.error("get_evaluation", {"name": 5})
         assert (bad["code"], bad["status"]) == (400, "INVALID_ARGUMENT")
-        assert violations(bad) == ["name"]
+        assert violation_fields(bad) == ["name"]
         bad = await call.error("create_evaluation", {"evaluation": golden("x")})
         assert bad["status"] == "INVALID_ARGUMENT"
-        assert "parent" in violations(bad)
+        assert "parent" in violation_fields(bad)
         bad = await call.error("list_evaluations", {"parent": APP, "pageSize": "many"})
-        assert violations(bad) == ["page_size"]
+        assert violation_fields(bad) == ["page_size"]
         bad = await call.error("list_evaluations", {"parent": APP, "colour": "blue"})
-        assert violations(bad) == ["colour"]
+        assert violation_fields(bad) == ["colour"]
         assert "Unknown field 'colour'" in bad["message"]
         # Past the JSON types, the core's own validation answers the same way.
         bad = await call.error("get_evaluation", {"name": "not-a-resource-name"})
@@ -446,7 +440,7 @@ def test_import_audio_and_location_tools(server: RunningServer) -> None:
         uploaded = await call.ok("upload_evaluation_audio", {"name": name, "audioContent": audio})
         assert (uploaded["duration"], uploaded["transcript"]) == ("0.500s", "Hello")
         odd = await call.error("upload_evaluation_audio", {"name": name, "audioContent": "AA=="})
-        assert violations(odd) == ["audio_content"]
+        assert violation_fields(odd) == ["audio_content"]
         voice = await call.ok(
             "test_persona_voice", {"app": APP, "personaId": "default", "text": "Hi"}
         )

@@ -29,6 +29,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
 )
 from ces_eval.testing.server import RunningServer, start_server
+from tests.support.errors import violations
 from tests.support.mcp import call_tool
 from tests.support.official import run_script, targets
 
@@ -132,11 +133,6 @@ def test_a_rest_list_of_large_evaluations_is_one_budget_per_page(
     assert sorted(seen) == sorted(stored)
 
 
-def _violations(details: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    [bad_request] = [d for d in details if d["@type"].endswith("BadRequest")]
-    return [(v["field"], v.get("reason", "")) for v in bad_request["fieldViolations"]]
-
-
 def test_a_create_over_the_bound_is_refused_on_every_surface(
     server: RunningServer, http: httpx.Client
 ) -> None:
@@ -146,7 +142,7 @@ def test_a_create_over_the_bound_is_refused_on_every_surface(
     assert error["status"] == "INVALID_ARGUMENT"
     [info] = [d for d in error["details"] if d["@type"].endswith("ErrorInfo")]
     assert info["reason"] == "INVALID_ARGUMENT"
-    assert _violations(error["details"]) == [("evaluation", "TOO_LARGE")]
+    assert violations(error) == [("evaluation", "TOO_LARGE")]
 
     request = service_pb2.CreateEvaluationRequest(parent=EMPTY)
     json_format.ParseDict(body("over grpc", OVER), request.evaluation)
@@ -172,7 +168,7 @@ def test_a_create_over_the_bound_is_refused_on_every_surface(
     assert result["isError"] is True
     envelope = json.loads(result["content"][0]["text"])["error"]
     assert envelope["status"] == "INVALID_ARGUMENT"
-    assert _violations(envelope["details"]) == [("evaluation", "TOO_LARGE")]
+    assert violations(envelope) == [("evaluation", "TOO_LARGE")]
 
     listed = http.get(f"/v1beta/{EMPTY}/evaluations").json()
     assert listed.get("evaluations", []) == []
@@ -190,8 +186,6 @@ def test_an_import_over_the_bound_names_the_evaluation(http: httpx.Client) -> No
     content = base64.b64encode(json.dumps(document).encode()).decode()
     response = http.post(f"/emulator/v1/{EMPTY}:importEvaluations", json={"content": content})
     assert response.status_code == 400, response.text[:2000]
-    assert _violations(response.json()["error"]["details"]) == [
-        ("content.evaluations[1]", "TOO_LARGE")
-    ]
+    assert violations(response.json()["error"]) == [("content.evaluations[1]", "TOO_LARGE")]
     listed = http.get(f"/v1beta/{EMPTY}/evaluations").json()
     assert listed.get("evaluations", []) == []
