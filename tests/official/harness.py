@@ -10,7 +10,8 @@ into a private DescriptorPool. They run as scripts, so this folder is on their `
 A scenario's command line is ``SCRIPT TRANSPORT TARGETS DESCRIPTOR_SET [ARGUMENT ...]``:
 ``grpc HOST:PORT`` or ``rest http://HOST:PORT``, several comma-separated targets (replicas
 sharing one database) called in turn, one call each. It prints one JSON line per step
-(:func:`step`) and exits non-zero on the first failed assertion.
+(:func:`step`) and exits non-zero on the first failed assertion. The other scripts here (auth,
+wiring, large, unimplemented, dump_official) keep command lines of their own and borrow pieces.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from google.rpc import error_details_pb2
 
 
 def step(name: str, **facts: Any) -> None:
+    """Report what the client saw at one step: a JSON line, read back by name by the test."""
     print(json.dumps({"step": name, **facts}, default=str), flush=True)
 
 
