@@ -10,8 +10,9 @@ into a private DescriptorPool. They run as scripts, so this folder is on their `
 A scenario's command line is ``SCRIPT TRANSPORT TARGETS DESCRIPTOR_SET [ARGUMENT ...]``:
 ``grpc HOST:PORT`` or ``rest http://HOST:PORT``, several comma-separated targets (replicas
 sharing one database) called in turn, one call each. It prints one JSON line per step
-(:func:`step`) and exits non-zero on the first failed assertion. The other scripts here (auth,
-wiring, large, unimplemented, dump_official) keep command lines of their own and borrow pieces.
+(:func:`step`) and exits non-zero on the first failed assertion. The scripts auth, wiring, large
+and unimplemented keep command lines of their own and borrow the client and the smallest
+evaluation from here.
 """
 
 from __future__ import annotations
