@@ -9,11 +9,11 @@ BUF := node_modules/.bin/buf
 # it cannot share a process with our generated modules (GUIDE §2).
 OFFICIAL_CLIENT := google-cloud-ces==0.7.2
 
-.PHONY: setup postgres browser generate check-generated lint format typecheck unit test serve bench clean
+.PHONY: setup postgres browser generate check-generated lint format typecheck unit integration test serve bench clean
 
 # The development toolchain: .venv with the dev extras, the official client's .venv-client, and
-# node_modules (buf, the Node.js test client): what test, lint, typecheck, unit, generate and bench
-# need. serve needs none of it.
+# node_modules (buf, the Node.js test client): what test, lint, typecheck, unit, integration,
+# generate and bench need. serve needs none of it.
 setup: $(VENV)/.installed $(CLIENT_VENV)/.installed node_modules/.installed
 
 # Two stamps in one .venv: .installed-runtime (the package and its dependencies, what `make serve`
@@ -86,10 +86,18 @@ format: setup
 typecheck: setup build/typing/ces_eval/generated
 	$(VENV)/bin/mypy
 
-unit: setup build/third_party postgres browser
-	$(VENV)/bin/pytest
+# The tests, split by the markers tests/conftest.py gives each one (tests/README.md). unit: the
+# tests that need nothing but this process and .venv (no server subprocess, no database server,
+# no browser, no other program), in a few minutes. integration: all the others, which start the
+# real server, PostgreSQL (postgres), Chromium (browser), the official client (.venv-client, made
+# by setup), node with buf's staged imports (build/third_party), ...
+unit: setup
+	$(VENV)/bin/pytest -m unit
 
-test: check-generated lint typecheck unit
+integration: setup build/third_party postgres browser
+	$(VENV)/bin/pytest -m "not unit"
+
+test: check-generated lint typecheck unit integration
 
 serve: $(VENV)/.installed-runtime
 	$(VENV)/bin/ces-eval serve

@@ -34,13 +34,13 @@ from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as
 from ces_eval.surfaces.mcp_tools import tool_specs
 from ces_eval.testing.server import RunningServer, run_serve, start_server
 from tests.support.load import golden_evaluation
+from tests.support.mcp import ACCEPT, tool_call
 from tests.support.tokens import ADMIN, ALICE, BOB, READER, guarded_server
 
 PROJECT_A = "projects/proj-a"
 LOCATION_A = f"{PROJECT_A}/locations/us"
 APP_A = f"{LOCATION_A}/apps/app"
 APP_B = "projects/proj-b/locations/us/apps/app"
-ACCEPT = "application/json, text/event-stream"
 _VARIABLE = re.compile(r"\{([a-z_.]+)=([^}]*)\}")
 
 
@@ -385,15 +385,6 @@ def _mcp(http: httpx.Client, token: str | None, body: dict[str, Any]) -> httpx.R
     return http.post("/mcp", headers=headers, json=body)
 
 
-def _tool_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "tools/call",
-        "params": {"name": name, "arguments": arguments},
-    }
-
-
 def test_mcp_refuses_every_tool_on_a_foreign_project(server: RunningServer, owned: Owned) -> None:
     messages: dict[str, str] = {}
     with httpx.Client(base_url=server.http_base, timeout=30) as http:
@@ -401,7 +392,7 @@ def test_mcp_refuses_every_tool_on_a_foreign_project(server: RunningServer, owne
             for missing in (False, True):
                 arguments = json_format.MessageToDict(_request(spec.method, owned, missing=missing))
                 arguments["notAField"] = 1  # schema-invalid: authorization answers first
-                response = _mcp(http, BOB, _tool_call(name, arguments))
+                response = _mcp(http, BOB, tool_call(name, arguments))
                 assert response.status_code == 200, response.text
                 result = response.json()["result"]
                 assert result["isError"] is True, (name, result)
@@ -518,7 +509,7 @@ def test_read_only_tokens_read_but_never_write(server: RunningServer, owned: Own
         response = http.get(f"/v1beta/{owned.evaluation.name}", params={"access_token": READER})
         assert response.status_code == 200, response.text
         response = _mcp(
-            http, READER, _tool_call("delete_evaluation", {"name": owned.evaluation.name})
+            http, READER, tool_call("delete_evaluation", {"name": owned.evaluation.name})
         )
         error = json.loads(response.json()["result"]["content"][0]["text"])["error"]
         assert error["status"] == "PERMISSION_DENIED"
@@ -622,7 +613,7 @@ def test_admin_and_owner_work_on_all_three_surfaces(server: RunningServer, owned
             )
             assert response.status_code == 200, response.text
             response = _mcp(
-                http, token, _tool_call("get_evaluation", {"name": owned.evaluation.name})
+                http, token, tool_call("get_evaluation", {"name": owned.evaluation.name})
             )
             result = response.json()["result"]
             assert result["isError"] is False, result

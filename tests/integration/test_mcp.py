@@ -20,9 +20,10 @@ from ces_eval.core.service import RPCS
 from ces_eval.surfaces import mcp_tools
 from ces_eval.surfaces.mcp_tools import build_server, tool_specs
 from ces_eval.testing.server import RunningServer, start_server
+from tests.support.errors import violation_fields
+from tests.support.mcp import ACCEPT, call_tool, tool_call
 
 APP = "projects/p/locations/l/apps/a"
-ACCEPT = "application/json, text/event-stream"
 
 EXPECTED_TOOLS = {
     "create_evaluation",
@@ -124,13 +125,6 @@ def envelope_of(result: types.CallToolResult) -> dict[str, Any]:
     return error
 
 
-def violations(error: dict[str, Any]) -> list[str]:
-    for detail in error["details"]:
-        if detail["@type"] == "type.googleapis.com/google.rpc.BadRequest":
-            return [v["field"] for v in detail["fieldViolations"]]
-    return []
-
-
 class Checked:
     """Calls tools and checks every success against the tool's outputSchema."""
 
@@ -226,7 +220,7 @@ def test_run_evaluation_tool_reaches_its_method(server: RunningServer) -> None:
         refused = await call.error("run_evaluation", {"app": APP})
         assert (refused["code"], refused["status"]) == (400, "INVALID_ARGUMENT")
         assert refused["details"][0]["reason"] == "INVALID_ARGUMENT"
-        assert violations(refused) == ["evaluations"]
+        assert violation_fields(refused) == ["evaluations"]
 
     run_with_client(server, scenario)
 
@@ -257,14 +251,14 @@ def test_evaluation_lifecycle_and_errors(server: RunningServer, mode: str) -> No
         # (the proto3-JSON checks REST bodies get), a missing required field (the core's).
         bad = await call.error("get_evaluation", {"name": 5})
         assert (bad["code"], bad["status"]) == (400, "INVALID_ARGUMENT")
-        assert violations(bad) == ["name"]
+        assert violation_fields(bad) == ["name"]
         bad = await call.error("create_evaluation", {"evaluation": golden("x")})
         assert bad["status"] == "INVALID_ARGUMENT"
-        assert "parent" in violations(bad)
+        assert "parent" in violation_fields(bad)
         bad = await call.error("list_evaluations", {"parent": APP, "pageSize": "many"})
-        assert violations(bad) == ["page_size"]
+        assert violation_fields(bad) == ["page_size"]
         bad = await call.error("list_evaluations", {"parent": APP, "colour": "blue"})
-        assert violations(bad) == ["colour"]
+        assert violation_fields(bad) == ["colour"]
         assert "Unknown field 'colour'" in bad["message"]
         # Past the JSON types, the core's own validation answers the same way.
         bad = await call.error("get_evaluation", {"name": "not-a-resource-name"})
@@ -331,16 +325,7 @@ def test_initialize_handshake(server: RunningServer, version: str) -> None:
 
 def test_unknown_tool_is_a_protocol_error(server: RunningServer) -> None:
     with httpx.Client(base_url=server.http_base, timeout=30) as http:
-        response = http.post(
-            "/mcp",
-            headers={"accept": ACCEPT},
-            json={
-                "jsonrpc": "2.0",
-                "id": 7,
-                "method": "tools/call",
-                "params": {"name": "no_such_tool", "arguments": {}},
-            },
-        )
+        response = call_tool(http, "no_such_tool", {}, request_id=7)
     body = response.json()
     assert body["id"] == 7
     assert "result" not in body
@@ -354,15 +339,7 @@ def test_curl_request_of_the_reference_pages(server: RunningServer) -> None:
             "/mcp",
             headers={"content-type": "application/json", "accept": ACCEPT},
             content=json.dumps(
-                {
-                    "jsonrpc": "2.0",
-                    "id": 1,
-                    "method": "tools/call",
-                    "params": {
-                        "name": "list_evaluation_results",
-                        "arguments": {"parent": f"{APP}/evaluations/-"},
-                    },
-                }
+                tool_call("list_evaluation_results", {"parent": f"{APP}/evaluations/-"})
             ),
         )
         assert response.status_code == 200, response.text
@@ -463,7 +440,7 @@ def test_import_audio_and_location_tools(server: RunningServer) -> None:
         uploaded = await call.ok("upload_evaluation_audio", {"name": name, "audioContent": audio})
         assert (uploaded["duration"], uploaded["transcript"]) == ("0.500s", "Hello")
         odd = await call.error("upload_evaluation_audio", {"name": name, "audioContent": "AA=="})
-        assert violations(odd) == ["audio_content"]
+        assert violation_fields(odd) == ["audio_content"]
         voice = await call.ok(
             "test_persona_voice", {"app": APP, "personaId": "default", "text": "Hi"}
         )

@@ -4,13 +4,10 @@ real server."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-
 import pytest
 
 from ces_eval.testing.server import RunningServer
-from tests.support import contract
+from tests.support.official import run_official
 
 pytestmark = pytest.mark.external
 
@@ -23,22 +20,7 @@ STEPS = {"create", "create_assigned_id", "create_taken_id", "get", "list", "upda
 def test_standard_methods_through_the_official_client(
     server: RunningServer, kind: str, transport: str
 ) -> None:
-    target = server.grpc_target if transport == "grpc" else server.http_base
-    completed = subprocess.run(
-        [
-            str(contract.CLIENT_PYTHON),
-            str(contract.ROOT / "tests" / "official" / "resource_scenario.py"),
-            kind,
-            transport,
-            target,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stdout + completed.stderr + server.output()
-    steps = {s.pop("step"): s for s in map(json.loads, completed.stdout.splitlines())}
+    steps = run_official("resource_scenario.py", [server], transport, kind)
     assert set(steps) >= STEPS
     assert steps["create_taken_id"]["reason"] == "RESOURCE_ALREADY_EXISTS"
     assert steps["get"]["domain"] == "ces.googleapis.com"
