@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "UNCONDITIONAL_ATTEMPTS",
     "Resource",
+    "StandardMethod",
     "Store",
     "create",
     "delete",
@@ -677,21 +678,26 @@ def _output(rpc: str) -> type[Message]:
     return message_factory.GetMessageClass(method.output_type)
 
 
-def _bound(resource: Resource[Any], verb: str, rpc: str) -> Rpc:
-    """The standard method ``verb`` of ``resource`` as the implementation of RPC ``rpc``."""
+@dataclass(frozen=True)
+class StandardMethod:
+    """The standard method ``verb`` of ``resource`` as the implementation of RPC ``rpc``: an
+    ``Rpc`` that names the resource it serves (the core's service lists its resources so)."""
 
-    async def call(context: Context, request: Any, caller: Caller) -> Response:  # noqa: ANN401 - the RPC's own request type
+    resource: Resource[Any]
+    verb: str
+    rpc: str
+
+    async def __call__(self, context: Context, request: Any, caller: Caller) -> Response:  # noqa: ANN401 - the RPC's own request type
+        resource, verb = self.resource, self.verb
         if verb == "Get":
             return await _get_rpc(context, resource, request.name)
         if verb == "List":
-            return await list_page(context, resource, request, _output(rpc)())
+            return await list_page(context, resource, request, _output(self.rpc)())
         if verb == "Create":
             return cast("Message", await create(context, resource, request, caller))
         if verb == "Update":
             return cast("Message", await update(context, resource, request, caller))
         return await delete(context, resource, request)
-
-    return call
 
 
 def methods(resource: Resource[Any], *verbs: str) -> dict[str, Rpc]:
@@ -704,5 +710,5 @@ def methods(resource: Resource[Any], *verbs: str) -> dict[str, Rpc]:
         if verb not in {"Get", "List", "Create", "Update", "Delete"}:
             raise ValueError(f"{verb!r} is not a standard method")
         rpc = f"{verb}{kind}s" if verb == "List" else f"{verb}{kind}"
-        found[rpc] = _bound(resource, verb, rpc)
+        found[rpc] = StandardMethod(resource, verb, rpc)
     return found
