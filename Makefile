@@ -55,7 +55,8 @@ build/third_party: $(VENV)/.installed
 # generated/ from protos/: `buf generate` (buf.gen.yaml) plus tools/generate.py's own steps (import
 # rewriting, descriptor set, official routes, OpenAPI document, MCP tool schemas), then README's
 # methods table (tools/readme_methods.py). check-generated regenerates into a temporary folder and
-# fails naming every file that differs from the commit (and a stale methods table).
+# fails naming every file that differs from the commit (and a stale methods table, a declared table
+# without its migrations).
 generate: setup
 	$(PY) tools/generate.py --client-python $(CLIENT_VENV)/bin/python
 	$(PY) tools/readme_methods.py
@@ -63,6 +64,7 @@ generate: setup
 check-generated: setup
 	$(PY) tools/generate.py --check --client-python $(CLIENT_VENV)/bin/python
 	$(PY) tools/readme_methods.py --check
+	$(PY) tools/migrations.py --check
 
 # The SQLite and PostgreSQL migrations of declared tables that none creates yet (tools/migrations.py,
 # ces_eval.storage.schema); committed migrations are never rewritten. tests/contract/test_migrations.py

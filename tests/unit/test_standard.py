@@ -21,6 +21,7 @@ from ces_eval.contract.encoded import Encoded, message_of
 from ces_eval.core import names, standard
 from ces_eval.core.datasets import DATASETS
 from ces_eval.core.evaluations import EVALUATIONS
+from ces_eval.core.expectations import EXPECTATIONS
 from ces_eval.core.results import RESULTS
 from ces_eval.core.service import RESOURCES, RPCS, implements
 from ces_eval.errors import Code, ServiceError
@@ -184,6 +185,19 @@ def test_every_resource_is_declared_once_and_parents_come_first() -> None:
         if resource.parent_resource is not None:
             assert resource.parent_resource in RESOURCES[:index]
             assert resource.parent == resource.parent_resource.pattern
+
+
+def test_a_resource_without_rules_of_its_own_has_the_descriptors() -> None:
+    plain = standard.Resource(
+        message=evaluation_pb2.EvaluationExpectation,
+        parent=names.APP,
+        store=EXPECTATIONS.store,
+    )
+    assert plain.rules is standard.descriptor_rules
+    violations = plain.rules(evaluation_pb2.EvaluationExpectation(), "expectation", {})
+    assert [(v.field, v.description) for v in violations] == [
+        ("expectation.display_name", "Required.")
+    ]
 
 
 def test_the_registry_holds_only_rpcs_the_descriptors_declare() -> None:

@@ -58,6 +58,7 @@ __all__ = [
     "Store",
     "create",
     "delete",
+    "descriptor_rules",
     "existing",
     "filter_error",
     "get",
@@ -123,10 +124,18 @@ class Store(Generic[M]):
 Rules = Callable[[M, str, dict[str, str]], list[FieldViolation]]
 
 
+def descriptor_rules(message: Message, path: str, parts: dict[str, str]) -> list[FieldViolation]:
+    """The rules of a resource without rules of its own: its descriptors' field behaviours
+    and the request limits (:func:`ces_eval.core.validation.resource_violations`)."""
+    return validation.resource_violations(message, path)
+
+
 @dataclass(frozen=True)
 class Resource(Generic[M]):
     """One resource's declaration (see the module's docstring).
 
+    ``rules`` are the field rules of what a caller writes (the descriptors' alone unless it
+    has rules of its own: :func:`descriptor_rules`).
     ``parent`` is the pattern of its parent's name; ``parent_resource`` the parent's
     declaration when the parent is stored here, so that a create or a list of a missing parent
     is NOT_FOUND (an App is not stored: its evaluations need no App). ``list_across`` admits the
@@ -147,7 +156,7 @@ class Resource(Generic[M]):
     message: type[M]
     parent: names.ResourcePattern
     store: Store[M]
-    rules: Rules[M]
+    rules: Rules[M] = descriptor_rules
     parent_resource: Resource[Any] | None = None
     list_across: bool = False
     filters: tuple[str, ...] = ("filter",)
