@@ -27,7 +27,8 @@ from google.rpc import error_details_pb2, status_pb2
 
 from ces_eval.access import method_access
 from ces_eval.contract import schema
-from ces_eval.core.service import implements
+from ces_eval.core.aip.standard import StandardMethod
+from ces_eval.core.service import RPCS, implements
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import conversation_pb2, evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
@@ -50,7 +51,8 @@ class Owned:
     evaluation: evaluation_pb2.Evaluation
     result: evaluation_pb2.EvaluationResult
     operation: operations_pb2.Operation
-    # The other resources alice created (an expectation, a scheduled run, ...).
+    # The other resources alice created (an expectation, a scheduled run, ...; an evaluation
+    # run and any resource without a seed of its own as _seed_the_rest makes them).
     others: list[Message]
 
     def names(self) -> list[str]:
@@ -217,14 +219,6 @@ def owned(server: RunningServer) -> Owned:
             ),
             ALICE,
         ),
-        _call(
-            server,
-            _method("CreateEvaluationRun"),
-            emulator_pb2.CreateEvaluationRunRequest(
-                parent=APP_A, evaluation_run=evaluation_pb2.EvaluationRun(display_name="alice's")
-            ),
-            ALICE,
-        ),
     ]
     schedule = evaluation_pb2.ScheduledEvaluationRun(display_name="alice's nightly")
     schedule.request.app = APP_A
@@ -241,7 +235,31 @@ def owned(server: RunningServer) -> Owned:
             ALICE,
         )
     )
+    _seed_the_rest(server, found)
     return found
+
+
+def _seed_the_rest(server: RunningServer, found: Owned) -> None:
+    """One of every other resource a standard Create serves, built from its declaration alone
+    (a display name where it has one), under alice's resource of its parent's shape: the
+    denials cover its methods too without a line here."""
+    seeded = {found.evaluation.DESCRIPTOR, found.result.DESCRIPTOR}
+    seeded |= {other.DESCRIPTOR for other in found.others}
+    for path, rpc in RPCS.items():
+        if not isinstance(rpc, StandardMethod) or rpc.verb != "Create":
+            continue
+        resource = rpc.resource
+        if resource.message.DESCRIPTOR in seeded:
+            continue
+        body = resource.message()
+        if "display_name" in resource.fields:
+            setattr(body, "display_name", "alice's")  # noqa: B010 - the field is found by name
+        method = schema.methods()[path]
+        parent = _name_for(re.sub(r"\{[^}]+\}", "*", resource.parent.pattern), found, missing=False)
+        request = message_factory.GetMessageClass(method.input_type)(parent=parent)
+        getattr(request, resource.field).CopyFrom(body)
+        found.others.append(_call(server, method, request, ALICE))
+        seeded.add(resource.message.DESCRIPTOR)
 
 
 def _name_for(pattern: str, owned: Owned, *, missing: bool) -> str:
