@@ -9,11 +9,11 @@ BUF := node_modules/.bin/buf
 # it cannot share a process with our generated modules (GUIDE §2).
 OFFICIAL_CLIENT := google-cloud-ces==0.7.2
 
-.PHONY: setup postgres browser generate check-generated lint format typecheck unit test serve bench clean
+.PHONY: setup postgres browser generate check-generated migrations lint format typecheck unit integration test serve bench clean
 
 # The development toolchain: .venv with the dev extras, the official client's .venv-client, and
-# node_modules (buf, the Node.js test client): what test, lint, typecheck, unit, generate and bench
-# need. serve needs none of it.
+# node_modules (buf, the Node.js test client): what test, lint, typecheck, unit, integration,
+# generate and bench need. serve needs none of it.
 setup: $(VENV)/.installed $(CLIENT_VENV)/.installed node_modules/.installed
 
 # Two stamps in one .venv: .installed-runtime (the package and its dependencies, what `make serve`
@@ -53,13 +53,24 @@ build/third_party: $(VENV)/.installed
 	$(PY) tools/stage_protos.py build/third_party
 
 # generated/ from protos/: `buf generate` (buf.gen.yaml) plus tools/generate.py's own steps (import
-# rewriting, descriptor set, official routes, OpenAPI document, MCP tool schemas). check-generated
-# regenerates into a temporary folder and fails naming every file that differs from the commit.
+# rewriting, descriptor set, official routes, OpenAPI document, MCP tool schemas), then README's
+# methods table (tools/readme_methods.py). check-generated regenerates into a temporary folder and
+# fails naming every file that differs from the commit (and a stale methods table, a declared table
+# without its migrations).
 generate: setup
 	$(PY) tools/generate.py --client-python $(CLIENT_VENV)/bin/python
+	$(PY) tools/readme_methods.py
 
 check-generated: setup
 	$(PY) tools/generate.py --check --client-python $(CLIENT_VENV)/bin/python
+	$(PY) tools/readme_methods.py --check
+	$(PY) tools/migrations.py --check
+
+# The SQLite and PostgreSQL migrations of declared tables that none creates yet (tools/migrations.py,
+# ces_eval.storage.schema); committed migrations are never rewritten. tests/contract/test_migrations.py
+# fails while one is missing or the migrations and the declarations disagree.
+migrations: $(VENV)/.installed
+	$(PY) tools/migrations.py
 
 # mypy finds modules by path and does not follow the editable install's import hook, which maps
 # ces_eval.generated to generated/ (pyproject.toml): it reads the stubs through this link instead
@@ -86,10 +97,18 @@ format: setup
 typecheck: setup build/typing/ces_eval/generated
 	$(VENV)/bin/mypy
 
-unit: setup build/third_party postgres browser
-	$(VENV)/bin/pytest
+# The tests, split by the markers tests/conftest.py gives each one (tests/README.md). unit: the
+# tests that need nothing but this process and .venv (no server subprocess, no database server,
+# no browser, no other program), in a few minutes. integration: all the others, which start the
+# real server, PostgreSQL (postgres), Chromium (browser), the official client (.venv-client, made
+# by setup), node with buf's staged imports (build/third_party), ...
+unit: setup
+	$(VENV)/bin/pytest -m unit
 
-test: check-generated lint typecheck unit
+integration: setup build/third_party postgres browser
+	$(VENV)/bin/pytest -m "not unit"
+
+test: check-generated lint typecheck unit integration
 
 serve: $(VENV)/.installed-runtime
 	$(VENV)/bin/ces-eval serve

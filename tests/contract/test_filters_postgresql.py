@@ -1,12 +1,11 @@
 """AIP-160 filters compiled for PostgreSQL and run on a real PostgreSQL server.
 
-The same table, behavioural cases and hypothesis model as tests/unit/test_filtering.py (which runs
+The same tables, behavioural cases and hypothesis model as tests/unit/test_filtering.py (which runs
 them on SQLite): both backends must select exactly the same rows for every filter.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 
 import psycopg
@@ -17,11 +16,12 @@ from ces_eval.filtering import POSTGRESQL, Expr, Not, compile_filter, parse
 from tests.support.postgres import PostgresCluster
 from tests.unit.test_filtering import (
     ALL,
+    EVALS,
     FIELDS,
     MATCH_CASES,
+    NAMES,
     REFERENCE_CASES,
     REFERENCE_FIELDS,
-    REFERENCE_ROWS,
     ROWS,
     assert_structural,
     model,
@@ -35,27 +35,9 @@ Connection = psycopg.Connection[tuple[object, ...]]
 def database(postgres_cluster: PostgresCluster) -> Iterator[Connection]:
     url = postgres_cluster.create_database()
     connection: Connection = psycopg.connect(url, autocommit=True)
-    connection.execute(
-        'CREATE TABLE evals (name TEXT COLLATE "C" NOT NULL, display TEXT COLLATE "C" NOT NULL, '
-        "state INTEGER NOT NULL, created BIGINT, turns BIGINT NOT NULL, done BOOLEAN NOT NULL, "
-        "tags JSONB NOT NULL)"
-    )
+    connection.execute(EVALS.create(POSTGRESQL))
     with connection.cursor() as cursor:
-        cursor.executemany(
-            "INSERT INTO evals VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb)",
-            [
-                (
-                    row["id"],
-                    row["display"],
-                    row["state"],
-                    row["created"],
-                    row["turns"],
-                    row["done"],
-                    json.dumps(row["tags"]),
-                )
-                for row in ROWS
-            ],
-        )
+        cursor.executemany(*EVALS.insert(POSTGRESQL))
     yield connection
     connection.close()
     postgres_cluster.drop_database(url)
@@ -94,12 +76,9 @@ def test_resource_names_match_by_name_or_id_on_postgresql(
     database: Connection, text: str, expected: set[str]
 ) -> None:
     with database.transaction(force_rollback=True):
-        database.execute('CREATE TABLE names (name TEXT, ref TEXT COLLATE "C", refs JSONB)')
+        database.execute(NAMES.create(POSTGRESQL))
         with database.cursor() as cursor:
-            cursor.executemany(
-                "INSERT INTO names VALUES (%s, %s, %s::jsonb)",
-                [(key, ref, json.dumps(refs)) for key, (ref, refs) in REFERENCE_ROWS.items()],
-            )
+            cursor.executemany(*NAMES.insert(POSTGRESQL))
         sql, params = compile_filter(parse(text), REFERENCE_FIELDS, POSTGRESQL)
         statement = f"SELECT name FROM names WHERE {sql}"  # noqa: S608 - under test
         rows = database.execute(statement.encode(), params).fetchall()

@@ -9,6 +9,7 @@ and every filter column must filter.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 from google.protobuf import descriptor
 from google.protobuf.message import Message
 
+import ces_eval.core.service  # noqa: F401 - every resource module, so every declared table
 from ces_eval import filtering
 from ces_eval.storage.base import (
     Conflict,
@@ -28,7 +30,7 @@ from ces_eval.storage.base import (
     SortKey,
     Storage,
 )
-from ces_eval.storage.tables import RUNS, SCHEDULED_RUNS, TABLES, Table, by_collection
+from ces_eval.storage.tables import RUNS, SCHEDULED_RUNS, TABLES, Table, by_collection, declare
 from tests.contract.test_storage import storage_factory, ts
 
 APP = "projects/p1/locations/l/apps/a"
@@ -132,6 +134,19 @@ def test_every_declared_resource_has_a_table() -> None:
     for table in TABLES:
         assert by_collection(f"{APP}/{collection(table)}/x") is table
     assert by_collection(f"{APP}/evaluations/x") is None
+
+
+def test_a_table_is_declared_once() -> None:
+    """A second declaration of a table's name or of its resource's collection is refused."""
+    before = list(TABLES)
+    for twice in (
+        dataclasses.replace(RUNS),
+        dataclasses.replace(RUNS, name="other_runs"),
+        dataclasses.replace(SCHEDULED_RUNS, message=RUNS.message),  # evaluationRuns again
+    ):
+        with pytest.raises(ValueError, match="declared twice"):
+            declare(twice)
+    assert before == TABLES
 
 
 def test_insert_get_and_missing(make_storage: Callable[[], Storage], table: Table[Message]) -> None:

@@ -10,6 +10,7 @@ import pytest
 from ces_eval.contract import schema
 from ces_eval.methods import SERVED, markdown_table
 from tests.support import contract
+from tests.support.standard_routes import standard_routes
 
 pytestmark = pytest.mark.integration  # runs the ces-eval program as a subprocess
 
@@ -24,25 +25,9 @@ def _ces_eval(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+# The emulator's bindings: its custom methods' written out by hand, its standard methods' as
+# AIP-127 and AIP-131..135 spell them from each resource's name pattern.
 EMULATOR_BINDINGS = {
-    "POST /emulator/v1/{parent=projects/*/locations/*/apps/*/evaluations/*}/results "
-    "ces_eval.emulator.v1.EmulatorService.CreateEvaluationResult",
-    "POST /emulator/v1/{parent=projects/*/locations/*/apps/*}/evaluationRuns "
-    "ces_eval.emulator.v1.EmulatorService.CreateEvaluationRun",
-    "POST /emulator/v1/{parent=projects/*/locations/*/apps/*}/conversations "
-    "ces_eval.emulator.v1.EmulatorService.CreateConversation",
-    "GET /emulator/v1/{name=projects/*/locations/*/apps/*/conversations/*} "
-    "ces_eval.emulator.v1.EmulatorService.GetConversation",
-    "GET /emulator/v1/{parent=projects/*/locations/*/apps/*}/conversations "
-    "ces_eval.emulator.v1.EmulatorService.ListConversations",
-    "POST /emulator/v1/{parent=projects/*/locations/*/apps/*}/outcomeRules "
-    "ces_eval.emulator.v1.EmulatorService.CreateOutcomeRule",
-    "GET /emulator/v1/{name=projects/*/locations/*/apps/*/outcomeRules/*} "
-    "ces_eval.emulator.v1.EmulatorService.GetOutcomeRule",
-    "GET /emulator/v1/{parent=projects/*/locations/*/apps/*}/outcomeRules "
-    "ces_eval.emulator.v1.EmulatorService.ListOutcomeRules",
-    "DELETE /emulator/v1/{name=projects/*/locations/*/apps/*/outcomeRules/*} "
-    "ces_eval.emulator.v1.EmulatorService.DeleteOutcomeRule",
     "POST /emulator/v1/{name=projects/*/locations/*/apps/*/outcomeRules/*}:release "
     "ces_eval.emulator.v1.EmulatorService.ReleaseOutcomeRule",
     "POST /emulator/v1/{name=projects/*}:reset ces_eval.emulator.v1.EmulatorService.ResetProject",
@@ -57,6 +42,11 @@ EMULATOR_BINDINGS = {
     "ces_eval.emulator.v1.EmulatorService.GetAgentEndpoint",
     "PATCH /emulator/v1/{agent_endpoint.name=projects/*/locations/*/apps/*/agentEndpoint} "
     "ces_eval.emulator.v1.EmulatorService.UpdateAgentEndpoint",
+    *(
+        f"{route.verb} {route.template} ces_eval.emulator.v1.EmulatorService.{route.rpc}"
+        for route in standard_routes()
+        if route.service == "EmulatorService"
+    ),
 }
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -63,9 +65,20 @@ def readme_rows() -> list[Row]:
 
 def test_readme_table_is_the_generated_table() -> None:
     assert readme_table() == markdown_table(), (
-        "README's methods table is stale: paste ces_eval.methods.markdown_table() "
-        "(ces-eval describe --markdown) between the markers"
+        "README's methods table is stale: make generate writes it (tools/readme_methods.py: "
+        "ces_eval.methods.markdown_table() between the markers)"
     )
+
+
+def test_the_writer_of_the_table_finds_it_current() -> None:
+    done = subprocess.run(
+        [sys.executable, str(contract.ROOT / "tools" / "readme_methods.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
 
 
 def grpc_code(channel: grpc.Channel, path: str) -> grpc.StatusCode:

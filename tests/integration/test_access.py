@@ -27,20 +27,21 @@ from google.rpc import error_details_pb2, status_pb2
 
 from ces_eval.access import method_access
 from ces_eval.contract import schema
-from ces_eval.core.service import implements
+from ces_eval.core.aip.standard import StandardMethod
+from ces_eval.core.service import RPCS, implements
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import conversation_pb2, evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.surfaces.mcp_tools import tool_specs
 from ces_eval.testing.server import RunningServer, run_serve, start_server
 from tests.support.load import golden_evaluation
+from tests.support.mcp import ACCEPT, tool_call
 from tests.support.tokens import ADMIN, ALICE, BOB, READER, guarded_server
 
 PROJECT_A = "projects/proj-a"
 LOCATION_A = f"{PROJECT_A}/locations/us"
 APP_A = f"{LOCATION_A}/apps/app"
 APP_B = "projects/proj-b/locations/us/apps/app"
-ACCEPT = "application/json, text/event-stream"
 _VARIABLE = re.compile(r"\{([a-z_.]+)=([^}]*)\}")
 
 
@@ -50,7 +51,8 @@ class Owned:
     evaluation: evaluation_pb2.Evaluation
     result: evaluation_pb2.EvaluationResult
     operation: operations_pb2.Operation
-    # The other resources alice created (an expectation, a scheduled run, ...).
+    # The other resources alice created (an expectation, a scheduled run, ...; an evaluation
+    # run and any resource without a seed of its own as _seed_the_rest makes them).
     others: list[Message]
 
     def names(self) -> list[str]:
@@ -217,14 +219,6 @@ def owned(server: RunningServer) -> Owned:
             ),
             ALICE,
         ),
-        _call(
-            server,
-            _method("CreateEvaluationRun"),
-            emulator_pb2.CreateEvaluationRunRequest(
-                parent=APP_A, evaluation_run=evaluation_pb2.EvaluationRun(display_name="alice's")
-            ),
-            ALICE,
-        ),
     ]
     schedule = evaluation_pb2.ScheduledEvaluationRun(display_name="alice's nightly")
     schedule.request.app = APP_A
@@ -241,7 +235,31 @@ def owned(server: RunningServer) -> Owned:
             ALICE,
         )
     )
+    _seed_the_rest(server, found)
     return found
+
+
+def _seed_the_rest(server: RunningServer, found: Owned) -> None:
+    """One of every other resource a standard Create serves, built from its declaration alone
+    (a display name where it has one), under alice's resource of its parent's shape: the
+    denials cover its methods too without a line here."""
+    seeded = {found.evaluation.DESCRIPTOR, found.result.DESCRIPTOR}
+    seeded |= {other.DESCRIPTOR for other in found.others}
+    for path, rpc in RPCS.items():
+        if not isinstance(rpc, StandardMethod) or rpc.verb != "Create":
+            continue
+        resource = rpc.resource
+        if resource.message.DESCRIPTOR in seeded:
+            continue
+        body = resource.message()
+        if "display_name" in resource.fields:
+            setattr(body, "display_name", "alice's")  # noqa: B010 - the field is found by name
+        method = schema.methods()[path]
+        parent = _name_for(re.sub(r"\{[^}]+\}", "*", resource.parent.pattern), found, missing=False)
+        request = message_factory.GetMessageClass(method.input_type)(parent=parent)
+        getattr(request, resource.field).CopyFrom(body)
+        found.others.append(_call(server, method, request, ALICE))
+        seeded.add(resource.message.DESCRIPTOR)
 
 
 def _name_for(pattern: str, owned: Owned, *, missing: bool) -> str:
@@ -385,15 +403,6 @@ def _mcp(http: httpx.Client, token: str | None, body: dict[str, Any]) -> httpx.R
     return http.post("/mcp", headers=headers, json=body)
 
 
-def _tool_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "tools/call",
-        "params": {"name": name, "arguments": arguments},
-    }
-
-
 def test_mcp_refuses_every_tool_on_a_foreign_project(server: RunningServer, owned: Owned) -> None:
     messages: dict[str, str] = {}
     with httpx.Client(base_url=server.http_base, timeout=30) as http:
@@ -401,7 +410,7 @@ def test_mcp_refuses_every_tool_on_a_foreign_project(server: RunningServer, owne
             for missing in (False, True):
                 arguments = json_format.MessageToDict(_request(spec.method, owned, missing=missing))
                 arguments["notAField"] = 1  # schema-invalid: authorization answers first
-                response = _mcp(http, BOB, _tool_call(name, arguments))
+                response = _mcp(http, BOB, tool_call(name, arguments))
                 assert response.status_code == 200, response.text
                 result = response.json()["result"]
                 assert result["isError"] is True, (name, result)
@@ -518,7 +527,7 @@ def test_read_only_tokens_read_but_never_write(server: RunningServer, owned: Own
         response = http.get(f"/v1beta/{owned.evaluation.name}", params={"access_token": READER})
         assert response.status_code == 200, response.text
         response = _mcp(
-            http, READER, _tool_call("delete_evaluation", {"name": owned.evaluation.name})
+            http, READER, tool_call("delete_evaluation", {"name": owned.evaluation.name})
         )
         error = json.loads(response.json()["result"]["content"][0]["text"])["error"]
         assert error["status"] == "PERMISSION_DENIED"
@@ -622,7 +631,7 @@ def test_admin_and_owner_work_on_all_three_surfaces(server: RunningServer, owned
             )
             assert response.status_code == 200, response.text
             response = _mcp(
-                http, token, _tool_call("get_evaluation", {"name": owned.evaluation.name})
+                http, token, tool_call("get_evaluation", {"name": owned.evaluation.name})
             )
             result = response.json()["result"]
             assert result["isError"] is False, result

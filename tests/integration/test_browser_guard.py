@@ -23,10 +23,10 @@ import pytest
 
 from ces_eval.contract.limits import MAX_REQUEST_BYTES
 from ces_eval.testing.server import RunningServer, start_server
-from tests.support import contract
+from tests.support.mcp import ACCEPT
+from tests.support.official import run_script
 
 VICTIM = "projects/victim/locations/l/apps/a"
-ACCEPT = "application/json, text/event-stream"
 TOOLS_LIST = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
 PARTNER = "http://app.example:3000"
 PROXY = "ces.internal"
@@ -320,20 +320,9 @@ def test_a_wildcard_server_answers_on_its_loopback_addresses(tmp_path: Path) -> 
             )
         ]
         assert [w["transport"] for w in wirings] == ["gRPC", "REST"], running.output()
-        completed = subprocess.run(
-            [
-                str(contract.CLIENT_PYTHON),
-                str(contract.ROOT / "tests" / "official" / "wiring_scenario.py"),
-                json.dumps(wirings),
-                "",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
+        reports = run_script(
+            "wiring_scenario.py", json.dumps(wirings), "", servers=[running], timeout=120
         )
-        assert completed.returncode == 0, completed.stderr + running.output()
-        reports = [json.loads(line) for line in completed.stdout.splitlines()]
         assert [r["transport"] for r in reports] == ["gRPC", "REST"]
     finally:
         running.kill()

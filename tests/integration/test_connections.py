@@ -26,10 +26,10 @@ import pytest
 from ces_eval.connections import RESERVED_DESCRIPTORS
 from ces_eval.server import DEFAULT_MAX_CONNECTIONS
 from ces_eval.testing.server import RunningServer, start_server, with_timeouts
+from tests.support.mcp import ACCEPT, call_tool
 
 APP = "projects/conn/locations/l/apps/a"
 EVALUATIONS = f"/v1beta/{APP}/evaluations"
-ACCEPT = "application/json, text/event-stream"
 HEADER, IDLE, BODY = 3.0, 1, 1.0  # the short timeouts of the ``quick`` server
 DECLARED = 1_000_000  # the declared length of the bodies that trickle (under the 10 MiB limit)
 
@@ -182,16 +182,7 @@ def golden(display_name: str) -> dict[str, Any]:
 
 def mcp_call(base: str) -> httpx.Response:
     with httpx.Client(base_url=base, timeout=30) as http:
-        return http.post(
-            "/mcp",
-            headers={"accept": ACCEPT},
-            json={
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "tools/call",
-                "params": {"name": "list_evaluations", "arguments": {"parent": APP}},
-            },
-        )
+        return call_tool(http, "list_evaluations", {"parent": APP})
 
 
 # -- timeouts ----------------------------------------------------------------------------------

@@ -57,6 +57,7 @@ from ces_eval.storage.sqlite import SqliteStorage
 from ces_eval.testing.server import RunningServer, start_server
 from tests.support import contract
 from tests.support.load import golden_evaluation
+from tests.support.mcp import ACCEPT, tool_call
 from tests.support.tokens import ALICE, BOB, READER, write_token_file
 
 SURFACES = ("grpc", "rest", "mcp")
@@ -66,7 +67,6 @@ GUARDED_APP = "projects/proj-a/locations/us/apps/app"  # alice's project (tests/
 MISSING = f"{APP}/evaluations/missing"
 FORGED = "not-a-valid-token-at-all"  # in no token file
 OVER = 11 * 1024 * 1024  # bytes: past the 10 MiB request limit of every surface
-ACCEPT = "application/json, text/event-stream"
 ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"
 _VARIABLE = re.compile(r"\{([a-z_.]+)(?:=[^}]*)?\}")
@@ -196,15 +196,9 @@ class World:
     def mcp(self, tool: str, arguments: Mapping[str, Any], headers: Mapping[str, str]) -> Seen:
         """The error of ``tools/call`` of ``tool``, sent as the reference pages' curl call does
         (no ``initialize`` first: the server is stateless)."""
-        request = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "tools/call",
-            "params": {"name": tool, "arguments": dict(arguments)},
-        }
         response = self.http.post(
             "/mcp",
-            content=json.dumps(request).encode(),
+            content=json.dumps(tool_call(tool, arguments)).encode(),
             headers={"accept": ACCEPT, "content-type": "application/json", **headers},
         )
         error = _mcp_error(response)

@@ -416,19 +416,22 @@ def _finishes_with_its_file(running: RunningServer, operation: str) -> None:
     assert _temporaries(running.export_dir) == []
 
 
-def test_a_live_exports_file_survives_another_replicas_start(
-    tmp_path: Path, postgres_url: str
+def _a_start_keeps_the_live_file(
+    first: RunningServer, names: list[str], start_second: Callable[[], RunningServer]
 ) -> None:
-    names = _seed_big(PostgresStorage(postgres_url))
-    first = _replica(tmp_path, postgres_url, "a", "120")
+    """While ``first`` is stopped in the middle of writing an export file, another server starts
+    (``start_second``; its start sweeps the export folder they share) and leaves that file;
+    ``first``, resumed, finishes with it."""
     second: RunningServer | None = None
     try:
-        folder = first.export_dir / "bucket" / "live"
         operation, temporary = _catch_writing(
-            first.grpc_target, names, folder, _stop_process(first.process.pid)
+            first.grpc_target,
+            names,
+            first.export_dir / "bucket" / "live",
+            _stop_process(first.process.pid),
         )
         try:
-            second = _replica(tmp_path, postgres_url, "b", "120")  # its start sweeps
+            second = start_second()
             assert temporary.exists(), second.output()
         finally:
             os.kill(first.process.pid, signal.SIGCONT)
@@ -437,6 +440,14 @@ def test_a_live_exports_file_survives_another_replicas_start(
         first.kill()
         if second is not None:
             second.kill()
+
+
+def test_a_live_exports_file_survives_another_replicas_start(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    names = _seed_big(PostgresStorage(postgres_url))
+    first = _replica(tmp_path, postgres_url, "a", "120")
+    _a_start_keeps_the_live_file(first, names, lambda: _replica(tmp_path, postgres_url, "b", "120"))
 
 
 def test_an_abandoned_file_is_removed_once_its_lease_ran_out(
@@ -471,21 +482,9 @@ def test_a_start_keeps_the_files_of_another_databases_live_export(tmp_path: Path
     names = _seed_big(SqliteStorage(tmp_path / "one.sqlite"))
     exports = tmp_path / "exports"
     first = start_server(tmp_path / "one.sqlite", export_dir=exports)
-    second: RunningServer | None = None
-    try:
-        operation, temporary = _catch_writing(
-            first.grpc_target, names, exports / "bucket" / "live", _stop_process(first.process.pid)
-        )
-        try:
-            second = start_server(tmp_path / "two.sqlite", export_dir=exports)  # sweeps its own
-            assert temporary.exists(), second.output()
-        finally:
-            os.kill(first.process.pid, signal.SIGCONT)
-        _finishes_with_its_file(first, operation)
-    finally:
-        first.kill()
-        if second is not None:
-            second.kill()
+    _a_start_keeps_the_live_file(
+        first, names, lambda: start_server(tmp_path / "two.sqlite", export_dir=exports)
+    )
 
 
 def test_a_killed_workers_file_is_removed_while_the_group_runs(tmp_path: Path) -> None:

@@ -33,12 +33,13 @@ from ces_eval.contract import limits
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.testing.server import RunningServer
+from tests.support.errors import violations
+from tests.support.mcp import ACCEPT, tool_call
 from tests.support.stall import HEALTH_BOUND, probing
 
 APP = "projects/p/locations/l/apps/freeze"
 EVALUATIONS = f"/v1beta/{APP}/evaluations"
 CREATE = "/google.cloud.ces.v1beta.EvaluationService/CreateEvaluation"
-ACCEPT = "application/json, text/event-stream"
 ARGS = "evaluation.golden.turns[0].steps[0].expectation.tool_call.args"
 TURNS = "evaluation.golden.turns"
 TAGS = "evaluation.tags"
@@ -194,8 +195,7 @@ def valid_evaluation() -> dict[str, Any]:
 
 def _violations_of(error: dict[str, Any]) -> list[tuple[str, str]]:
     assert error["status"] == "INVALID_ARGUMENT", error
-    [bad_request] = [d for d in error["details"] if d["@type"].endswith("BadRequest")]
-    return [(v["field"], v.get("reason", "")) for v in bad_request["fieldViolations"]]
+    return violations(error)
 
 
 @dataclass(frozen=True)
@@ -331,8 +331,7 @@ def _valid_json() -> bytes:
 
 def _valid_mcp() -> bytes:
     arguments = {"parent": APP, "evaluation": {**valid_evaluation(), "displayName": "via MCP"}}
-    call = {"name": "create_evaluation", "arguments": arguments}
-    message = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}
+    message = tool_call("create_evaluation", arguments, request_id=2)
     return json.dumps(message, separators=(",", ":")).encode()
 
 

@@ -25,10 +25,10 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
 )
 from ces_eval.testing.server import RunningServer, start_server
+from tests.support.mcp import ACCEPT
 
 APP = "projects/p/locations/l/apps/limits"
 EVALUATIONS = f"/v1beta/{APP}/evaluations"
-ACCEPT = "application/json, text/event-stream"
 OVER = 11 * 1024 * 1024  # bytes: over the 10 MiB request limit
 ARGS = "evaluation.golden.turns[0].steps[0].expectation.tool_call.args"
 TOO_DEEP_PATH = ARGS + '.fields["a"].struct_value' * limits.MAX_STRUCT_DEPTH

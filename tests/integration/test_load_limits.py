@@ -38,12 +38,12 @@ from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.storage.sqlite import SqliteStorage
 from ces_eval.testing.server import RunningServer, start_server
 from tests.support.load import FRESH_CONNECTION
+from tests.support.mcp import call_tool
 
 T = TypeVar("T")
 LOCATION = "projects/load/locations/l"
 APP = f"{LOCATION}/apps/a"
 EVALUATIONS = f"/v1beta/{APP}/evaluations"
-ACCEPT = "application/json, text/event-stream"
 LIMIT = 2
 
 
@@ -408,16 +408,7 @@ def test_rest_x_server_timeout_gives_504_and_an_invalid_one_400(limited: Running
 
 def _mcp_call(base: str, tool: str, arguments: dict[str, Any]) -> httpx.Response:
     with httpx.Client(base_url=base, timeout=120) as http:
-        return http.post(
-            "/mcp",
-            headers={"accept": ACCEPT},
-            json={
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "tools/call",
-                "params": {"name": tool, "arguments": arguments},
-            },
-        )
+        return call_tool(http, tool, arguments)
 
 
 def test_mcp_beyond_the_limit_is_429_with_a_json_rpc_error(limited: RunningServer) -> None:

@@ -16,47 +16,27 @@ import pytest
 from mcp import Client
 
 from ces_eval.contract import schema
+from ces_eval.core.aip.names import snake_case
 from ces_eval.core.service import RPCS
 from ces_eval.surfaces import mcp_tools
 from ces_eval.surfaces.mcp_tools import build_server, tool_specs
 from ces_eval.testing.server import RunningServer, start_server
+from tests.support.errors import violation_fields
+from tests.support.mcp import ACCEPT, call_tool, tool_call
+from tests.support.standard_routes import standard_routes
 
 APP = "projects/p/locations/l/apps/a"
-ACCEPT = "application/json, text/event-stream"
 
+# The tools: the custom methods' written out by hand, the standard methods' named after their
+# RPCs (the official service's alone: the emulator's are not tools).
 EXPECTED_TOOLS = {
-    "create_evaluation",
-    "get_evaluation",
-    "list_evaluations",
-    "update_evaluation",
-    "delete_evaluation",
     "export_evaluations",
     "generate_evaluation",
-    "create_evaluation_dataset",
-    "get_evaluation_dataset",
-    "list_evaluation_datasets",
-    "update_evaluation_dataset",
-    "delete_evaluation_dataset",
     "import_evaluations",
     "upload_evaluation_audio",
     "test_persona_voice",
-    "get_evaluation_result",
-    "list_evaluation_results",
-    "delete_evaluation_result",
     "export_evaluation_results",
     "run_evaluation_result_metrics",
-    "create_evaluation_expectation",
-    "get_evaluation_expectation",
-    "list_evaluation_expectations",
-    "update_evaluation_expectation",
-    "delete_evaluation_expectation",
-    "create_scheduled_evaluation_run",
-    "get_scheduled_evaluation_run",
-    "list_scheduled_evaluation_runs",
-    "update_scheduled_evaluation_run",
-    "delete_scheduled_evaluation_run",
-    "get_evaluation_run",
-    "list_evaluation_runs",
     "delete_evaluation_run",
     "export_evaluation_runs",
     "run_evaluation",
@@ -67,6 +47,7 @@ EXPECTED_TOOLS = {
     "wait_operation",
     "get_location",
     "list_locations",
+    *(snake_case(r.rpc) for r in standard_routes() if r.service == "EvaluationService"),
 }
 
 # (readOnly, destructive, idempotent, openWorld)
@@ -122,13 +103,6 @@ def envelope_of(result: types.CallToolResult) -> dict[str, Any]:
     error: dict[str, Any] = body["error"]
     assert error["details"][0]["@type"] == "type.googleapis.com/google.rpc.ErrorInfo"
     return error
-
-
-def violations(error: dict[str, Any]) -> list[str]:
-    for detail in error["details"]:
-        if detail["@type"] == "type.googleapis.com/google.rpc.BadRequest":
-            return [v["field"] for v in detail["fieldViolations"]]
-    return []
 
 
 class Checked:
@@ -226,7 +200,7 @@ def test_run_evaluation_tool_reaches_its_method(server: RunningServer) -> None:
         refused = await call.error("run_evaluation", {"app": APP})
         assert (refused["code"], refused["status"]) == (400, "INVALID_ARGUMENT")
         assert refused["details"][0]["reason"] == "INVALID_ARGUMENT"
-        assert violations(refused) == ["evaluations"]
+        assert violation_fields(refused) == ["evaluations"]
 
     run_with_client(server, scenario)
 
@@ -257,14 +231,14 @@ def test_evaluation_lifecycle_and_errors(server: RunningServer, mode: str) -> No
         # (the proto3-JSON checks REST bodies get), a missing required field (the core's).
         bad = await call.error("get_evaluation", {"name": 5})
         assert (bad["code"], bad["status"]) == (400, "INVALID_ARGUMENT")
-        assert violations(bad) == ["name"]
+        assert violation_fields(bad) == ["name"]
         bad = await call.error("create_evaluation", {"evaluation": golden("x")})
         assert bad["status"] == "INVALID_ARGUMENT"
-        assert "parent" in violations(bad)
+        assert "parent" in violation_fields(bad)
         bad = await call.error("list_evaluations", {"parent": APP, "pageSize": "many"})
-        assert violations(bad) == ["page_size"]
+        assert violation_fields(bad) == ["page_size"]
         bad = await call.error("list_evaluations", {"parent": APP, "colour": "blue"})
-        assert violations(bad) == ["colour"]
+        assert violation_fields(bad) == ["colour"]
         assert "Unknown field 'colour'" in bad["message"]
         # Past the JSON types, the core's own validation answers the same way.
         bad = await call.error("get_evaluation", {"name": "not-a-resource-name"})
@@ -331,16 +305,7 @@ def test_initialize_handshake(server: RunningServer, version: str) -> None:
 
 def test_unknown_tool_is_a_protocol_error(server: RunningServer) -> None:
     with httpx.Client(base_url=server.http_base, timeout=30) as http:
-        response = http.post(
-            "/mcp",
-            headers={"accept": ACCEPT},
-            json={
-                "jsonrpc": "2.0",
-                "id": 7,
-                "method": "tools/call",
-                "params": {"name": "no_such_tool", "arguments": {}},
-            },
-        )
+        response = call_tool(http, "no_such_tool", {}, request_id=7)
     body = response.json()
     assert body["id"] == 7
     assert "result" not in body
@@ -354,15 +319,7 @@ def test_curl_request_of_the_reference_pages(server: RunningServer) -> None:
             "/mcp",
             headers={"content-type": "application/json", "accept": ACCEPT},
             content=json.dumps(
-                {
-                    "jsonrpc": "2.0",
-                    "id": 1,
-                    "method": "tools/call",
-                    "params": {
-                        "name": "list_evaluation_results",
-                        "arguments": {"parent": f"{APP}/evaluations/-"},
-                    },
-                }
+                tool_call("list_evaluation_results", {"parent": f"{APP}/evaluations/-"})
             ),
         )
         assert response.status_code == 200, response.text
@@ -463,7 +420,7 @@ def test_import_audio_and_location_tools(server: RunningServer) -> None:
         uploaded = await call.ok("upload_evaluation_audio", {"name": name, "audioContent": audio})
         assert (uploaded["duration"], uploaded["transcript"]) == ("0.500s", "Hello")
         odd = await call.error("upload_evaluation_audio", {"name": name, "audioContent": "AA=="})
-        assert violations(odd) == ["audio_content"]
+        assert violation_fields(odd) == ["audio_content"]
         voice = await call.ok(
             "test_persona_voice", {"app": APP, "personaId": "default", "text": "Hi"}
         )

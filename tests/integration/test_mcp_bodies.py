@@ -12,9 +12,10 @@ import mcp_types as types
 from mcp import Client
 
 from ces_eval.testing.server import RunningServer
+from tests.support.mcp import ACCEPT
 
 APP = "projects/p/locations/l/apps/bodies"
-HEADERS = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+HEADERS = {"content-type": "application/json", "accept": ACCEPT}
 PADDING = b" " * (70 * 1024)  # whitespace the JSON reader skips: a body past the 64 KiB mark
 
 

@@ -8,15 +8,12 @@ hand from the seeded results.
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from ces_eval.testing.server import RunningServer
-from tests.support import contract
-from tests.support.official import run_official
+from tests.support.official import run_official, run_script
 from tests.support.tokens import ALICE, BOB, guarded_server
 
 # Google's official client runs in its own environment (.venv-client).
@@ -144,22 +141,14 @@ def test_official_client_sends_bearer_tokens_on_both_transports(tmp_path: Path) 
     """The token wiring docs/security.md shows works with the unmodified client: the owner's
     token creates and lists, a foreign project's token is refused on every call."""
     with guarded_server(tmp_path) as guarded:
-        completed = subprocess.run(
-            [
-                str(contract.CLIENT_PYTHON),
-                str(contract.ROOT / "tests" / "official" / "auth_scenario.py"),
-                guarded.grpc_target,
-                guarded.http_base,
-                ALICE,
-                BOB,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
+        reports = run_script(
+            "auth_scenario.py",
+            guarded.grpc_target,
+            guarded.http_base,
+            ALICE,
+            BOB,
+            servers=[guarded],
         )
-        assert completed.returncode == 0, completed.stdout + completed.stderr + guarded.output()
-    reports = [json.loads(line) for line in completed.stdout.splitlines()]
     assert [r["transport"] for r in reports] == ["grpc", "rest"]
     for report in reports:
         assert report["created_by"] == "alice"

@@ -4,15 +4,13 @@ and REST (tests/official/locations_scenario.py), on a server configured with ``C
 
 from __future__ import annotations
 
-import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from ces_eval.testing.server import RunningServer, start_server
-from tests.support import contract
+from tests.support.official import run_official
 
 pytestmark = pytest.mark.external
 
@@ -29,20 +27,6 @@ def located(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]
 
 @pytest.mark.parametrize("transport", ["grpc", "rest"])
 def test_locations_through_the_official_client(located: RunningServer, transport: str) -> None:
-    target = located.grpc_target if transport == "grpc" else located.http_base
-    completed = subprocess.run(
-        [
-            str(contract.CLIENT_PYTHON),
-            str(contract.ROOT / "tests" / "official" / "locations_scenario.py"),
-            transport,
-            target,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stdout + completed.stderr + located.output()
-    steps = {s.pop("step"): s for s in map(json.loads, completed.stdout.splitlines())}
+    steps = run_official("locations_scenario.py", [located], transport)
     assert steps["list"]["locations"] == ["asia-east1", "europe-west1", "us-central1"]
     assert steps["unknown"]["reason"] == "RESOURCE_NOT_FOUND"

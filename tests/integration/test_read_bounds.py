@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,7 +29,9 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
 )
 from ces_eval.testing.server import RunningServer, start_server
-from tests.support import contract
+from tests.support.errors import violations
+from tests.support.mcp import call_tool
+from tests.support.official import run_script, targets
 
 APP = "projects/p/locations/l/apps/large"
 EMPTY = "projects/p/locations/l/apps/refusals"  # where every refused create goes: stays empty
@@ -38,7 +39,6 @@ TEXT = 200_000  # characters of one step: under the string limit
 NEAR = limits.MAX_RESOURCE_BYTES - 16 * 1024  # bytes of text in each stored evaluation
 OVER = limits.MAX_RESOURCE_BYTES + 1  # bytes of text in a create that must be refused
 COUNT = 6
-ACCEPT = "application/json, text/event-stream"
 
 
 def body(display_name: str, size: int) -> dict[str, Any]:
@@ -83,23 +83,8 @@ def stored(http: httpx.Client) -> list[str]:
 
 
 def _scenario(server: RunningServer, transport: str) -> dict[str, Any]:
-    target = server.grpc_target if transport == "grpc" else server.http_base
-    completed = subprocess.run(
-        [
-            str(contract.CLIENT_PYTHON),
-            str(contract.ROOT / "tests" / "official" / "large_scenario.py"),
-            transport,
-            target,
-            APP,
-            str(OVER),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stdout[-5000:] + completed.stderr[-5000:]
-    report: dict[str, Any] = json.loads(completed.stdout)
+    target = targets([server], transport)
+    [report] = run_script("large_scenario.py", transport, target, APP, str(OVER), timeout=600)
     return report
 
 
@@ -148,11 +133,6 @@ def test_a_rest_list_of_large_evaluations_is_one_budget_per_page(
     assert sorted(seen) == sorted(stored)
 
 
-def _violations(details: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    [bad_request] = [d for d in details if d["@type"].endswith("BadRequest")]
-    return [(v["field"], v.get("reason", "")) for v in bad_request["fieldViolations"]]
-
-
 def test_a_create_over_the_bound_is_refused_on_every_surface(
     server: RunningServer, http: httpx.Client
 ) -> None:
@@ -162,7 +142,7 @@ def test_a_create_over_the_bound_is_refused_on_every_surface(
     assert error["status"] == "INVALID_ARGUMENT"
     [info] = [d for d in error["details"] if d["@type"].endswith("ErrorInfo")]
     assert info["reason"] == "INVALID_ARGUMENT"
-    assert _violations(error["details"]) == [("evaluation", "TOO_LARGE")]
+    assert violations(error) == [("evaluation", "TOO_LARGE")]
 
     request = service_pb2.CreateEvaluationRequest(parent=EMPTY)
     json_format.ParseDict(body("over grpc", OVER), request.evaluation)
@@ -181,21 +161,14 @@ def test_a_create_over_the_bound_is_refused_on_every_surface(
                 found += [(v.field, v.reason) for v in bad_request.field_violations]
         assert found == [("evaluation", "TOO_LARGE")]
 
-    call = {
-        "name": "create_evaluation",
-        "arguments": {"parent": EMPTY, "evaluation": body("over mcp", OVER)},
-    }
-    mcp = http.post(
-        "/mcp",
-        json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call},
-        headers={"Accept": ACCEPT},
-    )
+    arguments = {"parent": EMPTY, "evaluation": body("over mcp", OVER)}
+    mcp = call_tool(http, "create_evaluation", arguments)
     assert mcp.status_code == 200, mcp.text[:2000]
     result = mcp.json()["result"]
     assert result["isError"] is True
     envelope = json.loads(result["content"][0]["text"])["error"]
     assert envelope["status"] == "INVALID_ARGUMENT"
-    assert _violations(envelope["details"]) == [("evaluation", "TOO_LARGE")]
+    assert violations(envelope) == [("evaluation", "TOO_LARGE")]
 
     listed = http.get(f"/v1beta/{EMPTY}/evaluations").json()
     assert listed.get("evaluations", []) == []
@@ -213,8 +186,6 @@ def test_an_import_over_the_bound_names_the_evaluation(http: httpx.Client) -> No
     content = base64.b64encode(json.dumps(document).encode()).decode()
     response = http.post(f"/emulator/v1/{EMPTY}:importEvaluations", json={"content": content})
     assert response.status_code == 400, response.text[:2000]
-    assert _violations(response.json()["error"]["details"]) == [
-        ("content.evaluations[1]", "TOO_LARGE")
-    ]
+    assert violations(response.json()["error"]) == [("content.evaluations[1]", "TOO_LARGE")]
     listed = http.get(f"/v1beta/{EMPTY}/evaluations").json()
     assert listed.get("evaluations", []) == []

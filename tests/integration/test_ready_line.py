@@ -9,13 +9,12 @@ official client evaluates each printed line (in ``.venv-client``) and creates an
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from ces_eval.testing.server import RunningServer, start_server
-from tests.support import contract
+from tests.support.official import run_script
 from tests.support.tokens import ALICE, write_token_file
 
 _PASSING = ", passing "
@@ -50,22 +49,11 @@ def test_the_printed_wiring_works(tmp_path: Path, mode: str) -> None:
         if mode != "open":
             assert "<token>" in wirings[0]["expression"] or wirings[0]["metadata"]
             assert "<token>" in str(wirings[1]["expression"])
-        completed = subprocess.run(
-            [
-                str(contract.CLIENT_PYTHON),
-                str(contract.ROOT / "tests" / "official" / "wiring_scenario.py"),
-                json.dumps(wirings),
-                token,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
+        reports = run_script(
+            "wiring_scenario.py", json.dumps(wirings), token, servers=[running], timeout=120
         )
-        assert completed.returncode == 0, completed.stderr + running.output()
     finally:
         running.kill()
-    reports = [json.loads(line) for line in completed.stdout.splitlines()]
     assert [r["transport"] for r in reports] == ["gRPC", "REST"]
     for report in reports:
         assert report["created"] in report["listed"]

@@ -19,11 +19,11 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
 )
 from ces_eval.testing.server import RunningServer, start_server
 from tests.support.load import golden_evaluation
+from tests.support.mcp import call_tool
 from tests.support.tokens import ALICE, write_token_file
 
 APP = "projects/proj-a/locations/l/apps/a"
 SERVICE = "google.cloud.ces.v1beta.EvaluationService"
-ACCEPT = "application/json, text/event-stream"
 
 
 def _calls(running: RunningServer) -> None:
@@ -53,18 +53,8 @@ def _calls(running: RunningServer) -> None:
         assert http.get("/healthz").status_code == 200
         assert http.get(f"/v1beta/{APP}/evaluations/logged", headers=headers).status_code == 200
         assert http.get("/v1beta/nothing/here", headers=headers).status_code == 404
-        answer = http.post(
-            "/mcp",
-            headers={**headers, "accept": ACCEPT},
-            json={
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "tools/call",
-                "params": {
-                    "name": "get_evaluation",
-                    "arguments": {"name": f"{APP}/evaluations/logged"},
-                },
-            },
+        answer = call_tool(
+            http, "get_evaluation", {"name": f"{APP}/evaluations/logged"}, headers=headers
         )
         assert answer.status_code == 200, answer.text
         assert answer.json()["result"]["isError"] is False

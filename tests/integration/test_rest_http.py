@@ -17,6 +17,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
 )
 from ces_eval.testing.server import RunningServer
+from tests.support.errors import violation_fields
 
 APP = "projects/p/locations/l/apps/a"
 BASE = f"/v1beta/{APP}/evaluations"
@@ -45,13 +46,6 @@ def error_of(response: httpx.Response) -> dict[str, Any]:
     assert error["details"][0]["@type"] == "type.googleapis.com/google.rpc.ErrorInfo"
     assert error["details"][0]["domain"] == "ces.googleapis.com"
     return error
-
-
-def violations(error: dict[str, Any]) -> list[str]:
-    for detail in error["details"]:
-        if detail["@type"] == "type.googleapis.com/google.rpc.BadRequest":
-            return [v["field"] for v in detail["fieldViolations"]]
-    return []
 
 
 def test_crud_over_rest(http: httpx.Client) -> None:
@@ -195,7 +189,9 @@ def test_http_errors(
     assert response.status_code == status, response.text
     error = error_of(response)
     if field is not None:
-        assert field in violations(error) or field == violations(error)[0].split(".")[0], error
+        assert (
+            field in violation_fields(error) or field == violation_fields(error)[0].split(".")[0]
+        ), error
     if status == 405:
         assert set(response.headers["allow"].split(", ")) == {"GET", "PATCH", "DELETE"}
 

@@ -13,7 +13,6 @@ Google's error envelope. The official client (``tests/official/unimplemented_sce
 from __future__ import annotations
 
 import json
-import subprocess
 import urllib.error
 import urllib.request
 from typing import Any
@@ -26,7 +25,7 @@ from grpc_status import rpc_status
 from ces_eval.contract import schema
 from ces_eval.core.service import implements
 from ces_eval.testing.server import RunningServer
-from tests.support import contract
+from tests.support.official import run_script, targets
 from tests.unit.test_official_routes import JSON_FILE, official_unserved, sample_path
 
 DOMAIN = "ces.googleapis.com"
@@ -78,23 +77,13 @@ def test_the_unserved_set_is_empty() -> None:
 def test_official_client_never_gets_method_not_implemented(
     module_server: RunningServer, transport: str
 ) -> None:
-    target = module_server.grpc_target if transport == "grpc" else module_server.http_base
-    completed = subprocess.run(
-        [
-            str(contract.CLIENT_PYTHON),
-            str(contract.ROOT / "tests" / "official" / "unimplemented_scenario.py"),
-            transport,
-            target,
-        ],
-        input=json.dumps(METHODS),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    *calls, last = run_script(
+        "unimplemented_scenario.py",
+        transport,
+        targets([module_server], transport),
+        stdin=json.dumps(METHODS),
+        servers=[module_server],
     )
-    assert completed.returncode == 0, completed.stdout + completed.stderr + module_server.output()
-    lines = [json.loads(line) for line in completed.stdout.splitlines()]
-    *calls, last = lines
     reports = {r["client_method"]: r for r in calls}
     assert set(reports) == {m["client_method"] for m in METHODS}
     for report in reports.values():

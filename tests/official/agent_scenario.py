@@ -4,20 +4,17 @@ results read. The agent (tests/support/agent.py) is served and set as the app's 
 by the test before this script runs; it asks for ``get_weather`` with wrong arguments for
 Berlin only.
 
-Runs in the official client's own environment (``.venv-client``), never beside ``ces_eval``
-(GUIDE §2). Usage: ``agent_scenario.py grpc HOST:PORT DESCRIPTOR_SET`` or
-``agent_scenario.py rest http://HOST:PORT``. Prints one JSON line per step and exits non-zero
-on the first failed assertion.
+The command line, the wiring and the reports are harness.py's.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
-# The scenarios run as scripts: their folder is on sys.path.
-from client_scenario import step, wiring  # type: ignore[import-not-found]
 from google.cloud import ces_v1beta
+
+# The scenarios run as scripts: their folder is on sys.path.
+from harness import main, step  # type: ignore[import-not-found]
 
 Result = ces_v1beta.EvaluationResult
 TOOL = "projects/agent-project/locations/us-central1/apps/{app}/tools/get_weather"
@@ -139,11 +136,5 @@ def scenario(client: Any, app: str) -> None:
         )
 
 
-def main(transport: str, targets: str, descriptor_set: str = "") -> int:
-    client, _ = wiring(transport, targets, descriptor_set)
-    scenario(client, f"projects/agent-project/locations/us-central1/apps/{transport}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:]))
+    main(lambda wired: scenario(wired.client, wired.app("agent-project")))

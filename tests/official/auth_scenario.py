@@ -21,6 +21,9 @@ from google.cloud.ces_v1beta.services.evaluation_service.transports import (
 )
 from google.oauth2.credentials import Credentials
 
+# The scenarios run as scripts: their folder is on sys.path.
+from harness import smallest_evaluation  # type: ignore[import-not-found]
+
 APP = "projects/proj-a/locations/us/apps/app"
 
 
@@ -62,20 +65,7 @@ def main() -> None:
         mine = client(transport, target, owner)
         created = mine.create_evaluation(
             parent=APP,
-            evaluation=ces_v1beta.Evaluation(
-                display_name=f"via {transport}",
-                golden=ces_v1beta.Evaluation.Golden(
-                    turns=[
-                        ces_v1beta.Evaluation.GoldenTurn(
-                            steps=[
-                                ces_v1beta.Evaluation.Step(
-                                    user_input=ces_v1beta.SessionInput(text="hi")
-                                )
-                            ]
-                        )
-                    ]
-                ),
-            ),
+            evaluation=smallest_evaluation(f"via {transport}"),
         )
         listed = [e.name for e in mine.list_evaluations(parent=APP)]
         outcomes = refusals(client(transport, target, stranger), created.name)

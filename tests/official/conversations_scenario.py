@@ -1,22 +1,19 @@
 """GenerateEvaluation and ImportEvaluations' conversation_list driven by Google's official
-Python client, over conversations the emulator seeds (client_scenario's emulator clients).
+Python client, over conversations the emulator seeds (harness.py's emulator clients).
 
-Runs in the official client's own environment (``.venv-client``), never beside ``ces_eval``
-(GUIDE §2). Usage: ``conversations_scenario.py grpc HOST:PORT DESCRIPTOR_SET`` or
-``conversations_scenario.py rest http://HOST:PORT``. Prints one JSON line per step and exits
-non-zero on the first failed assertion.
+The command line, the wiring and the reports are harness.py's.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
-# The scenarios run as scripts: their folder is on sys.path.
-from client_scenario import refused, step, wiring  # type: ignore[import-not-found]
 from google.api_core import exceptions
 from google.cloud import ces_v1beta
 from google.protobuf import struct_pb2
+
+# The scenarios run as scripts: their folder is on sys.path.
+from harness import main, refused, step  # type: ignore[import-not-found]
 
 Conversation = ces_v1beta.Conversation
 Chunk = ces_v1beta.Chunk
@@ -151,13 +148,5 @@ def scenario(client: Any, emulator: Any, app: str) -> None:
     step("import", evaluation=evaluation.name, errors=list(imported.error_messages))
 
 
-def main(transport: str, target: str, descriptor_set: str = "") -> int:
-    client, emulator = wiring(transport, target, descriptor_set)
-    scenario(
-        client, emulator, f"projects/conversations-project/locations/us-central1/apps/{transport}"
-    )
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:]))
+    main(lambda wired: scenario(wired.client, wired.emulator, wired.app("conversations-project")))

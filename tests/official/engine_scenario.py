@@ -1,33 +1,24 @@
 """The run workflow driven by Google's official Python client: create evaluations, RunEvaluation,
 wait for the operation, read the run and its results; scripted FAIL and ERROR outcomes, holds
 observed QUEUED then RUNNING, a cancelled run, a dataset run with its latency report, a
-schedule fired by moving the project's clock, and the request checks (client_scenario's emulator
+schedule fired by moving the project's clock, and the request checks (harness.py's emulator
 clients script the outcomes).
 
-Runs in the official client's own environment (``.venv-client``), never beside ``ces_eval``
-(GUIDE §2). Usage: ``engine_scenario.py grpc HOST:PORT DESCRIPTOR_SET`` or
-``engine_scenario.py rest http://HOST:PORT``; several comma-separated targets (replicas sharing
-one database) are called in turn. Prints one JSON line per step and exits non-zero on the first
-failed assertion.
+The command line, the wiring and the reports are harness.py's.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-# The scenarios run as scripts: their folder is on sys.path.
-from client_scenario import (  # type: ignore[import-not-found]
-    TOOL,
-    golden,
-    refused,
-    step,
-    wiring,
-)
 from google.api_core import exceptions
 from google.cloud import ces_v1beta
+
+# The scenarios run as scripts: their folder is on sys.path.
+from client_scenario import TOOL, golden  # type: ignore[import-not-found]
+from harness import main, refused, step  # type: ignore[import-not-found]
 
 Run = ces_v1beta.EvaluationRun
 Result = ces_v1beta.EvaluationResult
@@ -275,11 +266,5 @@ def scenario(client: Any, emulator: Any, app: str) -> None:
     )
 
 
-def main(transport: str, targets: str, descriptor_set: str = "") -> int:
-    client, emulator = wiring(transport, targets, descriptor_set)
-    scenario(client, emulator, f"projects/engine-project/locations/us-central1/apps/{transport}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:]))
+    main(lambda wired: scenario(wired.client, wired.emulator, wired.app("engine-project")))

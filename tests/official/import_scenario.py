@@ -1,25 +1,19 @@
 """ImportEvaluations driven by Google's official Python client: an export round trip through a
 ``gs://`` object and a batch upload CSV, with the conflict strategies.
 
-Runs in the official client's own environment (``.venv-client``), never beside ``ces_eval``
-(GUIDE §2). Usage: ``import_scenario.py grpc HOST:PORT`` or
-``import_scenario.py rest http://HOST:PORT``. Prints one JSON line per step and exits non-zero
-on the first failed assertion.
+The command line, the wiring and the reports are harness.py's.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
-import grpc
+from google.api_core import exceptions
+from google.cloud import ces_v1beta
 
 # The scenarios run as scripts: their folder is on sys.path.
-from client_scenario import details_of, golden, step  # type: ignore[import-not-found]
-from google.api_core import exceptions
-from google.auth.credentials import AnonymousCredentials
-from google.cloud import ces_v1beta
-from google.cloud.ces_v1beta.services.evaluation_service.transports import grpc as grpc_transport
+from client_scenario import golden  # type: ignore[import-not-found]
+from harness import details_of, main, step  # type: ignore[import-not-found]
 
 Strategy = ces_v1beta.ImportEvaluationsRequest.ImportOptions.ConflictResolutionStrategy
 CSV = (
@@ -121,21 +115,5 @@ def scenario(client: Any, app: str) -> None:
         raise AssertionError("an import of a missing object started")
 
 
-def main(transport: str, target: str) -> int:
-    if transport == "grpc":
-        channel = grpc.insecure_channel(target)
-        client = ces_v1beta.EvaluationServiceClient(
-            transport=grpc_transport.EvaluationServiceGrpcTransport(channel=channel)
-        )
-    else:
-        client = ces_v1beta.EvaluationServiceClient(
-            transport="rest",
-            client_options={"api_endpoint": target},
-            credentials=AnonymousCredentials(),
-        )
-    scenario(client, f"projects/import-project/locations/us-central1/apps/{transport}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:]))
+    main(lambda wired: scenario(wired.client, wired.app("import-project")))

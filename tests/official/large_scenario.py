@@ -15,27 +15,14 @@ import json
 import sys
 from typing import Any
 
-import grpc
 from google.api_core import exceptions
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import ces_v1beta
-from google.cloud.ces_v1beta.services.evaluation_service.transports import grpc as grpc_transport
 from google.rpc import error_details_pb2
 
+# The scenarios run as scripts: their folder is on sys.path.
+from harness import official_client  # type: ignore[import-not-found]
+
 TEXT = 200_000  # characters of one step: under the string limit
-
-
-def client_for(transport: str, target: str) -> ces_v1beta.EvaluationServiceClient:
-    if transport == "grpc":
-        channel = grpc.insecure_channel(target)  # default options: 4 MiB receive limit
-        return ces_v1beta.EvaluationServiceClient(
-            transport=grpc_transport.EvaluationServiceGrpcTransport(channel=channel)
-        )
-    return ces_v1beta.EvaluationServiceClient(
-        transport="rest",
-        client_options={"api_endpoint": target},
-        credentials=AnonymousCredentials(),
-    )
 
 
 def violations_of(error: exceptions.GoogleAPICallError) -> list[list[str]]:
@@ -49,7 +36,7 @@ def violations_of(error: exceptions.GoogleAPICallError) -> list[list[str]]:
 
 
 def main(transport: str, target: str, app: str, over: int) -> int:
-    client = client_for(transport, target)
+    client = official_client(transport, target)  # default options: 4 MiB receive limit
     pager = client.list_evaluations(parent=app)  # default page size
     pages: list[list[str]] = []
     for page in pager.pages:

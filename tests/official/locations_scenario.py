@@ -2,26 +2,19 @@
 ``client.list_locations``) against a server started with
 ``CES_EVAL_LOCATIONS=us-central1,europe-west1``.
 
-Runs in the official client's own environment (``.venv-client``), never beside ``ces_eval``
-(GUIDE §2). Usage: ``locations_scenario.py grpc HOST:PORT`` or ``locations_scenario.py rest
-http://HOST:PORT``. Prints one JSON line per step and exits non-zero on the first failed
-assertion.
+The command line, the wiring and the reports are harness.py's.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
-import grpc
+from google.api_core import exceptions
+from google.cloud.location import locations_pb2
 
 # The scenarios run as scripts: their folder is on sys.path.
-from client_scenario import details_of, golden, step  # type: ignore[import-not-found]
-from google.api_core import exceptions
-from google.auth.credentials import AnonymousCredentials
-from google.cloud import ces_v1beta
-from google.cloud.ces_v1beta.services.evaluation_service.transports import grpc as grpc_transport
-from google.cloud.location import locations_pb2
+from client_scenario import golden  # type: ignore[import-not-found]
+from harness import details_of, main, step  # type: ignore[import-not-found]
 
 
 def _ids(client: Any, project: str, **fields: Any) -> list[str]:
@@ -61,21 +54,5 @@ def scenario(client: Any, transport: str) -> None:
         raise AssertionError("a location nothing uses was found")
 
 
-def main(transport: str, target: str) -> int:
-    if transport == "grpc":
-        channel = grpc.insecure_channel(target)
-        client = ces_v1beta.EvaluationServiceClient(
-            transport=grpc_transport.EvaluationServiceGrpcTransport(channel=channel)
-        )
-    else:
-        client = ces_v1beta.EvaluationServiceClient(
-            transport="rest",
-            client_options={"api_endpoint": target},
-            credentials=AnonymousCredentials(),
-        )
-    scenario(client, transport)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:]))
+    main(lambda wired: scenario(wired.client, wired.transport))

@@ -1,35 +1,20 @@
 """UploadEvaluationAudio and TestPersonaVoice driven by Google's official Python client.
 
-Runs in the official client's own environment (``.venv-client``), never beside ``ces_eval``
-(GUIDE §2). Usage: ``media_scenario.py grpc HOST:PORT`` or ``media_scenario.py rest
-http://HOST:PORT``. Prints one JSON line per step and exits non-zero on the first failed
-assertion.
+The command line, the wiring and the reports are harness.py's.
 """
 
 from __future__ import annotations
 
 import struct
-import sys
 from typing import Any
 
-import grpc
+from google.api_core import exceptions
 
 # The scenarios run as scripts: their folder is on sys.path.
-from client_scenario import details_of, golden, step  # type: ignore[import-not-found]
-from google.api_core import exceptions
-from google.auth.credentials import AnonymousCredentials
-from google.cloud import ces_v1beta
-from google.cloud.ces_v1beta.services.evaluation_service.transports import grpc as grpc_transport
+from client_scenario import golden  # type: ignore[import-not-found]
+from harness import main, refused, step  # type: ignore[import-not-found]
 
 ONE_SECOND = bytes(32_000)  # LINEAR16 at 16 kHz: 2 bytes a sample
-
-
-def _refused(call: Any, error: type[Exception]) -> dict[str, Any]:
-    try:
-        call()
-    except error as raised:
-        return details_of(raised)  # type: ignore[arg-type]
-    raise AssertionError(f"expected {error.__name__}")
 
 
 def scenario(client: Any, app: str, transport: str) -> None:
@@ -55,14 +40,14 @@ def scenario(client: Any, app: str, transport: str) -> None:
     )
     step(
         "not_linear16",
-        **_refused(
+        **refused(
             lambda: client.upload_evaluation_audio(name=evaluation.name, audio_content=wav_float),
             exceptions.BadRequest,  # gRPC's InvalidArgument is one
         ),
     )
     step(
         "too_large",
-        **_refused(
+        **refused(
             lambda: client.upload_evaluation_audio(
                 name=evaluation.name, audio_content=bytes(4 * 1024 * 1024 + 2)
             ),
@@ -82,7 +67,7 @@ def scenario(client: Any, app: str, transport: str) -> None:
     step("voice", bytes=len(voice.audio))
     step(
         "unknown_persona",
-        **_refused(
+        **refused(
             lambda: client.test_persona_voice(
                 request={"app": app, "persona_id": "pirate", "text": "Ahoy"}
             ),
@@ -91,21 +76,5 @@ def scenario(client: Any, app: str, transport: str) -> None:
     )
 
 
-def main(transport: str, target: str) -> int:
-    if transport == "grpc":
-        channel = grpc.insecure_channel(target)
-        client = ces_v1beta.EvaluationServiceClient(
-            transport=grpc_transport.EvaluationServiceGrpcTransport(channel=channel)
-        )
-    else:
-        client = ces_v1beta.EvaluationServiceClient(
-            transport="rest",
-            client_options={"api_endpoint": target},
-            credentials=AnonymousCredentials(),
-        )
-    scenario(client, f"projects/media-project/locations/us-central1/apps/{transport}", transport)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:]))
+    main(lambda wired: scenario(wired.client, wired.app("media-project"), wired.transport))

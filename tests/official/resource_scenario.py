@@ -1,13 +1,11 @@
 """The standard methods of one resource, driven by Google's official Python client.
 
-Runs in the official client's own environment (``.venv-client``), never beside ``ces_eval``
-(GUIDE §2). Usage: ``resource_scenario.py KIND grpc HOST:PORT`` or
-``resource_scenario.py KIND rest http://HOST:PORT``. ``KIND`` names an entry of :data:`KINDS`:
+The command line, the wiring and the reports are harness.py's; the one argument after them,
+``KIND``, names an entry of :data:`KINDS`:
 a resource served by the generic standard methods, with how to build a valid one, which field
 an update changes and which required field a create may not leave empty. Every step asserts
 what the client observes (AIP-131 to 135: ids, ALREADY_EXISTS, pages and filters, update masks
-and etags, deletes); the script prints one JSON line per step and exits non-zero on the first
-failure.
+and etags, deletes).
 
 A kind's ``prepare`` creates what its resources refer to (an evaluation for a dataset) and
 returns the app-scoped names a body may use.
@@ -15,20 +13,16 @@ returns the app-scoped names a body may use.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import grpc
+from google.api_core import exceptions
+from google.cloud import ces_v1beta
+from google.protobuf import field_mask_pb2, timestamp_pb2
 
 # The scenarios run as scripts: their folder is on sys.path.
-from client_scenario import details_of, step  # type: ignore[import-not-found]
-from google.api_core import exceptions
-from google.auth.credentials import AnonymousCredentials
-from google.cloud import ces_v1beta
-from google.cloud.ces_v1beta.services.evaluation_service.transports import grpc as grpc_transport
-from google.protobuf import field_mask_pb2, timestamp_pb2
+from harness import main, refused, smallest_evaluation, step  # type: ignore[import-not-found]
 
 APP = "projects/resource-project/locations/us-central1/apps/resources"
 # Monday 2100-03-01 09:30 UTC: a schedule's first firing, whenever the scenario runs.
@@ -36,21 +30,10 @@ START = 4107576600
 
 
 def _golden_evaluation(client: Any, display_name: str, evaluation_id: str = "") -> str:
-    evaluation = client.create_evaluation(
-        parent=APP,
-        evaluation_id=evaluation_id,
-        evaluation=ces_v1beta.Evaluation(
-            display_name=display_name,
-            golden=ces_v1beta.Evaluation.Golden(
-                turns=[
-                    ces_v1beta.Evaluation.GoldenTurn(
-                        steps=[ces_v1beta.Evaluation.Step(user_input={"text": "hello"})]
-                    )
-                ]
-            ),
-        ),
+    created = client.create_evaluation(
+        parent=APP, evaluation_id=evaluation_id, evaluation=smallest_evaluation(display_name)
     )
-    return str(evaluation.name)
+    return str(created.name)
 
 
 @dataclass(frozen=True)
@@ -104,7 +87,7 @@ def _dataset_references(client: Any, made: dict[str, str], transport: str) -> No
     request = {"parent": APP, "filter": f'evaluation_datasets:"{dataset.name}"'}
     listed = list(client.list_evaluations(request=request))
     assert sorted(e.name for e in listed) == [e1, e2]
-    bad = _refused(
+    bad = refused(
         lambda: client.create_evaluation_dataset(
             parent=APP,
             evaluation_dataset=ces_v1beta.EvaluationDataset(
@@ -116,7 +99,7 @@ def _dataset_references(client: Any, made: dict[str, str], transport: str) -> No
     assert bad["violations"] == ["evaluation_dataset.evaluations[1]"], bad
     # FAILED_PRECONDITION is HTTP 400, which api_core maps to BadRequest over REST.
     in_use_error = exceptions.FailedPrecondition if transport == "grpc" else exceptions.BadRequest
-    in_use = _refused(lambda: client.delete_evaluation(name=e1), in_use_error)
+    in_use = refused(lambda: client.delete_evaluation(name=e1), in_use_error)
     assert in_use["reason"] == "EVALUATION_IN_USE", in_use
     client.delete_evaluation(request={"name": e1, "force": True})
     after = client.get_evaluation_dataset(name=dataset.name)
@@ -193,15 +176,6 @@ def _clear(message: Any, path: str) -> None:
     message.__class__.pb(message).ClearField(last)
 
 
-def _refused(call: Callable[[], object], error: type[Exception]) -> dict[str, Any]:
-    try:
-        call()
-    except error as raised:
-        assert isinstance(raised, exceptions.GoogleAPICallError)
-        return details_of(raised)
-    raise AssertionError(f"expected {error.__name__}")
-
-
 def scenario(client: Any, kind: Kind, transport: str) -> None:
     # Over REST api_core maps HTTP 409 (ABORTED and ALREADY_EXISTS alike) to Conflict.
     stale_error = exceptions.Aborted if transport == "grpc" else exceptions.Conflict
@@ -223,20 +197,20 @@ def scenario(client: Any, kind: Kind, transport: str) -> None:
     assigned = create(parent=APP, **{snake: body("Second")})
     assert assigned.name.startswith(APP + "/") and not assigned.name.endswith("/first")
     step("create_assigned_id", resource=assigned.name)
-    taken = _refused(
+    taken = refused(
         lambda: create(request={"parent": APP, f"{snake}_id": "first", snake: body("Other")}),
         exceptions.Conflict,
     )
     step("create_taken_id", **taken)
     if kind.unique_display_name:
-        clash = _refused(lambda: create(parent=APP, **{snake: body("First")}), exceptions.Conflict)
+        clash = refused(lambda: create(parent=APP, **{snake: body("First")}), exceptions.Conflict)
         step("create_taken_display_name", **clash)
     missing = body("Third")
     _clear(missing, kind.required)
-    invalid = _refused(lambda: create(parent=APP, **{snake: missing}), exceptions.BadRequest)
+    invalid = refused(lambda: create(parent=APP, **{snake: missing}), exceptions.BadRequest)
     assert f"{snake}.{kind.required}" in invalid["violations"], invalid
     step("create_missing_required", **invalid)
-    bad_id = _refused(
+    bad_id = refused(
         lambda: create(request={"parent": APP, f"{snake}_id": "Not An Id", snake: body("X")}),
         exceptions.BadRequest,
     )
@@ -244,7 +218,7 @@ def scenario(client: Any, kind: Kind, transport: str) -> None:
 
     got = get(name=first.name)
     assert got == first
-    absent = _refused(lambda: get(name=f"{first.name}-absent"), exceptions.NotFound)
+    absent = refused(lambda: get(name=f"{first.name}-absent"), exceptions.NotFound)
     step("get", **absent)
 
     pages = list(list_(request={"parent": APP, "page_size": 1}).pages)
@@ -258,7 +232,7 @@ def scenario(client: Any, kind: Kind, transport: str) -> None:
     if kind.matches_all is not None:
         every = list(list_(request={"parent": APP, "filter": kind.matches_all(made)}))
         assert sorted(item.name for item in every) == sorted(names), every
-    bad_filter = _refused(
+    bad_filter = refused(
         lambda: list(list_(request={"parent": APP, "filter": "no_such_field = 1"})),
         exceptions.BadRequest,
     )
@@ -272,44 +246,28 @@ def scenario(client: Any, kind: Kind, transport: str) -> None:
     assert updated.display_name == "First" and updated.etag != first.etag
     stale = ces_v1beta.__dict__[kind.message](name=first.name, etag=first.etag)
     _set(stale, path, value)
-    aborted = _refused(
+    aborted = refused(
         lambda: update(**{snake: stale, "update_mask": field_mask_pb2.FieldMask(paths=[path])}),
         stale_error,
     )
-    unknown = _refused(
+    unknown = refused(
         lambda: update(**{snake: change, "update_mask": field_mask_pb2.FieldMask(paths=["nope"])}),
         exceptions.BadRequest,
     )
     step("update", stale=aborted, unknown=unknown)
 
     if "etag" in type(first).meta.fields:
-        stale_delete = _refused(
+        stale_delete = refused(
             lambda: delete(request={"name": first.name, "etag": first.etag}),
             stale_error,
         )
         step("delete_stale", **stale_delete)
     delete(request={"name": first.name, "etag": updated.etag})
-    gone = _refused(lambda: get(name=first.name), exceptions.NotFound)
-    again = _refused(lambda: delete(name=first.name), exceptions.NotFound)
+    gone = refused(lambda: get(name=first.name), exceptions.NotFound)
+    again = refused(lambda: delete(name=first.name), exceptions.NotFound)
     step("delete", gone=gone, again=again)
     kind.own(client, made, transport)
 
 
-def main(kind: str, transport: str, target: str) -> int:
-    if transport == "grpc":
-        channel = grpc.insecure_channel(target)
-        client = ces_v1beta.EvaluationServiceClient(
-            transport=grpc_transport.EvaluationServiceGrpcTransport(channel=channel)
-        )
-    else:
-        client = ces_v1beta.EvaluationServiceClient(
-            transport="rest",
-            client_options={"api_endpoint": target},
-            credentials=AnonymousCredentials(),
-        )
-    scenario(client, KINDS[kind], transport)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:]))
+    main(lambda wired, kind: scenario(wired.client, KINDS[kind], wired.transport))

@@ -1,31 +1,23 @@
 """Evaluation runs, driven by Google's official Python client against a running server.
 
-Runs in the official client's own environment (``.venv-client``), never beside ``ces_eval``
-(GUIDE §2). Usage: ``runs_scenario.py grpc HOST:PORT DESCRIPTOR_SET`` or
-``runs_scenario.py rest http://HOST:PORT``; several comma-separated targets (replicas sharing
-one database) are called in turn. Runs have no public create: the emulator seeds two
-runs and their results (client_scenario's emulator clients), then the official client gets,
+Runs have no public create: the emulator seeds two runs and their results (harness.py's
+emulator clients), then the official client gets,
 lists (pager, filter, order) and exports them, filters evaluations by their runs, and deletes one
 (a long-running operation), after which its results are gone and the evaluations' runs follow.
-The script prints one JSON line per step and exits non-zero on the first failure.
+The command line, the wiring and the reports are harness.py's.
 """
 
 from __future__ import annotations
 
 import json
-import sys
-from collections.abc import Callable
 from typing import Any
 
-# The scenarios run as scripts: their folder is on sys.path.
-from client_scenario import (  # type: ignore[import-not-found]
-    details_of,
-    step,
-    wiring,
-)
 from google.api_core import exceptions
 from google.cloud import ces_v1beta
 from google.protobuf import empty_pb2
+
+# The scenarios run as scripts: their folder is on sys.path.
+from harness import main, refused, smallest_evaluation, step  # type: ignore[import-not-found]
 
 APP = "projects/runs-project/locations/us-central1/apps/runs"
 RUNS = APP + "/evaluationRuns/"
@@ -35,29 +27,8 @@ Result = ces_v1beta.EvaluationResult
 
 def _evaluation(client: Any, display_name: str) -> str:
     return str(
-        client.create_evaluation(
-            parent=APP,
-            evaluation=ces_v1beta.Evaluation(
-                display_name=display_name,
-                golden=ces_v1beta.Evaluation.Golden(
-                    turns=[
-                        ces_v1beta.Evaluation.GoldenTurn(
-                            steps=[ces_v1beta.Evaluation.Step(user_input={"text": "hello"})]
-                        )
-                    ]
-                ),
-            ),
-        ).name
+        client.create_evaluation(parent=APP, evaluation=smallest_evaluation(display_name)).name
     )
-
-
-def _refused(call: Callable[[], object], error: type[Exception]) -> dict[str, Any]:
-    try:
-        call()
-    except error as raised:
-        assert isinstance(raised, exceptions.GoogleAPICallError)
-        return details_of(raised)
-    raise AssertionError(f"expected {error.__name__}")
 
 
 def scenario(client: Any, emulator: Any) -> None:
@@ -94,7 +65,7 @@ def scenario(client: Any, emulator: Any) -> None:
 
     got = client.get_evaluation_run(name=nightly.name)
     assert got == nightly and got.progress.passed_count == 2, got
-    absent = _refused(lambda: client.get_evaluation_run(name=RUNS + "absent"), exceptions.NotFound)
+    absent = refused(lambda: client.get_evaluation_run(name=RUNS + "absent"), exceptions.NotFound)
     step("get", state=Run.EvaluationRunState(got.state).name, **absent)
 
     pages = list(client.list_evaluation_runs(request={"parent": APP, "page_size": 1}).pages)
@@ -107,7 +78,7 @@ def scenario(client: Any, emulator: Any) -> None:
         request={"parent": APP, "filter": 'initiated_by = "ci@example.com" AND state = COMPLETED'}
     )
     assert [r.name for r in filtered] == [nightly.name]
-    bad_filter = _refused(
+    bad_filter = refused(
         lambda: list(client.list_evaluation_runs(request={"parent": APP, "filter": "nope = 1"})),
         exceptions.BadRequest,
     )
@@ -150,8 +121,8 @@ def scenario(client: Any, emulator: Any) -> None:
     first, second = client.get_evaluation(name=one), client.get_evaluation(name=two)
     assert list(first.evaluation_runs) == [manual.name], first.evaluation_runs
     assert list(second.evaluation_runs) == [], second.evaluation_runs
-    gone = _refused(lambda: client.get_evaluation_run(name=nightly.name), exceptions.NotFound)
-    again = _refused(lambda: client.delete_evaluation_run(name=nightly.name), exceptions.NotFound)
+    gone = refused(lambda: client.get_evaluation_run(name=nightly.name), exceptions.NotFound)
+    again = refused(lambda: client.delete_evaluation_run(name=nightly.name), exceptions.NotFound)
     step(
         "delete",
         metadata=type(deletion.metadata).__name__,
@@ -162,11 +133,5 @@ def scenario(client: Any, emulator: Any) -> None:
     )
 
 
-def main(transport: str, targets: str, descriptor_set: str = "") -> int:
-    client, emulator = wiring(transport, targets, descriptor_set)
-    scenario(client, emulator)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:]))
+    main(lambda wired: scenario(wired.client, wired.emulator))

@@ -23,8 +23,9 @@ import grpc
 from google.api_core import exceptions
 from google.auth.credentials import AnonymousCredentials
 from google.auth.transport.requests import AuthorizedSession
-from google.cloud import ces_v1beta
-from google.cloud.ces_v1beta.services.evaluation_service.transports import grpc as grpc_transport
+
+# The scenarios run as scripts: their folder is on sys.path.
+from harness import official_client  # type: ignore[import-not-found]
 
 _VARIABLE = re.compile(r"\{([^}=]+)(?:=([^}]*))?\}")
 UNKNOWN_METHOD = "/google.cloud.ces.v1beta.EvaluationService/NoSuchMethod"
@@ -44,18 +45,6 @@ def request_for(templates: list[str]) -> dict[str, Any]:
             target = target.setdefault(parent, {})
         target[leaf] = value
     return request
-
-
-def client_for(transport: str, target: str, channel: grpc.Channel | None) -> Any:
-    if transport == "grpc":
-        return ces_v1beta.EvaluationServiceClient(
-            transport=grpc_transport.EvaluationServiceGrpcTransport(channel=channel)
-        )
-    return ces_v1beta.EvaluationServiceClient(
-        transport="rest",
-        client_options={"api_endpoint": target},
-        credentials=AnonymousCredentials(),
-    )
 
 
 def parsed(error: exceptions.GoogleAPICallError) -> dict[str, Any]:
@@ -106,7 +95,7 @@ def main() -> int:
     transport, target = sys.argv[1], sys.argv[2]
     methods = json.load(sys.stdin)
     channel = grpc.insecure_channel(target) if transport == "grpc" else None
-    client = client_for(transport, target, channel)
+    client = official_client(transport, target, channel)
     for method in methods:
         print(json.dumps(call(client, method), default=str), flush=True)
     print(json.dumps({"unknown": unknown(transport, target, channel)}, default=str), flush=True)

@@ -21,6 +21,9 @@ from google.cloud.ces_v1beta.services.evaluation_service.transports import (
 )
 from google.oauth2.credentials import Credentials
 
+# The scenarios run as scripts: their folder is on sys.path.
+from harness import smallest_evaluation  # type: ignore[import-not-found]
+
 APP = "projects/proj-a/locations/l/apps/a"
 NAMES = {
     "grpc": grpc,
@@ -41,20 +44,7 @@ def main() -> int:
         metadata = [("authorization", f"Bearer {token}")] if wiring["metadata"] else []
         created = client.create_evaluation(
             parent=APP,
-            evaluation=ces_v1beta.Evaluation(
-                display_name=f"wired over {wiring['transport']}",
-                golden=ces_v1beta.Evaluation.Golden(
-                    turns=[
-                        ces_v1beta.Evaluation.GoldenTurn(
-                            steps=[
-                                ces_v1beta.Evaluation.Step(
-                                    user_input=ces_v1beta.SessionInput(text="hi")
-                                )
-                            ]
-                        )
-                    ]
-                ),
-            ),
+            evaluation=smallest_evaluation(f"wired over {wiring['transport']}"),
             metadata=metadata,
         )
         listed = [e.name for e in client.list_evaluations(parent=APP, metadata=metadata)]

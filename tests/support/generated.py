@@ -19,6 +19,11 @@ of one oneof.
 
 Field behaviours (google/api/field_behavior.proto) are read from the descriptors here too, on
 purpose independently of ``ces_eval.contract.fields``: the tests check the server against them.
+The ranges of the scalar types, Timestamp and Duration are written here from protobuf's own
+definitions (descriptor.proto, timestamp.proto, duration.proto) for the same reason. What is the
+server's choice is read from it, so that examples stand at its edges wherever they move: its
+limits (``ces_eval.contract.limits``: string length, repeated fields and maps, Struct depth) and
+the well-known types with a JSON form of their own (``ces_eval.contract.schema``).
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from google.rpc import error_details_pb2
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
+from ces_eval.contract import limits, schema
 from ces_eval.generated.google.cloud.ces.v1beta import content_pb2
 
 __all__ = [
@@ -166,7 +172,14 @@ _FILLED: dict[int, st.SearchStrategy[Any]] = {
     _F.TYPE_BYTES: st.binary(min_size=1, max_size=8),
     _F.TYPE_BOOL: st.just(True),
 }
-_HUGE_LENGTHS = (65_536, 262_143, 262_144, 262_145, 300_000)
+# Huge strings: at, around and past the server's limit (in code points).
+_HUGE_LENGTHS = (
+    65_536,
+    limits.MAX_STRING_CHARS - 1,
+    limits.MAX_STRING_CHARS,
+    limits.MAX_STRING_CHARS + 1,
+    limits.MAX_STRING_CHARS + limits.MAX_STRING_CHARS // 8,
+)
 _HUGE_UNITS = ("x", "é", "𝔘", "a\x00")
 
 # Messages an Any may hold: types the server knows (its error details, well-known types and
@@ -321,7 +334,8 @@ class _Builder:
     def _chance(self, percent: int) -> bool:
         return self._draw(st.integers(0, 99)) >= 100 - percent
 
-    def _count(self, at_least: int) -> int:
+    def _count(self, at_least: int, limit: int) -> int:
+        """How many elements a repeated field or map gets (``limit``: the server's)."""
         roll = self._draw(st.integers(0, 999))
         if roll < 500:
             n = 0
@@ -334,7 +348,7 @@ class _Builder:
         elif roll < 998:
             n = self._draw(st.integers(6, 12))
         else:
-            n = self._draw(st.sampled_from((1_000, 1_001)))  # at and past the server's limit
+            n = self._draw(st.sampled_from((limit, limit + 1)))  # at and past the limit
         return max(n, at_least)
 
     # scalars
@@ -450,10 +464,11 @@ class _Builder:
         message.value = self._bytes()
 
     def _deep_struct(self, message: Any) -> None:
-        """A chain of Structs around the server's depth limit (about 24) and within protobuf's
-        (100 message levels; a Struct level costs 3: Struct, map entry, Value)."""
+        """A chain of Structs around the server's depth limit and within protobuf's (100 message
+        levels; a Struct level costs 3: Struct, map entry, Value)."""
+        depth = limits.MAX_STRUCT_DEPTH
         level = message
-        for _ in range(self._draw(st.sampled_from((20, 24, 25, 28)))):
+        for _ in range(self._draw(st.sampled_from((depth - 4, depth, depth + 1, depth + 4)))):
             level = level.fields["a"].struct_value
 
     # messages
@@ -523,7 +538,7 @@ class _Builder:
         if is_map(field):
             entries = getattr(message, field.name)
             key_field = field.message_type.fields_by_name["key"]
-            for index in range(self._count(forced)):
+            for index in range(self._count(forced, limits.MAX_MAP_ENTRIES)):
                 key = self.scalar(key_field)
                 if target is None:
                     entries[key] = self.scalar(field.message_type.fields_by_name["value"])
@@ -532,8 +547,8 @@ class _Builder:
             return
         if field.is_repeated:
             items = getattr(message, field.name)
-            count = self._count(max(forced, REQUIRED in _behaviors(field)))
-            if count >= 1_000:
+            count = self._count(max(forced, REQUIRED in _behaviors(field)), limits.MAX_REPEATED)
+            if count >= limits.MAX_REPEATED:
                 # Past the limits: copies of one short value or of an empty message after the
                 # first (cheap to draw, and a few MB at most).
                 if target is None:
@@ -695,23 +710,9 @@ def _slots(message: descriptor.Descriptor, document: object) -> Iterator[_Slot]:
                 yield from _slots(target, value)
 
 
-_OPAQUE = frozenset(
-    {
-        TIMESTAMP,
-        DURATION,
-        ANY,
-        STRUCT,
-        VALUE,
-        struct_pb2.ListValue.DESCRIPTOR.full_name,
-        FIELD_MASK,
-        "google.protobuf.Empty",
-    }
-    | {
-        f"google.protobuf.{name}Value"
-        for name in ("Double", "Float", "Int64", "UInt64", "Int32", "UInt32", "Bool", "String")
-    }
-    | {"google.protobuf.BytesValue"}
-)
+# Well-known types whose proto3 JSON form is no object of their fields: their values are not
+# entered (Empty's is one, of no fields).
+_OPAQUE = schema.SPECIAL_JSON_TYPES | {"google.protobuf.Empty"}
 
 _TIMESTAMP_SPELLINGS = (
     "1970-01-01T00:00:00Z",

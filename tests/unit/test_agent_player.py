@@ -17,6 +17,7 @@ from google.protobuf import json_format
 from ces_eval.contract.limits import MAX_REPEATED, MAX_STRING_CHARS
 from ces_eval.core.aip.stamps import now
 from ces_eval.core.engine import agents, outcomes
+from ces_eval.core.io.agent_http import HttpxAgents
 from ces_eval.core.resources.agent_endpoints import (
     Endpoint,
     header_refusal,
@@ -96,7 +97,7 @@ def test_an_answer_holds_a_bounded_number_of_values_and_characters(
 
 
 def test_header_values_are_scrubbed_before_a_message_is_cut() -> None:
-    agent = agents.Agent(_endpoint(), ())
+    agent = agents.Agent(_endpoint(), (), HttpxAgents())
     try:
         quoted = [SECRET, repr(SECRET), json.dumps(SECRET), f"{'x' * 190}{SECRET}"]
         for text in quoted:  # as sent, as repr and JSON quote it, across the cut
@@ -149,7 +150,9 @@ def test_an_unexpected_failure_ends_that_result_error_and_logs_no_secret(
     )
 
     async def play(url: str) -> outcomes.Played:
-        agent = agents.Agent(_endpoint(url + "/agent", max_response_bytes=SECRET), ())
+        agent = agents.Agent(
+            _endpoint(url + "/agent", max_response_bytes=SECRET), (), HttpxAgents()
+        )
         try:
             return await agent.play(given, 0)
         finally:
@@ -168,7 +171,7 @@ def test_an_unexpected_failure_ends_that_result_error_and_logs_no_secret(
 def test_an_output_text_that_is_not_unicode_is_refused(length: int) -> None:
     """Long texts are set on the message rather than read by json_format: either way a lone
     surrogate is refused, and the texts are recorded as answered."""
-    agent = agents.Agent(_endpoint(), ())
+    agent = agents.Agent(_endpoint(), (), HttpxAgents())
     budget = agents._Budget("conversation", 10 * 2**20)
     try:
         good = json.dumps({"outputs": [{"text": "y" * length}, {"text": "z"}]}).encode()

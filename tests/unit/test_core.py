@@ -17,6 +17,7 @@ from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from ces_eval.storage import tables
 from ces_eval.storage.sqlite import SqliteStorage
 
 APP = "projects/p/locations/l/apps/a"
@@ -562,16 +563,13 @@ def test_reset_project(core: Harness) -> None:
     )
     response = core.call("reset_project", emulator_pb2.ResetProjectRequest(name="projects/p"))
     assert (response.deleted_evaluations, response.deleted_evaluation_results) == (1, 1)
+    # Every generic table's count, by its collection: those seeded above one, the others none.
+    seeded = {"evaluationExpectations": 1, "outcomeRules": 1, "agentEndpoints": 1}
     assert dict(response.deleted_resources) == {
-        "evaluationExpectations": 1,
-        "evaluationDatasets": 0,
-        "scheduledEvaluationRuns": 0,
-        "evaluationRuns": 0,
-        "conversations": 0,
-        "outcomeRules": 1,
-        "projectClocks": 0,
-        "agentEndpoints": 1,
+        **{table.collection: 0 for table in tables.TABLES},
+        **seeded,
     }
+    assert len(response.deleted_resources) == len(tables.TABLES) > len(seeded)
     gone = core.call("get_agent_endpoint", emulator_pb2.GetAgentEndpointRequest(name=endpoint.name))
     assert gone.uri == ""
     assert (

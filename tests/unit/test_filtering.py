@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -295,27 +295,53 @@ ROWS: list[dict[str, Any]] = [
 ALL = frozenset(row["id"] for row in ROWS)
 
 
+@dataclass(frozen=True)
+class Table:
+    """A table the filter cases run on, written once for both backends (this file runs them on
+    SQLite, tests/contract/test_filters_postgresql.py on PostgreSQL): each column with its SQLite
+    and its PostgreSQL type, and the rows' values in column order. A JSONB column holds a list,
+    stored as JSON text on SQLite."""
+
+    name: str
+    columns: tuple[tuple[str, str, str], ...]
+    rows: tuple[tuple[Any, ...], ...]
+
+    def create(self, dialect: Dialect) -> str:
+        types = (f"{c} {sqlite if dialect is SQLITE else pg}" for c, sqlite, pg in self.columns)
+        return f"CREATE TABLE {self.name} ({', '.join(types)})"
+
+    def insert(self, dialect: Dialect) -> tuple[str, list[tuple[Any, ...]]]:
+        """The INSERT statement for ``dialect`` and the values of every row."""
+        json_columns = [pg.startswith("JSONB") for _, _, pg in self.columns]
+        cast = "::jsonb" if dialect is POSTGRESQL else ""
+        marks = (dialect.placeholder + (cast if j else "") for j in json_columns)
+        values = [
+            tuple(json.dumps(v) if j else v for v, j in zip(row, json_columns, strict=True))
+            for row in self.rows
+        ]
+        return f"INSERT INTO {self.name} VALUES ({', '.join(marks)})", values  # noqa: S608
+
+
+_TEXT = ("TEXT NOT NULL", 'TEXT COLLATE "C" NOT NULL')
+EVALS = Table(
+    "evals",
+    (
+        ("name", *_TEXT),
+        ("display", *_TEXT),
+        ("state", "INTEGER NOT NULL", "INTEGER NOT NULL"),
+        ("created", "INTEGER", "BIGINT"),
+        ("turns", "INTEGER NOT NULL", "BIGINT NOT NULL"),
+        ("done", "INTEGER NOT NULL", "BOOLEAN NOT NULL"),
+        ("tags", "TEXT NOT NULL", "JSONB NOT NULL"),
+    ),
+    tuple(tuple(row.values()) for row in ROWS),  # each row's keys are in column order
+)
+
+
 def _database() -> sqlite3.Connection:
     connection = sqlite3.connect(":memory:")
-    connection.execute(
-        "CREATE TABLE evals (name TEXT NOT NULL, display TEXT NOT NULL, state INTEGER NOT NULL, "
-        "created INTEGER, turns INTEGER NOT NULL, done INTEGER NOT NULL, tags TEXT NOT NULL)"
-    )
-    connection.executemany(
-        "INSERT INTO evals VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [
-            (
-                row["id"],
-                row["display"],
-                row["state"],
-                row["created"],
-                row["turns"],
-                row["done"],
-                json.dumps(row["tags"]),
-            )
-            for row in ROWS
-        ],
-    )
+    connection.execute(EVALS.create(SQLITE))
+    connection.executemany(*EVALS.insert(SQLITE))
     return connection
 
 
@@ -626,6 +652,11 @@ REFERENCE_ROWS = {
     "odd": ("projects/p/locations/l/apps/a/runs/e1[*]?", ["x/e1%_"]),
     "none": ("", []),
 }
+NAMES = Table(
+    "names",
+    (("name", "TEXT", "TEXT"), ("ref", "TEXT", 'TEXT COLLATE "C"'), ("refs", "TEXT", "JSONB")),
+    tuple((key, ref, refs) for key, (ref, refs) in REFERENCE_ROWS.items()),
+)
 
 
 REFERENCE_CASES = [
@@ -651,11 +682,8 @@ REFERENCE_CASES = [
 @pytest.mark.parametrize(("text", "expected"), REFERENCE_CASES)
 def test_resource_names_match_by_name_or_id(text: str, expected: set[str]) -> None:
     connection = sqlite3.connect(":memory:")
-    connection.execute("CREATE TABLE names (name TEXT, ref TEXT, refs TEXT)")
-    connection.executemany(
-        "INSERT INTO names VALUES (?, ?, ?)",
-        [(key, ref, json.dumps(refs)) for key, (ref, refs) in REFERENCE_ROWS.items()],
-    )
+    connection.execute(NAMES.create(SQLITE))
+    connection.executemany(*NAMES.insert(SQLITE))
     sql, params = compile_filter(parse(text), REFERENCE_FIELDS, SQLITE)
     rows = connection.execute(f"SELECT name FROM names WHERE {sql}", params).fetchall()  # noqa: S608 - under test
     assert {name for (name,) in rows} == expected

@@ -98,3 +98,20 @@ def test_readme_describes_every_folder_and_marker() -> None:
         assert re.search(rf"^\| `{folder}/` \|", readme, re.MULTILINE), folder
     for marker in markers.MARKERS:
         assert re.search(rf"^\| `{marker}` \|", readme, re.MULTILINE), marker
+
+
+def test_make_unit_and_make_integration_split_the_suite_between_them() -> None:
+    """``make unit`` runs the tests marked ``unit`` and needs neither PostgreSQL nor a browser,
+    ``make integration`` runs every other test, ``make test`` runs both: each test once."""
+    makefile = (contract.ROOT / "Makefile").read_text(encoding="utf-8")
+    rules = {
+        target: (prerequisites.split(), recipe)
+        for target, prerequisites, recipe in re.findall(
+            r"^([\w-]+):([^=\n]*)\n(?:\t(.*))?$", makefile, re.MULTILINE
+        )
+    }
+    assert rules["unit"][1] == "$(VENV)/bin/pytest -m unit"
+    assert rules["integration"][1] == '$(VENV)/bin/pytest -m "not unit"'
+    assert not {"postgres", "browser"} & set(rules["unit"][0])
+    assert {"postgres", "browser"} <= set(rules["integration"][0])
+    assert rules["test"][0][-2:] == ["unit", "integration"]

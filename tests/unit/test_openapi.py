@@ -30,6 +30,7 @@ from ces_eval.errors import ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2, evaluation_service_pb2
 from ces_eval.surfaces.rest import served_bindings
 from tests.support.samples import populate
+from tests.support.standard_routes import standard_routes
 from tests.unit.test_jsonschema import KINDS
 
 APP = "/projects/{project}/locations/{location}/apps/{app}"
@@ -45,67 +46,22 @@ SCHEDULED = APP + "/scheduledEvaluationRuns/{scheduledEvaluationRun}"
 CONVERSATION = APP + "/conversations/{conversation}"
 RULE = APP + "/outcomeRules/{outcomeRule}"
 
-# operationId → (HTTP method, OpenAPI path), written out by hand.
+# operationId → (HTTP method, OpenAPI path): the custom methods' written out by hand, the
+# standard methods' as AIP-127 and AIP-131..135 spell them from each resource's name pattern.
 EXPECTED = {
-    "EvaluationService_CreateEvaluation": ("post", f"/v1beta{APP}/evaluations"),
-    "EvaluationService_GetEvaluation": ("get", f"/v1beta{EVAL}"),
-    "EvaluationService_ListEvaluations": ("get", f"/v1beta{APP}/evaluations"),
-    "EvaluationService_UpdateEvaluation": ("patch", f"/v1beta{EVAL}"),
-    "EvaluationService_DeleteEvaluation": ("delete", f"/v1beta{EVAL}"),
-    "EvaluationService_CreateEvaluationDataset": ("post", f"/v1beta{APP}/evaluationDatasets"),
-    "EvaluationService_GetEvaluationDataset": ("get", f"/v1beta{DATASET}"),
-    "EvaluationService_ListEvaluationDatasets": ("get", f"/v1beta{APP}/evaluationDatasets"),
-    "EvaluationService_UpdateEvaluationDataset": ("patch", f"/v1beta{DATASET}"),
-    "EvaluationService_DeleteEvaluationDataset": ("delete", f"/v1beta{DATASET}"),
     "EvaluationService_ExportEvaluations": ("post", f"/v1beta{APP}/evaluations:export"),
     "EvaluationService_ImportEvaluations": ("post", f"/v1beta{APP}:importEvaluations"),
     "EvaluationService_UploadEvaluationAudio": ("post", f"/v1beta{EVAL}:uploadEvaluationAudio"),
     "EvaluationService_TestPersonaVoice": ("post", f"/v1beta{APP}:testPersonaVoice"),
-    "EvaluationService_GetEvaluationResult": ("get", f"/v1beta{RESULT}"),
-    "EvaluationService_ListEvaluationResults": ("get", f"/v1beta{EVAL}/results"),
-    "EvaluationService_DeleteEvaluationResult": ("delete", f"/v1beta{RESULT}"),
     "EvaluationService_ExportEvaluationResults": ("post", f"/v1beta{EVAL}/results:export"),
     "EvaluationService_RunEvaluationResultMetrics": (
         "post",
         f"/v1beta{RESULT}:runEvaluationResultMetrics",
     ),
-    "EvaluationService_CreateEvaluationExpectation": (
-        "post",
-        f"/v1beta{APP}/evaluationExpectations",
-    ),
-    "EvaluationService_GetEvaluationExpectation": ("get", f"/v1beta{EXPECTATION}"),
-    "EvaluationService_ListEvaluationExpectations": (
-        "get",
-        f"/v1beta{APP}/evaluationExpectations",
-    ),
-    "EvaluationService_UpdateEvaluationExpectation": ("patch", f"/v1beta{EXPECTATION}"),
-    "EvaluationService_DeleteEvaluationExpectation": ("delete", f"/v1beta{EXPECTATION}"),
-    "EvaluationService_CreateScheduledEvaluationRun": (
-        "post",
-        f"/v1beta{APP}/scheduledEvaluationRuns",
-    ),
-    "EvaluationService_GetScheduledEvaluationRun": ("get", f"/v1beta{SCHEDULED}"),
-    "EvaluationService_ListScheduledEvaluationRuns": (
-        "get",
-        f"/v1beta{APP}/scheduledEvaluationRuns",
-    ),
-    "EvaluationService_UpdateScheduledEvaluationRun": ("patch", f"/v1beta{SCHEDULED}"),
-    "EvaluationService_DeleteScheduledEvaluationRun": ("delete", f"/v1beta{SCHEDULED}"),
-    "EvaluationService_GetEvaluationRun": ("get", f"/v1beta{RUN}"),
-    "EvaluationService_ListEvaluationRuns": ("get", f"/v1beta{APP}/evaluationRuns"),
     "EvaluationService_DeleteEvaluationRun": ("delete", f"/v1beta{RUN}"),
     "EvaluationService_ExportEvaluationRuns": ("post", f"/v1beta{APP}/evaluationRuns:export"),
     "EvaluationService_RunEvaluation": ("post", f"/v1beta{APP}:runEvaluation"),
     "EvaluationService_GenerateEvaluation": ("post", f"/v1beta{CONVERSATION}:generateEvaluation"),
-    "EmulatorService_CreateEvaluationResult": ("post", f"/emulator/v1{EVAL}/results"),
-    "EmulatorService_CreateConversation": ("post", f"/emulator/v1{APP}/conversations"),
-    "EmulatorService_GetConversation": ("get", f"/emulator/v1{CONVERSATION}"),
-    "EmulatorService_ListConversations": ("get", f"/emulator/v1{APP}/conversations"),
-    "EmulatorService_CreateEvaluationRun": ("post", f"/emulator/v1{APP}/evaluationRuns"),
-    "EmulatorService_CreateOutcomeRule": ("post", f"/emulator/v1{APP}/outcomeRules"),
-    "EmulatorService_GetOutcomeRule": ("get", f"/emulator/v1{RULE}"),
-    "EmulatorService_ListOutcomeRules": ("get", f"/emulator/v1{APP}/outcomeRules"),
-    "EmulatorService_DeleteOutcomeRule": ("delete", f"/emulator/v1{RULE}"),
     "EmulatorService_ReleaseOutcomeRule": ("post", f"/emulator/v1{RULE}:release"),
     "EmulatorService_ImportEvaluations": ("post", f"/emulator/v1{APP}:importEvaluations"),
     "EmulatorService_ResetProject": ("post", "/emulator/v1/projects/{project}:reset"),
@@ -120,6 +76,7 @@ EXPECTED = {
     "Operations_CancelOperation": ("post", f"/v1beta{OPERATION}:cancel"),
     "Locations_GetLocation": ("get", f"/v1beta{LOCATION}"),
     "Locations_ListLocations": ("get", "/v1beta/projects/{project}/locations"),
+    **{route.operation_id: (route.verb.lower(), route.path) for route in standard_routes()},
 }
 
 # operationId → query parameters besides $alt.
@@ -357,6 +314,26 @@ def test_every_binding_is_one_operation() -> None:
         verb, _, operation = operations[f"{service}_{method}"]
         assert verb == binding.verb.lower()
         assert operation["x-ces-eval-template"] == binding.template
+
+
+def test_the_standard_methods_routes_are_derived_as_written() -> None:
+    """The derived routes of the standard methods, against some written out by hand."""
+    assert {
+        key: EXPECTED[key]
+        for key in (
+            "EvaluationService_CreateEvaluation",
+            "EvaluationService_ListEvaluationResults",
+            "EvaluationService_UpdateEvaluationExpectation",
+            "EmulatorService_CreateEvaluationResult",
+            "EmulatorService_DeleteOutcomeRule",
+        )
+    } == {
+        "EvaluationService_CreateEvaluation": ("post", f"/v1beta{APP}/evaluations"),
+        "EvaluationService_ListEvaluationResults": ("get", f"/v1beta{EVAL}/results"),
+        "EvaluationService_UpdateEvaluationExpectation": ("patch", f"/v1beta{EXPECTATION}"),
+        "EmulatorService_CreateEvaluationResult": ("post", f"/emulator/v1{EVAL}/results"),
+        "EmulatorService_DeleteOutcomeRule": ("delete", f"/emulator/v1{RULE}"),
+    }
 
 
 def test_methods_of_one_path_share_its_item() -> None:

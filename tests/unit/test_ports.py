@@ -1,18 +1,26 @@
 """The core's I/O ports (src/ces_eval/core/aip/ports.py): the core reaches ``gs://`` objects only
-through the context's :class:`ObjectStore`, so a second store, here one that keeps objects in
-memory, serves exports, imports and audio uploads with no edit of the core, and the export folder
-is never touched."""
+through the context's :class:`ObjectStore` and the team's agent only through its
+:class:`AgentHttp`, so a second implementation, here ones that keep objects and answers in
+memory, serves exports, imports and runs with no edit of the core, and neither the export folder
+nor the network is touched."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
-from collections.abc import Iterator
+import json
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from ces_eval.core.aip.ports import (
+    AgentHttp,
+    AgentUnreachable,
+    HttpAnswer,
+    HttpSession,
     ObjectError,
     ObjectLocation,
     ObjectMissing,
@@ -20,8 +28,13 @@ from ces_eval.core.aip.ports import (
     ObjectTooLarge,
     PathRefused,
 )
+from ces_eval.core.aip.stamps import now
+from ces_eval.core.engine import agents, outcomes
+from ces_eval.core.io.agent_http import HttpxAgents
 from ces_eval.core.io.objects import ExportFolder
+from ces_eval.core.resources.agent_endpoints import Endpoint
 from ces_eval.errors import Code, ServiceError
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from tests.unit.test_imports import APP, Importer, Request, _export
 
@@ -86,6 +99,7 @@ def test_the_server_runs_with_the_export_folder(tmp_path: Path) -> None:
     harness = Importer(tmp_path / "db.sqlite", tmp_path / "exports")
     try:
         assert harness.core.context.objects == ExportFolder(tmp_path / "exports")
+        assert isinstance(harness.core.context.agents, HttpxAgents)
     finally:
         harness.close()
 
@@ -130,3 +144,102 @@ def test_the_stores_refusals_are_the_apis_errors(bucket: tuple[Importer, MemoryB
             ),
         )
     assert refused.value.code == Code.PERMISSION_DENIED
+
+
+@dataclass
+class _Answer:
+    body: bytes
+    status: int = 200
+
+    def header(self, name: str) -> str:
+        return "application/json" if name.lower() == "content-type" else ""
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        yield self.body
+
+
+@dataclass
+class ScriptedAgent:
+    """An agent's answers from a function of what was posted; ``sessions`` records what each
+    session was opened with."""
+
+    answer: Callable[[str, dict[str, object]], bytes]
+    sessions: list[tuple[Sequence[str], float, Callable[[str, int], bool]]] = field(
+        default_factory=list
+    )
+    posted: list[tuple[str, Mapping[str, str]]] = field(default_factory=list)
+
+    def session(
+        self, uris: Sequence[str], timeout: float, refused: Callable[[str, int], bool]
+    ) -> HttpSession:
+        self.sessions.append((uris, timeout, refused))
+        return self
+
+    @contextlib.asynccontextmanager
+    async def post(
+        self, uri: str, body: bytes, headers: Mapping[str, str]
+    ) -> AsyncIterator[HttpAnswer]:
+        self.posted.append((uri, headers))
+        yield _Answer(self.answer(uri, json.loads(body)))
+
+    async def close(self) -> None:
+        pass
+
+
+def _play(http: AgentHttp, server_ports: tuple[int, ...] = ()) -> outcomes.Played:
+    evaluation = evaluation_pb2.Evaluation(name="projects/p/locations/l/apps/a/evaluations/e")
+    evaluation.golden.turns.add().steps.add().user_input.text = "Where is my refund?"
+    given = outcomes.Play(
+        evaluation=evaluation,
+        repetition=0,
+        rule=None,
+        result_name=f"{evaluation.name}/results/r",
+        conversation_name="projects/p/locations/l/apps/a/conversations/c",
+        started=now(),
+    )
+    endpoint = Endpoint(
+        uri="http://agent.example/run",
+        headers={"Authorization": "Bearer t"},
+        timeout=5.0,
+        max_response_bytes=2**20,
+        judge_uri="",
+        simulator_uri="",
+        server_ports=server_ports,
+    )
+
+    async def play() -> outcomes.Played:
+        agent = agents.Agent(endpoint, ("agent.example",), http)
+        try:
+            return await agent.play(given, 0)
+        finally:
+            await agent.close()
+
+    return asyncio.run(play())
+
+
+def test_the_agent_is_played_through_the_port() -> None:
+    def answer(uri: str, request: dict[str, object]) -> bytes:
+        assert uri == "http://agent.example/run"
+        assert "Where is my refund?" in json.dumps(request)
+        return json.dumps({"outputs": [{"text": "It is on its way."}]}).encode()
+
+    http = ScriptedAgent(answer)
+    played = _play(http, server_ports=(50051, 8080))
+    assert played.result.execution_state == evaluation_pb2.EvaluationResult.COMPLETED
+    assert "It is on its way." in str(played.conversation)
+    [(uris, timeout, refused)] = http.sessions
+    assert uris[0] == "http://agent.example/run" and timeout == 5.0
+    # The engine's rule goes with the session: the server's own ports on this machine refused.
+    assert refused("127.0.0.1", 8080) and refused("::1", 50051)
+    assert not refused("127.0.0.1", 9000) and not refused("192.0.2.7", 8080)
+    [(_, headers)] = http.posted
+    assert headers["Authorization"] == "Bearer t" and headers["accept-encoding"] == "identity"
+
+
+def test_the_ports_errors_are_the_results_errors() -> None:
+    def unreachable(uri: str, request: dict[str, object]) -> bytes:
+        raise AgentUnreachable
+
+    played = _play(ScriptedAgent(unreachable))
+    assert played.result.execution_state == evaluation_pb2.EvaluationResult.ERROR
+    assert "could not be reached (no HTTP answer)" in played.result.error_info.error_message

@@ -756,56 +756,28 @@ SCENARIO_CASES = [
     ),
 ]
 
+# Each table of cases by what it covers: one test runs them all, named "<table>: <case>".
+TABLES = {
+    "semantic similarity": SIMILARITY_CASES,
+    "tool invocation": TOOL_CASES,
+    "skipped and unevaluated": SKIP_CASES,
+    "hallucination": HALLUCINATION_CASES,
+    "extra tool calls": EXTRA_CALL_CASES,
+    "evaluation expectation results": EXPECTATION_RESULT_CASES,
+    "scenario": SCENARIO_CASES,
+}
 ALL_CASES = [
-    *SIMILARITY_CASES,
-    *TOOL_CASES,
-    *SKIP_CASES,
-    *HALLUCINATION_CASES,
-    *EXTRA_CALL_CASES,
-    *EXPECTATION_RESULT_CASES,
-    *SCENARIO_CASES,
+    pytest.param(case, id=f"{table}: {case.id}")
+    for table, cases in TABLES.items()
+    for case in cases
 ]
-
-
-def _params(cases: list[Case]) -> list[object]:
-    return [pytest.param(case, id=case.id) for case in cases]
 
 
 # --- tests ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", _params(SIMILARITY_CASES))
-def test_semantic_similarity(case: Case) -> None:
-    _assert_same(rerun(case.result, case.evaluation), case.expected)
-
-
-@pytest.mark.parametrize("case", _params(TOOL_CASES))
-def test_tool_invocation(case: Case) -> None:
-    _assert_same(rerun(case.result, case.evaluation), case.expected)
-
-
-@pytest.mark.parametrize("case", _params(SKIP_CASES))
-def test_skipped_and_unevaluated(case: Case) -> None:
-    _assert_same(rerun(case.result, case.evaluation), case.expected)
-
-
-@pytest.mark.parametrize("case", _params(HALLUCINATION_CASES))
-def test_hallucination(case: Case) -> None:
-    _assert_same(rerun(case.result, case.evaluation), case.expected)
-
-
-@pytest.mark.parametrize("case", _params(EXTRA_CALL_CASES))
-def test_extra_tool_calls(case: Case) -> None:
-    _assert_same(rerun(case.result, case.evaluation), case.expected)
-
-
-@pytest.mark.parametrize("case", _params(EXPECTATION_RESULT_CASES))
-def test_evaluation_expectation_results(case: Case) -> None:
-    _assert_same(rerun(case.result, case.evaluation), case.expected)
-
-
-@pytest.mark.parametrize("case", _params(SCENARIO_CASES))
-def test_scenario(case: Case) -> None:
+@pytest.mark.parametrize("case", ALL_CASES)
+def test_rerun_case(case: Case) -> None:
     _assert_same(rerun(case.result, case.evaluation), case.expected)
 
 
@@ -862,7 +834,7 @@ def test_input_not_mutated() -> None:
     assert result.golden_result.turn_replay_results[0].conversation == "c"
 
 
-@pytest.mark.parametrize("case", _params(ALL_CASES))
+@pytest.mark.parametrize("case", ALL_CASES)
 def test_rerun_is_idempotent(case: Case) -> None:
     once = rerun(case.result, case.evaluation)
     _assert_same(rerun(once, case.evaluation), once)

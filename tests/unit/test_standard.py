@@ -4,12 +4,14 @@ SQLite file. The resources' own RPCs (and their exact messages) are covered by t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from google.api import resource_pb2
 from google.protobuf import field_mask_pb2
 from google.protobuf.message import Message
 
@@ -19,11 +21,12 @@ from ces_eval.contract.encoded import Encoded, message_of
 from ces_eval.core.aip import names, standard
 from ces_eval.core.resources.datasets import DATASETS
 from ces_eval.core.resources.evaluations import EVALUATIONS
+from ces_eval.core.resources.expectations import EXPECTATIONS
 from ces_eval.core.resources.results import RESULTS
 from ces_eval.core.service import RESOURCES, RPCS, implements
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
-from ces_eval.generated.google.cloud.ces.v1beta import conversation_pb2, evaluation_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from tests.support.imports import imports_of
 from tests.unit.test_core import Harness as CoreHarness
@@ -150,21 +153,51 @@ def test_a_declaration_reads_the_rest_from_the_descriptors(
     assert (resource.collection, resource.pattern) == (collection, pattern)
 
 
+def _served_standard_resources() -> set[str]:
+    """The resource messages the descriptors give a served standard method (AIP-131..134:
+    ``Get<Message>`` and ``Create``/``Update`` answer it, ``List<Messages>`` lists it in a
+    repeated field), singletons aside (AIP-156: a name without an ID of its own, such as
+    ``projects/{project}/clock``, read and set by methods of their own)."""
+    found = set()
+    for method in schema.methods().values():
+        verb = re.match("Get|Create|Update|List", method.name)
+        if verb is None or not implements(method):
+            continue
+        message = method.output_type
+        if verb.group() == "List":
+            repeated = [f for f in message.fields if f.is_repeated and f.message_type is not None]
+            message = repeated[0].message_type
+        pattern = message.GetOptions().Extensions[resource_pb2.resource].pattern
+        standard_name = f"{verb.group()}{message.name}{'s' if verb.group() == 'List' else ''}"
+        if pattern and pattern[0].endswith("}") and method.name == standard_name:
+            found.add(message.full_name)
+    return found
+
+
 def test_every_resource_is_declared_once_and_parents_come_first() -> None:
-    assert [r.message for r in RESOURCES] == [
-        evaluation_pb2.Evaluation,
-        evaluation_pb2.EvaluationResult,
-        evaluation_pb2.EvaluationExpectation,
-        evaluation_pb2.ScheduledEvaluationRun,
-        evaluation_pb2.EvaluationDataset,
-        evaluation_pb2.EvaluationRun,
-        conversation_pb2.Conversation,
-        emulator_pb2.OutcomeRule,
-    ]
+    """The core's resources are those its standard methods serve, each declared once."""
+    assert len({id(r) for r in RESOURCES}) == len(RESOURCES)
+    served = _served_standard_resources()
+    assert "google.cloud.ces.v1beta.EvaluationExpectation" in served
+    assert {r.message.DESCRIPTOR.full_name for r in RESOURCES} == served
+    assert len({r.message for r in RESOURCES}) == len(RESOURCES)
     for index, resource in enumerate(RESOURCES):
         if resource.parent_resource is not None:
             assert resource.parent_resource in RESOURCES[:index]
             assert resource.parent == resource.parent_resource.pattern
+
+
+def test_a_resource_without_rules_of_its_own_has_the_descriptors() -> None:
+    plain = standard.Resource(
+        message=evaluation_pb2.EvaluationExpectation,
+        parent=names.APP,
+        store=EXPECTATIONS.store,
+    )
+    assert plain.rules is standard.descriptor_rules
+    violations = plain.rules(evaluation_pb2.EvaluationExpectation(), "expectation", {})
+    assert [(v.field, v.description) for v in violations] == [
+        ("expectation.display_name", "Required.")
+    ]
 
 
 def test_the_registry_holds_only_rpcs_the_descriptors_declare() -> None:

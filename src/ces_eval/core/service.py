@@ -12,15 +12,17 @@ here knows about transports: the surfaces find the implementations through the s
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ces_eval.contract import schema
 from ces_eval.contract.encoded import message_of
 from ces_eval.core import emulator
+from ces_eval.core.aip import standard
 from ces_eval.core.aip.context import Context, Rpc, Settings
 from ces_eval.core.aip.names import snake_case
 from ces_eval.core.engine import metrics, running, scheduled_runs
 from ces_eval.core.exchange import exports, imports, media
+from ces_eval.core.io.agent_http import HttpxAgents
 from ces_eval.core.io.objects import ExportFolder
 from ces_eval.core.io.operations import OperationRunner
 from ces_eval.core.resources import (
@@ -30,7 +32,6 @@ from ces_eval.core.resources import (
     expectations,
     locations,
     longrunning,
-    outcome_rules,
     results,
     runs,
 )
@@ -38,7 +39,7 @@ from ces_eval.errors import Code, ServiceError
 from ces_eval.storage.base import Unavailable
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Iterable
 
     from google.protobuf import descriptor
     from google.protobuf.message import Message
@@ -84,17 +85,27 @@ _SERVICES: dict[str, dict[str, Rpc]] = {
 RPCS: dict[str, Rpc] = {
     f"/{service}/{name}": rpc for service, rpcs in _SERVICES.items() for name, rpc in rpcs.items()
 }
+
+
+def _resources(rpcs: Iterable[Rpc]) -> tuple[standard.Resource[Any], ...]:
+    """Every resource whose standard methods ``rpcs`` hold (:class:`standard.StandardMethod`),
+    each once, in the order the RPCs first name them, a parent before its children."""
+    found: list[standard.Resource[Any]] = []
+
+    def add(resource: standard.Resource[Any]) -> None:
+        if resource.parent_resource is not None:
+            add(resource.parent_resource)
+        if resource not in found:
+            found.append(resource)
+
+    for rpc in rpcs:
+        if isinstance(rpc, standard.StandardMethod):
+            add(rpc.resource)
+    return tuple(found)
+
+
 # Every declared resource, parents before children.
-RESOURCES = (
-    evaluations.EVALUATIONS,
-    results.RESULTS,
-    expectations.EXPECTATIONS,
-    scheduled_runs.SCHEDULED_RUNS,
-    datasets.DATASETS,
-    runs.RUNS,
-    conversations.CONVERSATIONS,
-    outcome_rules.RULES,
-)
+RESOURCES = _resources(RPCS.values())
 # ``core.create_evaluation``: each implemented RPC by its snake_case name. Where two services
 # share a name (ImportEvaluations), the first service of _SERVICES keeps it (the official one);
 # the other is reached by its path (``core.handler(path)``).
@@ -116,7 +127,7 @@ class Core:
         settings = settings or Settings()
         runner = runner or OperationRunner(storage)
         objects = ExportFolder(settings.export_dir)
-        self.context = Context(storage, tokens, runner, objects, settings)
+        self.context = Context(storage, tokens, runner, objects, HttpxAgents(), settings)
 
     def handler(self, path: str) -> Handler:
         """The implementation of the RPC at gRPC path ``path``

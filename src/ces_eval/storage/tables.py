@@ -15,8 +15,13 @@ scripts (``insert_row`` ... ``delete_row`` of :mod:`._scripts`) are derived from
 declaration. Evaluations and results, whose rows also hold derived fields and metrics tallies,
 keep scripts of their own.
 
-:data:`TABLES` lists every declaration: a project reset empties each, and a display-name
-conflict is traced back to its owner through it.
+:data:`TABLES` lists every declaration (:func:`declare` adds one): a project reset empties each,
+a display-name conflict is traced back to its owner through it, and the migrations are written
+and checked from it (:mod:`.schema`). The tables the storage's own scripts use are declared
+here; a resource of the core that only the standard methods keep declares its table beside its
+resource (``store=Store.of(tables.declare(Table(...)))``), its one declaration, added when its
+module is imported, as the core's service imports every resource module before any storage is
+used.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ __all__ = [
     "Order",
     "Table",
     "by_collection",
+    "declare",
     "parent_of",
 ]
 
@@ -337,8 +343,25 @@ AGENT_ENDPOINTS = Table(
     unique_display_name=False,
     created="update_time",
 )
-# Every generic table; the resource modules of the core declare their resources over these.
-TABLES: tuple[Table[Any], ...] = (
+# Every declared table, in the order of declaration (declare).
+TABLES: list[Table[Any]] = []
+_BY_COLLECTION: dict[str, Table[Any]] = {}
+
+
+def declare(table: Table[M]) -> Table[M]:
+    """Add ``table`` to :data:`TABLES` and answer it; a second table of its SQL name or its
+    collection is a ValueError (each resource has one table, each table one declaration)."""
+    for other in TABLES:
+        if table.name == other.name or table.collection == other.collection:
+            raise ValueError(f"{table.name} ({table.collection}) is declared twice")
+    TABLES.append(table)
+    _BY_COLLECTION[table.collection] = table
+    return table
+
+
+# The tables declared here (those the storage's own scripts use, and those declared before a
+# resource could declare its own beside it).
+_OWN: tuple[Table[Any], ...] = (
     EXPECTATIONS,
     DATASETS,
     SCHEDULED_RUNS,
@@ -348,12 +371,11 @@ TABLES: tuple[Table[Any], ...] = (
     CLOCKS,
     AGENT_ENDPOINTS,
 )
+for _table in _OWN:
+    declare(_table)
 
 
 def by_collection(name: str) -> Table[Any] | None:
     """The generic table holding the resource ``name`` (by the collection it names), if any."""
     collection = name.rsplit("/", 2)[-2] if name.count("/") >= 2 else ""
     return _BY_COLLECTION.get(collection)
-
-
-_BY_COLLECTION = {table.collection: table for table in TABLES}

@@ -1,7 +1,7 @@
 """What every core function works over: the storage, the page-token signer, the ports to the
-world outside (:mod:`ces_eval.core.aip.ports`: the operation runner, the object store) and the
-server's settings. Passed explicitly (no mixins, no instance state per service), so a
-resource module is a set of plain functions of ``(Context, request, Caller)``.
+world outside (:mod:`ces_eval.core.aip.ports`: the operation runner, the object store, the agent's
+HTTP) and the server's settings. Passed explicitly (no mixins, no instance state per service), so
+a resource module is a set of plain functions of ``(Context, request, Caller)``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ces_eval.access import Caller
     from ces_eval.contract.encoded import Response
     from ces_eval.core.aip.pages import PageTokens
-    from ces_eval.core.aip.ports import ObjectLocation, ObjectStore, Operations
+    from ces_eval.core.aip.ports import AgentHttp, ObjectLocation, ObjectStore, Operations
     from ces_eval.storage.base import Storage
 
 __all__ = [
@@ -149,13 +149,14 @@ class Settings:
 @dataclass(frozen=True)
 class Context:
     """The server-wide state a call may use: where resources are kept, who signs page tokens,
-    who runs operations, where ``gs://`` objects live, and what the server's options say
-    (:class:`Settings`)."""
+    who runs operations, where ``gs://`` objects live, how agents are called, and what the
+    server's options say (:class:`Settings`)."""
 
     storage: Storage
     page_tokens: PageTokens
     runner: Operations
     objects: ObjectStore
+    agents: AgentHttp
     settings: Settings = Settings()
     # Reads answered lately, kept while the database's version lasts (standard._get_rpc,
     # standard.list_page).

@@ -1,8 +1,10 @@
 """What the core asks of the world outside it, as small Protocols on the :class:`Context`: the
-object store behind ``gs://`` URIs and the runner of long-running operations (AIP-151).
+object store behind ``gs://`` URIs, the runner of long-running operations (AIP-151), and the
+HTTP calls the run engine makes to the team's agent, judge and simulator.
 
 The core calls these and nothing else of them; their implementations live apart
-(:mod:`ces_eval.core.io`: the export folder, the operation runner over the database), and only
+(:mod:`ces_eval.core.io`: the export folder, the operation runner over the database, an HTTP
+client), and only
 the service's assembly (:mod:`ces_eval.core.service`) names them. A second implementation (a
 real bucket, say) is a new module that satisfies the Protocol, and the core can be tested with
 any object that does. The object store's refusals are defined here, with the port, so that a
@@ -15,11 +17,19 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Mapping, Sequence
+    from contextlib import AbstractAsyncContextManager
+
     from google.longrunning import operations_pb2
     from google.protobuf.message import Message
 
 __all__ = [
+    "AgentHttp",
+    "AgentUnreachable",
+    "AgentUnreadable",
     "Guard",
+    "HttpAnswer",
+    "HttpSession",
     "ObjectError",
     "ObjectLocation",
     "ObjectMissing",
@@ -172,4 +182,61 @@ class Operations(Protocol):
 
     async def wait(self, name: str, timeout: float) -> operations_pb2.Operation | None:
         """The operation once done, or as it is when ``timeout`` seconds have passed."""
+        ...
+
+
+class AgentUnreachable(Exception):
+    """A call that got no HTTP answer: the address refused (or was refused: see
+    :meth:`AgentHttp.session`), the port closed, what answered spoke no HTTP, or the URL could
+    not be used. One kind for all, so that an error says nothing of which."""
+
+
+class AgentUnreadable(Exception):
+    """An HTTP answer that could not be read as one."""
+
+
+class HttpAnswer(Protocol):
+    """An answer whose body is not read yet."""
+
+    @property
+    def status(self) -> int: ...
+
+    def header(self, name: str) -> str:
+        """The value of header ``name`` (any case); "" when absent."""
+        ...
+
+    def chunks(self) -> AsyncIterator[bytes]:
+        """The body as sent (no content coding undone), chunk by chunk, as it arrives; raises
+        :class:`AgentUnreachable`, :class:`AgentUnreadable` or TimeoutError."""
+        ...
+
+
+class HttpSession(Protocol):
+    """The connections of one run: reused between its calls, closed with :meth:`close`."""
+
+    def post(
+        self, uri: str, body: bytes, headers: Mapping[str, str]
+    ) -> AbstractAsyncContextManager[HttpAnswer]:
+        """POST ``body`` to ``uri``; the answer while the block lasts (redirects are answers, not
+        followed). Entering raises :class:`AgentUnreachable`, :class:`AgentUnreadable` or
+        TimeoutError (the session's timeout per step)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class AgentHttp(Protocol):
+    """Where the run engine's HTTP calls go out: no proxy, no redirect, no credentials of the
+    environment."""
+
+    def session(
+        self,
+        uris: Sequence[str],
+        timeout: float,
+        refused: Callable[[str, int], bool],
+    ) -> HttpSession:
+        """A session for calls to ``uris`` (their schemes say whether TLS is needed), each
+        step bounded by ``timeout`` seconds. Each connection resolves its host itself and
+        connects to none of the addresses ``refused(address, port)`` names, so that no second
+        resolution between the check and the connection can name another."""
         ...

@@ -55,9 +55,11 @@ if TYPE_CHECKING:
 __all__ = [
     "UNCONDITIONAL_ATTEMPTS",
     "Resource",
+    "StandardMethod",
     "Store",
     "create",
     "delete",
+    "descriptor_rules",
     "existing",
     "filter_error",
     "get",
@@ -123,10 +125,18 @@ class Store(Generic[M]):
 Rules = Callable[[M, str, dict[str, str]], list[FieldViolation]]
 
 
+def descriptor_rules(message: Message, path: str, parts: dict[str, str]) -> list[FieldViolation]:
+    """The rules of a resource without rules of its own: its descriptors' field behaviours
+    and the request limits (:func:`ces_eval.core.validation.resource_violations`)."""
+    return validation.resource_violations(message, path)
+
+
 @dataclass(frozen=True)
 class Resource(Generic[M]):
     """One resource's declaration (see the module's docstring).
 
+    ``rules`` are the field rules of what a caller writes (the descriptors' alone unless it
+    has rules of its own: :func:`descriptor_rules`).
     ``parent`` is the pattern of its parent's name; ``parent_resource`` the parent's
     declaration when the parent is stored here, so that a create or a list of a missing parent
     is NOT_FOUND (an App is not stored: its evaluations need no App). ``list_across`` admits the
@@ -147,7 +157,7 @@ class Resource(Generic[M]):
     message: type[M]
     parent: names.ResourcePattern
     store: Store[M]
-    rules: Rules[M]
+    rules: Rules[M] = descriptor_rules
     parent_resource: Resource[Any] | None = None
     list_across: bool = False
     filters: tuple[str, ...] = ("filter",)
@@ -678,21 +688,26 @@ def _output(rpc: str) -> type[Message]:
     return message_factory.GetMessageClass(method.output_type)
 
 
-def _bound(resource: Resource[Any], verb: str, rpc: str) -> Rpc:
-    """The standard method ``verb`` of ``resource`` as the implementation of RPC ``rpc``."""
+@dataclass(frozen=True)
+class StandardMethod:
+    """The standard method ``verb`` of ``resource`` as the implementation of RPC ``rpc``: an
+    ``Rpc`` that names the resource it serves (the core's service lists its resources so)."""
 
-    async def call(context: Context, request: Any, caller: Caller) -> Response:  # noqa: ANN401 - the RPC's own request type
+    resource: Resource[Any]
+    verb: str
+    rpc: str
+
+    async def __call__(self, context: Context, request: Any, caller: Caller) -> Response:  # noqa: ANN401 - the RPC's own request type
+        resource, verb = self.resource, self.verb
         if verb == "Get":
             return await _get_rpc(context, resource, request.name)
         if verb == "List":
-            return await list_page(context, resource, request, _output(rpc)())
+            return await list_page(context, resource, request, _output(self.rpc)())
         if verb == "Create":
             return cast("Message", await create(context, resource, request, caller))
         if verb == "Update":
             return cast("Message", await update(context, resource, request, caller))
         return await delete(context, resource, request)
-
-    return call
 
 
 def methods(resource: Resource[Any], *verbs: str) -> dict[str, Rpc]:
@@ -705,5 +720,5 @@ def methods(resource: Resource[Any], *verbs: str) -> dict[str, Rpc]:
         if verb not in {"Get", "List", "Create", "Update", "Delete"}:
             raise ValueError(f"{verb!r} is not a standard method")
         rpc = f"{verb}{kind}s" if verb == "List" else f"{verb}{kind}"
-        found[rpc] = _bound(resource, verb, rpc)
+        found[rpc] = StandardMethod(resource, verb, rpc)
     return found

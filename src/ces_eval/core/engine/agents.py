@@ -50,20 +50,17 @@ import json
 import json.scanner
 import logging
 import re
-import socket
-import ssl
 import time
 import traceback
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
-import httpcore
-import httpx
 from google.protobuf import json_format
 
 from ces_eval.contract import limits
 from ces_eval.core.aip import names
+from ces_eval.core.aip.ports import AgentUnreachable, AgentUnreadable
 from ces_eval.core.engine import agent_scoring, outcomes, rerun
 from ces_eval.core.resources.agent_endpoints import header_refusal, host_refusal, reaches_server
 from ces_eval.generated.google.cloud.ces.v1beta import (
@@ -78,10 +75,11 @@ from ces_eval.offload import is_heavy, off_loop
 from ces_eval.transcoding.body import Overflow, load_json, not_json
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
     from google.protobuf.message import Message
 
+    from ces_eval.core.aip.ports import AgentHttp, HttpAnswer
     from ces_eval.core.resources.agent_endpoints import Endpoint
 
 __all__ = ["MESSAGE_CHARS", "SHOWN_CHARS", "Agent", "AgentFailure"]
@@ -131,84 +129,6 @@ def _encoded(document: Callable[[], object]) -> bytes:
     return json.dumps(document()).encode()
 
 
-class _Connector(httpcore.AsyncNetworkBackend):
-    """The player's connections: the host is resolved here, at each connection, and the
-    connection goes to the addresses found, none of which may reach the server's own listeners
-    (:func:`~ces_eval.core.resources.agent_endpoints.reaches_server`); no second resolution in
-    between could name another. A refusal is a ConnectError, as a closed port's."""
-
-    def __init__(self, own_ports: Collection[int]) -> None:
-        self._own_ports = own_ports
-        self._inner = httpcore.AnyIOBackend()
-
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        try:
-            found = await asyncio.get_running_loop().getaddrinfo(
-                host, port, type=socket.SOCK_STREAM
-            )
-        except (OSError, UnicodeError):
-            raise httpcore.ConnectError("unresolved") from None
-        addresses = list(dict.fromkeys(str(info[4][0]) for info in found))
-        if any(reaches_server(address, port, self._own_ports) for address in addresses):
-            raise httpcore.ConnectError("refused")
-        failure = httpcore.ConnectError("no address")
-        for address in addresses:
-            try:
-                return await self._inner.connect_tcp(
-                    address, port, timeout, local_address, socket_options
-                )
-            except httpcore.ConnectError as error:
-                failure = error
-        raise failure
-
-    async def connect_unix_socket(
-        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
-    ) -> httpcore.AsyncNetworkStream:
-        raise httpcore.ConnectError("refused")
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
-
-
-@functools.cache
-def _verified() -> ssl.SSLContext:
-    """The TLS settings of https calls, made once per process (loading the CA certificates
-    takes ~40 ms, on the event loop)."""
-    return httpx.create_ssl_context(trust_env=False)
-
-
-def _client(endpoint: Endpoint) -> httpx.AsyncClient:
-    """One HTTP client for a run: no proxies from the environment, no redirects followed, the
-    endpoint's timeout, and connections by :class:`_Connector`."""
-    uris = (endpoint.uri, endpoint.judge_uri, endpoint.simulator_uri)
-    tls = _verified() if any(uri.lower().startswith("https:") for uri in uris) else None
-    # The transport's own pool is replaced at once below (httpx takes no network backend of its
-    # own): ``verify`` given, it loads no certificates for it.
-    transport = httpx.AsyncHTTPTransport(verify=tls or False, trust_env=False)
-    # Ours, with httpx's defaults otherwise (httpx.AsyncHTTPTransport.__init__); without a
-    # context (no https URL), httpcore would make a verifying one itself.
-    transport._pool = httpcore.AsyncConnectionPool(
-        ssl_context=tls,
-        max_connections=100,
-        max_keepalive_connections=20,
-        keepalive_expiry=5.0,
-        network_backend=_Connector(endpoint.server_ports),
-    )
-    return httpx.AsyncClient(
-        transport=transport,
-        follow_redirects=False,
-        trust_env=False,
-        timeout=httpx.Timeout(endpoint.timeout),
-    )
-
-
 def _secret_forms(values: Iterable[str]) -> tuple[str, ...]:
     """Every header value as an error message could hold it: as sent, and escaped as Python's
     repr and JSON quote it; longest first, so a longer form is replaced whole."""
@@ -230,13 +150,20 @@ def _where(error: BaseException) -> str:
 
 
 class Agent:
-    """An app's agent for one run: one HTTP client (see :func:`_client`) and the endpoint's
-    headers, timeout and answer size limit."""
+    """An app's agent for one run: one HTTP session of the context's
+    (:class:`~ces_eval.core.aip.ports.AgentHttp`, which connects to no address of the server's
+    own ports: :func:`~ces_eval.core.resources.agent_endpoints.reaches_server`) and the
+    endpoint's headers, timeout and answer size limit."""
 
-    def __init__(self, endpoint: Endpoint, allowed: Sequence[str]) -> None:
+    def __init__(self, endpoint: Endpoint, allowed: Sequence[str], http: AgentHttp) -> None:
         self._endpoint = endpoint
         self._allowed = tuple(allowed)
-        self._client = _client(endpoint)
+        own_ports = endpoint.server_ports
+        self._session = http.session(
+            (endpoint.uri, endpoint.judge_uri, endpoint.simulator_uri),
+            endpoint.timeout,
+            lambda address, port: reaches_server(address, port, own_ports),
+        )
         self._secrets = _secret_forms(endpoint.headers.values())
         self._window = SHOWN_CHARS + max((len(secret) for secret in self._secrets), default=0)
         # A header stored before its value was refused (docs/agents.md, "Safety").
@@ -252,7 +179,7 @@ class Agent:
         self._rooms: dict[str, int] = {}
 
     async def close(self) -> None:
-        await self._client.aclose()
+        await self._session.close()
 
     # -- secrets ------------------------------------------------------------------------------
 
@@ -734,36 +661,34 @@ class Agent:
             "accept-encoding": "identity",
         }
         try:
-            async with asyncio.timeout(endpoint.timeout):
-                request = self._client.build_request("POST", uri, content=body, headers=headers)
-                response = await self._client.send(request, stream=True)
-                try:
-                    return await self._read(response, endpoint.max_response_bytes, who)
-                finally:
-                    await response.aclose()
-        except (TimeoutError, httpx.TimeoutException):
+            async with (
+                asyncio.timeout(endpoint.timeout),
+                self._session.post(uri, body, headers) as answer,
+            ):
+                return await self._read(answer, endpoint.max_response_bytes, who)
+        except TimeoutError:
             raise AgentFailure(
                 f"{who} did not answer within {endpoint.timeout:g} seconds."
             ) from None
-        except (httpx.TransportError, httpx.InvalidURL, UnicodeError):
+        except AgentUnreachable:
             # One text for a refused address, a closed port and an open one that spoke no HTTP.
             raise AgentFailure(
                 f"{who} at {self._shown(uri)!r} could not be reached (no HTTP answer)."
             ) from None
-        except httpx.HTTPError:
+        except AgentUnreadable:
             raise AgentFailure(f"{who} answered something that could not be read.") from None
 
-    async def _read(self, response: httpx.Response, limit: int, who: str) -> _Body:
+    async def _read(self, response: HttpAnswer, limit: int, who: str) -> _Body:
         """The body of a 2xx answer of at most ``limit`` bytes; AgentFailure for anything else
         (an error's body quoted at most :data:`SHOWN_CHARS` long, scrubbed)."""
-        status = response.status_code
+        status = response.status
         if 300 <= status < 400:
-            location = self._shown(response.headers.get("location", ""))
+            location = self._shown(response.header("location"))
             raise AgentFailure(
                 f"{who} answered HTTP {status} (a redirect to {location!r}); redirects are not "
                 "followed."
             )
-        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        encoding = response.header("content-encoding").strip().lower()
         if encoding not in ("", "identity"):
             raise AgentFailure(
                 f"{who} answered a compressed body ({self._shown(encoding)!r}); only "
@@ -771,7 +696,7 @@ class Agent:
             )
         parts: list[bytes] = []
         size = 0
-        async for chunk in response.aiter_raw():
+        async for chunk in response.chunks():
             size += len(chunk)
             if size > limit:
                 raise AgentFailure(f"{who} answered more than {limit} bytes.")

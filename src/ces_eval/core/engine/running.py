@@ -455,7 +455,9 @@ class _Engine:
         await self._settled(self._replace(self._run))
         endpoint = await agent_endpoints.of_app(self._context, self._app)
         if endpoint is not None:
-            self._agent = agents.Agent(endpoint, self._context.settings.agent_allow_hosts)
+            self._agent = agents.Agent(
+                endpoint, self._context.settings.agent_allow_hosts, self._context.agents
+            )
         try:
             await self._tasks_played()
         finally:

@@ -1,0 +1,160 @@
+"""The run engine's HTTP calls to the team's agent, judge and simulator, over httpx: the
+implementation of :class:`~ces_eval.core.aip.ports.AgentHttp` the server runs with.
+
+Every connection resolves its host itself and goes only to addresses the engine's rule does not
+refuse (:class:`_Connector`), so that a name cannot resolve to an allowed address when checked
+and to a refused one when connected. No proxy, no redirect and no certificate setting comes from
+the environment; httpx's errors become the port's kinds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import socket
+import ssl
+from typing import TYPE_CHECKING, Any
+
+import httpcore
+import httpx
+
+from ces_eval.core.aip.ports import AgentUnreachable, AgentUnreadable
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+
+__all__ = ["HttpxAgents"]
+
+
+class _Connector(httpcore.AsyncNetworkBackend):
+    """A session's connections: the host is resolved here, at each connection, and the
+    connection goes to the addresses found, none of which ``refused`` names; no second
+    resolution in between could name another. A refusal is a ConnectError, as a closed
+    port's."""
+
+    def __init__(self, refused: Callable[[str, int], bool]) -> None:
+        self._refused = refused
+        self._inner = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        try:
+            found = await asyncio.get_running_loop().getaddrinfo(
+                host, port, type=socket.SOCK_STREAM
+            )
+        except (OSError, UnicodeError):
+            raise httpcore.ConnectError("unresolved") from None
+        addresses = list(dict.fromkeys(str(info[4][0]) for info in found))
+        if any(self._refused(address, port) for address in addresses):
+            raise httpcore.ConnectError("refused")
+        failure = httpcore.ConnectError("no address")
+        for address in addresses:
+            try:
+                return await self._inner.connect_tcp(
+                    address, port, timeout, local_address, socket_options
+                )
+            except httpcore.ConnectError as error:
+                failure = error
+        raise failure
+
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("refused")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+@functools.cache
+def _verified() -> ssl.SSLContext:
+    """The TLS settings of https calls, made once per process (loading the CA certificates
+    takes ~40 ms, on the event loop)."""
+    return httpx.create_ssl_context(trust_env=False)
+
+
+@contextlib.contextmanager
+def _translated() -> Iterator[None]:
+    """httpx's errors as the port's: a timeout first (httpx's is a transport error too), then
+    one kind for every way of getting no HTTP answer, then what could not be read."""
+    try:
+        yield
+    except httpx.TimeoutException:
+        raise TimeoutError from None
+    except (httpx.TransportError, httpx.InvalidURL, UnicodeError):
+        raise AgentUnreachable from None
+    except httpx.HTTPError:
+        raise AgentUnreadable from None
+
+
+class _Answer:
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+
+    @property
+    def status(self) -> int:
+        return self._response.status_code
+
+    def header(self, name: str) -> str:
+        value: str = self._response.headers.get(name, "")
+        return value
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        with _translated():
+            async for chunk in self._response.aiter_raw():
+                yield chunk
+
+
+class _Session:
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self._client = client
+
+    @contextlib.asynccontextmanager
+    async def post(
+        self, uri: str, body: bytes, headers: Mapping[str, str]
+    ) -> AsyncIterator[_Answer]:
+        with _translated():
+            request = self._client.build_request("POST", uri, content=body, headers=headers)
+            response = await self._client.send(request, stream=True)
+        try:
+            yield _Answer(response)
+        finally:
+            await response.aclose()
+
+    async def close(self) -> None:
+        await self._client.aclose()
+
+
+class HttpxAgents:
+    """:class:`~ces_eval.core.aip.ports.AgentHttp` over httpx."""
+
+    def session(
+        self, uris: Sequence[str], timeout: float, refused: Callable[[str, int], bool]
+    ) -> _Session:
+        tls = _verified() if any(uri.lower().startswith("https:") for uri in uris) else None
+        # The transport's own pool is replaced at once below (httpx takes no network backend of
+        # its own): ``verify`` given, it loads no certificates for it.
+        transport = httpx.AsyncHTTPTransport(verify=tls or False, trust_env=False)
+        # Ours, with httpx's defaults otherwise (httpx.AsyncHTTPTransport.__init__); without a
+        # context (no https URL), httpcore would make a verifying one itself.
+        transport._pool = httpcore.AsyncConnectionPool(
+            ssl_context=tls,
+            max_connections=100,
+            max_keepalive_connections=20,
+            keepalive_expiry=5.0,
+            network_backend=_Connector(refused),
+        )
+        client = httpx.AsyncClient(
+            transport=transport,
+            follow_redirects=False,
+            trust_env=False,
+            timeout=httpx.Timeout(timeout),
+        )
+        return _Session(client)
