@@ -149,7 +149,7 @@ class ServerConfig:
         parse=_database_url,
         metavar="URL",
     )
-    export_dir: Path = option(  # noqa: RUF009 - a field declaration, as field() is
+    export_dir: Path = option(
         _CORE.export_dir,
         "folder standing in for Cloud Storage: gs://bucket/path is <export-dir>/bucket/path",
         metavar="DIR",
@@ -186,7 +186,7 @@ class ServerConfig:
         metavar="N",
     )
     # The token file (docs/security.md).
-    auth_tokens: Path | None = option(  # noqa: RUF009 - a field declaration, as field() is
+    auth_tokens: Path | None = option(
         None,
         "require a bearer token on every call; FILE maps each token to the projects it may "
         "use, read-only or read-write (docs/security.md)",
@@ -272,7 +272,7 @@ class ServerConfig:
         choices=loops.LOOPS,
     )
     # An export document imported at start (core/exchange/imports.py).
-    seed: Path | None = option(  # noqa: RUF009 - a field declaration, as field() is
+    seed: Path | None = option(
         None,
         "an export document (any format an export writes) imported at start into the "
         "apps its names name; what is stored already is kept, so every start may read it again; "

@@ -27,7 +27,7 @@ class Small:
     size: int = option(3, "how big", parse=bounded("a size", 1, 9), metavar="N")
     tags: tuple[str, ...] = repeated((), "labels; repeatable", parse=comma_list, metavar="TAG")
     loud: bool = switch("shout")
-    home: Path | None = option(None, "where", metavar="DIR", into=Path)  # noqa: RUF009 - a field
+    home: Path | None = option(None, "where", metavar="DIR", into=Path)
     plain: int = 7  # not an option: no flag, no variable
 
 
