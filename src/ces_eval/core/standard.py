@@ -28,6 +28,7 @@ from ces_eval import filtering
 from ces_eval.contract import checks, fields, limits, schema
 from ces_eval.contract.encoded import Encoded
 from ces_eval.core import names, pages, validation
+from ces_eval.core.retry import ATTEMPTS, Changed, rewrite
 from ces_eval.core.stamps import new_etag, now
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.offload import is_heavy, off_loop
@@ -73,9 +74,8 @@ R = TypeVar("R", bound="Message")
 A = TypeVar("A")
 
 # Read-modify-write rounds of an update or delete without an etag before it gives up
-# (ABORTED). Every lost round is another writer's success, so this bounds the contention it
-# rides out: 15 concurrent writers of one evaluation.
-UNCONDITIONAL_ATTEMPTS = 16
+# (ABORTED): the one bound of every such round (ces_eval.core.retry).
+UNCONDITIONAL_ATTEMPTS = ATTEMPTS
 
 
 @dataclass(frozen=True)
@@ -599,15 +599,16 @@ async def update(
     name = cast("_Named", body).name
     parts = resource.pattern.parse(name, f"{field}.name", owned=resource.owned)
     etag = _etag(body)
+    paths = list(request.update_mask.paths)
+
     # Without an etag the caller asked for the last write to win: a concurrent writer
     # (another call, another replica) between our read and our write is no conflict, so
     # read again and reapply. With an etag, a concurrent write is the caller's conflict.
-    for attempt in range(UNCONDITIONAL_ATTEMPTS):
+    async def round_() -> M:
         current = await existing(context, resource, name)
         if etag and etag != _etag(current):
             raise ServiceError.aborted_etag(resource.pattern.type, name)
         large = is_heavy(body, current)
-        paths = list(request.update_mask.paths)
         apply = partial(
             _updated, resource, current, body, paths=paths, user=caller.user, parts=parts
         )
@@ -619,13 +620,14 @@ async def update(
         except Missing as missing:
             raise ServiceError.not_found(resource.pattern.type, name) from missing
         except EtagMismatch as mismatch:
-            if etag or attempt == UNCONDITIONAL_ATTEMPTS - 1:
+            if etag:
                 raise ServiceError.aborted_etag(resource.pattern.type, name) from mismatch
-            continue
+            raise Changed from mismatch
         except Conflict as error:
             raise conflict(error, resource, updated) from error
         return updated
-    raise AssertionError("unreachable")  # pragma: no cover
+
+    return await rewrite(round_, partial(ServiceError.aborted_etag, resource.pattern.type, name))
 
 
 # -- AIP-135 -------------------------------------------------------------------------------------
@@ -647,9 +649,10 @@ async def delete(
             raise ServiceError.not_found(kind, name) from missing
         return empty_pb2.Empty()
     etag = _etag(cast("Message", request))
+
     # As in update: without an etag, a concurrent change is re-read, not a conflict; the
     # delete applies to the version the guard checked.
-    for attempt in range(UNCONDITIONAL_ATTEMPTS):
+    async def round_() -> empty_pb2.Empty:
         current = await existing(context, resource, name)
         if etag and etag != _etag(current):
             raise ServiceError.aborted_etag(kind, name)
@@ -660,11 +663,12 @@ async def delete(
         except Missing as missing:
             raise ServiceError.not_found(kind, name) from missing
         except EtagMismatch as mismatch:
-            if etag or attempt == UNCONDITIONAL_ATTEMPTS - 1:
+            if etag:
                 raise ServiceError.aborted_etag(kind, name) from mismatch
-            continue
+            raise Changed from mismatch
         return empty_pb2.Empty()
-    raise AssertionError("unreachable")  # pragma: no cover
+
+    return await rewrite(round_, partial(ServiceError.aborted_etag, kind, name))
 
 
 # -- the RPCs ------------------------------------------------------------------------------------
