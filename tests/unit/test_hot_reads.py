@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -92,6 +92,31 @@ def test_kept_answers_are_bounded_and_belong_to_one_version() -> None:
     assert hot.get(1, "n19") is not None
     assert hot.get(2, "n19") is None  # another version: nothing read before it holds
     assert hot.get(1, "n19") is None
+
+
+def test_every_cached_read_is_computed_once_per_version_and_only_when_kept(
+    core: Harness,
+) -> None:
+    """HotReads.answer, the one way the core's reads and the surfaces' renderings are kept."""
+    hot = HotReads()
+    computed: list[object] = []
+
+    def compute(answer: object) -> Callable[[], Awaitable[object]]:
+        async def call() -> object:
+            computed.append(answer)
+            return answer
+
+        return call
+
+    first, second = _answer(10), _answer(10)
+    assert core.run(hot.answer(1, "k", type(first), compute(first))) is first
+    assert core.run(hot.answer(1, "k", type(first), compute(second))) is first  # kept
+    assert core.run(hot.answer(2, "k", type(first), compute(second))) is second  # written since
+    assert core.run(hot.answer(None, "n", type(first), compute(first))) is first
+    assert core.run(hot.answer(None, "n", type(first), compute(second))) is second  # no version
+    assert core.run(hot.answer(2, "s", type(first), compute("other"))) == "other"  # not a kind
+    assert core.run(hot.answer(2, "s", type(first), compute(first))) is first  # not kept
+    assert computed == [first, second, first, second, "other", first]
 
 
 def _result(core: Harness, result_id: str) -> None:

@@ -353,15 +353,7 @@ async def _kept(context: Context, key: Hashable, answer: Callable[[], Awaitable[
     """``answer()``, or what it answered for ``key`` before when nothing was written since: an
     Encoded answer is kept while the database's version lasts (context.HotReads). The version
     is read first: a write committed during ``answer()`` moves it and drops what is kept."""
-    version = await context.storage.version()
-    if version is not None:
-        kept = context.hot.get(version, key)
-        if isinstance(kept, Encoded):
-            return kept
-    result = await answer()
-    if version is not None and isinstance(result, Encoded):
-        context.hot.put(version, key, result)
-    return result
+    return await context.hot.answer(await context.storage.version(), key, Encoded, answer)
 
 
 # -- AIP-132 -------------------------------------------------------------------------------------
