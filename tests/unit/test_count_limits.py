@@ -22,7 +22,7 @@ from google.protobuf.message import Message
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ces_eval.contract import limits
+from ces_eval.contract import limits, schema
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
@@ -419,3 +419,38 @@ def test_heavy_holds_nest_and_the_last_one_out_restores_the_interpreter() -> Non
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def _message_types() -> list[Any]:
+    """Every message type a request or response of our services holds, once."""
+    found: dict[str, Any] = {}
+    pending = [m.input_type for s in schema.services() for m in s.methods]
+    pending += [m.output_type for s in schema.services() for m in s.methods]
+    while pending:
+        message_type = pending.pop()
+        if message_type.full_name not in found:
+            found[message_type.full_name] = message_type
+            pending += [f.message_type for f in message_type.fields if f.message_type]
+    return list(found.values())
+
+
+def test_checking_and_counting_follow_one_plan_per_message_type() -> None:
+    """One compiled plan per message type (Limits.plan): the checking walk's rules and the
+    count passes' plan are its two views, so they never disagree on a container's limit, and
+    every field a count pass enters is one the checking walk looks at."""
+    checked = limits.Limits()
+    containers = 0
+    for message_type in _message_types():
+        plan = checked.plan(message_type)
+        assert checked.plan(message_type) is plan  # compiled once
+        assert checked.rules_of(message_type) is plan.rules
+        assert checked.count_plan(message_type) is plan.counts
+        rules = plan.rules[1]
+        for field, (kind, limit, *_) in rules.items():
+            if field.is_repeated:  # every repeated field and map: counted at the same limit
+                containers += 1
+                counted = plan.counts[field.number]
+                assert (counted[0], counted[1]) == (kind, limit), field.full_name
+        for number in plan.counts:
+            assert message_type.fields_by_number[number] in rules
+    assert containers > 50

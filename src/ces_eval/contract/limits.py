@@ -29,6 +29,7 @@ import json
 import logging
 from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any, cast
 
@@ -67,6 +68,7 @@ __all__ = [
     "CountPlan",
     "FieldRules",
     "Limits",
+    "Plan",
     "Rules",
     "Walk",
     "bound_operation",
@@ -207,7 +209,7 @@ def key_path(key: object) -> str:
 
 
 def _element_kind(
-    field: descriptor.FieldDescriptor, matters: dict[descriptor.Descriptor, bool]
+    field: descriptor.FieldDescriptor, matters: dict[tuple[descriptor.Descriptor, bool], bool]
 ) -> int:
     """What one value of ``field`` holds (for a map: its value), ignoring repetition."""
     message_type = field.message_type
@@ -216,27 +218,33 @@ def _element_kind(
     special = _WELL_KNOWN.get(message_type.full_name)
     if special is not None:
         return special
-    return _MESSAGE if _matters(message_type, matters) else _SCALAR
+    return _MESSAGE if _holds(message_type, matters, strings=True) else _SCALAR
 
 
-def _matters(message_type: descriptor.Descriptor, memo: dict[descriptor.Descriptor, bool]) -> bool:
-    """Whether a message of this type can break a limit (holds a string, a repeated field, a
-    map or a Struct somewhere): Timestamp, Duration and the like are not walked."""
-    known = memo.get(message_type)
+def _holds(
+    message_type: descriptor.Descriptor,
+    memo: dict[tuple[descriptor.Descriptor, bool], bool],
+    *,
+    strings: bool,
+) -> bool:
+    """Whether a message of this type can hold a repeated field, a map or a Struct somewhere,
+    or with ``strings`` a string: whether a count pass, or with ``strings`` a checking walk,
+    must enter it (Timestamp, Duration and the like are never walked)."""
+    known = memo.get((message_type, strings))
     if known is not None:
         return known
-    memo[message_type] = True  # while a recursive type is being decided: walk it, to be safe
+    memo[message_type, strings] = True  # while a recursive type is being decided: walk it
     found = False
     for field in message_type.fields:
-        if field.is_repeated or field.type == descriptor.FieldDescriptor.TYPE_STRING:
+        if field.is_repeated or (strings and field.type == descriptor.FieldDescriptor.TYPE_STRING):
             found = True
         elif field.message_type is not None:
-            found = field.message_type.full_name in _WELL_KNOWN or _matters(
-                field.message_type, memo
+            found = field.message_type.full_name in _WELL_KNOWN or _holds(
+                field.message_type, memo, strings=strings
             )
         if found:
             break
-    memo[message_type] = found
+    memo[message_type, strings] = found
     return found
 
 
@@ -261,6 +269,11 @@ def _small(rule: _Rule) -> _Rule | None:
             _SCALAR if key_kind == _STRING else key_kind,
         )
     return rule
+
+
+def _sized(rules: FieldRules) -> Rules:
+    """``rules`` for a message too small to hold a long string, and as they are."""
+    return {field: kept for field, rule in rules.items() if (kept := _small(rule))}, rules
 
 
 def rule_form(rule: _Rule) -> tuple[str, int]:
@@ -288,10 +301,59 @@ class Limits:
     ) -> None:
         self._counts = dict(counts)
         self._lengths = dict(lengths)
-        self._rules: dict[descriptor.Descriptor, Rules] = {}
-        self._matters: dict[descriptor.Descriptor, bool] = {}
-        self._count_plans: dict[descriptor.Descriptor, CountPlan] = {}
-        self._counted: dict[descriptor.Descriptor, bool] = {}
+        self._plans: dict[descriptor.Descriptor, Plan] = {}
+        self._holds: dict[tuple[descriptor.Descriptor, bool], bool] = {}
+
+    def plan(self, message_type: descriptor.Descriptor) -> Plan:
+        """The one plan of ``message_type``, compiled on first use: per field, what the
+        checking walk (:class:`Walk`, :mod:`ces_eval.contract.checks`) and every count pass
+        (decoded, encoded, JSON) look at."""
+        plan = self._plans.get(message_type)
+        if plan is None:
+            plan = self._plans[message_type] = self._compile(message_type)
+        return plan
+
+    def _compile(self, message_type: descriptor.Descriptor) -> Plan:
+        rules: FieldRules = {}
+        counts: dict[int, Count] = {}
+        for field in message_type.fields:
+            name = field.name
+            own = (message_type.full_name, name)
+            behaviors = field.GetOptions().Extensions[field_behavior_pb2.field_behavior]
+            output_only = field_behavior_pb2.OUTPUT_ONLY in behaviors
+            entry = field.message_type
+            if entry is not None and entry.GetOptions().map_entry:
+                value = entry.fields_by_name["value"]
+                key_kind = _element_kind(entry.fields_by_name["key"], self._holds)
+                limit = self._counts.get(own, MAX_MAP_ENTRIES)
+                rules[field] = (_MAP, limit, _element_kind(value, self._holds), name, key_kind)
+                element, target = self._count_kind(value)
+                counts[field.number] = (_MAP, limit, element, name, target, -1, output_only)
+                continue
+            kind = _element_kind(field, self._holds)
+            if field.is_repeated:
+                limit = self._counts.get(own, MAX_REPEATED)
+                rules[field] = (_REPEATED, limit, kind, name, 0)
+                element, target = self._count_kind(field)
+                width = _packed_width(field)
+                counts[field.number] = (
+                    _REPEATED,
+                    limit,
+                    element,
+                    name,
+                    target,
+                    width,
+                    output_only,
+                )
+                continue
+            if kind == _STRING:
+                rules[field] = (kind, self._lengths.get(own, MAX_STRING_CHARS), 0, name, 0)
+            elif kind != _SCALAR:
+                rules[field] = (kind, 0, 0, name, 0)
+            counted, target = self._count_kind(field)
+            if counted != _SCALAR:
+                counts[field.number] = (counted, 0, _SCALAR, name, target, -1, output_only)
+        return Plan(_sized(rules), counts)
 
     def rules(
         self,
@@ -303,38 +365,22 @@ class Limits:
         ``skip``. Sub-messages of the fields named in ``driven`` are left to a caller that
         walks them itself (only the element counts of those fields are checked here)."""
         rules: FieldRules = {}
-        for field in message_type.fields:
+        for field, compiled in self.plan(message_type).rules[1].items():
             name = field.name
             if name in skip:
                 continue
-            own = (message_type.full_name, name)
-            entry = field.message_type
-            if entry is not None and entry.GetOptions().map_entry:
-                key_kind = _element_kind(entry.fields_by_name["key"], self._matters)
-                kind = _element_kind(entry.fields_by_name["value"], self._matters)
-                if kind == _MESSAGE and name in driven:
-                    kind = _SCALAR
-                limit = self._counts.get(own, MAX_MAP_ENTRIES)
-                rules[field] = (_MAP, limit, kind, name, key_kind)
+            kind, limit, element, _, key_kind = compiled
+            if name in driven and kind == _MESSAGE:
                 continue
-            kind = _element_kind(field, self._matters)
-            if kind == _MESSAGE and name in driven:
-                kind = _SCALAR
-            if field.is_repeated:
-                rules[field] = (_REPEATED, self._counts.get(own, MAX_REPEATED), kind, name, 0)
-            elif kind == _STRING:
-                rules[field] = (kind, self._lengths.get(own, MAX_STRING_CHARS), 0, name, 0)
-            elif kind != _SCALAR:
-                rules[field] = (kind, 0, 0, name, 0)
-        small = {field: kept for field, rule in rules.items() if (kept := _small(rule))}
-        return small, rules
+            if name in driven and element == _MESSAGE:
+                rules[field] = (kind, limit, _SCALAR, name, key_kind)
+            else:
+                rules[field] = compiled
+        return _sized(rules)
 
     def rules_of(self, message_type: descriptor.Descriptor) -> Rules:
-        """:meth:`rules` for a whole walk of ``message_type``, built once."""
-        rules = self._rules.get(message_type)
-        if rules is None:
-            rules = self._rules[message_type] = self.rules(message_type)
-        return rules
+        """:meth:`rules` for a whole walk of ``message_type``."""
+        return self.plan(message_type).rules
 
     def walk(self, message: Message) -> Walk:
         """A new pass over ``message``: :meth:`Walk.message` walks it all; a caller that walks
@@ -351,39 +397,8 @@ class Limits:
     def count_plan(self, message_type: descriptor.Descriptor) -> CountPlan:
         """What the count checks look at in a message of ``message_type``, by field number:
         repeated fields and maps with their limit, and the fields that lead to more (messages
-        that can hold one, Structs). Built once per type."""
-        plan = self._count_plans.get(message_type)
-        if plan is not None:
-            return plan
-        found: dict[int, Count] = {}
-        for field in message_type.fields:
-            behaviors = field.GetOptions().Extensions[field_behavior_pb2.field_behavior]
-            output_only = field_behavior_pb2.OUTPUT_ONLY in behaviors
-            own = (message_type.full_name, field.name)
-            entry = field.message_type
-            if entry is not None and entry.GetOptions().map_entry:
-                element, target = self._count_kind(entry.fields_by_name["value"])
-                limit = self._counts.get(own, MAX_MAP_ENTRIES)
-                found[field.number] = (_MAP, limit, element, field.name, target, -1, output_only)
-            elif field.is_repeated:
-                element, target = self._count_kind(field)
-                limit = self._counts.get(own, MAX_REPEATED)
-                width = _packed_width(field)
-                found[field.number] = (
-                    _REPEATED,
-                    limit,
-                    element,
-                    field.name,
-                    target,
-                    width,
-                    output_only,
-                )
-            else:
-                kind, target = self._count_kind(field)
-                if kind != _SCALAR:
-                    found[field.number] = (kind, 0, _SCALAR, field.name, target, -1, output_only)
-        self._count_plans[message_type] = found
-        return found
+        that can hold one, Structs)."""
+        return self.plan(message_type).counts
 
     def _count_kind(
         self, field: descriptor.FieldDescriptor
@@ -394,7 +409,7 @@ class Limits:
         special = _WELL_KNOWN.get(target.full_name)
         if special is not None:
             return special, target
-        if _counted(target, self._counted):
+        if _holds(target, self._holds, strings=False):
             return _MESSAGE, target
         return _SCALAR, None
 
@@ -660,6 +675,16 @@ class Walk:
 Count = tuple[int, int, int, str, "descriptor.Descriptor | None", int, bool]
 CountPlan = Mapping[int, Count]  # field number → what is counted there
 
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What every limit looks at in one message type (:meth:`Limits.plan`, compiled once):
+    ``rules`` for the checking walk, by field; ``counts`` for the count passes, by number."""
+
+    rules: Rules
+    counts: CountPlan
+
+
 _F = descriptor.FieldDescriptor
 _FIXED32 = frozenset({_F.TYPE_FIXED32, _F.TYPE_SFIXED32, _F.TYPE_FLOAT})
 _FIXED64 = frozenset({_F.TYPE_FIXED64, _F.TYPE_SFIXED64, _F.TYPE_DOUBLE})
@@ -764,24 +789,6 @@ def too_many_struct_entries(path: str) -> FieldViolation:
         "the total passes it here.",
         "TOO_MANY",
     )
-
-
-def _counted(message_type: descriptor.Descriptor, memo: dict[descriptor.Descriptor, bool]) -> bool:
-    """Whether a message of this type can hold a repeated field, a map or a Struct."""
-    known = memo.get(message_type)
-    if known is not None:
-        return known
-    memo[message_type] = True  # while a recursive type is being decided
-    found = any(
-        field.is_repeated
-        or (
-            field.message_type is not None
-            and (field.message_type.full_name in _WELL_KNOWN or _counted(field.message_type, memo))
-        )
-        for field in message_type.fields
-    )
-    memo[message_type] = found
-    return found
 
 
 class _Stop(Exception):
