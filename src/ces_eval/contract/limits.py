@@ -421,9 +421,9 @@ class Limits:
         them is looked at; paths start at ``path`` ("" for a whole request). OUTPUT_ONLY fields
         are not counted (the core clears them). ``size``: the message's encoded size, when
         known; below twice :data:`MAX_STRUCT_ENTRIES` bytes no Struct total can pass it."""
-        counter = _Counter(self, structs=size is None or size > 2 * MAX_STRUCT_ENTRIES)
+        counter = _Counter(self, structs=size is None or size > 2 * MAX_STRUCT_ENTRIES, json=False)
         with suppress(_Stop):
-            counter.message(message, path)
+            counter.message(None, message, path)
         return counter.violations
 
     def json_counts(
@@ -437,7 +437,7 @@ class Limits:
         """:meth:`counts` for a request given as a JSON document (REST and MCP bodies), before
         anything else reads it. ``structs`` false: the document is too small for any Struct
         total to pass the limit (fewer JSON values than :data:`MAX_STRUCT_ENTRIES`)."""
-        counter = _JsonCounter(self, structs=structs)
+        counter = _Counter(self, structs=structs, json=True)
         with suppress(_Stop):
             counter.message(message_type, document, path)
         return counter.violations
@@ -856,69 +856,6 @@ class _Tally:
             raise _Stop
 
 
-class _Counter(_Tally):
-    """A count pass over a decoded message."""
-
-    __slots__ = ()
-
-    def message(self, message: Message, path: str) -> None:
-        plan = self.limits.count_plan(cast("descriptor.Descriptor", message.DESCRIPTOR))
-        if not plan:
-            return
-        for field, value in message.ListFields():
-            rule = plan.get(field.number)
-            if rule is None or rule[6]:  # output only: decoded already, cleared by the core
-                continue
-            kind, limit, element, name, _, _, _ = rule
-            at = f"{path}.{name}" if path else name
-            if kind in (_REPEATED, _MAP):
-                if len(value) > limit:
-                    self.report(too_many(at, limit, len(value)))
-                elif element == _SCALAR:
-                    continue
-                elif kind == _MAP:
-                    for key, item in value.items():
-                        self.item(element, item, f"{at}{key_path(key)}")
-                else:
-                    for index, item in enumerate(value):
-                        self.item(element, item, f"{at}[{index}]")
-            else:
-                self.item(kind, value, at)
-
-    def item(self, kind: int, value: Any, path: str) -> None:  # noqa: ANN401 - by kind
-        if kind == _MESSAGE:
-            self.message(value, path)
-        elif not self.structs:
-            return
-        elif kind == _STRUCT_KIND:
-            self.struct(value, path)
-        elif kind == _LIST_KIND:
-            self.list(value, path)
-        elif kind == _VALUE_KIND:
-            self.value(value, path)
-
-    def value(self, value: struct_pb2.Value, path: str) -> None:
-        kind = value.WhichOneof("kind")
-        if kind == "struct_value":
-            self.struct(value.struct_value, f"{path}.struct_value")
-        elif kind == "list_value":
-            self.list(value.list_value, f"{path}.list_value")
-
-    def struct(self, struct: struct_pb2.Struct, path: str) -> None:
-        fields = struct.fields
-        self.add_entries(path, len(fields))
-        for key, value in fields.items():
-            if value.WhichOneof("kind") in _NESTED:
-                self.value(value, f"{path}.fields{key_path(key)}")
-
-    def list(self, values: struct_pb2.ListValue, path: str) -> None:
-        elements = values.values
-        self.add_entries(path, len(elements))
-        for index, value in enumerate(elements):
-            if value.WhichOneof("kind") in _NESTED:
-                self.value(value, f"{path}.values[{index}]")
-
-
 class _Encoded:
     """One count pass over an encoded request: raises :class:`_Found` at the first container
     over its limit. Spans are (start, end) offsets of a payload in ``data``."""
@@ -1125,70 +1062,127 @@ def _entry_key(data: bytes, start: int, end: int) -> str:
     return key_path("")
 
 
-class _JsonCounter(_Tally):
-    """A count pass over a request as a JSON document (proto3 JSON: camelCase or proto field
-    names, a Struct is an object, a ListValue an array, a Value either), for REST and MCP."""
+class _Counter(_Tally):
+    """A count pass over a decoded message, or over a request as a JSON document (``json``:
+    proto3 JSON, camelCase or proto field names, a Struct is an object, a ListValue an array,
+    a Value either) for REST and MCP: the same walk, only the reading differs. A value of the
+    wrong JSON type is passed over (the body check reports it)."""
 
-    __slots__ = ()
+    __slots__ = ("json",)
 
-    def message(self, message_type: descriptor.Descriptor, document: object, path: str) -> None:
-        plan = self.limits.count_plan(message_type)
-        if not plan or not isinstance(document, dict):
-            return  # a wrong JSON type is reported by the body check
+    def __init__(self, limits: Limits, *, structs: bool, json: bool) -> None:
+        super().__init__(limits, structs=structs)
+        self.json = json
+
+    def _fields(
+        self,
+        message_type: descriptor.Descriptor,
+        node: Any,  # noqa: ANN401 - a message, or a JSON value
+        plan: CountPlan,
+    ) -> Iterator[tuple[Count, Any]]:
+        """The counted fields set in ``node``, each with its value; OUTPUT_ONLY ones are not
+        counted (decoded already and cleared by the core, or bounded by the JSON reader)."""
+        if not self.json:
+            for field, value in node.ListFields():
+                rule = plan.get(field.number)
+                if rule is not None and not rule[6]:
+                    yield rule, value
+            return
+        if not isinstance(node, dict):
+            return
         names = _json_names(message_type)
-        for key, value in document.items():
+        for key, value in node.items():
             field = names.get(key)
             rule = plan.get(field.number) if field is not None else None
-            if rule is None or rule[6] or value is None:
-                continue  # output only: ignored, and the reader bounded it
+            if rule is not None and not rule[6] and value is not None:
+                yield rule, value
+
+    def message(
+        self,
+        message_type: descriptor.Descriptor | None,
+        node: Any,  # noqa: ANN401 - a message, or a JSON value
+        path: str,
+    ) -> None:
+        """``node``, a message of ``message_type`` (None: a decoded message's own)."""
+        if message_type is None:
+            message_type = cast("descriptor.Descriptor", node.DESCRIPTOR)
+        plan = self.limits.count_plan(message_type)
+        if not plan:
+            return
+        for rule, value in self._fields(message_type, node, plan):
             kind, limit, element, name, target, _, _ = rule
             at = f"{path}.{name}" if path else name
-            if kind == _MAP and isinstance(value, dict):
-                if len(value) > limit:
-                    self.report(too_many(at, limit, len(value)))
-                elif element != _SCALAR:
-                    for entry_key, item in value.items():
-                        self.item(element, target, item, f"{at}{key_path(entry_key)}")
-            elif kind == _REPEATED and isinstance(value, list):
-                if len(value) > limit:
-                    self.report(too_many(at, limit, len(value)))
-                elif element != _SCALAR:
-                    for index, item in enumerate(value):
-                        self.item(element, target, item, f"{at}[{index}]")
-            elif kind not in (_MAP, _REPEATED):
+            if kind not in (_MAP, _REPEATED):
                 self.item(kind, target, value, at)
+            elif self.json and not isinstance(value, dict if kind == _MAP else list):
+                continue
+            elif len(value) > limit:
+                self.report(too_many(at, limit, len(value)))
+            elif element != _SCALAR and kind == _MAP:
+                for key, item in value.items():
+                    self.item(element, target, item, f"{at}{key_path(key)}")
+            elif element != _SCALAR:
+                for index, item in enumerate(value):
+                    self.item(element, target, item, f"{at}[{index}]")
 
     def item(
-        self, kind: int, target: descriptor.Descriptor | None, value: object, path: str
+        self,
+        kind: int,
+        target: descriptor.Descriptor | None,
+        value: Any,  # noqa: ANN401 - by kind
+        path: str,
     ) -> None:
         if kind == _MESSAGE and target is not None:
-            self.message(target, value, path)
+            self.message(target if self.json else None, value, path)
         elif not self.structs:
             return
         elif kind == _VALUE_KIND:
             self.value(value, path)
-        elif kind == _STRUCT_KIND and isinstance(value, dict):
-            self.struct(value, path)
-        elif kind == _LIST_KIND and isinstance(value, list):
+        elif kind == _STRUCT_KIND:
+            if not self.json or isinstance(value, dict):
+                self.struct(value, path)
+        elif kind == _LIST_KIND and (not self.json or isinstance(value, list)):
             self.list(value, path)
 
-    def value(self, value: object, path: str) -> None:
-        if isinstance(value, dict):
-            self.struct(value, f"{path}.struct_value")
-        elif isinstance(value, list):
-            self.list(value, f"{path}.list_value")
+    def _inner(self, value: Any) -> tuple[bool, Any] | None:  # noqa: ANN401 - by representation
+        """What a Value holds that can hold more: (whether a Struct, it), or None."""
+        if self.json:
+            if isinstance(value, dict):
+                return True, value
+            return (False, value) if isinstance(value, list) else None
+        kind = value.WhichOneof("kind")
+        if kind == "struct_value":
+            return True, value.struct_value
+        return (False, value.list_value) if kind == "list_value" else None
 
-    def struct(self, fields: dict[str, object], path: str) -> None:
+    def value(self, value: Any, path: str) -> None:  # noqa: ANN401 - by representation
+        inner = self._inner(value)
+        if inner is not None:
+            self._held(inner, path)
+
+    def _held(self, inner: tuple[bool, Any], path: str) -> None:
+        """What a Value at ``path`` holds (:meth:`_inner`)."""
+        struct, container = inner
+        if struct:
+            self.struct(container, f"{path}.struct_value")
+        else:
+            self.list(container, f"{path}.list_value")
+
+    def struct(self, struct: Any, path: str) -> None:  # noqa: ANN401 - by representation
+        fields: Mapping[str, Any] = struct if self.json else struct.fields
         self.add_entries(path, len(fields))
         for key, value in fields.items():
-            if isinstance(value, dict | list):
-                self.value(value, f"{path}.fields{key_path(key)}")
+            inner = self._inner(value)
+            if inner is not None:
+                self._held(inner, f"{path}.fields{key_path(key)}")
 
-    def list(self, values: list[object], path: str) -> None:
-        self.add_entries(path, len(values))
-        for index, value in enumerate(values):
-            if isinstance(value, dict | list):
-                self.value(value, f"{path}.values[{index}]")
+    def list(self, values: Any, path: str) -> None:  # noqa: ANN401 - by representation
+        elements: Sequence[Any] = values if self.json else values.values
+        self.add_entries(path, len(elements))
+        for index, value in enumerate(elements):
+            inner = self._inner(value)
+            if inner is not None:
+                self._held(inner, f"{path}.values[{index}]")
 
 
 @cache
