@@ -250,7 +250,7 @@ def test_run_and_serve_are_one_body(
         for way in ("run", "serve"):
             line = _line()
             if way == "run":
-                call = boundary.run(line, "x", work(Caller()))
+                call = boundary.run(line, "x", lambda: work(Caller()))
             else:
                 call = boundary.serve("x", Inputs, work, line=line)
             try:

@@ -108,14 +108,23 @@ def test_every_cached_read_is_computed_once_per_version_and_only_when_kept(
 
         return call
 
+    def at(version: int | None) -> Callable[[], Awaitable[int | None]]:
+        async def read() -> int | None:
+            return version
+
+        return read
+
+    def answer(version: int | None, key: str, given: object) -> object:
+        return core.run(hot.answer(at(version), key, Encoded, compute(given)))
+
     first, second = _answer(10), _answer(10)
-    assert core.run(hot.answer(1, "k", type(first), compute(first))) is first
-    assert core.run(hot.answer(1, "k", type(first), compute(second))) is first  # kept
-    assert core.run(hot.answer(2, "k", type(first), compute(second))) is second  # written since
-    assert core.run(hot.answer(None, "n", type(first), compute(first))) is first
-    assert core.run(hot.answer(None, "n", type(first), compute(second))) is second  # no version
-    assert core.run(hot.answer(2, "s", type(first), compute("other"))) == "other"  # not a kind
-    assert core.run(hot.answer(2, "s", type(first), compute(first))) is first  # not kept
+    assert answer(1, "k", first) is first
+    assert answer(1, "k", second) is first  # kept
+    assert answer(2, "k", second) is second  # written since
+    assert answer(None, "n", first) is first
+    assert answer(None, "n", second) is second  # no version: nothing kept
+    assert answer(2, "s", "other") == "other"  # not an answer to keep
+    assert answer(2, "s", first) is first  # so nothing was kept
     assert computed == [first, second, first, second, "other", first]
 
 

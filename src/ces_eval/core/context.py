@@ -71,24 +71,25 @@ class HotReads:
 
     async def answer(
         self,
-        version: int | None,
+        version: Callable[[], Awaitable[int | None]],
         key: Hashable,
         kind: type[K],
         compute: Callable[[], Awaitable[A]],
     ) -> K | A:
-        """The answer to ``key``: the one kept at ``version`` if it is a ``kind``, else what
-        ``compute()`` answers, kept when it is a ``kind``. ``version`` is read by the caller
-        before this call: a write committed during ``compute()`` moves it and drops what is
-        kept (None: nothing is kept, the database cannot tell its version). The one way every
+        """The answer to ``key``: the one kept at the database's ``version()`` if it is a
+        ``kind``, else what ``compute()`` answers, kept when it is a ``kind``. The version is
+        read first: a write committed during ``compute()`` moves it and drops what is kept
+        (None: nothing is kept, the database cannot tell its version). The one way every
         cached read goes: the core's Gets and List pages, the surfaces' renderings
         (:class:`AnswerKeeper`)."""
-        if version is not None:
-            found = self.get(version, key)
+        at = await version()
+        if at is not None:
+            found = self.get(at, key)
             if isinstance(found, kind):
                 return found
         result = await compute()
-        if version is not None and isinstance(result, kind):
-            self.put(version, key, result)
+        if at is not None and isinstance(result, kind):
+            self.put(at, key, result)
         return result
 
     def put(self, version: int, key: Hashable, answer: Kept) -> None:
@@ -131,11 +132,11 @@ class AnswerKeeper:
         except Unavailable:
             return None
 
-    async def answer(
+    def answer(
         self, key: Hashable, kind: type[K], compute: Callable[[], Awaitable[A]]
-    ) -> K | A:
-        """:meth:`HotReads.answer` of the surface's ``key``, at the database's version now."""
-        return await self._hot.answer(await self.version(), (self._surface, key), kind, compute)
+    ) -> Awaitable[K | A]:
+        """:meth:`HotReads.answer` of the surface's ``key``, at :meth:`version`."""
+        return self._hot.answer(self.version, (self._surface, key), kind, compute)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ results on a list of evaluations, a result's metric rerun) is written beside.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache, cached_property, partial
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
@@ -71,7 +71,6 @@ __all__ = [
 
 M = TypeVar("M", bound="Message")
 R = TypeVar("R", bound="Message")
-A = TypeVar("A")
 
 # Read-modify-write rounds of an update or delete without an etag before it gives up
 # (ABORTED): the one bound of every such round (ces_eval.core.retry).
@@ -325,12 +324,14 @@ async def get(context: Context, resource: Resource[M], name: str) -> M:
 
 async def _get_rpc(context: Context, resource: Resource[M], name: str) -> Response:
     """The Get RPC: :func:`get`, answered as the stored bytes where the storage holds the
-    resource as it is served (checked to parse, never serialized again)."""
+    resource as it is served (checked to parse, never serialized again), kept while nothing
+    is written (:meth:`~ces_eval.core.context.HotReads.answer`)."""
     read = resource.store.read
     if read is None:
         return await get(context, resource, name)
     resource.pattern.parse(name, "name", owned=resource.owned)
-    return await _kept(context, name, partial(_stored, context, resource, read, name))
+    stored = partial(_stored, context, resource, read, name)
+    return await context.hot.answer(context.storage.version, name, Encoded, stored)
 
 
 async def _stored(
@@ -347,13 +348,6 @@ async def _stored(
     # the loop: a result of a million outcomes held it ~0.5 s.
     await off_loop(len(data) > limits.LOOP_BYTES, resource.message.FromString, data)
     return Encoded(resource.message, data)
-
-
-async def _kept(context: Context, key: Hashable, answer: Callable[[], Awaitable[A]]) -> A | Encoded:
-    """``answer()``, or what it answered for ``key`` before when nothing was written since: an
-    Encoded answer is kept while the database's version lasts (context.HotReads). The version
-    is read first: a write committed during ``answer()`` moves it and drops what is kept."""
-    return await context.hot.answer(await context.storage.version(), key, Encoded, answer)
 
 
 # -- AIP-132 -------------------------------------------------------------------------------------
@@ -376,7 +370,8 @@ async def list_page(
     holds the rest), never parsed; such a page is kept while nothing is written (the same
     request answered again from memory: :class:`~ces_eval.core.context.HotReads`)."""
     key = (type(request), request.SerializeToString(deterministic=True))
-    return await _kept(context, key, partial(_list_page, context, resource, request, response))
+    page = partial(_list_page, context, resource, request, response)
+    return await context.hot.answer(context.storage.version, key, Encoded, page)
 
 
 async def _list_page(

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Final, TypeVar
 
 from ces_eval.access import identify
@@ -138,17 +139,17 @@ class Boundary:
         self,
         line: Call | None,
         what: str,
-        call: Awaitable[T],
+        work: Callable[[], Awaitable[T]],
         expired: Callable[[], bool] | None = None,
     ) -> T | ServiceError:
-        """The body of every call: ``call``'s result, or the ServiceError it raised, or
+        """The body of every call: ``work()``'s result, or the ServiceError it raised, or
         INTERNAL for any other exception (the last-resort catch); the request line records the
         code (CANCELLED when the call is cancelled, DEADLINE_EXCEEDED when ``expired()`` says
         its own deadline passed). :meth:`serve` runs each call of gRPC, REST and the web view
         through it; MCP's endpoint, which admits and authenticates per HTTP request, each
         tool call."""
         try:
-            result = await call
+            result = await work()
         except asyncio.CancelledError:
             if line is not None:
                 late = expired is not None and expired()
@@ -182,18 +183,19 @@ class Boundary:
                 line.code = refused.code
             return refused
         try:
-            return await self.run(line, what, self._called(line, inputs, work), expired)
+            return await self.run(line, what, partial(self._called, line, inputs, work), expired)
         finally:
             self.leave()
 
-    async def _called(
+    def _called(
         self,
         line: Call | None,
         inputs: Callable[[], Inputs],
         work: Callable[[Caller], Awaitable[T]],
-    ) -> T:
-        """``work`` for the caller ``inputs`` authenticate, within their deadline."""
+    ) -> Awaitable[T]:
+        """``work`` for the caller ``inputs`` authenticate, within their deadline (run inside
+        :meth:`run`, whose catch answers what this raises)."""
         given = inputs()
         caller = self.authenticate(line, given.authorization, given.user)
         call = work(caller)
-        return await (call if given.deadline is None else within(given.deadline, call))
+        return call if given.deadline is None else within(given.deadline, call)

@@ -419,7 +419,7 @@ def build_server(
                 spec, implementations, arguments, caller, call=call, aside=large_of(scope)
             )
 
-        outcome = await boundary.run(call, spec.tool.name, work())
+        outcome = await boundary.run(call, spec.tool.name, work)
         return _error_result(outcome) if isinstance(outcome, ServiceError) else outcome
 
     return Server(
