@@ -20,3 +20,11 @@ def rename_evaluation(database: Path, name: str, display_name: str) -> None:
             "UPDATE evaluations SET data = ? WHERE name = ?", (changed.SerializeToString(), name)
         )
         other.commit()
+
+
+def retag_evaluation(database: Path, name: str, etag: str) -> None:
+    """Give the stored evaluation ``name`` the etag ``etag`` (a write of another program, as
+    the server sees it) and commit."""
+    with contextlib.closing(sqlite3.connect(database)) as other:
+        other.execute("UPDATE evaluations SET etag = ? WHERE name = ?", (etag, name))
+        other.commit()

@@ -221,6 +221,51 @@ def test_a_cancelled_call_records_cancelled_or_its_passed_deadline(
     assert asyncio.run(scenario()).code is code
 
 
+async def _raises(error: Exception) -> str:
+    raise error
+
+
+@pytest.mark.parametrize(
+    ("outcome", "code"),
+    [
+        ("served", Code.OK),
+        (ServiceError(Code.NOT_FOUND, "gone", "NOT_FOUND"), Code.NOT_FOUND),
+        (RuntimeError("a bug"), Code.INTERNAL),
+        (asyncio.CancelledError(), Code.CANCELLED),
+    ],
+)
+def test_run_and_serve_are_one_body(
+    outcome: str | BaseException, code: Code, caplog: pytest.LogCaptureFixture
+) -> None:
+    """MCP's tool calls (run) and every other surface's calls (serve) end the same way."""
+
+    async def work(caller: Caller) -> str:
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    async def both() -> list[tuple[object, Code | None]]:
+        seen: list[tuple[object, Code | None]] = []
+        boundary = Boundary("mcp")
+        for way in ("run", "serve"):
+            line = _line()
+            if way == "run":
+                call = boundary.run(line, "x", lambda: work(Caller()))
+            else:
+                call = boundary.serve("x", Inputs, work, line=line)
+            try:
+                answer: object = await call
+            except asyncio.CancelledError:
+                answer = "cancelled"
+            seen.append((answer.code if isinstance(answer, ServiceError) else answer, line.code))
+        return seen
+
+    with caplog.at_level(logging.ERROR, logger=BOUNDARY_LOGGER):
+        ran, served = asyncio.run(both())
+    assert ran == served
+    assert ran[1] is code
+
+
 def test_a_boundary_with_a_log_starts_and_writes_its_lines() -> None:
     logs.configure("info", "text")
     out = io.StringIO()

@@ -11,18 +11,19 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import random
 import sys
 import threading
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from google.protobuf import descriptor_pb2, json_format
+from google.protobuf import descriptor_pb2, json_format, struct_pb2
 from google.protobuf.message import Message
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ces_eval.contract import limits
+from ces_eval.contract import limits, schema
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
@@ -419,3 +420,100 @@ def test_heavy_holds_nest_and_the_last_one_out_restores_the_interpreter() -> Non
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def _message_types() -> list[Any]:
+    """Every message type a request or response of our services holds, once."""
+    found: dict[str, Any] = {}
+    pending = [m.input_type for s in schema.services() for m in s.methods]
+    pending += [m.output_type for s in schema.services() for m in s.methods]
+    while pending:
+        message_type = pending.pop()
+        if message_type.full_name not in found:
+            found[message_type.full_name] = message_type
+            pending += [f.message_type for f in message_type.fields if f.message_type]
+    return list(found.values())
+
+
+def test_checking_and_counting_follow_one_plan_per_message_type() -> None:
+    """One compiled plan per message type (Limits.plan): the checking walk's rules and the
+    count passes' plan are its two views, so they never disagree on a container's limit, and
+    every field a count pass enters is one the checking walk looks at."""
+    checked = limits.Limits()
+    containers = 0
+    for message_type in _message_types():
+        plan = checked.plan(message_type)
+        assert checked.plan(message_type) is plan  # compiled once
+        assert checked.rules_of(message_type) is plan.rules
+        assert checked.count_plan(message_type) is plan.counts
+        rules = plan.rules[1]
+        for field, (kind, limit, *_) in rules.items():
+            if field.is_repeated:  # every repeated field and map: counted at the same limit
+                containers += 1
+                counted = plan.counts[field.number]
+                assert (counted[0], counted[1]) == (kind, limit), field.full_name
+        for number in plan.counts:
+            assert message_type.fields_by_number[number] in rules
+    assert containers > 50
+
+
+def _filled(message: Message, rnd: random.Random, depth: int = 0) -> None:
+    """Set about half of ``message``'s fields, each repeated field and map with up to four
+    entries, Structs and Values nested a few levels (for counts that pass small limits)."""
+    for field in message.DESCRIPTOR.fields:
+        if depth > 4 or rnd.random() < 0.5:
+            continue
+        target = field.message_type
+        if target is not None and target.GetOptions().map_entry:
+            value_type = target.fields_by_name["value"].message_type
+            entries = getattr(message, field.name)
+            for index in range(rnd.randint(0, 4)):
+                key = f"k{index}" if target.fields_by_name["key"].type == 9 else index
+                if value_type is not None:
+                    _filled(entries[key], rnd, depth + 1)
+                    entries[key].SetInParent()
+        elif field.is_repeated and target is not None:
+            for _ in range(rnd.randint(0, 4)):
+                _filled(getattr(message, field.name).add(), rnd, depth + 1)
+        elif target is not None and target.full_name == "google.protobuf.Value":
+            getattr(message, field.name).CopyFrom(_value(rnd, 0))
+        elif target is not None:
+            _filled(getattr(message, field.name), rnd, depth + 1)
+            getattr(message, field.name).SetInParent()
+
+
+def _value(rnd: random.Random, depth: int) -> struct_pb2.Value:
+    value = struct_pb2.Value()
+    chance = rnd.random()
+    if depth > 3 or chance < 0.4:
+        value.string_value = "x"
+    elif chance < 0.7:
+        for index in range(rnd.randint(0, 4)):
+            value.struct_value.fields[f"k{index}"].CopyFrom(_value(rnd, depth + 1))
+    else:
+        for _ in range(rnd.randint(0, 4)):
+            value.list_value.values.add().CopyFrom(_value(rnd, depth + 1))
+    return value
+
+
+def test_a_decoded_request_and_its_json_are_counted_alike() -> None:
+    """One count walk over both readings of a request (Limits.counts, Limits.json_counts):
+    the same violations, at the same paths, for requests whose every repeated field, map and
+    Struct may pass a small limit."""
+    types = [CREATE, service_pb2.UpdateEvaluationRequest]
+    small = {
+        (message_type.full_name, field.name): 2
+        for message_type in _message_types()
+        for field in message_type.fields
+        if field.is_repeated
+    }
+    counted = limits.Limits(counts=small)
+    rnd = random.Random(37)  # noqa: S311 - a repeatable sample of requests, no secret
+    over = 0
+    for _ in range(300):
+        request = rnd.choice(types)()
+        _filled(request, rnd)
+        decoded = counted.counts(request)
+        assert decoded == counted.json_counts(request.DESCRIPTOR, _json_of(request))
+        over += bool(decoded)
+    assert over > 20  # many pass a limit: the walk is compared where it reports

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -92,6 +92,40 @@ def test_kept_answers_are_bounded_and_belong_to_one_version() -> None:
     assert hot.get(1, "n19") is not None
     assert hot.get(2, "n19") is None  # another version: nothing read before it holds
     assert hot.get(1, "n19") is None
+
+
+def test_every_cached_read_is_computed_once_per_version_and_only_when_kept(
+    core: Harness,
+) -> None:
+    """HotReads.answer, the one way the core's reads and the surfaces' renderings are kept."""
+    hot = HotReads()
+    computed: list[object] = []
+
+    def compute(answer: object) -> Callable[[], Awaitable[object]]:
+        async def call() -> object:
+            computed.append(answer)
+            return answer
+
+        return call
+
+    def at(version: int | None) -> Callable[[], Awaitable[int | None]]:
+        async def read() -> int | None:
+            return version
+
+        return read
+
+    def answer(version: int | None, key: str, given: object) -> object:
+        return core.run(hot.answer(at(version), key, Encoded, compute(given)))
+
+    first, second = _answer(10), _answer(10)
+    assert answer(1, "k", first) is first
+    assert answer(1, "k", second) is first  # kept
+    assert answer(2, "k", second) is second  # written since
+    assert answer(None, "n", first) is first
+    assert answer(None, "n", second) is second  # no version: nothing kept
+    assert answer(2, "s", "other") == "other"  # not an answer to keep
+    assert answer(2, "s", first) is first  # so nothing was kept
+    assert computed == [first, second, first, second, "other", first]
 
 
 def _result(core: Harness, result_id: str) -> None:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from google.protobuf import descriptor
 
-from ces_eval.contract import json_safe
+from ces_eval.contract import json_safe, schema
 from ces_eval.contract.fields import (
     ONEOF_REQUIRED,
     OUTPUT_ONLY,
@@ -230,7 +230,7 @@ class Checks:
         if state.walk is not None and state.walk.large:
             self._inspect(message, path, state, check_required=check_required)
             return
-        descriptor_: descriptor.Descriptor = message.DESCRIPTOR  # type: ignore[assignment]
+        descriptor_ = schema.descriptor_of(message)
         visit = self._visitors.get(descriptor_) or self._visitor(descriptor_)
         visit(message, path, state, check_required)
 
@@ -254,7 +254,7 @@ class Checks:
         ):
             raise _Enough
         # types-protobuf types DESCRIPTOR as a union with the upb implementation class.
-        descriptor_: descriptor.Descriptor = message.DESCRIPTOR  # type: ignore[assignment]
+        descriptor_ = schema.descriptor_of(message)
         plan = self._plans.get(descriptor_) or self._plan(descriptor_)
         present = message.ListFields()
         if plan.output_only:

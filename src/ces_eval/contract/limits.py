@@ -29,6 +29,7 @@ import json
 import logging
 from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any, cast
 
@@ -67,6 +68,7 @@ __all__ = [
     "CountPlan",
     "FieldRules",
     "Limits",
+    "Plan",
     "Rules",
     "Walk",
     "bound_operation",
@@ -207,7 +209,7 @@ def key_path(key: object) -> str:
 
 
 def _element_kind(
-    field: descriptor.FieldDescriptor, matters: dict[descriptor.Descriptor, bool]
+    field: descriptor.FieldDescriptor, matters: dict[tuple[descriptor.Descriptor, bool], bool]
 ) -> int:
     """What one value of ``field`` holds (for a map: its value), ignoring repetition."""
     message_type = field.message_type
@@ -216,27 +218,33 @@ def _element_kind(
     special = _WELL_KNOWN.get(message_type.full_name)
     if special is not None:
         return special
-    return _MESSAGE if _matters(message_type, matters) else _SCALAR
+    return _MESSAGE if _holds(message_type, matters, strings=True) else _SCALAR
 
 
-def _matters(message_type: descriptor.Descriptor, memo: dict[descriptor.Descriptor, bool]) -> bool:
-    """Whether a message of this type can break a limit (holds a string, a repeated field, a
-    map or a Struct somewhere): Timestamp, Duration and the like are not walked."""
-    known = memo.get(message_type)
+def _holds(
+    message_type: descriptor.Descriptor,
+    memo: dict[tuple[descriptor.Descriptor, bool], bool],
+    *,
+    strings: bool,
+) -> bool:
+    """Whether a message of this type can hold a repeated field, a map or a Struct somewhere,
+    or with ``strings`` a string: whether a count pass, or with ``strings`` a checking walk,
+    must enter it (Timestamp, Duration and the like are never walked)."""
+    known = memo.get((message_type, strings))
     if known is not None:
         return known
-    memo[message_type] = True  # while a recursive type is being decided: walk it, to be safe
+    memo[message_type, strings] = True  # while a recursive type is being decided: walk it
     found = False
     for field in message_type.fields:
-        if field.is_repeated or field.type == descriptor.FieldDescriptor.TYPE_STRING:
+        if field.is_repeated or (strings and field.type == descriptor.FieldDescriptor.TYPE_STRING):
             found = True
         elif field.message_type is not None:
-            found = field.message_type.full_name in _WELL_KNOWN or _matters(
-                field.message_type, memo
+            found = field.message_type.full_name in _WELL_KNOWN or _holds(
+                field.message_type, memo, strings=strings
             )
         if found:
             break
-    memo[message_type] = found
+    memo[message_type, strings] = found
     return found
 
 
@@ -261,6 +269,11 @@ def _small(rule: _Rule) -> _Rule | None:
             _SCALAR if key_kind == _STRING else key_kind,
         )
     return rule
+
+
+def _sized(rules: FieldRules) -> Rules:
+    """``rules`` for a message too small to hold a long string, and as they are."""
+    return {field: kept for field, rule in rules.items() if (kept := _small(rule))}, rules
 
 
 def rule_form(rule: _Rule) -> tuple[str, int]:
@@ -288,10 +301,59 @@ class Limits:
     ) -> None:
         self._counts = dict(counts)
         self._lengths = dict(lengths)
-        self._rules: dict[descriptor.Descriptor, Rules] = {}
-        self._matters: dict[descriptor.Descriptor, bool] = {}
-        self._count_plans: dict[descriptor.Descriptor, CountPlan] = {}
-        self._counted: dict[descriptor.Descriptor, bool] = {}
+        self._plans: dict[descriptor.Descriptor, Plan] = {}
+        self._holds: dict[tuple[descriptor.Descriptor, bool], bool] = {}
+
+    def plan(self, message_type: descriptor.Descriptor) -> Plan:
+        """The one plan of ``message_type``, compiled on first use: per field, what the
+        checking walk (:class:`Walk`, :mod:`ces_eval.contract.checks`) and every count pass
+        (decoded, encoded, JSON) look at."""
+        plan = self._plans.get(message_type)
+        if plan is None:
+            plan = self._plans[message_type] = self._compile(message_type)
+        return plan
+
+    def _compile(self, message_type: descriptor.Descriptor) -> Plan:
+        rules: FieldRules = {}
+        counts: dict[int, Count] = {}
+        for field in message_type.fields:
+            name = field.name
+            own = (message_type.full_name, name)
+            behaviors = field.GetOptions().Extensions[field_behavior_pb2.field_behavior]
+            output_only = field_behavior_pb2.OUTPUT_ONLY in behaviors
+            entry = field.message_type
+            if entry is not None and entry.GetOptions().map_entry:
+                value = entry.fields_by_name["value"]
+                key_kind = _element_kind(entry.fields_by_name["key"], self._holds)
+                limit = self._counts.get(own, MAX_MAP_ENTRIES)
+                rules[field] = (_MAP, limit, _element_kind(value, self._holds), name, key_kind)
+                element, target = self._count_kind(value)
+                counts[field.number] = (_MAP, limit, element, name, target, -1, output_only)
+                continue
+            kind = _element_kind(field, self._holds)
+            if field.is_repeated:
+                limit = self._counts.get(own, MAX_REPEATED)
+                rules[field] = (_REPEATED, limit, kind, name, 0)
+                element, target = self._count_kind(field)
+                width = _packed_width(field)
+                counts[field.number] = (
+                    _REPEATED,
+                    limit,
+                    element,
+                    name,
+                    target,
+                    width,
+                    output_only,
+                )
+                continue
+            if kind == _STRING:
+                rules[field] = (kind, self._lengths.get(own, MAX_STRING_CHARS), 0, name, 0)
+            elif kind != _SCALAR:
+                rules[field] = (kind, 0, 0, name, 0)
+            counted, target = self._count_kind(field)
+            if counted != _SCALAR:
+                counts[field.number] = (counted, 0, _SCALAR, name, target, -1, output_only)
+        return Plan(_sized(rules), counts)
 
     def rules(
         self,
@@ -303,38 +365,22 @@ class Limits:
         ``skip``. Sub-messages of the fields named in ``driven`` are left to a caller that
         walks them itself (only the element counts of those fields are checked here)."""
         rules: FieldRules = {}
-        for field in message_type.fields:
+        for field, compiled in self.plan(message_type).rules[1].items():
             name = field.name
             if name in skip:
                 continue
-            own = (message_type.full_name, name)
-            entry = field.message_type
-            if entry is not None and entry.GetOptions().map_entry:
-                key_kind = _element_kind(entry.fields_by_name["key"], self._matters)
-                kind = _element_kind(entry.fields_by_name["value"], self._matters)
-                if kind == _MESSAGE and name in driven:
-                    kind = _SCALAR
-                limit = self._counts.get(own, MAX_MAP_ENTRIES)
-                rules[field] = (_MAP, limit, kind, name, key_kind)
+            kind, limit, element, _, key_kind = compiled
+            if name in driven and kind == _MESSAGE:
                 continue
-            kind = _element_kind(field, self._matters)
-            if kind == _MESSAGE and name in driven:
-                kind = _SCALAR
-            if field.is_repeated:
-                rules[field] = (_REPEATED, self._counts.get(own, MAX_REPEATED), kind, name, 0)
-            elif kind == _STRING:
-                rules[field] = (kind, self._lengths.get(own, MAX_STRING_CHARS), 0, name, 0)
-            elif kind != _SCALAR:
-                rules[field] = (kind, 0, 0, name, 0)
-        small = {field: kept for field, rule in rules.items() if (kept := _small(rule))}
-        return small, rules
+            if name in driven and element == _MESSAGE:
+                rules[field] = (kind, limit, _SCALAR, name, key_kind)
+            else:
+                rules[field] = compiled
+        return _sized(rules)
 
     def rules_of(self, message_type: descriptor.Descriptor) -> Rules:
-        """:meth:`rules` for a whole walk of ``message_type``, built once."""
-        rules = self._rules.get(message_type)
-        if rules is None:
-            rules = self._rules[message_type] = self.rules(message_type)
-        return rules
+        """:meth:`rules` for a whole walk of ``message_type``."""
+        return self.plan(message_type).rules
 
     def walk(self, message: Message) -> Walk:
         """A new pass over ``message``: :meth:`Walk.message` walks it all; a caller that walks
@@ -351,39 +397,8 @@ class Limits:
     def count_plan(self, message_type: descriptor.Descriptor) -> CountPlan:
         """What the count checks look at in a message of ``message_type``, by field number:
         repeated fields and maps with their limit, and the fields that lead to more (messages
-        that can hold one, Structs). Built once per type."""
-        plan = self._count_plans.get(message_type)
-        if plan is not None:
-            return plan
-        found: dict[int, Count] = {}
-        for field in message_type.fields:
-            behaviors = field.GetOptions().Extensions[field_behavior_pb2.field_behavior]
-            output_only = field_behavior_pb2.OUTPUT_ONLY in behaviors
-            own = (message_type.full_name, field.name)
-            entry = field.message_type
-            if entry is not None and entry.GetOptions().map_entry:
-                element, target = self._count_kind(entry.fields_by_name["value"])
-                limit = self._counts.get(own, MAX_MAP_ENTRIES)
-                found[field.number] = (_MAP, limit, element, field.name, target, -1, output_only)
-            elif field.is_repeated:
-                element, target = self._count_kind(field)
-                limit = self._counts.get(own, MAX_REPEATED)
-                width = _packed_width(field)
-                found[field.number] = (
-                    _REPEATED,
-                    limit,
-                    element,
-                    field.name,
-                    target,
-                    width,
-                    output_only,
-                )
-            else:
-                kind, target = self._count_kind(field)
-                if kind != _SCALAR:
-                    found[field.number] = (kind, 0, _SCALAR, field.name, target, -1, output_only)
-        self._count_plans[message_type] = found
-        return found
+        that can hold one, Structs)."""
+        return self.plan(message_type).counts
 
     def _count_kind(
         self, field: descriptor.FieldDescriptor
@@ -394,7 +409,7 @@ class Limits:
         special = _WELL_KNOWN.get(target.full_name)
         if special is not None:
             return special, target
-        if _counted(target, self._counted):
+        if _holds(target, self._holds, strings=False):
             return _MESSAGE, target
         return _SCALAR, None
 
@@ -406,9 +421,9 @@ class Limits:
         them is looked at; paths start at ``path`` ("" for a whole request). OUTPUT_ONLY fields
         are not counted (the core clears them). ``size``: the message's encoded size, when
         known; below twice :data:`MAX_STRUCT_ENTRIES` bytes no Struct total can pass it."""
-        counter = _Counter(self, structs=size is None or size > 2 * MAX_STRUCT_ENTRIES)
+        counter = _Counter(self, structs=size is None or size > 2 * MAX_STRUCT_ENTRIES, json=False)
         with suppress(_Stop):
-            counter.message(message, path)
+            counter.message(None, message, path)
         return counter.violations
 
     def json_counts(
@@ -422,7 +437,7 @@ class Limits:
         """:meth:`counts` for a request given as a JSON document (REST and MCP bodies), before
         anything else reads it. ``structs`` false: the document is too small for any Struct
         total to pass the limit (fewer JSON values than :data:`MAX_STRUCT_ENTRIES`)."""
-        counter = _JsonCounter(self, structs=structs)
+        counter = _Counter(self, structs=structs, json=True)
         with suppress(_Stop):
             counter.message(message_type, document, path)
         return counter.violations
@@ -660,6 +675,16 @@ class Walk:
 Count = tuple[int, int, int, str, "descriptor.Descriptor | None", int, bool]
 CountPlan = Mapping[int, Count]  # field number → what is counted there
 
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What every limit looks at in one message type (:meth:`Limits.plan`, compiled once):
+    ``rules`` for the checking walk, by field; ``counts`` for the count passes, by number."""
+
+    rules: Rules
+    counts: CountPlan
+
+
 _F = descriptor.FieldDescriptor
 _FIXED32 = frozenset({_F.TYPE_FIXED32, _F.TYPE_SFIXED32, _F.TYPE_FLOAT})
 _FIXED64 = frozenset({_F.TYPE_FIXED64, _F.TYPE_SFIXED64, _F.TYPE_DOUBLE})
@@ -766,24 +791,6 @@ def too_many_struct_entries(path: str) -> FieldViolation:
     )
 
 
-def _counted(message_type: descriptor.Descriptor, memo: dict[descriptor.Descriptor, bool]) -> bool:
-    """Whether a message of this type can hold a repeated field, a map or a Struct."""
-    known = memo.get(message_type)
-    if known is not None:
-        return known
-    memo[message_type] = True  # while a recursive type is being decided
-    found = any(
-        field.is_repeated
-        or (
-            field.message_type is not None
-            and (field.message_type.full_name in _WELL_KNOWN or _counted(field.message_type, memo))
-        )
-        for field in message_type.fields
-    )
-    memo[message_type] = found
-    return found
-
-
 class _Stop(Exception):
     """Counting is over: enough violations were found (or the encoding ended badly)."""
 
@@ -847,69 +854,6 @@ class _Tally:
         if self.entries > MAX_STRUCT_ENTRIES:
             self.violations.append(too_many_struct_entries(path))
             raise _Stop
-
-
-class _Counter(_Tally):
-    """A count pass over a decoded message."""
-
-    __slots__ = ()
-
-    def message(self, message: Message, path: str) -> None:
-        plan = self.limits.count_plan(cast("descriptor.Descriptor", message.DESCRIPTOR))
-        if not plan:
-            return
-        for field, value in message.ListFields():
-            rule = plan.get(field.number)
-            if rule is None or rule[6]:  # output only: decoded already, cleared by the core
-                continue
-            kind, limit, element, name, _, _, _ = rule
-            at = f"{path}.{name}" if path else name
-            if kind in (_REPEATED, _MAP):
-                if len(value) > limit:
-                    self.report(too_many(at, limit, len(value)))
-                elif element == _SCALAR:
-                    continue
-                elif kind == _MAP:
-                    for key, item in value.items():
-                        self.item(element, item, f"{at}{key_path(key)}")
-                else:
-                    for index, item in enumerate(value):
-                        self.item(element, item, f"{at}[{index}]")
-            else:
-                self.item(kind, value, at)
-
-    def item(self, kind: int, value: Any, path: str) -> None:  # noqa: ANN401 - by kind
-        if kind == _MESSAGE:
-            self.message(value, path)
-        elif not self.structs:
-            return
-        elif kind == _STRUCT_KIND:
-            self.struct(value, path)
-        elif kind == _LIST_KIND:
-            self.list(value, path)
-        elif kind == _VALUE_KIND:
-            self.value(value, path)
-
-    def value(self, value: struct_pb2.Value, path: str) -> None:
-        kind = value.WhichOneof("kind")
-        if kind == "struct_value":
-            self.struct(value.struct_value, f"{path}.struct_value")
-        elif kind == "list_value":
-            self.list(value.list_value, f"{path}.list_value")
-
-    def struct(self, struct: struct_pb2.Struct, path: str) -> None:
-        fields = struct.fields
-        self.add_entries(path, len(fields))
-        for key, value in fields.items():
-            if value.WhichOneof("kind") in _NESTED:
-                self.value(value, f"{path}.fields{key_path(key)}")
-
-    def list(self, values: struct_pb2.ListValue, path: str) -> None:
-        elements = values.values
-        self.add_entries(path, len(elements))
-        for index, value in enumerate(elements):
-            if value.WhichOneof("kind") in _NESTED:
-                self.value(value, f"{path}.values[{index}]")
 
 
 class _Encoded:
@@ -1118,70 +1062,127 @@ def _entry_key(data: bytes, start: int, end: int) -> str:
     return key_path("")
 
 
-class _JsonCounter(_Tally):
-    """A count pass over a request as a JSON document (proto3 JSON: camelCase or proto field
-    names, a Struct is an object, a ListValue an array, a Value either), for REST and MCP."""
+class _Counter(_Tally):
+    """A count pass over a decoded message, or over a request as a JSON document (``json``:
+    proto3 JSON, camelCase or proto field names, a Struct is an object, a ListValue an array,
+    a Value either) for REST and MCP: the same walk, only the reading differs. A value of the
+    wrong JSON type is passed over (the body check reports it)."""
 
-    __slots__ = ()
+    __slots__ = ("json",)
 
-    def message(self, message_type: descriptor.Descriptor, document: object, path: str) -> None:
-        plan = self.limits.count_plan(message_type)
-        if not plan or not isinstance(document, dict):
-            return  # a wrong JSON type is reported by the body check
+    def __init__(self, limits: Limits, *, structs: bool, json: bool) -> None:
+        super().__init__(limits, structs=structs)
+        self.json = json
+
+    def _fields(
+        self,
+        message_type: descriptor.Descriptor,
+        node: Any,  # noqa: ANN401 - a message, or a JSON value
+        plan: CountPlan,
+    ) -> Iterator[tuple[Count, Any]]:
+        """The counted fields set in ``node``, each with its value; OUTPUT_ONLY ones are not
+        counted (decoded already and cleared by the core, or bounded by the JSON reader)."""
+        if not self.json:
+            for field, value in node.ListFields():
+                rule = plan.get(field.number)
+                if rule is not None and not rule[6]:
+                    yield rule, value
+            return
+        if not isinstance(node, dict):
+            return
         names = _json_names(message_type)
-        for key, value in document.items():
+        for key, value in node.items():
             field = names.get(key)
             rule = plan.get(field.number) if field is not None else None
-            if rule is None or rule[6] or value is None:
-                continue  # output only: ignored, and the reader bounded it
+            if rule is not None and not rule[6] and value is not None:
+                yield rule, value
+
+    def message(
+        self,
+        message_type: descriptor.Descriptor | None,
+        node: Any,  # noqa: ANN401 - a message, or a JSON value
+        path: str,
+    ) -> None:
+        """``node``, a message of ``message_type`` (None: a decoded message's own)."""
+        if message_type is None:
+            message_type = cast("descriptor.Descriptor", node.DESCRIPTOR)
+        plan = self.limits.count_plan(message_type)
+        if not plan:
+            return
+        for rule, value in self._fields(message_type, node, plan):
             kind, limit, element, name, target, _, _ = rule
             at = f"{path}.{name}" if path else name
-            if kind == _MAP and isinstance(value, dict):
-                if len(value) > limit:
-                    self.report(too_many(at, limit, len(value)))
-                elif element != _SCALAR:
-                    for entry_key, item in value.items():
-                        self.item(element, target, item, f"{at}{key_path(entry_key)}")
-            elif kind == _REPEATED and isinstance(value, list):
-                if len(value) > limit:
-                    self.report(too_many(at, limit, len(value)))
-                elif element != _SCALAR:
-                    for index, item in enumerate(value):
-                        self.item(element, target, item, f"{at}[{index}]")
-            elif kind not in (_MAP, _REPEATED):
+            if kind not in (_MAP, _REPEATED):
                 self.item(kind, target, value, at)
+            elif self.json and not isinstance(value, dict if kind == _MAP else list):
+                continue
+            elif len(value) > limit:
+                self.report(too_many(at, limit, len(value)))
+            elif element != _SCALAR and kind == _MAP:
+                for key, item in value.items():
+                    self.item(element, target, item, f"{at}{key_path(key)}")
+            elif element != _SCALAR:
+                for index, item in enumerate(value):
+                    self.item(element, target, item, f"{at}[{index}]")
 
     def item(
-        self, kind: int, target: descriptor.Descriptor | None, value: object, path: str
+        self,
+        kind: int,
+        target: descriptor.Descriptor | None,
+        value: Any,  # noqa: ANN401 - by kind
+        path: str,
     ) -> None:
         if kind == _MESSAGE and target is not None:
-            self.message(target, value, path)
+            self.message(target if self.json else None, value, path)
         elif not self.structs:
             return
         elif kind == _VALUE_KIND:
             self.value(value, path)
-        elif kind == _STRUCT_KIND and isinstance(value, dict):
-            self.struct(value, path)
-        elif kind == _LIST_KIND and isinstance(value, list):
+        elif kind == _STRUCT_KIND:
+            if not self.json or isinstance(value, dict):
+                self.struct(value, path)
+        elif kind == _LIST_KIND and (not self.json or isinstance(value, list)):
             self.list(value, path)
 
-    def value(self, value: object, path: str) -> None:
-        if isinstance(value, dict):
-            self.struct(value, f"{path}.struct_value")
-        elif isinstance(value, list):
-            self.list(value, f"{path}.list_value")
+    def _inner(self, value: Any) -> tuple[bool, Any] | None:  # noqa: ANN401 - by representation
+        """What a Value holds that can hold more: (whether a Struct, it), or None."""
+        if self.json:
+            if isinstance(value, dict):
+                return True, value
+            return (False, value) if isinstance(value, list) else None
+        kind = value.WhichOneof("kind")
+        if kind == "struct_value":
+            return True, value.struct_value
+        return (False, value.list_value) if kind == "list_value" else None
 
-    def struct(self, fields: dict[str, object], path: str) -> None:
+    def value(self, value: Any, path: str) -> None:  # noqa: ANN401 - by representation
+        inner = self._inner(value)
+        if inner is not None:
+            self._held(inner, path)
+
+    def _held(self, inner: tuple[bool, Any], path: str) -> None:
+        """What a Value at ``path`` holds (:meth:`_inner`)."""
+        struct, container = inner
+        if struct:
+            self.struct(container, f"{path}.struct_value")
+        else:
+            self.list(container, f"{path}.list_value")
+
+    def struct(self, struct: Any, path: str) -> None:  # noqa: ANN401 - by representation
+        fields: Mapping[str, Any] = struct if self.json else struct.fields
         self.add_entries(path, len(fields))
         for key, value in fields.items():
-            if isinstance(value, dict | list):
-                self.value(value, f"{path}.fields{key_path(key)}")
+            inner = self._inner(value)
+            if inner is not None:
+                self._held(inner, f"{path}.fields{key_path(key)}")
 
-    def list(self, values: list[object], path: str) -> None:
-        self.add_entries(path, len(values))
-        for index, value in enumerate(values):
-            if isinstance(value, dict | list):
-                self.value(value, f"{path}.values[{index}]")
+    def list(self, values: Any, path: str) -> None:  # noqa: ANN401 - by representation
+        elements: Sequence[Any] = values if self.json else values.values
+        self.add_entries(path, len(elements))
+        for index, value in enumerate(elements):
+            inner = self._inner(value)
+            if inner is not None:
+                self._held(inner, f"{path}.values[{index}]")
 
 
 @cache

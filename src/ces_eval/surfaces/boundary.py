@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Final, TypeVar
 
 from ces_eval.access import identify
@@ -135,12 +136,25 @@ class Boundary:
         return failed
 
     async def run(
-        self, line: Call | None, what: str, work: Callable[[], Awaitable[T]]
+        self,
+        line: Call | None,
+        what: str,
+        work: Callable[[], Awaitable[T]],
+        expired: Callable[[], bool] | None = None,
     ) -> T | ServiceError:
-        """``work``'s result, or the ServiceError it raised, or INTERNAL for any other
-        exception; the request line records the code."""
+        """The body of every call: ``work()``'s result, or the ServiceError it raised, or
+        INTERNAL for any other exception (the last-resort catch); the request line records the
+        code (CANCELLED when the call is cancelled, DEADLINE_EXCEEDED when ``expired()`` says
+        its own deadline passed). :meth:`serve` runs each call of gRPC, REST and the web view
+        through it; MCP's endpoint, which admits and authenticates per HTTP request, each
+        tool call."""
         try:
             result = await work()
+        except asyncio.CancelledError:
+            if line is not None:
+                late = expired is not None and expired()
+                line.code = Code.DEADLINE_EXCEEDED if late else Code.CANCELLED
+            raise
         except Exception as raised:  # noqa: BLE001 - the last-resort catch (_failed)
             return self._failed(line, what, raised)
         if line is not None:
@@ -160,8 +174,7 @@ class Boundary:
         ``VERB /path``); ``inputs`` decodes what the boundary needs (its ServiceError is the
         answer); ``work`` decodes the request and calls the core for the authenticated caller.
         ``line``: the call's request line, if it has one; ``expired``: whether the call's own
-        deadline has passed, once it is cancelled. (The steps of :meth:`run` are inlined: this
-        runs once per call of every surface but MCP.)"""
+        deadline has passed, once it is cancelled."""
         if line is not None:  # an HTTP request's line, begun before its surface was known
             line.surface = self.surface
         refused = self.enter()
@@ -170,19 +183,19 @@ class Boundary:
                 line.code = refused.code
             return refused
         try:
-            given = inputs()
-            caller = self.authenticate(line, given.authorization, given.user)
-            call = work(caller)
-            result = await (call if given.deadline is None else within(given.deadline, call))
-        except asyncio.CancelledError:
-            if line is not None:
-                late = expired is not None and expired()
-                line.code = Code.DEADLINE_EXCEEDED if late else Code.CANCELLED
-            raise
-        except Exception as raised:  # noqa: BLE001 - the last-resort catch (_failed)
-            return self._failed(line, what, raised)
+            return await self.run(line, what, partial(self._called, line, inputs, work), expired)
         finally:
             self.leave()
-        if line is not None:
-            line.code = Code.OK
-        return result
+
+    def _called(
+        self,
+        line: Call | None,
+        inputs: Callable[[], Inputs],
+        work: Callable[[Caller], Awaitable[T]],
+    ) -> Awaitable[T]:
+        """``work`` for the caller ``inputs`` authenticate, within their deadline (run inside
+        :meth:`run`, whose catch answers what this raises)."""
+        given = inputs()
+        caller = self.authenticate(line, given.authorization, given.user)
+        call = work(caller)
+        return call if given.deadline is None else within(given.deadline, call)

@@ -11,6 +11,7 @@ admission, authentication, the last-resort catch and the request line are the bo
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -120,7 +121,7 @@ def _decode(request_class: type[Message], raw: bytes) -> Message:
     one on its encoding, before protobuf's decoder holds the interpreter for it, a smaller one
     right after (the smallest are left to the core's own walk). Run in a worker thread for
     all but the smallest (see ``serve``)."""
-    message_type: descriptor.Descriptor = request_class.DESCRIPTOR  # type: ignore[assignment]
+    message_type = schema.descriptor_of(request_class)
     size = len(raw)
     if size > ENCODED_CHECK_BYTES:
         raise_if_invalid(LIMITS.encoded_counts(message_type, raw), "request")
@@ -176,20 +177,10 @@ def _behavior(
     async def handle(raw: bytes, context: grpc.aio.ServicerContext[Any, Any]) -> Response:
         line = boundary.start(name)
 
-        async def work(caller: Caller) -> Response:
-            if implementation is None or request_class is None:
-                raise ServiceError.unimplemented(name)
-            version: int | None = None
-            key = (name, raw)  # requests of two methods may be the same bytes
-            if keeper is not None:
-                # The same request answered before while nothing was written: the same bytes
-                # again, without decoding or calling the core.
-                version = await keeper.version()
-                kept = keeper.get(version, key)
-                if isinstance(kept, _Answer):
-                    if line is not None:
-                        line.resource = kept.resource
-                    return kept.answer
+        async def answer(
+            implementation: Handler, request_class: type[Message], caller: Caller
+        ) -> Response | _Answer:
+            """The call's answer; an :class:`_Answer` when it is kept (stored bytes)."""
             request = await off_loop(len(raw) > LOOP_BYTES, _decode, request_class, raw)
             named = ""
             if resource and (line is not None or keeper is not None):
@@ -198,8 +189,25 @@ def _behavior(
                 line.resource = named
             response = await implementation(request, caller)
             if keeper is not None and isinstance(response, Encoded):
-                keeper.put(version, key, _Answer(response, named))
+                return _Answer(response, named)
             return response
+
+        async def work(caller: Caller) -> Response:
+            if implementation is None or request_class is None:
+                raise ServiceError.unimplemented(name)
+            if keeper is None:
+                result = await answer(implementation, request_class, caller)
+            else:
+                # The same request answered before while nothing was written: the same bytes
+                # again, without decoding or calling the core. Requests of two methods may be
+                # the same bytes: the key holds the method.
+                compute = partial(answer, implementation, request_class, caller)
+                result = await keeper.answer((name, raw), _Answer, compute)
+            if not isinstance(result, _Answer):
+                return result
+            if line is not None:
+                line.resource = result.resource
+            return result.answer
 
         try:
             outcome = await boundary.serve(

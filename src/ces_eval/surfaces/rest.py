@@ -20,6 +20,7 @@ does not implement yet, answers 501 UNIMPLEMENTED before anything is parsed.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl
 
@@ -138,25 +139,23 @@ class Transcoder:
     ) -> bytes:
         keeper = self._keeper
         if keeper is None or scope["method"] != "GET":
-            return (await self._answer(scope, receive, params, caller)).body
-        # The same GET answered before while nothing was written: its rendering again, without
-        # routing, parsing or calling the core.
-        key = (raw_path, scope.get("query_string", b""))
-        version = await keeper.version()
-        kept = keeper.get(version, key)
-        if isinstance(kept, _Answer):
+            result = await self._answer(scope, receive, params, caller)
+        else:
+            # The same GET answered before while nothing was written: its rendering again,
+            # without routing, parsing or calling the core.
+            key = (raw_path, scope.get("query_string", b""))
+            answer = partial(self._answer, scope, receive, params, caller)
+            result = await keeper.answer(key, _Answer, answer)
             line: Call | None = scope.get(CALL_KEY)
-            if line is not None:
-                line.method, line.resource = kept.method, kept.resource
-            return kept.body
-        answer = await self._answer(scope, receive, params, caller)
-        if answer.stored:
-            keeper.put(version, key, answer)
-        return answer.body
+            if line is not None and isinstance(result, _Answer):
+                line.method, line.resource = result.method, result.resource
+        return result if isinstance(result, bytes) else result.body
 
     async def _answer(
         self, scope: Scope, receive: Receive, params: list[tuple[str, str]], caller: Caller
-    ) -> _Answer:
+    ) -> _Answer | bytes:
+        """The call's JSON answer: an :class:`_Answer` when it holds while nothing is written
+        (an answer of stored bytes), else its bytes alone."""
         verb, raw_path = _target(scope)
         line: Call | None = scope.get(CALL_KEY)
         resolved = self._router.resolve(verb, raw_path.split("?", 1)[0])
@@ -210,10 +209,9 @@ class Transcoder:
             if rendered is None:
                 large = large or response.size > LOOP_BYTES
                 rendered = await off_loop(large, renderer.render_encoded, response, int_enums)
-            return _Answer(rendered, method, resource, stored=True)
+            return _Answer(rendered, method, resource)
         large = large or response.ByteSize() > LOOP_BYTES
-        rendered = await off_loop(large, renderer.render, response, int_enums)
-        return _Answer(rendered, method, resource)
+        return await off_loop(large, renderer.render, response, int_enums)
 
     @staticmethod
     def _request(
@@ -258,14 +256,12 @@ class Transcoder:
 
 @dataclass(frozen=True, slots=True)
 class _Answer:
-    """A call's JSON answer, with what its request line names; ``stored``: an answer of
-    stored bytes, which holds while nothing is written (a GET's is kept,
-    :class:`~ces_eval.core.aip.context.AnswerKeeper`)."""
+    """A call's JSON answer of stored bytes, which holds while nothing is written (a GET's is
+    kept, :class:`~ces_eval.core.aip.context.AnswerKeeper`), with what its request line names."""
 
     body: bytes
     method: str
     resource: str
-    stored: bool = False
 
     @property
     def size(self) -> int:

@@ -10,7 +10,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ces_eval.storage.base import Unavailable
 
@@ -33,6 +33,8 @@ __all__ = [
 
 DEFAULT_EXPORT_ROOT = Path("./data/exports")
 
+A = TypeVar("A")
+
 
 class Kept(Protocol):
     """What :class:`HotReads` keeps: an answer, whose ``size`` (about its bytes) counts against
@@ -40,6 +42,9 @@ class Kept(Protocol):
 
     @property
     def size(self) -> int: ...
+
+
+K = TypeVar("K", bound=Kept)
 
 
 class HotReads:
@@ -71,6 +76,29 @@ class HotReads:
         if found is not None:
             self._entries.move_to_end(key)
         return found
+
+    async def answer(
+        self,
+        version: Callable[[], Awaitable[int | None]],
+        key: Hashable,
+        kind: type[K],
+        compute: Callable[[], Awaitable[A]],
+    ) -> K | A:
+        """The answer to ``key``: the one kept at the database's ``version()`` if it is a
+        ``kind``, else what ``compute()`` answers, kept when it is a ``kind``. The version is
+        read first: a write committed during ``compute()`` moves it and drops what is kept
+        (None: nothing is kept, the database cannot tell its version). The one way every
+        cached read goes: the core's Gets and List pages, the surfaces' renderings
+        (:class:`AnswerKeeper`)."""
+        at = await version()
+        if at is not None:
+            found = self.get(at, key)
+            if isinstance(found, kind):
+                return found
+        result = await compute()
+        if at is not None and isinstance(result, kind):
+            self.put(at, key, result)
+        return result
 
     def put(self, version: int, key: Hashable, answer: Kept) -> None:
         """Keep ``answer``, read at ``version`` (or later: a newer read is as good)."""
@@ -112,14 +140,11 @@ class AnswerKeeper:
         except Unavailable:
             return None
 
-    def get(self, version: int | None, key: Hashable) -> Kept | None:
-        """The answer kept for ``key`` at ``version``."""
-        return None if version is None else self._hot.get(version, (self._surface, key))
-
-    def put(self, version: int | None, key: Hashable, answer: Kept) -> None:
-        """Keep ``answer`` to ``key``, found at ``version`` (read before it was answered)."""
-        if version is not None:
-            self._hot.put(version, (self._surface, key), answer)
+    def answer(
+        self, key: Hashable, kind: type[K], compute: Callable[[], Awaitable[A]]
+    ) -> Awaitable[K | A]:
+        """:meth:`HotReads.answer` of the surface's ``key``, at :meth:`version`."""
+        return self._hot.answer(self.version, (self._surface, key), kind, compute)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ written beside.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache, cached_property, partial
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
@@ -29,6 +29,7 @@ from ces_eval import filtering
 from ces_eval.contract import checks, fields, limits, schema
 from ces_eval.contract.encoded import Encoded
 from ces_eval.core.aip import names, pages, validation
+from ces_eval.core.aip.retry import ATTEMPTS, Changed, rewrite
 from ces_eval.core.aip.stamps import new_etag, now
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.offload import is_heavy, off_loop
@@ -73,12 +74,10 @@ __all__ = [
 
 M = TypeVar("M", bound="Message")
 R = TypeVar("R", bound="Message")
-A = TypeVar("A")
 
 # Read-modify-write rounds of an update or delete without an etag before it gives up
-# (ABORTED). Every lost round is another writer's success, so this bounds the contention it
-# rides out: 15 concurrent writers of one evaluation.
-UNCONDITIONAL_ATTEMPTS = 16
+# (ABORTED): the one bound of every such round (ces_eval.core.aip.retry).
+UNCONDITIONAL_ATTEMPTS = ATTEMPTS
 
 
 @dataclass(frozen=True)
@@ -336,12 +335,14 @@ async def get(context: Context, resource: Resource[M], name: str) -> M:
 
 async def _get_rpc(context: Context, resource: Resource[M], name: str) -> Response:
     """The Get RPC: :func:`get`, answered as the stored bytes where the storage holds the
-    resource as it is served (checked to parse, never serialized again)."""
+    resource as it is served (checked to parse, never serialized again), kept while nothing
+    is written (:meth:`~ces_eval.core.context.HotReads.answer`)."""
     read = resource.store.read
     if read is None:
         return await get(context, resource, name)
     resource.pattern.parse(name, "name", owned=resource.owned)
-    return await _kept(context, name, partial(_stored, context, resource, read, name))
+    stored = partial(_stored, context, resource, read, name)
+    return await context.hot.answer(context.storage.version, name, Encoded, stored)
 
 
 async def _stored(
@@ -358,21 +359,6 @@ async def _stored(
     # the loop: a result of a million outcomes held it ~0.5 s.
     await off_loop(len(data) > limits.LOOP_BYTES, resource.message.FromString, data)
     return Encoded(resource.message, data)
-
-
-async def _kept(context: Context, key: Hashable, answer: Callable[[], Awaitable[A]]) -> A | Encoded:
-    """``answer()``, or what it answered for ``key`` before when nothing was written since: an
-    Encoded answer is kept while the database's version lasts (context.HotReads). The version
-    is read first: a write committed during ``answer()`` moves it and drops what is kept."""
-    version = await context.storage.version()
-    if version is not None:
-        kept = context.hot.get(version, key)
-        if isinstance(kept, Encoded):
-            return kept
-    result = await answer()
-    if version is not None and isinstance(result, Encoded):
-        context.hot.put(version, key, result)
-    return result
 
 
 # -- AIP-132 -------------------------------------------------------------------------------------
@@ -395,7 +381,8 @@ async def list_page(
     holds the rest), never parsed; such a page is kept while nothing is written (the same
     request answered again from memory: :class:`~ces_eval.core.aip.context.HotReads`)."""
     key = (type(request), request.SerializeToString(deterministic=True))
-    return await _kept(context, key, partial(_list_page, context, resource, request, response))
+    page = partial(_list_page, context, resource, request, response)
+    return await context.hot.answer(context.storage.version, key, Encoded, page)
 
 
 async def _list_page(
@@ -610,15 +597,16 @@ async def update(
     name = cast("_Named", body).name
     parts = resource.pattern.parse(name, f"{field}.name", owned=resource.owned)
     etag = _etag(body)
+    paths = list(request.update_mask.paths)
+
     # Without an etag the caller asked for the last write to win: a concurrent writer
     # (another call, another replica) between our read and our write is no conflict, so
     # read again and reapply. With an etag, a concurrent write is the caller's conflict.
-    for attempt in range(UNCONDITIONAL_ATTEMPTS):
+    async def round_() -> M:
         current = await existing(context, resource, name)
         if etag and etag != _etag(current):
             raise ServiceError.aborted_etag(resource.pattern.type, name)
         large = is_heavy(body, current)
-        paths = list(request.update_mask.paths)
         apply = partial(
             _updated, resource, current, body, paths=paths, user=caller.user, parts=parts
         )
@@ -630,13 +618,14 @@ async def update(
         except Missing as missing:
             raise ServiceError.not_found(resource.pattern.type, name) from missing
         except EtagMismatch as mismatch:
-            if etag or attempt == UNCONDITIONAL_ATTEMPTS - 1:
+            if etag:
                 raise ServiceError.aborted_etag(resource.pattern.type, name) from mismatch
-            continue
+            raise Changed from mismatch
         except Conflict as error:
             raise conflict(error, resource, updated) from error
         return updated
-    raise AssertionError("unreachable")  # pragma: no cover
+
+    return await rewrite(round_, partial(ServiceError.aborted_etag, resource.pattern.type, name))
 
 
 # -- AIP-135 -------------------------------------------------------------------------------------
@@ -658,9 +647,10 @@ async def delete(
             raise ServiceError.not_found(kind, name) from missing
         return empty_pb2.Empty()
     etag = _etag(cast("Message", request))
+
     # As in update: without an etag, a concurrent change is re-read, not a conflict; the
     # delete applies to the version the guard checked.
-    for attempt in range(UNCONDITIONAL_ATTEMPTS):
+    async def round_() -> empty_pb2.Empty:
         current = await existing(context, resource, name)
         if etag and etag != _etag(current):
             raise ServiceError.aborted_etag(kind, name)
@@ -671,11 +661,12 @@ async def delete(
         except Missing as missing:
             raise ServiceError.not_found(kind, name) from missing
         except EtagMismatch as mismatch:
-            if etag or attempt == UNCONDITIONAL_ATTEMPTS - 1:
+            if etag:
                 raise ServiceError.aborted_etag(kind, name) from mismatch
-            continue
+            raise Changed from mismatch
         return empty_pb2.Empty()
-    raise AssertionError("unreachable")  # pragma: no cover
+
+    return await rewrite(round_, partial(ServiceError.aborted_etag, kind, name))
 
 
 # -- the RPCs ------------------------------------------------------------------------------------

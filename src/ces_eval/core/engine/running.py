@@ -43,11 +43,13 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ces_eval.contract import limits
 from ces_eval.core.aip import names, standard, validation
 from ces_eval.core.aip.names import DEFAULT_PERSONA, location_of
+from ces_eval.core.aip.retry import Changed, rewrite
 from ces_eval.core.aip.stamps import new_etag, now
 from ces_eval.core.engine import agents, outcomes
 from ces_eval.core.resources import agent_endpoints, outcome_rules
@@ -89,6 +91,7 @@ _Evaluation = evaluation_pb2.Evaluation
 _Rule = outcome_rules.Rule
 _ErrorInfo = evaluation_config_pb2.EvaluationErrorInfo
 _Caching = common_pb2.EvaluationRunCachingSettings
+_SCHEDULED_TYPE = names.of(evaluation_pb2.ScheduledEvaluationRun).type
 _GOLDEN_RUNS, _SCENARIO_RUNS = 1, 5  # the client's documented defaults of run_count
 # Results are stored in batches: at most this many per transaction, and at least every
 # _FLUSH_EVERY seconds, so a poller sees progress that is never older than that.
@@ -510,10 +513,12 @@ class _Engine:
         without the other; the run alone when it has no schedule, or the schedule is gone."""
         name = self._run.scheduled_evaluation_run
         storage = self._context.storage
-        while name:
+
+        async def round_() -> bool:
+            """Whether the run was stored with its schedule (False: the schedule is gone)."""
             schedule = await storage.get_row(tables.SCHEDULED_RUNS, name)
             if schedule is None:
-                break
+                return False
             expected = schedule.etag
             schedule.last_completed_run = self._run.name
             schedule.etag = new_etag()
@@ -524,13 +529,16 @@ class _Engine:
             except EtagMismatch as changed:
                 if changed.name != name:
                     raise
-                continue  # the schedule changed meanwhile: read it again
+                raise Changed from changed  # the schedule changed meanwhile: read it again
             except Missing as missing:
                 if missing.name != name:
                     raise  # the run itself is gone (see guarded)
-                break  # the schedule was deleted meanwhile
-            return
-        await self._replace(self._run)
+                return False  # the schedule was deleted meanwhile
+            return True
+
+        given_up = partial(ServiceError.aborted_etag, _SCHEDULED_TYPE, name)
+        if not name or not await rewrite(round_, given_up):
+            await self._replace(self._run)
 
     async def guarded(self, step: Coroutine[Any, Any, None]) -> None:
         """Await ``step`` of the run; the run ends as its failure says (see the module). The

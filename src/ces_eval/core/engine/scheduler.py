@@ -25,9 +25,11 @@ import asyncio
 import contextlib
 import logging
 from datetime import UTC
+from functools import partial
 from typing import TYPE_CHECKING
 
 from ces_eval.core.aip import names, standard, validation
+from ces_eval.core.aip.retry import Changed, rewrite
 from ces_eval.core.aip.stamps import new_etag, now
 from ces_eval.core.engine import running, scheduled_runs
 from ces_eval.errors import FieldViolation, ServiceError
@@ -242,7 +244,8 @@ async def advance_clock(
         validation.raise_if_invalid([FieldViolation("by", "Required.", "REQUIRED")], "request")
     if by <= 0:
         validation.raise_if_invalid([FieldViolation("by", "Must be positive.")], "request")
-    while True:
+
+    async def round_() -> None:
         stored = await context.storage.get_row(tables.CLOCKS, request.name)
         clock = Clock(name=_clock_name(project))
         offset = by + (stored.offset.ToMicroseconds() if stored is not None else 0)
@@ -258,9 +261,10 @@ async def advance_clock(
                 await context.storage.insert_row(tables.CLOCKS, clock)
             else:
                 await context.storage.replace_row(tables.CLOCKS, clock, "")
-        except (Conflict, Missing):
-            continue  # created or reset meanwhile: read it again
-        break
+        except (Conflict, Missing) as changed:
+            raise Changed from changed  # created or reset meanwhile: read it again
+
+    await rewrite(round_, partial(ServiceError.aborted_etag, _CLOCK.type, request.name))
     if context.settings.scheduler:
         await fire_due(context, project)
     return await get_project_clock(
@@ -273,7 +277,8 @@ async def fire_scheduled_evaluation_run(
 ) -> operations_pb2.Operation:
     """Fire the schedule now (see :func:`fire`); its request's errors are the answer's."""
     resource = scheduled_runs.SCHEDULED_RUNS
-    while True:
+
+    async def round_() -> operations_pb2.Operation:
         schedule = await standard.get(context, resource, request.name)
         moment = _moment(_micros(now()) + await _offset(context, request.name.split("/")[1]))
         operation = await fire(context, schedule, moment, due=False)
@@ -282,6 +287,9 @@ async def fire_scheduled_evaluation_run(
         # Changed between the read and the firing: read it again (NOT_FOUND once deleted).
         if await context.storage.get_row(tables.SCHEDULED_RUNS, request.name) is None:
             raise ServiceError.not_found(_SCHEDULE.type, request.name)
+        raise Changed
+
+    return await rewrite(round_, partial(ServiceError.aborted_etag, _SCHEDULE.type, request.name))
 
 
 RPCS: dict[str, Rpc] = {

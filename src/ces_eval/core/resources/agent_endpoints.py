@@ -21,10 +21,12 @@ import re
 import socket
 import urllib.parse
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 from ces_eval.contract import checks, fields
 from ces_eval.core.aip import names, validation
+from ces_eval.core.aip.retry import Changed, rewrite
 from ces_eval.core.aip.stamps import new_etag, now
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
@@ -264,7 +266,8 @@ async def update_agent_endpoint(
     incoming.CopyFrom(given)
     checks.clear_output_only(incoming)
     paths = list(request.update_mask.paths)
-    while True:
+
+    async def round_() -> AgentEndpoint:
         stored = await context.storage.get_row(tables.AGENT_ENDPOINTS, given.name)
         if given.etag and given.etag != (stored.etag if stored is not None else ""):
             raise ServiceError.aborted_etag(PATTERN.type, given.name)
@@ -293,11 +296,13 @@ async def update_agent_endpoint(
                 await context.storage.insert_row(tables.AGENT_ENDPOINTS, updated)
             else:
                 await context.storage.replace_row(tables.AGENT_ENDPOINTS, updated, stored.etag)
-        except (Conflict, EtagMismatch, Missing):
+        except (Conflict, EtagMismatch, Missing) as changed:
             if given.etag:
                 raise ServiceError.aborted_etag(PATTERN.type, given.name) from None
-            continue  # set or reset meanwhile: read it again
+            raise Changed from changed  # set or reset meanwhile: read it again
         return _answered(updated)
+
+    return await rewrite(round_, partial(ServiceError.aborted_etag, PATTERN.type, given.name))
 
 
 RPCS: dict[str, Rpc] = {

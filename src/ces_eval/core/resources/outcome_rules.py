@@ -13,9 +13,11 @@ so a project reset clears them with everything else.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 from ces_eval.core.aip import names, standard, validation
+from ces_eval.core.aip.retry import Changed, rewrite
 from ces_eval.core.aip.stamps import new_etag, now
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
@@ -161,7 +163,8 @@ async def release_outcome_rule(
     context: Context, request: emulator_pb2.ReleaseOutcomeRuleRequest, caller: Caller
 ) -> Rule:
     """End the rule's hold (idempotent: a released rule is answered as it is)."""
-    while True:
+
+    async def round_() -> Rule:
         rule = await standard.get(context, RULES, request.name)
         if rule.released:
             return rule
@@ -171,11 +174,15 @@ async def release_outcome_rule(
         rule.etag = new_etag()
         try:
             await context.storage.replace_row(tables.OUTCOME_RULES, rule, expected)
-        except EtagMismatch:
-            continue  # changed meanwhile: read it again
+        except EtagMismatch as mismatch:
+            raise Changed from mismatch  # changed meanwhile: read it again
         except Missing as missing:
             raise ServiceError.not_found(RULES.pattern.type, request.name) from missing
         return rule
+
+    return await rewrite(
+        round_, partial(ServiceError.aborted_etag, RULES.pattern.type, request.name)
+    )
 
 
 RPCS: dict[str, Rpc] = {
