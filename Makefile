@@ -6,7 +6,7 @@ CLIENT_VENV := .venv-client
 PY := $(VENV)/bin/python
 BUF := node_modules/.bin/buf
 # Google's published client, the reference for wire facts. It lives in an environment of its own:
-# it cannot share a process with our generated modules (GUIDE §2).
+# it cannot share a process with our generated modules.
 OFFICIAL_CLIENT := google-cloud-ces==0.7.2
 
 .PHONY: setup postgres browser generate check-generated migrations lint format typecheck unit integration test serve bench clean

@@ -1,12 +1,12 @@
 """Regenerate ``generated/`` from ``protos/`` (``make generate``; ``make check-generated``).
 
 ``generated/`` is the whole generated contract, committed so that a change of the contract shows in
-review (GUIDE §7.6). The package maps it in as ``ces_eval.generated`` (pyproject.toml, setup.py).
+review. The package maps it in as ``ces_eval.generated`` (pyproject.toml, setup.py).
 
 - The Python modules (``*_pb2.py``, ``*_pb2_grpc.py`` and their ``.pyi`` stubs): ``buf generate``
   with buf.gen.yaml (grpcio-tools' generators through ``tools/grpc_tools_plugin.py``,
   mypy-protobuf's ``protoc-gen-mypy``), into a temporary folder. Google's ``google-cloud-ces``
-  owns the ``google.cloud.ces`` Python package (GUIDE §2), so our modules live under
+  owns the ``google.cloud.ces`` Python package, so our modules live under
   ``ces_eval.generated`` and imports between them are rewritten here: relative in ``.py`` files,
   package-qualified in ``.pyi`` stubs. Empty gRPC modules of files without services are dropped.
 - ``descriptor_set.binpb``: ``buf build --as-file-descriptor-set``, our files and their imports with
@@ -14,7 +14,7 @@ review (GUIDE §7.6). The package maps it in as ``ces_eval.generated`` (pyprojec
   google/cloud/location/locations.proto (the Locations mixin, which no file of ours imports).
 - ``official_routes.json``: the methods and HTTP routes of Google's published client, read by
   ``tools/official_routes.py`` in the client's own environment (``.venv-client``; the client cannot
-  share a process with our generated modules, GUIDE §2). The server answers 501 on the official
+  share a process with our generated modules). The server answers 501 on the official
   routes it does not serve yet, and the README lists them.
 - ``openapi.json`` and ``mcp_tools.json``: the REST surface's OpenAPI document (which the server
   serves) and the MCP tool list with its JSON Schemas, built by ces_eval from the fresh modules

@@ -1,7 +1,7 @@
 """Write the routes of Google's published client (``google-cloud-ces``) as JSON.
 
 Runs in the client's own environment (``.venv-client/bin/python tools/official_routes.py``):
-the client cannot share a process with our generated modules (GUIDE §2). ``tools/generate.py``
+the client cannot share a process with our generated modules. ``tools/generate.py``
 calls it and writes ``generated/official_routes.json``; the server reads that file
 to answer 501 UNIMPLEMENTED (not 404) on the official routes it does not serve yet, and the
 README's methods table lists them.
@@ -39,7 +39,7 @@ _SERVICE = CLIENT_MODULE + ".services.evaluation_service"
 def _client_modules() -> tuple[Any, Any, Any, Any]:
     """The client package, its gRPC and REST transports and api_core's exceptions, imported by
     name: mypy checks this file in our environment, where the client is not installed (and must
-    not be: GUIDE §2)."""
+    not be)."""
     return (
         importlib.import_module(CLIENT_MODULE),
         importlib.import_module(_SERVICE + ".transports.grpc"),

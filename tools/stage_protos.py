@@ -1,6 +1,6 @@
 """Stage third-party .proto files into an ignored build folder for buf and the Node.js test.
 
-We never commit googleapis or protobuf sources (GUIDE §2). They come from the installed
+We never commit googleapis or protobuf sources. They come from the installed
 ``googleapis-common-protos`` (google/api, google/rpc, google/longrunning, google/type,
 google/cloud/location) and
 ``grpcio-tools`` (google/protobuf well-known types) distributions.

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.external  # Node.js and the npm packages in node_module
 
 def test_node_client_creates_gets_and_lists(server: RunningServer) -> None:
     node = shutil.which("node")
-    assert node is not None, "Node.js is required (GUIDE §5)"
+    assert node is not None, "Node.js is required"
     include = os.pathsep.join(
         [str(contract.ROOT / "protos"), str(contract.ROOT / "build" / "third_party")]
     )

@@ -1,4 +1,4 @@
-"""Google's official Python client drives the real server over gRPC and REST (GUIDE §3).
+"""Google's official Python client drives the real server over gRPC and REST.
 
 The client runs in its own environment (``.venv-client``) as a subprocess:
 ``tests/official/client_scenario.py`` asserts each step from the client's side and reports what

@@ -1,4 +1,4 @@
-"""Raw HTTP against the real server: what curl users see (GUIDE §4, transcoding)."""
+"""Raw HTTP against the real server: what curl users see (transcoding)."""
 
 from __future__ import annotations
 

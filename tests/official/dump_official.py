@@ -1,7 +1,7 @@
 """Dump the wire facts of Google's published client (``google-cloud-ces``) as JSON on stdout.
 
 Runs in the client's own environment (``.venv-client``), never beside ``ces_eval``: both register
-``google.cloud.ces.v1beta.*`` in protobuf's default pool (GUIDE §2). The test process loads the
+``google.cloud.ces.v1beta.*`` in protobuf's default pool. The test process loads the
 dumped FileDescriptorSet into a separate DescriptorPool and compares it with ours.
 
 Facts come from the client's runtime objects, not from its text or a list kept here:
@@ -13,7 +13,7 @@ Facts come from the client's runtime objects, not from its text or a list kept h
   for long-running methods, ``google.protobuf.Empty`` for methods annotated ``None``);
 - HTTP rules: the REST transport's ``_get_http_options``;
 - long-running response and metadata types: fixed by the client's ``operation.from_gapic`` calls
-  (``services/evaluation_service/client.py``). ``LRO_TYPES`` states them (GUIDE §2); the dump
+  (``services/evaluation_service/client.py``). ``LRO_TYPES`` states them; the dump
   fails unless they are exactly what those calls name, one entry per method returning an
   operation, and each is found in the dumped descriptors;
 - two named roots beside the EvaluationService's: the request and response of
@@ -47,7 +47,7 @@ from official_routes import recorded_paths
 SERVICE = "google.cloud.ces.v1beta.EvaluationService"
 V1BETA = "google.cloud.ces.v1beta"
 # RPC → (response, metadata) full names of its long-running operation, as the client's
-# operation.from_gapic calls unpack them (GUIDE §2: ExportEvaluations' metadata is the
+# operation.from_gapic calls unpack them (ExportEvaluations' metadata is the
 # OperationMetadata of the official agent_service file).
 LRO_TYPES = {
     "RunEvaluation": (

@@ -2,7 +2,7 @@
 emulator's client wired to the servers under test, and the reports.
 
 The scenarios run in the official client's own environment (``.venv-client``), never beside
-``ces_eval`` (GUIDE §2): this module imports Google's client and protobuf alone, and reads our
+``ces_eval``: this module imports Google's client and protobuf alone, and reads our
 emulator's messages from the descriptor set it is given (``generated/descriptor_set.binpb``)
 into a private DescriptorPool. They run as scripts, so this folder is on their ``sys.path``;
 ``tests/support/official.py`` starts them.

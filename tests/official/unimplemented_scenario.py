@@ -1,7 +1,7 @@
 """Google's official Python client calls every official method, and one the server does not know.
 
-Runs in the official client's own environment (``.venv-client``), never beside ``ces_eval``
-(GUIDE §2). Usage: ``unimplemented_scenario.py grpc HOST:PORT`` or
+Runs in the official client's own environment (``.venv-client``), never beside ``ces_eval``.
+Usage: ``unimplemented_scenario.py grpc HOST:PORT`` or
 ``unimplemented_scenario.py rest http://HOST:PORT``, with a JSON list of methods on stdin, each
 ``{"client_method": ..., "http": [{"template": ...}, ...]}`` as in official_routes.json. Each
 method is called once through the client (no retry); the request names a resource matching the

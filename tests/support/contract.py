@@ -3,7 +3,7 @@
 Our side is ``generated/descriptor_set.binpb``; the official side comes from running
 ``tests/official/dump_official.py`` in the client's own environment. Each is loaded into a
 DescriptorPool of its own, so both can be compared in one process without touching protobuf's
-default pool (GUIDE §2).
+default pool.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Hypothesis strategies for arbitrary protobuf messages and their JSON forms, built by walking
-descriptors (GUIDE §7.5: no hand-kept field lists).
+descriptors (no hand-kept field lists).
 
 :func:`messages` fills every kind of field the descriptors declare: scalars at their extremes
 (int32/int64/uint64 bounds, ±0.0, subnormals, the largest floats, NaN and infinities), hostile

@@ -1,5 +1,5 @@
 """Running a script of tests/official with Google's official client, in its own environment
-(``.venv-client``, GUIDE §2), against real servers.
+(``.venv-client``), against real servers.
 
 :func:`run_script` runs any of them; :func:`run_official` runs a scenario, whose command line
 (``TRANSPORT TARGETS DESCRIPTOR_SET [ARGUMENT ...]``) and step reports are

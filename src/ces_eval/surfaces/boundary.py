@@ -1,4 +1,4 @@
-"""The boundary every call crosses, on every surface (GUIDE §7.10), written once.
+"""The boundary every call crosses, on every surface, written once (docs/architecture.md).
 
 A surface decodes its wire format into :class:`Inputs` (the credentials, the caller's claimed
 name, a deadline) and a callable that decodes the request and calls the core; it encodes what
