@@ -40,6 +40,9 @@ from functools import cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
+from ces_eval.core.aip.stamps import now
+from ces_eval.core.engine import outcomes
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.testing import Emulator, EmulatorError
 
 if TYPE_CHECKING:
@@ -302,3 +305,18 @@ def violation_fields(error: EmulatorError) -> list[str]:
         for detail in error.details
         for violation in detail.get("fieldViolations", [])
     ]
+
+
+def golden_play(text: str) -> outcomes.Play:
+    """The first repetition of a golden evaluation of one user turn saying ``text``, as the run
+    engine hands it to the agent player."""
+    evaluation = evaluation_pb2.Evaluation(name="projects/p/locations/l/apps/a/evaluations/e")
+    evaluation.golden.turns.add().steps.add().user_input.text = text
+    return outcomes.Play(
+        evaluation=evaluation,
+        repetition=0,
+        rule=None,
+        result_name=f"{evaluation.name}/results/r",
+        conversation_name="projects/p/locations/l/apps/a/conversations/c",
+        started=now(),
+    )

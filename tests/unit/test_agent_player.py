@@ -15,7 +15,6 @@ import pytest
 from google.protobuf import json_format
 
 from ces_eval.contract.limits import MAX_REPEATED, MAX_STRING_CHARS
-from ces_eval.core.aip.stamps import now
 from ces_eval.core.engine import agents, outcomes
 from ces_eval.core.io.agent_http import HttpxAgents
 from ces_eval.core.resources.agent_endpoints import (
@@ -25,7 +24,7 @@ from ces_eval.core.resources.agent_endpoints import (
     reaches_server,
 )
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2, session_service_pb2
-from tests.support.agent import running_agent
+from tests.support.agent import golden_play, running_agent
 
 SECRET = "Bearer s3cret-'quoted\"-7f3a"  # noqa: S105 - made up
 
@@ -138,16 +137,7 @@ def test_an_unexpected_failure_ends_that_result_error_and_logs_no_secret(
 ) -> None:
     """The last resort: a failure the player does not anticipate (here, a limit that is not a
     number) ends that result ERROR, logged by its kind and place, never its text."""
-    evaluation = evaluation_pb2.Evaluation(name="projects/p/locations/l/apps/a/evaluations/e")
-    evaluation.golden.turns.add().steps.add().user_input.text = SECRET
-    given = outcomes.Play(
-        evaluation=evaluation,
-        repetition=0,
-        rule=None,
-        result_name=f"{evaluation.name}/results/r",
-        conversation_name="projects/p/locations/l/apps/a/conversations/c",
-        started=now(),
-    )
+    given = golden_play(SECRET)
 
     async def play(url: str) -> outcomes.Played:
         agent = agents.Agent(

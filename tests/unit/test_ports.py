@@ -28,7 +28,6 @@ from ces_eval.core.aip.ports import (
     ObjectTooLarge,
     PathRefused,
 )
-from ces_eval.core.aip.stamps import now
 from ces_eval.core.engine import agents, outcomes
 from ces_eval.core.io.agent_http import HttpxAgents
 from ces_eval.core.io.objects import ExportFolder
@@ -36,6 +35,7 @@ from ces_eval.core.resources.agent_endpoints import Endpoint
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from tests.support.agent import golden_play
 from tests.unit.test_imports import APP, Importer, Request, _export
 
 
@@ -187,16 +187,7 @@ class ScriptedAgent:
 
 
 def _play(http: AgentHttp, server_ports: tuple[int, ...] = ()) -> outcomes.Played:
-    evaluation = evaluation_pb2.Evaluation(name="projects/p/locations/l/apps/a/evaluations/e")
-    evaluation.golden.turns.add().steps.add().user_input.text = "Where is my refund?"
-    given = outcomes.Play(
-        evaluation=evaluation,
-        repetition=0,
-        rule=None,
-        result_name=f"{evaluation.name}/results/r",
-        conversation_name="projects/p/locations/l/apps/a/conversations/c",
-        started=now(),
-    )
+    given = golden_play("Where is my refund?")
     endpoint = Endpoint(
         uri="http://agent.example/run",
         headers={"Authorization": "Bearer t"},
