@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from google.rpc import code_pb2
 
-from ces_eval.core.io.operations import Guard, OperationRunner
+from ces_eval.core.aip.ports import Guard
+from ces_eval.core.io.operations import OperationRunner
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.storage.sqlite import SqliteStorage
 

@@ -28,8 +28,8 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from google.longrunning import operations_pb2
 from google.protobuf import any_pb2
@@ -47,9 +47,10 @@ if TYPE_CHECKING:
 
     from google.protobuf.message import Message
 
+    from ces_eval.core.aip.ports import Guard
     from ces_eval.storage.base import Storage
 
-__all__ = ["Guard", "OperationRunner"]
+__all__ = ["OperationRunner"]
 
 _log = logging.getLogger(__name__)
 _CRASHED = status_pb2.Status(
@@ -64,9 +65,6 @@ _CANCELLED = status_pb2.Status(code=code_pb2.CANCELLED, message="The operation w
 _FINISH_RETRY_MAX = 2.0  # seconds between attempts to record an operation's end
 # The metadata fields that say a cancellation was requested (the API spells it both ways).
 _CANCEL_FLAGS = frozenset({"requested_cancellation", "cancel_requested"})
-# The work's own guard (OperationRunner.start): awaits a step, ending the work as its failure
-# (a cancellation, a shutdown) says, and raises it again.
-Guard = Callable[[Coroutine[Any, Any, None]], Awaitable[None]]
 # The operation whose work runs in this context (set by OperationRunner._run).
 _CURRENT: contextvars.ContextVar[str] = contextvars.ContextVar("ces_eval_operation", default="")
 
