@@ -293,3 +293,474 @@ class EvaluationRunCachingSettings(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___EvaluationRunCachingSettings: _TypeAlias = EvaluationRunCachingSettings  # noqa: Y015
+
+@_typing.final
+class Callback(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PYTHON_CODE_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    DISABLED_FIELD_NUMBER: _builtins.int
+    PROACTIVE_EXECUTION_ENABLED_FIELD_NUMBER: _builtins.int
+    python_code: _builtins.str
+    description: _builtins.str
+    disabled: _builtins.bool
+    proactive_execution_enabled: _builtins.bool
+    def __init__(
+        self,
+        *,
+        python_code: _builtins.str = ...,
+        description: _builtins.str = ...,
+        disabled: _builtins.bool = ...,
+        proactive_execution_enabled: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["callback", b"callback", "python_code", b"python_code"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["callback", b"callback", "description", b"description", "disabled", b"disabled", "proactive_execution_enabled", b"proactive_execution_enabled", "python_code", b"python_code"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_callback: _TypeAlias = _typing.Literal["python_code"]  # noqa: Y015
+    _WhichOneofArgType_callback: _TypeAlias = _typing.Literal["callback", b"callback"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_callback) -> _WhichOneofReturnType_callback | None: ...
+
+Global___Callback: _TypeAlias = Callback  # noqa: Y015
+
+@_typing.final
+class ModelSettings(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    TEMPERATURE_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    temperature: _builtins.float
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        temperature: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_temperature", b"_temperature", "temperature", b"temperature"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_temperature", b"_temperature", "model", b"model", "temperature", b"temperature"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__temperature: _TypeAlias = _typing.Literal["temperature"]  # noqa: Y015
+    _WhichOneofArgType__temperature: _TypeAlias = _typing.Literal["_temperature", b"_temperature"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__temperature) -> _WhichOneofReturnType__temperature | None: ...
+
+Global___ModelSettings: _TypeAlias = ModelSettings  # noqa: Y015
+
+@_typing.final
+class TriggerAction(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class Response(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        TEXT_FIELD_NUMBER: _builtins.int
+        DISABLED_FIELD_NUMBER: _builtins.int
+        text: _builtins.str
+        disabled: _builtins.bool
+        def __init__(
+            self,
+            *,
+            text: _builtins.str = ...,
+            disabled: _builtins.bool = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["disabled", b"disabled", "text", b"text"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class RespondImmediately(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        RESPONSES_FIELD_NUMBER: _builtins.int
+        @_builtins.property
+        def responses(self) -> _containers.RepeatedCompositeFieldContainer[Global___TriggerAction.Response]: ...
+        def __init__(
+            self,
+            *,
+            responses: _abc.Iterable[Global___TriggerAction.Response] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["responses", b"responses"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class GenerativeAnswer(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        PROMPT_FIELD_NUMBER: _builtins.int
+        prompt: _builtins.str
+        def __init__(
+            self,
+            *,
+            prompt: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["prompt", b"prompt"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class TransferAgent(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        AGENT_FIELD_NUMBER: _builtins.int
+        agent: _builtins.str
+        def __init__(
+            self,
+            *,
+            agent: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    RESPOND_IMMEDIATELY_FIELD_NUMBER: _builtins.int
+    TRANSFER_AGENT_FIELD_NUMBER: _builtins.int
+    GENERATIVE_ANSWER_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def respond_immediately(self) -> Global___TriggerAction.RespondImmediately: ...
+    @_builtins.property
+    def transfer_agent(self) -> Global___TriggerAction.TransferAgent: ...
+    @_builtins.property
+    def generative_answer(self) -> Global___TriggerAction.GenerativeAnswer: ...
+    def __init__(
+        self,
+        *,
+        respond_immediately: Global___TriggerAction.RespondImmediately | None = ...,
+        transfer_agent: Global___TriggerAction.TransferAgent | None = ...,
+        generative_answer: Global___TriggerAction.GenerativeAnswer | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "generative_answer", b"generative_answer", "respond_immediately", b"respond_immediately", "transfer_agent", b"transfer_agent"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "generative_answer", b"generative_answer", "respond_immediately", b"respond_immediately", "transfer_agent", b"transfer_agent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_action: _TypeAlias = _typing.Literal["respond_immediately", "transfer_agent", "generative_answer"]  # noqa: Y015
+    _WhichOneofArgType_action: _TypeAlias = _typing.Literal["action", b"action"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_action) -> _WhichOneofReturnType_action | None: ...
+
+Global___TriggerAction: _TypeAlias = TriggerAction  # noqa: Y015
+
+@_typing.final
+class TlsConfig(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class CaCert(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        DISPLAY_NAME_FIELD_NUMBER: _builtins.int
+        CERT_FIELD_NUMBER: _builtins.int
+        display_name: _builtins.str
+        cert: _builtins.bytes
+        def __init__(
+            self,
+            *,
+            display_name: _builtins.str = ...,
+            cert: _builtins.bytes = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["cert", b"cert", "display_name", b"display_name"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    CA_CERTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def ca_certs(self) -> _containers.RepeatedCompositeFieldContainer[Global___TlsConfig.CaCert]: ...
+    def __init__(
+        self,
+        *,
+        ca_certs: _abc.Iterable[Global___TlsConfig.CaCert] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ca_certs", b"ca_certs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TlsConfig: _TypeAlias = TlsConfig  # noqa: Y015
+
+@_typing.final
+class ServiceDirectoryConfig(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SERVICE_FIELD_NUMBER: _builtins.int
+    service: _builtins.str
+    def __init__(
+        self,
+        *,
+        service: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["service", b"service"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ServiceDirectoryConfig: _TypeAlias = ServiceDirectoryConfig  # noqa: Y015
+
+@_typing.final
+class ChannelProfile(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _ChannelType:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _ChannelTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[ChannelProfile._ChannelType.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        UNKNOWN: ChannelProfile._ChannelType.ValueType  # 0
+        WEB_UI: ChannelProfile._ChannelType.ValueType  # 2
+        API: ChannelProfile._ChannelType.ValueType  # 3
+        TWILIO: ChannelProfile._ChannelType.ValueType  # 4
+        GOOGLE_TELEPHONY_PLATFORM: ChannelProfile._ChannelType.ValueType  # 5
+        CONTACT_CENTER_AS_A_SERVICE: ChannelProfile._ChannelType.ValueType  # 6
+        FIVE9: ChannelProfile._ChannelType.ValueType  # 7
+        CONTACT_CENTER_INTEGRATION: ChannelProfile._ChannelType.ValueType  # 8
+        WHATSAPP: ChannelProfile._ChannelType.ValueType  # 9
+        INSTAGRAM: ChannelProfile._ChannelType.ValueType  # 10
+        CONTACT_CENTER_AS_A_SERVICE_CHAT: ChannelProfile._ChannelType.ValueType  # 11
+
+    class ChannelType(_ChannelType, metaclass=_ChannelTypeEnumTypeWrapper): ...
+    UNKNOWN: ChannelProfile.ChannelType.ValueType  # 0
+    WEB_UI: ChannelProfile.ChannelType.ValueType  # 2
+    API: ChannelProfile.ChannelType.ValueType  # 3
+    TWILIO: ChannelProfile.ChannelType.ValueType  # 4
+    GOOGLE_TELEPHONY_PLATFORM: ChannelProfile.ChannelType.ValueType  # 5
+    CONTACT_CENTER_AS_A_SERVICE: ChannelProfile.ChannelType.ValueType  # 6
+    FIVE9: ChannelProfile.ChannelType.ValueType  # 7
+    CONTACT_CENTER_INTEGRATION: ChannelProfile.ChannelType.ValueType  # 8
+    WHATSAPP: ChannelProfile.ChannelType.ValueType  # 9
+    INSTAGRAM: ChannelProfile.ChannelType.ValueType  # 10
+    CONTACT_CENTER_AS_A_SERVICE_CHAT: ChannelProfile.ChannelType.ValueType  # 11
+
+    @_typing.final
+    class PersonaProperty(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        class _Persona:
+            ValueType = _typing.NewType("ValueType", _builtins.int)
+            V: _TypeAlias = ValueType  # noqa: Y015
+
+        class _PersonaEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[ChannelProfile.PersonaProperty._Persona.ValueType], _builtins.type):
+            DESCRIPTOR: _descriptor.EnumDescriptor
+            UNKNOWN: ChannelProfile.PersonaProperty._Persona.ValueType  # 0
+            CONCISE: ChannelProfile.PersonaProperty._Persona.ValueType  # 1
+            CHATTY: ChannelProfile.PersonaProperty._Persona.ValueType  # 2
+
+        class Persona(_Persona, metaclass=_PersonaEnumTypeWrapper): ...
+        UNKNOWN: ChannelProfile.PersonaProperty.Persona.ValueType  # 0
+        CONCISE: ChannelProfile.PersonaProperty.Persona.ValueType  # 1
+        CHATTY: ChannelProfile.PersonaProperty.Persona.ValueType  # 2
+
+        PERSONA_FIELD_NUMBER: _builtins.int
+        persona: Global___ChannelProfile.PersonaProperty.Persona.ValueType
+        def __init__(
+            self,
+            *,
+            persona: Global___ChannelProfile.PersonaProperty.Persona.ValueType = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["persona", b"persona"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class WebWidgetConfig(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        class _Modality:
+            ValueType = _typing.NewType("ValueType", _builtins.int)
+            V: _TypeAlias = ValueType  # noqa: Y015
+
+        class _ModalityEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[ChannelProfile.WebWidgetConfig._Modality.ValueType], _builtins.type):
+            DESCRIPTOR: _descriptor.EnumDescriptor
+            MODALITY_UNSPECIFIED: ChannelProfile.WebWidgetConfig._Modality.ValueType  # 0
+            CHAT_AND_VOICE: ChannelProfile.WebWidgetConfig._Modality.ValueType  # 1
+            VOICE_ONLY: ChannelProfile.WebWidgetConfig._Modality.ValueType  # 2
+            CHAT_ONLY: ChannelProfile.WebWidgetConfig._Modality.ValueType  # 3
+            CHAT_VOICE_AND_VIDEO: ChannelProfile.WebWidgetConfig._Modality.ValueType  # 4
+
+        class Modality(_Modality, metaclass=_ModalityEnumTypeWrapper): ...
+        MODALITY_UNSPECIFIED: ChannelProfile.WebWidgetConfig.Modality.ValueType  # 0
+        CHAT_AND_VOICE: ChannelProfile.WebWidgetConfig.Modality.ValueType  # 1
+        VOICE_ONLY: ChannelProfile.WebWidgetConfig.Modality.ValueType  # 2
+        CHAT_ONLY: ChannelProfile.WebWidgetConfig.Modality.ValueType  # 3
+        CHAT_VOICE_AND_VIDEO: ChannelProfile.WebWidgetConfig.Modality.ValueType  # 4
+
+        class _Theme:
+            ValueType = _typing.NewType("ValueType", _builtins.int)
+            V: _TypeAlias = ValueType  # noqa: Y015
+
+        class _ThemeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[ChannelProfile.WebWidgetConfig._Theme.ValueType], _builtins.type):
+            DESCRIPTOR: _descriptor.EnumDescriptor
+            THEME_UNSPECIFIED: ChannelProfile.WebWidgetConfig._Theme.ValueType  # 0
+            LIGHT: ChannelProfile.WebWidgetConfig._Theme.ValueType  # 1
+            DARK: ChannelProfile.WebWidgetConfig._Theme.ValueType  # 2
+
+        class Theme(_Theme, metaclass=_ThemeEnumTypeWrapper): ...
+        THEME_UNSPECIFIED: ChannelProfile.WebWidgetConfig.Theme.ValueType  # 0
+        LIGHT: ChannelProfile.WebWidgetConfig.Theme.ValueType  # 1
+        DARK: ChannelProfile.WebWidgetConfig.Theme.ValueType  # 2
+
+        @_typing.final
+        class SecuritySettings(_message.Message):
+            DESCRIPTOR: _descriptor.Descriptor
+
+            ENABLE_PUBLIC_ACCESS_FIELD_NUMBER: _builtins.int
+            ENABLE_ORIGIN_CHECK_FIELD_NUMBER: _builtins.int
+            ALLOWED_ORIGINS_FIELD_NUMBER: _builtins.int
+            ENABLE_RECAPTCHA_FIELD_NUMBER: _builtins.int
+            enable_public_access: _builtins.bool
+            enable_origin_check: _builtins.bool
+            enable_recaptcha: _builtins.bool
+            @_builtins.property
+            def allowed_origins(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+            def __init__(
+                self,
+                *,
+                enable_public_access: _builtins.bool = ...,
+                enable_origin_check: _builtins.bool = ...,
+                allowed_origins: _abc.Iterable[_builtins.str] | None = ...,
+                enable_recaptcha: _builtins.bool = ...,
+            ) -> None: ...
+            _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+            def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+            _ClearFieldArgType: _TypeAlias = _typing.Literal["allowed_origins", b"allowed_origins", "enable_origin_check", b"enable_origin_check", "enable_public_access", b"enable_public_access", "enable_recaptcha", b"enable_recaptcha"]  # noqa: Y015
+            def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+            def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+        MODALITY_FIELD_NUMBER: _builtins.int
+        THEME_FIELD_NUMBER: _builtins.int
+        WEB_WIDGET_TITLE_FIELD_NUMBER: _builtins.int
+        SECURITY_SETTINGS_FIELD_NUMBER: _builtins.int
+        modality: Global___ChannelProfile.WebWidgetConfig.Modality.ValueType
+        theme: Global___ChannelProfile.WebWidgetConfig.Theme.ValueType
+        web_widget_title: _builtins.str
+        @_builtins.property
+        def security_settings(self) -> Global___ChannelProfile.WebWidgetConfig.SecuritySettings: ...
+        def __init__(
+            self,
+            *,
+            modality: Global___ChannelProfile.WebWidgetConfig.Modality.ValueType = ...,
+            theme: Global___ChannelProfile.WebWidgetConfig.Theme.ValueType = ...,
+            web_widget_title: _builtins.str = ...,
+            security_settings: Global___ChannelProfile.WebWidgetConfig.SecuritySettings | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["security_settings", b"security_settings"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["modality", b"modality", "security_settings", b"security_settings", "theme", b"theme", "web_widget_title", b"web_widget_title"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class WhatsAppConfig(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        WABA_ID_FIELD_NUMBER: _builtins.int
+        PHONE_NUMBER_ID_FIELD_NUMBER: _builtins.int
+        PHONE_NUMBER_FIELD_NUMBER: _builtins.int
+        DISPLAY_NAME_FIELD_NUMBER: _builtins.int
+        THUMBNAIL_URL_FIELD_NUMBER: _builtins.int
+        DESCRIPTION_FIELD_NUMBER: _builtins.int
+        waba_id: _builtins.str
+        phone_number_id: _builtins.str
+        phone_number: _builtins.str
+        display_name: _builtins.str
+        thumbnail_url: _builtins.str
+        description: _builtins.str
+        def __init__(
+            self,
+            *,
+            waba_id: _builtins.str = ...,
+            phone_number_id: _builtins.str = ...,
+            phone_number: _builtins.str = ...,
+            display_name: _builtins.str = ...,
+            thumbnail_url: _builtins.str = ...,
+            description: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "display_name", b"display_name", "phone_number", b"phone_number", "phone_number_id", b"phone_number_id", "thumbnail_url", b"thumbnail_url", "waba_id", b"waba_id"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class InstagramConfig(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        INSTAGRAM_ACCOUNT_ID_FIELD_NUMBER: _builtins.int
+        DISPLAY_NAME_FIELD_NUMBER: _builtins.int
+        THUMBNAIL_URL_FIELD_NUMBER: _builtins.int
+        DESCRIPTION_FIELD_NUMBER: _builtins.int
+        instagram_account_id: _builtins.str
+        display_name: _builtins.str
+        thumbnail_url: _builtins.str
+        description: _builtins.str
+        def __init__(
+            self,
+            *,
+            instagram_account_id: _builtins.str = ...,
+            display_name: _builtins.str = ...,
+            thumbnail_url: _builtins.str = ...,
+            description: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "display_name", b"display_name", "instagram_account_id", b"instagram_account_id", "thumbnail_url", b"thumbnail_url"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    PROFILE_ID_FIELD_NUMBER: _builtins.int
+    CHANNEL_TYPE_FIELD_NUMBER: _builtins.int
+    PERSONA_PROPERTY_FIELD_NUMBER: _builtins.int
+    DISABLE_DTMF_FIELD_NUMBER: _builtins.int
+    DISABLE_BARGE_IN_CONTROL_FIELD_NUMBER: _builtins.int
+    WEB_WIDGET_CONFIG_FIELD_NUMBER: _builtins.int
+    NOISE_SUPPRESSION_LEVEL_FIELD_NUMBER: _builtins.int
+    WHATSAPP_CONFIG_FIELD_NUMBER: _builtins.int
+    INSTAGRAM_CONFIG_FIELD_NUMBER: _builtins.int
+    profile_id: _builtins.str
+    channel_type: Global___ChannelProfile.ChannelType.ValueType
+    disable_dtmf: _builtins.bool
+    disable_barge_in_control: _builtins.bool
+    noise_suppression_level: _builtins.str
+    @_builtins.property
+    def persona_property(self) -> Global___ChannelProfile.PersonaProperty: ...
+    @_builtins.property
+    def web_widget_config(self) -> Global___ChannelProfile.WebWidgetConfig: ...
+    @_builtins.property
+    def whatsapp_config(self) -> Global___ChannelProfile.WhatsAppConfig: ...
+    @_builtins.property
+    def instagram_config(self) -> Global___ChannelProfile.InstagramConfig: ...
+    def __init__(
+        self,
+        *,
+        profile_id: _builtins.str = ...,
+        channel_type: Global___ChannelProfile.ChannelType.ValueType = ...,
+        persona_property: Global___ChannelProfile.PersonaProperty | None = ...,
+        disable_dtmf: _builtins.bool = ...,
+        disable_barge_in_control: _builtins.bool = ...,
+        web_widget_config: Global___ChannelProfile.WebWidgetConfig | None = ...,
+        noise_suppression_level: _builtins.str = ...,
+        whatsapp_config: Global___ChannelProfile.WhatsAppConfig | None = ...,
+        instagram_config: Global___ChannelProfile.InstagramConfig | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["instagram_config", b"instagram_config", "persona_property", b"persona_property", "web_widget_config", b"web_widget_config", "whatsapp_config", b"whatsapp_config"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["channel_type", b"channel_type", "disable_barge_in_control", b"disable_barge_in_control", "disable_dtmf", b"disable_dtmf", "instagram_config", b"instagram_config", "noise_suppression_level", b"noise_suppression_level", "persona_property", b"persona_property", "profile_id", b"profile_id", "web_widget_config", b"web_widget_config", "whatsapp_config", b"whatsapp_config"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChannelProfile: _TypeAlias = ChannelProfile  # noqa: Y015
