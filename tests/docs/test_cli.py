@@ -56,7 +56,7 @@ def test_describe_lists_the_official_and_emulator_bindings() -> None:
     lines = {" ".join(line.split()[:3]) for line in completed.stdout.splitlines()}
     expected = (
         {
-            f"{http['method'].upper()} {http['uri']} {contract.SERVICE}.{rpc}"
+            f"{http['method'].upper()} {http['uri']} google.cloud.ces.v1beta.{rpc}"
             for rpc, facts in contract.official().rpcs.items()
             for http in facts["http"]
         }
