@@ -26,6 +26,7 @@ from ces_eval.core.io.agent_http import HttpxAgents
 from ces_eval.core.io.objects import ExportFolder
 from ces_eval.core.io.operations import OperationRunner
 from ces_eval.core.resources import (
+    apps,
     conversations,
     datasets,
     evaluations,
@@ -75,6 +76,9 @@ _SERVICES: dict[str, dict[str, Rpc]] = {
         **imports.RPCS,
         **media.RPCS,
         **conversations.RPCS,
+    },
+    "google.cloud.ces.v1beta.AgentService": {
+        **apps.RPCS,
     },
     "google.longrunning.Operations": longrunning.RPCS,
     "google.cloud.location.Locations": locations.RPCS,
@@ -134,7 +138,8 @@ class Core:
         (``/google.cloud.ces.v1beta.EvaluationService/CreateEvaluation``) over this core's
         context, as the surfaces call it: its response may be held as wire bytes
         (:class:`~ces_eval.contract.encoded.Encoded`)."""
-        implementation = RPCS[path]
+        # Every call naming something inside an app passes the apps' rule first.
+        implementation = apps.gate(schema.methods()[path], RPCS[path])
         context = self.context
 
         async def call(request: Message, caller: Caller) -> Response:

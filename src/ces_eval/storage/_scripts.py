@@ -635,6 +635,16 @@ def delete_row(sql: Sql, table: Table[M], name: str, expected_etag: str | None) 
     yield from _delete_locked(statements.lock, statements.delete, name, expected_etag)
 
 
+def delete_tree(sql: Sql, table: Table[M], name: str, expected_etag: str | None) -> Script[None]:
+    """:func:`delete_row`, and everything stored under ``name``: the rows of every generic
+    table and the evaluations (their results with them) whose names start with ``name/``."""
+    yield from delete_row(sql, table, name, expected_etag)
+    pattern = (_under(f"{name}/"),)
+    yield Statement(sql.reset_evaluations, pattern)
+    for other in tables.TABLES:
+        yield Statement(sql.table(other).reset, pattern)
+
+
 # -- evaluation datasets ------------------------------------------------------------------------
 # A dataset's row is a generic table's (tables.DATASETS), written by the statements above; these
 # scripts add the dataset's side effects to the same transaction: the evaluations it lists hold

@@ -273,6 +273,10 @@ class Storage(Protocol):
     async def delete_row(self, table: Table[M], name: str, expected_etag: str | None) -> None:
         """Delete a resource of ``table``. Raises Missing or EtagMismatch."""
 
+    async def delete_tree(self, table: Table[M], name: str, expected_etag: str | None) -> None:
+        """:meth:`delete_row`, and in the same transaction every resource stored under
+        ``name`` (an app's evaluations, results and the rows of every generic table)."""
+
     # -- evaluation datasets (a generic table's rows, tables.DATASETS, with side effects) ------
     # The evaluations a dataset lists hold its name in their evaluation_datasets (each one whose
     # list a write changes gets ``evaluation_etag``, in the dataset write's transaction); a

@@ -166,6 +166,10 @@ class Settings:
     # With ``--auth-tokens`` every project has a bucket namespace of its own (docs/security.md):
     # gs://b/p of project P is <export root>/P/b/p, so no token reaches another project's files.
     export_per_project: bool = False
+    # ``--require-apps``: whether a call naming something inside an app nobody created is
+    # NOT_FOUND (as hosted CES) instead of the app existing from its first use
+    # (ces_eval.core.resources.apps).
+    require_apps: bool = False
     # The server's own listening ports (gRPC, HTTP), which no agent, judge or simulator may be
     # called at (ces_eval.core.resources.agent_endpoints.reaches_server).
     own_ports: tuple[int, ...] = ()

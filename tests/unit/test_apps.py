@@ -1,0 +1,192 @@
+"""Apps in the core over a real SQLite file (src/ces_eval/core/resources/apps.py): the App
+resource, apps before use (implicit, adopted by CreateApp, or NOT_FOUND with ``require_apps``),
+locked apps, and DeleteApp deleting what the app holds."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.longrunning import operations_pb2
+from google.protobuf import field_mask_pb2
+
+from ces_eval.core.aip import pages
+from ces_eval.core.aip.context import Settings
+from ces_eval.core.resources.apps import IMPLICIT
+from ces_eval.core.service import Core
+from ces_eval.errors import Code
+from ces_eval.generated.google.cloud.ces.v1beta import agent_service_pb2 as agent_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import app_pb2, evaluation_config_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from tests.unit.test_core import APP, Harness
+
+LOCATION = APP.rsplit("/apps/", 1)[0]
+
+
+class Apps(Harness):
+    def __init__(self, path: Path, *, require_apps: bool = False) -> None:
+        super().__init__(path)
+        self.core = Core(
+            self.storage,
+            pages.PageTokens(self.run(self.storage.secret())),
+            settings=Settings(require_apps=require_apps),
+        )
+
+    def finished(self, operation: operations_pb2.Operation) -> operations_pb2.Operation:
+        done = self.run(self.core.context.runner.wait(operation.name, timeout=30))
+        assert done is not None and done.done, done
+        return done
+
+    def create_app(self, app_id: str, **fields: Any) -> app_pb2.App:
+        operation = self.call(
+            "create_app",
+            agent_pb2.CreateAppRequest(parent=LOCATION, app_id=app_id, app=app_pb2.App(**fields)),
+        )
+        done = self.finished(operation)
+        assert done.HasField("response"), done
+        app = app_pb2.App()
+        done.response.Unpack(app)
+        return app
+
+    def get_app(self, name: str = APP) -> app_pb2.App:
+        return self.call("get_app", agent_pb2.GetAppRequest(name=name))  # type: ignore[no-any-return]
+
+    def app_names(self) -> list[str]:
+        listed = self.call("list_apps", agent_pb2.ListAppsRequest(parent=LOCATION))
+        return [app.name for app in listed.apps]
+
+
+@pytest.fixture
+def core(tmp_path: Path) -> Iterator[Apps]:
+    harness = Apps(tmp_path / "db.sqlite")
+    yield harness
+    harness.close()
+
+
+@pytest.fixture
+def strict(tmp_path: Path) -> Iterator[Apps]:
+    harness = Apps(tmp_path / "db.sqlite", require_apps=True)
+    yield harness
+    harness.close()
+
+
+def test_create_app_is_long_running_and_stores_the_app(core: Apps) -> None:
+    thresholds = evaluation_config_pb2.EvaluationMetricsThresholds()
+    thresholds.golden_evaluation_metrics_thresholds.turn_level_metrics_thresholds.semantic_similarity_success_threshold = 4  # noqa: E501
+    app = core.create_app(
+        "support",
+        display_name="Support",
+        evaluation_metrics_thresholds=thresholds,
+        deployment_count=7,  # output only: never taken from input
+    )
+    assert app.name == f"{LOCATION}/apps/support"
+    assert app.display_name == "Support"
+    assert app.etag and app.HasField("create_time")
+    assert app.deployment_count == 0
+    assert core.get_app(app.name) == app
+    assert core.app_names() == [app.name]
+    again = core.error(
+        "create_app",
+        agent_pb2.CreateAppRequest(
+            parent=LOCATION, app_id="support", app=app_pb2.App(display_name="Again")
+        ),
+    )
+    assert again.code is Code.ALREADY_EXISTS
+
+
+def test_an_app_used_before_it_is_created_exists_with_defaults(core: Apps) -> None:
+    assert core.error("get_app", agent_pb2.GetAppRequest(name=APP)).code is Code.NOT_FOUND
+    core.call("list_evaluations", service_pb2.ListEvaluationsRequest(parent=APP))  # a read
+    assert core.app_names() == []
+    core.create("First")  # a create in the app
+    app = core.get_app()
+    assert app.display_name == APP.rsplit("/", 1)[1]
+    assert dict(app.metadata) == {IMPLICIT: "true"}
+    assert not app.HasField("evaluation_metrics_thresholds")
+    assert core.app_names() == [APP]
+    # CreateApp of its ID adopts it: the app is the caller's, its evaluations stay.
+    adopted = core.create_app(APP.rsplit("/", 1)[1], display_name="Adopted")
+    assert adopted.display_name == "Adopted" and not adopted.metadata
+    listed = core.call("list_evaluations", service_pb2.ListEvaluationsRequest(parent=APP))
+    assert [e.display_name for e in listed.evaluations] == ["First"]
+
+
+def test_require_apps_makes_a_missing_app_not_found_everywhere(strict: Apps) -> None:
+    for method, request in (
+        ("list_evaluations", service_pb2.ListEvaluationsRequest(parent=APP)),
+        (
+            "create_evaluation",
+            service_pb2.CreateEvaluationRequest(parent=APP, evaluation={"display_name": "x"}),
+        ),
+        ("get_evaluation", service_pb2.GetEvaluationRequest(name=f"{APP}/evaluations/e")),
+    ):
+        error = strict.error(method, request)
+        assert error.code is Code.NOT_FOUND, method
+        assert error.resource == ("ces.googleapis.com/App", APP), method
+    assert strict.app_names() == []
+    strict.create_app(APP.rsplit("/", 1)[1], display_name="Made")
+    assert strict.create("Now").name.startswith(APP + "/evaluations/")
+
+
+def test_a_locked_app_refuses_changes_until_unlocked(core: Apps) -> None:
+    core.create("Kept", "kept")
+    app = core.get_app()
+    core.call(
+        "update_app",
+        agent_pb2.UpdateAppRequest(
+            app=app_pb2.App(name=APP, locked=True),
+            update_mask=field_mask_pb2.FieldMask(paths=["locked"]),
+        ),
+    )
+    refused = core.error(
+        "create_evaluation",
+        service_pb2.CreateEvaluationRequest(parent=APP, evaluation={"display_name": "x"}),
+    )
+    assert refused.code is Code.FAILED_PRECONDITION
+    assert refused.reason == "APP_LOCKED"
+    deleted = core.error(
+        "delete_evaluation", service_pb2.DeleteEvaluationRequest(name=f"{APP}/evaluations/kept")
+    )
+    assert deleted.reason == "APP_LOCKED"
+    renamed = core.error(
+        "update_app",
+        agent_pb2.UpdateAppRequest(
+            app=app_pb2.App(name=APP, display_name="Renamed"),
+            update_mask=field_mask_pb2.FieldMask(paths=["display_name"]),
+        ),
+    )
+    assert renamed.reason == "APP_LOCKED"
+    assert core.error("delete_app", agent_pb2.DeleteAppRequest(name=APP)).reason == "APP_LOCKED"
+    # Reads go on; unlocking lets changes through again.
+    core.call("get_evaluation", service_pb2.GetEvaluationRequest(name=f"{APP}/evaluations/kept"))
+    unlocked = core.call(
+        "update_app",
+        agent_pb2.UpdateAppRequest(
+            app=app_pb2.App(name=APP, locked=False),
+            update_mask=field_mask_pb2.FieldMask(paths=["locked"]),
+        ),
+    )
+    assert not unlocked.locked and unlocked.etag != app.etag
+    core.create("Again")
+
+
+def test_delete_app_deletes_what_it_holds_and_nothing_else(core: Apps) -> None:
+    kept = core.create("Kept")
+    other_app = f"{LOCATION}/apps/other"
+    other = core.call(
+        "create_evaluation",
+        service_pb2.CreateEvaluationRequest(parent=other_app, evaluation=kept),
+    )
+    core.seed(kept.name, "r1")
+    stale = core.error("delete_app", agent_pb2.DeleteAppRequest(name=APP, etag="stale"))
+    assert stale.code is Code.ABORTED
+    done = core.finished(core.call("delete_app", agent_pb2.DeleteAppRequest(name=APP)))
+    assert done.HasField("response"), done
+    assert core.app_names() == [other_app]
+    missing = core.error("get_evaluation", service_pb2.GetEvaluationRequest(name=kept.name))
+    assert missing.code is Code.NOT_FOUND
+    core.call("get_evaluation", service_pb2.GetEvaluationRequest(name=other.name))
+    gone = core.error("delete_app", agent_pb2.DeleteAppRequest(name=APP))
+    assert gone.code is Code.NOT_FOUND
