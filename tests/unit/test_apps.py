@@ -18,7 +18,11 @@ from ces_eval.core.resources.apps import IMPLICIT
 from ces_eval.core.service import Core
 from ces_eval.errors import Code
 from ces_eval.generated.google.cloud.ces.v1beta import agent_service_pb2 as agent_pb2
-from ces_eval.generated.google.cloud.ces.v1beta import app_pb2, evaluation_config_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import (
+    app_pb2,
+    app_version_pb2,
+    evaluation_config_pb2,
+)
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from tests.unit.test_core import APP, Harness
 
@@ -190,3 +194,67 @@ def test_delete_app_deletes_what_it_holds_and_nothing_else(core: Apps) -> None:
     core.call("get_evaluation", service_pb2.GetEvaluationRequest(name=other.name))
     gone = core.error("delete_app", agent_pb2.DeleteAppRequest(name=APP))
     assert gone.code is Code.NOT_FOUND
+
+
+def changelog(core: Apps, **fields: Any) -> list[Any]:
+    listed = core.call("list_changelogs", agent_pb2.ListChangelogsRequest(parent=APP, **fields))
+    return list(listed.changelogs)
+
+
+def test_every_change_of_the_app_is_in_its_changelog(core: Apps) -> None:
+    created = core.create_app("a", display_name="First")
+    core.call(
+        "update_app",
+        agent_pb2.UpdateAppRequest(
+            app=app_pb2.App(name=APP, display_name="Second", description="d"),
+            update_mask=field_mask_pb2.FieldMask(paths=["display_name", "description"]),
+        ),
+    )
+    entries = changelog(core)  # newest first
+    assert [(e.action, e.sequence_number) for e in entries] == [("Update", 2), ("Create", 1)]
+    update, create = entries
+    assert create.author == "me@example.com" and create.resource == created.name
+    assert create.resource_type == "App" and not create.HasField("original_resource")
+    assert create.new_resource["displayName"] == "First"
+    assert update.original_resource["displayName"] == "First"
+    assert update.new_resource["displayName"] == "Second"
+    assert update.description == "Updated App fields: display_name, description."
+    assert update.name == f"{APP}/changelogs/change-2"
+    assert core.call("get_changelog", agent_pb2.GetChangelogRequest(name=update.name)) == update
+    assert [e.action for e in changelog(core, filter='action = "Create"')] == ["Create"]
+    assert [e.sequence_number for e in changelog(core, order_by="create_time")] == [2, 1]
+
+
+def test_a_version_snapshots_the_app_and_restores_it(core: Apps) -> None:
+    core.create_app("a", display_name="Original", description="before")
+    version = core.call(
+        "create_app_version",
+        agent_pb2.CreateAppVersionRequest(
+            parent=APP,
+            app_version_id="v1",
+            app_version=app_version_pb2.AppVersion(display_name="V1", creator="someone-else"),
+        ),
+    )
+    assert version.name == f"{APP}/versions/v1"
+    assert version.creator == "me@example.com"
+    assert version.snapshot.app.display_name == "Original"
+    core.call(
+        "update_app",
+        agent_pb2.UpdateAppRequest(
+            app=app_pb2.App(name=APP, display_name="Changed"),
+            update_mask=field_mask_pb2.FieldMask(paths=["display_name"]),
+        ),
+    )
+    missing = core.error(
+        "restore_app_version", agent_pb2.RestoreAppVersionRequest(name=f"{APP}/versions/none")
+    )
+    assert missing.code is Code.NOT_FOUND
+    done = core.finished(
+        core.call("restore_app_version", agent_pb2.RestoreAppVersionRequest(name=version.name))
+    )
+    assert done.HasField("response"), done
+    restored = core.get_app()
+    assert restored.display_name == "Original" and restored.description == "before"
+    assert [e.action for e in changelog(core)][:2] == ["Restore", "Update"]
+    listed = core.call("list_app_versions", agent_pb2.ListAppVersionsRequest(parent=APP))
+    assert [v.name for v in listed.app_versions] == [version.name]

@@ -27,6 +27,7 @@ from ces_eval.core.io.objects import ExportFolder
 from ces_eval.core.io.operations import OperationRunner
 from ces_eval.core.resources import (
     apps,
+    changelogs,
     conversations,
     datasets,
     evaluations,
@@ -35,6 +36,7 @@ from ces_eval.core.resources import (
     longrunning,
     results,
     runs,
+    versions,
 )
 from ces_eval.errors import Code, ServiceError
 from ces_eval.storage.base import Unavailable
@@ -79,6 +81,8 @@ _SERVICES: dict[str, dict[str, Rpc]] = {
     },
     "google.cloud.ces.v1beta.AgentService": {
         **apps.RPCS,
+        **versions.RPCS,
+        **changelogs.RPCS,
     },
     "google.longrunning.Operations": longrunning.RPCS,
     "google.cloud.location.Locations": locations.RPCS,

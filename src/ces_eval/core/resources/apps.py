@@ -31,6 +31,7 @@ from ces_eval.contract import schema
 from ces_eval.core.aip import names, standard
 from ces_eval.core.aip.names import location_of
 from ces_eval.core.aip.stamps import new_etag, now
+from ces_eval.core.resources import changelogs
 from ces_eval.core.resources.locations import LOCATION
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import agent_service_pb2, app_pb2
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
     from ces_eval.core.aip.context import Context, Rpc
     from ces_eval.storage.base import Storage
 
-__all__ = ["APPS", "IMPLICIT", "RPCS", "TABLE", "App", "gate", "implicit"]
+__all__ = ["APPS", "IMPLICIT", "RPCS", "TABLE", "App", "gate", "implicit", "locked"]
 
 App = app_pb2.App
 # The metadata entry of an app stored because it was used before anyone created it.
@@ -75,6 +76,7 @@ APPS = standard.Resource(
     message=App,
     parent=LOCATION,
     store=dataclasses.replace(standard.Store.of(TABLE), delete=_delete),
+    journal=changelogs.record,
 )
 
 
@@ -93,7 +95,8 @@ def implicit(name: str) -> App:
     )
 
 
-def _locked(app: str) -> ServiceError:
+def locked(app: str) -> ServiceError:
+    """FAILED_PRECONDITION: ``app`` is locked."""
     return ServiceError(
         Code.FAILED_PRECONDITION,
         f"{app} is locked: its resources cannot be changed until it is unlocked "
@@ -134,7 +137,7 @@ async def update_app(
     """AIP-134 Update; a locked app only lets ``locked`` change."""
     current = await context.storage.get_row(TABLE, request.app.name)
     if current is not None and current.locked and list(request.update_mask.paths) != ["locked"]:
-        raise _locked(current.name)
+        raise locked(current.name)
     return await standard.update(context, APPS, request, caller)
 
 
@@ -147,7 +150,7 @@ async def delete_app(
     if request.etag and request.etag != current.etag:
         raise ServiceError.aborted_etag(APPS.pattern.type, request.name)
     if current.locked:
-        raise _locked(current.name)
+        raise locked(current.name)
 
     async def work() -> Message:
         return await standard.delete(context, APPS, request)
@@ -230,7 +233,7 @@ async def _admit(context: Context, scope: _Scope, request: Message) -> None:
                 await context.storage.insert_row(TABLE, implicit(app))
         return
     if scope.changes and stored.locked:
-        raise _locked(app)
+        raise locked(app)
 
 
 def gate(method: descriptor.MethodDescriptor, implementation: Rpc) -> Rpc:
