@@ -17,14 +17,21 @@ from ces_eval.core.aip.context import Settings
 from ces_eval.core.resources.apps import IMPLICIT
 from ces_eval.core.service import Core
 from ces_eval.errors import Code
+from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import agent_service_pb2 as agent_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import (
     app_pb2,
     app_version_pb2,
+    common_pb2,
     evaluation_config_pb2,
+    evaluation_pb2,
 )
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from tests.unit import test_running as running
 from tests.unit.test_core import APP, Harness
+
+Rule = emulator_pb2.OutcomeRule
+Result = evaluation_pb2.EvaluationResult
 
 LOCATION = APP.rsplit("/apps/", 1)[0]
 
@@ -258,3 +265,99 @@ def test_a_version_snapshots_the_app_and_restores_it(core: Apps) -> None:
     assert [e.action for e in changelog(core)][:2] == ["Restore", "Update"]
     listed = core.call("list_app_versions", agent_pb2.ListAppVersionsRequest(parent=APP))
     assert [v.name for v in listed.app_versions] == [version.name]
+
+
+def _thresholds(similarity: int) -> evaluation_config_pb2.EvaluationMetricsThresholds:
+    thresholds = evaluation_config_pb2.EvaluationMetricsThresholds()
+    golden = thresholds.golden_evaluation_metrics_thresholds
+    golden.turn_level_metrics_thresholds.semantic_similarity_success_threshold = similarity
+    return thresholds
+
+
+def _answered(core: Apps) -> evaluation_pb2.Evaluation:
+    """A golden whose one turn expects an answer (judged by semantic similarity)."""
+    evaluation = evaluation_pb2.Evaluation(display_name="Order")
+    turn = evaluation.golden.turns.add()
+    turn.steps.add().user_input.text = "Where is order 42?"
+    turn.steps.add().expectation.agent_response.chunks.add().text = "It has shipped."
+    return core.call(  # type: ignore[no-any-return]
+        "create_evaluation", service_pb2.CreateEvaluationRequest(parent=APP, evaluation=evaluation)
+    )
+
+
+def test_a_run_follows_its_apps_thresholds_settings_and_version(core: Apps) -> None:
+    evaluation = _answered(core)
+    running._rule(core, outcome=Rule.PASS, semantic_similarity_score=3)
+    # Without app thresholds a similarity of 3 passes (the documented default threshold: 3).
+    _, (default,) = running._completed(core, evaluations=[evaluation.name])
+    assert default.evaluation_status == Result.PASS
+    assert not default.HasField("evaluation_metrics_thresholds")
+    settings = evaluation_config_pb2.EvaluationSettings(
+        golden_run_method=common_pb2.NAIVE,
+        golden_evaluation_tool_call_behaviour=common_pb2.FAKE,
+    )
+    core.create_app(
+        "a",
+        display_name="Strict",
+        evaluation_metrics_thresholds=_thresholds(4),
+        evaluation_settings=settings,
+    )
+    version = core.call(
+        "create_app_version",
+        agent_pb2.CreateAppVersionRequest(
+            parent=APP, app_version=app_version_pb2.AppVersion(display_name="Release 1")
+        ),
+    )
+    run, (strict,) = running._completed(core, evaluations=[evaluation.name])
+    assert strict.evaluation_status == Result.FAIL
+    assert strict.evaluation_metrics_thresholds == _thresholds(4)
+    assert run.golden_run_method == common_pb2.NAIVE
+    assert strict.config.tool_call_behaviour == common_pb2.FAKE
+    assert (run.app_version, run.app_version_display_name) == (version.name, "Release 1")
+    # The evaluation's own override is closer than the app's.
+    core.call(
+        "update_evaluation",
+        service_pb2.UpdateEvaluationRequest(
+            evaluation=evaluation_pb2.Evaluation(
+                name=evaluation.name, evaluation_metrics_threshold_override=_thresholds(3)
+            ),
+            update_mask=field_mask_pb2.FieldMask(paths=["evaluation_metrics_threshold_override"]),
+        ),
+    )
+    # A request's own choice wins over the app's setting.
+    run, (overridden,) = running._completed(
+        core, evaluations=[evaluation.name], golden_run_method=common_pb2.STABLE
+    )
+    assert overridden.evaluation_status == Result.PASS
+    assert run.golden_run_method == common_pb2.STABLE
+
+
+def test_scenarios_play_the_apps_personas(core: Apps) -> None:
+    scenario = running._scenario(core, "Ask")
+    default = f"{APP}/evaluationPersonas/default"
+    _, results = running._completed(core, evaluations=[scenario.name], run_count=1)
+    assert [r.persona.name for r in results] == [default]
+    personas = [
+        evaluation_config_pb2.EvaluationPersona(
+            name=f"{APP}/evaluationPersonas/alice", display_name="Alice", personality="Calm"
+        ),
+        evaluation_config_pb2.EvaluationPersona(
+            name="bob", display_name="Bob", personality="In a hurry"
+        ),
+    ]
+    core.create_app("a", display_name="App", evaluation_personas=personas)
+    _, results = running._completed(core, evaluations=[scenario.name], run_count=1)
+    assert [(r.persona.display_name, r.persona.personality) for r in results] == [("Alice", "Calm")]
+    config = evaluation_pb2.PersonaRunConfig(persona=f"{APP}/evaluationPersonas/bob", task_count=2)
+    _, results = running._completed(core, evaluations=[scenario.name], persona_run_configs=[config])
+    assert [r.persona.display_name for r in results] == ["Bob", "Bob"]
+    unknown = core.error(
+        "run_evaluation",
+        evaluation_pb2.RunEvaluationRequest(
+            app=APP,
+            evaluations=[scenario.name],
+            persona_run_configs=[evaluation_pb2.PersonaRunConfig(persona=default)],
+        ),
+    )
+    assert unknown.code is Code.NOT_FOUND
+    assert default in unknown.message
