@@ -4,6 +4,9 @@ locked apps, and DeleteApp deleting what the app holds."""
 
 from __future__ import annotations
 
+import io
+import json
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -361,3 +364,89 @@ def test_scenarios_play_the_apps_personas(core: Apps) -> None:
     )
     assert unknown.code is Code.NOT_FOUND
     assert default in unknown.message
+
+
+def _export(core: Apps, name: str = APP, **fields: Any) -> agent_pb2.ExportAppResponse:
+    done = core.finished(
+        core.call(
+            "export_app",
+            agent_pb2.ExportAppRequest(
+                name=name, export_format=agent_pb2.ExportAppRequest.JSON, **fields
+            ),
+        )
+    )
+    assert done.HasField("response"), done
+    response = agent_pb2.ExportAppResponse()
+    done.response.Unpack(response)
+    return response
+
+
+def _import(core: Apps, **fields: Any) -> agent_pb2.ImportAppResponse:
+    done = core.finished(
+        core.call("import_app", agent_pb2.ImportAppRequest(parent=LOCATION, **fields))
+    )
+    assert done.HasField("response"), done
+    response = agent_pb2.ImportAppResponse()
+    done.response.Unpack(response)
+    return response
+
+
+def test_an_exported_app_imports_into_a_new_app_and_exports_the_same(core: Apps) -> None:
+    core.create_app(
+        "a",
+        display_name="Support",
+        evaluation_metrics_thresholds=_thresholds(4),
+        root_agent=f"{APP}/agents/root",
+    )
+    exported = _export(core).app_content
+    with zipfile.ZipFile(io.BytesIO(exported)) as archive:
+        assert archive.namelist() == ["app.json"]
+        settings = json.loads(archive.read("app.json"))
+    assert settings["rootAgent"] == "agents/root"  # relative to the app
+    assert "name" not in settings and "etag" not in settings
+    imported = _import(core, app_content=exported, app_id="copy", display_name="Copy")
+    copy = core.get_app(imported.name)
+    assert imported.name == f"{LOCATION}/apps/copy" and not imported.warnings
+    assert copy.display_name == "Copy" and copy.root_agent == f"{copy.name}/agents/root"
+    assert copy.evaluation_metrics_thresholds == _thresholds(4)
+    core.call(
+        "update_app",
+        agent_pb2.UpdateAppRequest(
+            app=app_pb2.App(name=copy.name, display_name="Support"),
+            update_mask=field_mask_pb2.FieldMask(paths=["display_name"]),
+        ),
+    )
+    assert _export(core, copy.name).app_content == exported
+
+
+def test_an_import_refuses_what_it_cannot_read_and_warns_of_bad_entries(core: Apps) -> None:
+    error = core.error(
+        "import_app", agent_pb2.ImportAppRequest(parent=LOCATION, app_content=b"not a zip")
+    )
+    assert error.code is Code.INVALID_ARGUMENT and error.violations[0].field == "app_content"
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("app.json", '{"displayName": "Ok"}')
+        archive.writestr("tools/broken.json", '{"noSuchField": 1}')
+        archive.writestr("notes.txt", "hello")
+        archive.writestr("tools/huge.json", "{" + " " * (8 * 1024 * 1024) + "}")
+    too_large = core.error(
+        "import_app", agent_pb2.ImportAppRequest(parent=LOCATION, app_content=out.getvalue())
+    )
+    assert "larger than" in too_large.message  # read no further than the bound
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        archive.writestr("app.json", '{"displayName": "Ok"}')
+        archive.writestr("tools/broken.json", '{"noSuchField": 1}')
+        archive.writestr("notes.txt", "hello")
+    response = _import(core, app_content=out.getvalue(), app_id="ok")
+    assert [w.split(":", 1)[0] for w in response.warnings] == ["tools/broken.json", "notes.txt"]
+    assert core.get_app(response.name).display_name == "Ok"
+    # An existing app keeps its display name, and a locked one is refused.
+    taken = core.error(
+        "import_app",
+        agent_pb2.ImportAppRequest(
+            parent=LOCATION, app_id="ok", display_name="New", app_content=out.getvalue()
+        ),
+    )
+    assert taken.violations[0].field == "display_name"

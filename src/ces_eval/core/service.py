@@ -21,7 +21,7 @@ from ces_eval.core.aip import standard
 from ces_eval.core.aip.context import Context, Rpc, Settings
 from ces_eval.core.aip.names import snake_case
 from ces_eval.core.engine import metrics, running, scheduled_runs
-from ces_eval.core.exchange import exports, imports, media
+from ces_eval.core.exchange import app_archive, exports, imports, media
 from ces_eval.core.io.agent_http import HttpxAgents
 from ces_eval.core.io.objects import ExportFolder
 from ces_eval.core.io.operations import OperationRunner
@@ -83,6 +83,7 @@ _SERVICES: dict[str, dict[str, Rpc]] = {
         **apps.RPCS,
         **versions.RPCS,
         **changelogs.RPCS,
+        **app_archive.RPCS,
     },
     "google.longrunning.Operations": longrunning.RPCS,
     "google.cloud.location.Locations": locations.RPCS,

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from ces_eval.core.aip.context import Context, Rpc
     from ces_eval.storage.base import Storage
 
-__all__ = ["RPCS", "VERSIONS", "AppVersion", "snapshot"]
+__all__ = ["KINDS", "RPCS", "VERSIONS", "AppVersion", "put_back", "snapshot", "table_of"]
 
 M = TypeVar("M", bound="Message")
 
@@ -44,12 +44,12 @@ TABLE = tables.declare(
     tables.Table("app_versions", AppVersion, ("description", "creator"), unique_display_name=False)
 )
 # The repeated fields of a snapshot (all but ``app``): each holds one kind of the app's resources.
-_KINDS = tuple(f for f in AppSnapshot.DESCRIPTOR.fields if f.name != "app")
+KINDS = tuple(f for f in AppSnapshot.DESCRIPTOR.fields if f.name != "app")
 _PAGE = 500
 _BY_NAME = OrderBy(SortKey.NAME, descending=False)
 
 
-def _table_of(message: Any) -> tables.Table[Any] | None:  # noqa: ANN401 - a descriptor
+def table_of(message: Any) -> tables.Table[Any] | None:  # noqa: ANN401 - a descriptor
     """The generic table holding the resources of ``message`` (a descriptor), if declared."""
     return next((t for t in tables.TABLES if t.message.DESCRIPTOR is message), None)
 
@@ -73,8 +73,8 @@ async def snapshot(storage: Storage, app: str) -> AppSnapshot:
     stored = await storage.get_row(apps.TABLE, app)
     if stored is not None:
         taken.app.CopyFrom(stored)
-    for field in _KINDS:
-        table = _table_of(field.message_type)
+    for field in KINDS:
+        table = table_of(field.message_type)
         if table is not None:
             getattr(taken, field.name).extend(await _rows(storage, table, app))
     return taken
@@ -98,18 +98,30 @@ class _Kept(Protocol):
     etag: str
 
 
-async def _put_back(storage: Storage, table: tables.Table[Any], app: str, kept: list[Any]) -> None:
-    """Make the resources of ``table`` under ``app`` those of ``kept`` (snapshot copies)."""
+async def put_back(
+    storage: Storage,
+    table: tables.Table[Any],
+    app: str,
+    kept: list[Any],
+    *,
+    keep_others: bool = False,
+) -> None:
+    """Make the resources of ``table`` under ``app`` those of ``kept`` (copies of stored
+    ones, named under ``app``), each written over the one of its name; with ``keep_others``
+    the others stay, else they are deleted."""
     current: dict[str, _Kept] = {r.name: r for r in await _rows(storage, table, app)}
     wanted: dict[str, _Kept] = {r.name: r for r in kept}
-    for name in current.keys() - wanted.keys():
+    for name in set() if keep_others else current.keys() - wanted.keys():
         await storage.delete_row(table, name, None)
     for name, resource in wanted.items():
         restored = table.message()
         restored.CopyFrom(resource)
         restored.etag = new_etag()
+        stamped = now()
         if "update_time" in table.fields:
-            restored.update_time.CopyFrom(now())
+            restored.update_time.CopyFrom(stamped)
+        if "create_time" in table.fields and not restored.HasField("create_time"):
+            restored.create_time.CopyFrom(stamped)
         try:
             if name in current:
                 await storage.replace_row(table, restored, current[name].etag)
@@ -146,10 +158,10 @@ async def restore_app_version(
             await storage.insert_row(apps.TABLE, settings)
         else:
             await storage.replace_row(apps.TABLE, settings, before.etag)
-        for field in _KINDS:
-            table = _table_of(field.message_type)
+        for field in KINDS:
+            table = table_of(field.message_type)
             if table is not None:
-                await _put_back(storage, table, app, list(getattr(version.snapshot, field.name)))
+                await put_back(storage, table, app, list(getattr(version.snapshot, field.name)))
         await changelogs.record(context, "Restore", before, settings, caller)
         return agent_service_pb2.RestoreAppVersionResponse()
 
