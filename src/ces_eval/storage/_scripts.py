@@ -544,13 +544,14 @@ def _under(prefix: str) -> str:
     return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
-# The same on every engine: no parameter, no dialect.
-_APPS = "SELECT DISTINCT app FROM evaluations ORDER BY app"
-
-
 def apps(sql: Sql) -> Script[list[str]]:
-    """The names of the apps that hold an evaluation, sorted."""
-    rows = (yield Statement(_APPS, ())).rows
+    """The names of the apps that hold an evaluation or are stored (in the generic table of
+    the ``apps`` collection, when one is declared), sorted."""
+    stored = next((t.name for t in tables.TABLES if t.collection == "apps"), None)
+    # The same on every engine: no parameter, no dialect; only declared table names.
+    union = f" UNION SELECT name FROM {stored}" if stored else ""  # noqa: S608
+    statement = f"SELECT DISTINCT app FROM evaluations{union} ORDER BY 1"  # noqa: S608
+    rows = (yield Statement(statement, ())).rows
     return [str(app) for (app,) in rows]
 
 

@@ -243,7 +243,8 @@ class Storage(Protocol):
         """The location IDs that names stored under ``projects/{project}/`` use, sorted."""
 
     async def apps(self) -> list[str]:
-        """The names of the apps that hold an evaluation, sorted (the web view's index)."""
+        """The names of the apps that hold an evaluation or are stored, sorted (the web view's
+        index)."""
 
     # -- generic tables (ces_eval.storage.tables) ---------------------------------------------
 
