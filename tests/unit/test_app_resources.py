@@ -281,6 +281,9 @@ def test_an_agent_names_only_existing_resources_of_its_app(core: Harness) -> Non
         guardrails=[guardrail.name],
     )
     assert list(root.tools) == [tool.name]
+    for wanted in (f'tools:"{tool.name}"', 'tools:"lookup"', f'child_agents:"{child.name}"'):
+        page = core.call("list_agents", S.ListAgentsRequest(parent=APP, filter=wanted))
+        assert [agent.name for agent in page.agents] == [root.name], wanted
     change = agent_pb2.Agent(name=root.name, tools=[f"{APP}/tools/gone"])
     refused = core.error(
         "update_agent",

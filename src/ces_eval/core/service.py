@@ -26,14 +26,17 @@ from ces_eval.core.io.agent_http import HttpxAgents
 from ces_eval.core.io.objects import ExportFolder
 from ces_eval.core.io.operations import OperationRunner
 from ces_eval.core.resources import (
+    app_resources,
     conversations,
     datasets,
     evaluations,
     expectations,
     locations,
     longrunning,
+    model_methods,
     results,
     runs,
+    security_settings,
 )
 from ces_eval.errors import Code, ServiceError
 from ces_eval.storage.base import Unavailable
@@ -57,6 +60,7 @@ __all__ = [
     "Core",
     "handlers",
     "implements",
+    "needs_model",
     "snake_case",
 ]
 
@@ -75,6 +79,12 @@ _SERVICES: dict[str, dict[str, Rpc]] = {
         **imports.RPCS,
         **media.RPCS,
         **conversations.RPCS,
+    },
+    "google.cloud.ces.v1beta.AgentService": {
+        **app_resources.RPCS,
+        **conversations.AGENT_RPCS,
+        **security_settings.RPCS,
+        **model_methods.RPCS,
     },
     "google.longrunning.Operations": longrunning.RPCS,
     "google.cloud.location.Locations": locations.RPCS,
@@ -159,6 +169,12 @@ class Core:
 def implements(method: descriptor.MethodDescriptor) -> bool:
     """Whether the core serves ``method`` (surfaces answer UNIMPLEMENTED otherwise)."""
     return schema.method_path(method) in RPCS
+
+
+def needs_model(method: descriptor.MethodDescriptor) -> bool:
+    """Whether the core answers ``method`` FAILED_PRECONDITION for want of a model
+    (:mod:`~ces_eval.core.resources.model_methods`): README's methods table says so."""
+    return isinstance(RPCS.get(schema.method_path(method)), model_methods.NeedsModel)
 
 
 def _guarded(implementation: Handler) -> Handler:
