@@ -47,7 +47,18 @@ EXPECTED_TOOLS = {
     "wait_operation",
     "get_location",
     "list_locations",
-    *(snake_case(r.rpc) for r in standard_routes() if r.service == "EvaluationService"),
+    "get_conversation",
+    "list_conversations",
+    "delete_conversation",
+    "batch_delete_conversations",
+    "get_security_settings",
+    "update_security_settings",
+    "generate_app_resource",
+    *(
+        snake_case(r.rpc)
+        for r in standard_routes()
+        if r.service in ("EvaluationService", "AgentService")
+    ),
 }
 
 # (readOnly, destructive, idempotent, openWorld)

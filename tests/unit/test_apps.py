@@ -21,6 +21,7 @@ from ces_eval.core.resources.apps import IMPLICIT
 from ces_eval.core.service import Core
 from ces_eval.errors import Code
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import agent_pb2 as agent_pb2_
 from ces_eval.generated.google.cloud.ces.v1beta import agent_service_pb2 as agent_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import (
     app_pb2,
@@ -28,6 +29,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
     common_pb2,
     evaluation_config_pb2,
     evaluation_pb2,
+    tool_pb2,
 )
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from tests.unit import test_running as running
@@ -392,23 +394,45 @@ def _import(core: Apps, **fields: Any) -> agent_pb2.ImportAppResponse:
 
 
 def test_an_exported_app_imports_into_a_new_app_and_exports_the_same(core: Apps) -> None:
-    core.create_app(
-        "a",
-        display_name="Support",
-        evaluation_metrics_thresholds=_thresholds(4),
-        root_agent=f"{APP}/agents/root",
+    core.create_app("a", display_name="Support", evaluation_metrics_thresholds=_thresholds(4))
+    tool = core.call(
+        "create_tool",
+        agent_pb2.CreateToolRequest(
+            parent=APP,
+            tool_id="lookup",
+            tool=tool_pb2.Tool(python_function={"name": "lookup", "python_code": "pass"}),
+        ),
+    )
+    core.call(
+        "create_agent",
+        agent_pb2.CreateAgentRequest(
+            parent=APP,
+            agent_id="root",
+            agent=agent_pb2_.Agent(display_name="Root", tools=[tool.name]),
+        ),
+    )
+    core.call(
+        "update_app",
+        agent_pb2.UpdateAppRequest(
+            app=app_pb2.App(name=APP, root_agent=f"{APP}/agents/root"),
+            update_mask=field_mask_pb2.FieldMask(paths=["root_agent"]),
+        ),
     )
     exported = _export(core).app_content
     with zipfile.ZipFile(io.BytesIO(exported)) as archive:
-        assert archive.namelist() == ["app.json"]
+        assert archive.namelist() == ["agents/root.json", "app.json", "tools/lookup.json"]
         settings = json.loads(archive.read("app.json"))
+        agent = json.loads(archive.read("agents/root.json"))
     assert settings["rootAgent"] == "agents/root"  # relative to the app
+    assert agent["tools"] == ["tools/lookup"]
     assert "name" not in settings and "etag" not in settings
     imported = _import(core, app_content=exported, app_id="copy", display_name="Copy")
     copy = core.get_app(imported.name)
     assert imported.name == f"{LOCATION}/apps/copy" and not imported.warnings
     assert copy.display_name == "Copy" and copy.root_agent == f"{copy.name}/agents/root"
     assert copy.evaluation_metrics_thresholds == _thresholds(4)
+    copied = core.call("get_agent", agent_pb2.GetAgentRequest(name=f"{copy.name}/agents/root"))
+    assert list(copied.tools) == [f"{copy.name}/tools/lookup"]
     core.call(
         "update_app",
         agent_pb2.UpdateAppRequest(

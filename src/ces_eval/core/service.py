@@ -26,6 +26,7 @@ from ces_eval.core.io.agent_http import HttpxAgents
 from ces_eval.core.io.objects import ExportFolder
 from ces_eval.core.io.operations import OperationRunner
 from ces_eval.core.resources import (
+    app_resources,
     apps,
     changelogs,
     conversations,
@@ -34,8 +35,10 @@ from ces_eval.core.resources import (
     expectations,
     locations,
     longrunning,
+    model_methods,
     results,
     runs,
+    security_settings,
     versions,
 )
 from ces_eval.errors import Code, ServiceError
@@ -60,6 +63,7 @@ __all__ = [
     "Core",
     "handlers",
     "implements",
+    "needs_model",
     "snake_case",
 ]
 
@@ -81,9 +85,13 @@ _SERVICES: dict[str, dict[str, Rpc]] = {
     },
     "google.cloud.ces.v1beta.AgentService": {
         **apps.RPCS,
+        **app_resources.RPCS,
         **versions.RPCS,
         **changelogs.RPCS,
         **app_archive.RPCS,
+        **conversations.AGENT_RPCS,
+        **security_settings.RPCS,
+        **model_methods.RPCS,
     },
     "google.longrunning.Operations": longrunning.RPCS,
     "google.cloud.location.Locations": locations.RPCS,
@@ -169,6 +177,12 @@ class Core:
 def implements(method: descriptor.MethodDescriptor) -> bool:
     """Whether the core serves ``method`` (surfaces answer UNIMPLEMENTED otherwise)."""
     return schema.method_path(method) in RPCS
+
+
+def needs_model(method: descriptor.MethodDescriptor) -> bool:
+    """Whether the core answers ``method`` FAILED_PRECONDITION for want of a model
+    (:mod:`~ces_eval.core.resources.model_methods`): README's methods table says so."""
+    return isinstance(RPCS.get(schema.method_path(method)), model_methods.NeedsModel)
 
 
 def _guarded(implementation: Handler) -> Handler:

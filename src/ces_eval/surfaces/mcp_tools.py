@@ -98,6 +98,7 @@ __all__ = ["McpEndpoint", "ToolSpec", "build_endpoint", "build_server", "guarded
 
 TOOL_SERVICES = (
     "google.cloud.ces.v1beta.EvaluationService",
+    "google.cloud.ces.v1beta.AgentService",
     "google.longrunning.Operations",
     "google.cloud.location.Locations",
 )

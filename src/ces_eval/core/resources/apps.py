@@ -31,9 +31,9 @@ from ces_eval.contract import schema
 from ces_eval.core.aip import names, standard
 from ces_eval.core.aip.names import location_of
 from ces_eval.core.aip.stamps import new_etag, now
-from ces_eval.core.resources import changelogs
+from ces_eval.core.resources import app_resources, changelogs
 from ces_eval.core.resources.locations import LOCATION
-from ces_eval.errors import Code, ServiceError
+from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import agent_service_pb2, app_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.storage import tables
@@ -72,11 +72,29 @@ def _delete(storage: Storage, name: str, etag: str) -> Awaitable[None]:
     return storage.delete_tree(TABLE, name, etag)
 
 
+async def _verify(context: Context, app: App) -> list[FieldViolation]:
+    """An app's ``root_agent`` and ``guardrails`` name stored resources of the app."""
+    found = []
+    if app.root_agent:
+        found += await standard.references(
+            context,
+            app_resources.AGENTS,
+            [app.root_agent],
+            "app.root_agent",
+            app.name,
+            repeated=False,
+        )
+    return found + await standard.references(
+        context, app_resources.GUARDRAILS, app.guardrails, "app.guardrails", app.name
+    )
+
+
 APPS = standard.Resource(
     message=App,
     parent=LOCATION,
     store=dataclasses.replace(standard.Store.of(TABLE), delete=_delete),
     journal=changelogs.record,
+    verify=_verify,
 )
 
 
