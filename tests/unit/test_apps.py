@@ -474,3 +474,25 @@ def test_an_import_refuses_what_it_cannot_read_and_warns_of_bad_entries(core: Ap
         ),
     )
     assert taken.violations[0].field == "display_name"
+
+
+def test_an_apps_root_agent_and_guardrails_must_be_stored_resources_of_it(core: Apps) -> None:
+    refused = core.error(
+        "create_app",
+        agent_pb2.CreateAppRequest(
+            parent=LOCATION,
+            app_id="a",
+            app=app_pb2.App(
+                display_name="A",
+                root_agent=f"{APP}/agents/none",
+                guardrails=[f"{LOCATION}/apps/other/guardrails/g", f"{APP}/tools/t"],
+            ),
+        ),
+    )
+    assert refused.code is Code.INVALID_ARGUMENT
+    assert [v.field for v in refused.violations] == [
+        "app.root_agent",
+        "app.guardrails[0]",
+        "app.guardrails[1]",
+    ]
+    assert core.app_names() == []

@@ -31,7 +31,7 @@ from ces_eval.contract import schema
 from ces_eval.core.aip import names, standard
 from ces_eval.core.aip.names import location_of
 from ces_eval.core.aip.stamps import new_etag, now
-from ces_eval.core.resources import app_resources, changelogs
+from ces_eval.core.resources import changelogs
 from ces_eval.core.resources.locations import LOCATION
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import agent_service_pb2, app_pb2
@@ -55,6 +55,7 @@ __all__ = ["APPS", "IMPLICIT", "RPCS", "TABLE", "App", "gate", "implicit", "lock
 App = app_pb2.App
 # The metadata entry of an app stored because it was used before anyone created it.
 IMPLICIT = "ces-eval/implicit"
+_APP_SEGMENTS = len(names.APP.pattern.split("/"))
 
 TABLE = tables.declare(
     tables.Table(
@@ -73,20 +74,29 @@ def _delete(storage: Storage, name: str, etag: str) -> Awaitable[None]:
 
 
 async def _verify(context: Context, app: App) -> list[FieldViolation]:
-    """An app's ``root_agent`` and ``guardrails`` name stored resources of the app."""
+    """An app's ``root_agent`` names a stored agent of the app, and each of its ``guardrails``
+    a stored guardrail of it (found by the tables their collections name: the resources' own
+    modules import this one)."""
+    named = [("app.root_agent", "agents", app.root_agent)] if app.root_agent else []
+    named += [
+        (f"app.guardrails[{index}]", "guardrails", guardrail)
+        for index, guardrail in enumerate(app.guardrails)
+    ]
     found = []
-    if app.root_agent:
-        found += await standard.references(
-            context,
-            app_resources.AGENTS,
-            [app.root_agent],
-            "app.root_agent",
-            app.name,
-            repeated=False,
-        )
-    return found + await standard.references(
-        context, app_resources.GUARDRAILS, app.guardrails, "app.guardrails", app.name
-    )
+    for field, collection, name in named:
+        parts = name.split("/")
+        table = tables.by_collection(name)
+        if (
+            name.startswith(f"{app.name}/")
+            and len(parts) == _APP_SEGMENTS + 2
+            and parts[-2] == collection
+            and table is not None
+            and await context.storage.get_row(table, name) is not None
+        ):
+            continue
+        description = f"{name!r} is not a stored {collection[:-1]} of {app.name}."
+        found.append(FieldViolation(field, description, "NOT_FOUND"))
+    return found
 
 
 APPS = standard.Resource(
@@ -186,7 +196,6 @@ RPCS: dict[str, Rpc] = {
 # -- the gate ------------------------------------------------------------------------------------
 
 _VARIABLE = re.compile(r"\{([a-z_.]+)=([^}]*)\}")
-_APP_SEGMENTS = len(names.APP.pattern.split("/"))
 # The CES services whose writes a locked app refuses (the emulator's seeds are the tests' own).
 _LOCKABLE = ("google.cloud.ces.v1beta.EvaluationService", "google.cloud.ces.v1beta.AgentService")
 # POST methods that change an app's resources (the others run, export, test or read).
