@@ -202,8 +202,10 @@ def _service_rpcs(module: str, name: str, roots: list[Any]) -> dict[str, Any]:
     }
     client_methods = {rpc: attribute for rpc, (attribute, _) in paths.items()}
     client = getattr(ces_v1beta, f"{name}Client")
-    rest = getattr(importlib.import_module(f"{CLIENT_SERVICES}.{module}.transports.rest_base"),
-                   f"_Base{name}RestTransport")
+    rest = getattr(
+        importlib.import_module(f"{CLIENT_SERVICES}.{module}.transports.rest_base"),
+        f"_Base{name}RestTransport",
+    )
     lro_types = LRO_TYPES[name]
     rpcs: dict[str, Any] = {}
     for rpc, (attribute, path) in sorted(paths.items()):
