@@ -19,7 +19,7 @@ LOCATION = "projects/apps-project/locations/us-central1"
 def test_an_app_through_the_official_client(server: RunningServer, transport: str) -> None:
     steps = run_official("apps_scenario.py", [server], transport)
     app = f"{LOCATION}/apps/apps-{transport}"
-    assert steps["create_app"] == {"name": app, "again": "RESOURCE_ALREADY_EXISTS"}
+    assert steps["create_app"] == {"app": app, "again": "RESOURCE_ALREADY_EXISTS"}
     resources = steps["resources"]
     assert resources["tools"] == [f"{app}/tools/lookup"]
     assert resources["agents"] == [f"{app}/agents/root"]
@@ -27,7 +27,7 @@ def test_an_app_through_the_official_client(server: RunningServer, transport: st
     assert resources["root_agent"] == f"{app}/agents/root"
     assert resources["missing_tool"] == ["agent.tools[0]"]
     version = steps["version"]
-    assert version["name"].startswith(f"{app}/versions/")
+    assert version["version"].startswith(f"{app}/versions/")
     assert version["snapshot_tools"] == resources["tools"]
     assert version["snapshot_agents"] == resources["agents"]
     run = steps["run"]
@@ -35,7 +35,7 @@ def test_an_app_through_the_official_client(server: RunningServer, transport: st
     assert run["recorded"] == 4
     assert run["golden_run_method"] == "NAIVE"
     assert run["personas"] == ["Hurried"]
-    assert run["versions"] == [version["name"]]
+    assert run["versions"] == [version["version"]]
     changelog = steps["changelog"]
     assert changelog["actions"][:4] == [
         ["Create", "App"],
@@ -46,7 +46,7 @@ def test_an_app_through_the_official_client(server: RunningServer, transport: st
     assert changelog["numbers"] == list(range(1, len(changelog["actions"]) + 1))
     copy = f"{LOCATION}/apps/copy-{transport}"
     assert steps["import"] == {
-        "name": copy,
+        "app": copy,
         "warnings": [],
         "root_agent": f"{copy}/agents/root",
         "tools": [f"{copy}/tools/lookup"],

@@ -59,9 +59,13 @@ def _golden(display_name: str) -> ces_v1beta.Evaluation:
 
 
 def _scenario(display_name: str) -> ces_v1beta.Evaluation:
+    answer = ces_v1beta.Message(role="agent", chunks=[ces_v1beta.Chunk(text="It shipped.")])
+    expected = ces_v1beta.Evaluation.ScenarioExpectation(agent_response=answer)
     return ces_v1beta.Evaluation(
         display_name=display_name,
-        scenario=ces_v1beta.Evaluation.Scenario(task="Ask about order 42.", rubrics=["Polite."]),
+        scenario=ces_v1beta.Evaluation.Scenario(
+            task="Ask about order 42.", rubrics=["Polite."], scenario_expectations=[expected]
+        ),
     )
 
 
@@ -103,9 +107,9 @@ def scenario(wired: Wired) -> None:
         lambda: agents.create_app(
             parent=location, app_id=app_id, app=ces_v1beta.App(display_name="Again")
         ),
-        exceptions.AlreadyExists,
+        exceptions.Conflict,  # REST: api_core's class of HTTP 409
     )
-    step("create_app", name=created.name, again=again["reason"])
+    step("create_app", app=created.name, again=again["reason"])
 
     tool = agents.create_tool(
         parent=app,
@@ -134,7 +138,7 @@ def scenario(wired: Wired) -> None:
             parent=app,
             agent=ces_v1beta.Agent(display_name="Broken", tools=[f"{app}/tools/none"]),
         ),
-        exceptions.InvalidArgument,
+        exceptions.BadRequest,  # REST: api_core's class of HTTP 400
     )
     step(
         "resources",
@@ -150,7 +154,7 @@ def scenario(wired: Wired) -> None:
     )
     step(
         "version",
-        name=version.name,
+        version=version.name,
         snapshot_tools=[t.name for t in version.snapshot.tools],
         snapshot_agents=[a.name for a in version.snapshot.agents],
     )
@@ -181,16 +185,16 @@ def scenario(wired: Wired) -> None:
     )
 
     exported = agents.export_app(
-        name=app, export_format=ces_v1beta.ExportAppRequest.ExportFormat.JSON
+        request={"name": app, "export_format": ces_v1beta.ExportAppRequest.ExportFormat.JSON}
     ).result(timeout=60)
     copy_id = f"copy-{wired.transport}"
     imported = agents.import_app(
-        parent=location, app_id=copy_id, app_content=exported.app_content
+        request={"parent": location, "app_id": copy_id, "app_content": exported.app_content}
     ).result(timeout=60)
     copy = agents.get_app(name=imported.name)
     step(
         "import",
-        name=imported.name,
+        app=imported.name,
         warnings=list(imported.warnings),
         root_agent=copy.root_agent,
         tools=[t.name for t in agents.list_tools(parent=imported.name)],
