@@ -51,4 +51,9 @@ def test_an_app_through_the_official_client(server: RunningServer, transport: st
         "root_agent": f"{copy}/agents/root",
         "tools": [f"{copy}/tools/lookup"],
     }
+    stored = steps["file"]
+    assert stored["uri"] == f"gs://apps/{transport}/app.zip"
+    assert (server.export_dir / "apps" / transport / "app.zip").is_file()
+    assert stored["app"] == f"{LOCATION}/apps/file-{transport}"
+    assert stored["tools"] == [f"{stored['app']}/tools/lookup"]
     assert steps["delete"] == {"app": "RESOURCE_NOT_FOUND", "evaluation": "RESOURCE_NOT_FOUND"}

@@ -200,7 +200,23 @@ def scenario(wired: Wired) -> None:
         tools=[t.name for t in agents.list_tools(parent=imported.name)],
     )
 
-    for name in (app, imported.name):
+    # The same app as YAML files in a zip archive at an object of the export folder, and back.
+    yaml = ces_v1beta.ExportAppRequest.ExportFormat.YAML
+    uri = f"gs://apps/{wired.transport}/app.zip"
+    stored = agents.export_app(request={"name": app, "export_format": yaml, "gcs_uri": uri}).result(
+        timeout=60
+    )
+    from_file = agents.import_app(
+        request={"parent": location, "app_id": f"file-{wired.transport}", "gcs_uri": uri}
+    ).result(timeout=60)
+    step(
+        "file",
+        uri=stored.app_uri,
+        app=from_file.name,
+        tools=[t.name for t in agents.list_tools(parent=from_file.name)],
+    )
+
+    for name in (app, imported.name, from_file.name):
         agents.delete_app(name=name).result(timeout=60)
     gone = refused(lambda: agents.get_app(name=app), exceptions.NotFound)
     evaluation_gone = refused(

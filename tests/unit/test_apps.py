@@ -496,3 +496,36 @@ def test_an_apps_root_agent_and_guardrails_must_be_stored_resources_of_it(core: 
         "app.guardrails[1]",
     ]
     assert core.app_names() == []
+
+
+def test_an_evaluations_tools_follow_the_apps_tools_once_it_has_any(core: Apps) -> None:
+    def golden(tool: str) -> evaluation_pb2.Evaluation:
+        evaluation = evaluation_pb2.Evaluation(display_name=tool.rsplit("/", 1)[-1])
+        turn = evaluation.golden.turns.add()
+        turn.steps.add().user_input.text = "Where is order 42?"
+        turn.steps.add().expectation.tool_call.tool = tool
+        return evaluation
+
+    def create(tool: str) -> Any:
+        request = service_pb2.CreateEvaluationRequest(parent=APP, evaluation=golden(tool))
+        return core.call("create_evaluation", request)
+
+    create(f"{APP}/tools/anything")  # an app without tools: any name
+    core.call(
+        "create_tool",
+        agent_pb2.CreateToolRequest(
+            parent=APP,
+            tool_id="lookup",
+            tool=tool_pb2.Tool(python_function={"name": "lookup", "python_code": "pass"}),
+        ),
+    )
+    create(f"{APP}/tools/lookup")
+    request = service_pb2.CreateEvaluationRequest(
+        parent=APP, evaluation=golden(f"{APP}/tools/missing")
+    )
+    refused = core.error("create_evaluation", request)
+    assert refused.code is Code.INVALID_ARGUMENT
+    assert [v.field for v in refused.violations] == [
+        "evaluation.golden.turns[0].steps[1].expectation.tool_call.tool"
+    ]
+    assert refused.violations[0].reason == "NOT_FOUND"
