@@ -95,11 +95,11 @@ def wiring(transport: str, targets: str, descriptor_set: str = "") -> tuple[Any,
         if transport == "grpc":
             channel = grpc.insecure_channel(target)
             clients.append(official_client(transport, target, channel))
-            agents.append(agent_client(transport, target, channel))
+            agents.append(official_client(transport, target, channel, "AgentService"))
             emulators.append(Emulator(channel, descriptor_set))
         else:
             clients.append(official_client(transport, target))
-            agents.append(agent_client(transport, target))
+            agents.append(official_client(transport, target, service="AgentService"))
             emulators.append(RestEmulator(target))
     if len(clients) == 1:
         return clients[0], emulators[0], agents[0]
@@ -117,36 +117,29 @@ def refused(call: Callable[[], object], kind: type[Exception]) -> dict[str, Any]
     raise AssertionError(f"expected {kind.__name__}")
 
 
+# The official clients of the services ces-eval serves: the client class and its gRPC transport.
+_CLIENTS: dict[str, tuple[Any, Any]] = {
+    "EvaluationService": (
+        ces_v1beta.EvaluationServiceClient,
+        grpc_transport.EvaluationServiceGrpcTransport,
+    ),
+    "AgentService": (ces_v1beta.AgentServiceClient, agent_grpc.AgentServiceGrpcTransport),
+}
+
+
 def official_client(
-    transport: str, target: str, channel: grpc.Channel | None = None
-) -> ces_v1beta.EvaluationServiceClient:
-    """The official client of one server: over ``channel`` (an insecure one to ``target`` when
-    not given, default options) for ``grpc``, over its REST binding with anonymous credentials
-    for ``rest``."""
+    transport: str,
+    target: str,
+    channel: grpc.Channel | None = None,
+    service: str = "EvaluationService",
+) -> Any:
+    """The official client of ``service`` of one server: over ``channel`` (an insecure one to
+    ``target`` when not given, default options) for ``grpc``, over its REST binding with
+    anonymous credentials for ``rest``."""
+    client_class, grpc_class = _CLIENTS[service]
     if transport == "grpc":
-        return ces_v1beta.EvaluationServiceClient(
-            transport=grpc_transport.EvaluationServiceGrpcTransport(
-                channel=channel or grpc.insecure_channel(target)
-            )
-        )
-    return ces_v1beta.EvaluationServiceClient(
-        transport="rest",
-        client_options={"api_endpoint": target},
-        credentials=AnonymousCredentials(),
-    )
-
-
-def agent_client(
-    transport: str, target: str, channel: grpc.Channel | None = None
-) -> ces_v1beta.AgentServiceClient:
-    """The official AgentService client of one server, wired as :func:`official_client`."""
-    if transport == "grpc":
-        return ces_v1beta.AgentServiceClient(
-            transport=agent_grpc.AgentServiceGrpcTransport(
-                channel=channel or grpc.insecure_channel(target)
-            )
-        )
-    return ces_v1beta.AgentServiceClient(
+        return client_class(transport=grpc_class(channel=channel or grpc.insecure_channel(target)))
+    return client_class(
         transport="rest",
         client_options={"api_endpoint": target},
         credentials=AnonymousCredentials(),

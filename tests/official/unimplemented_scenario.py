@@ -4,8 +4,9 @@ Runs in the official client's own environment (``.venv-client``), never beside `
 Usage: ``unimplemented_scenario.py grpc HOST:PORT`` or
 ``unimplemented_scenario.py rest http://HOST:PORT``, with a JSON list of methods on stdin, each
 ``{"client_method": ..., "service": ..., "http": [{"template": ...}, ...]}`` as in
-official_routes.json. Each method is called once through the client of its service (no retry); the request names a resource matching the
-method's first HTTP template, so the REST transport can build its URL. One JSON line per method
+official_routes.json. Each method is called once through the client of its service (no retry);
+the request names a resource matching the method's first HTTP template, so the REST transport
+can build its URL. One JSON line per method
 on stdout: the exception the client raised (if any) and the ErrorInfo it parsed. A last line,
 ``{"unknown": ...}``, is what api_core makes of the server's answer to a method nobody declares:
 over gRPC a call of ``UNKNOWN_METHOD`` on the client's channel, over REST a POST of an unbound
@@ -25,7 +26,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.auth.transport.requests import AuthorizedSession
 
 # The scenarios run as scripts: their folder is on sys.path.
-from harness import agent_client, official_client  # type: ignore[import-not-found]
+from harness import official_client  # type: ignore[import-not-found]
 
 AGENT_SERVICE = "google.cloud.ces.v1beta.AgentService"
 
@@ -98,7 +99,7 @@ def main() -> int:
     methods = json.load(sys.stdin)
     channel = grpc.insecure_channel(target) if transport == "grpc" else None
     client = official_client(transport, target, channel)
-    agents = agent_client(transport, target, channel)
+    agents = official_client(transport, target, channel, "AgentService")
     for method in methods:
         # Each method through the client of its service (the mixins: either has them).
         serving = agents if method["service"] == AGENT_SERVICE else client
