@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from ces_eval.core.aip.context import Context, Rpc
     from ces_eval.storage.base import Storage
 
-__all__ = ["APPS", "IMPLICIT", "RPCS", "TABLE", "App", "gate", "implicit", "locked"]
+__all__ = ["APPS", "IMPLICIT", "RPCS", "TABLE", "App", "forget", "gate", "implicit", "locked"]
 
 App = app_pb2.App
 # The metadata entry of an app stored because it was used before anyone created it.
@@ -152,6 +152,7 @@ async def create_app(
         if current is not None and IMPLICIT in current.metadata:
             await context.storage.delete_row(TABLE, name, current.etag)
     app = await standard.create(context, APPS, request, caller)
+    forget(context, app.name)
 
     async def work() -> App:
         return app
@@ -166,7 +167,10 @@ async def update_app(
     current = await context.storage.get_row(TABLE, request.app.name)
     if current is not None and current.locked and list(request.update_mask.paths) != ["locked"]:
         raise locked(current.name)
-    return await standard.update(context, APPS, request, caller)
+    try:
+        return await standard.update(context, APPS, request, caller)
+    finally:
+        forget(context, request.app.name)
 
 
 async def delete_app(
@@ -181,7 +185,10 @@ async def delete_app(
         raise locked(current.name)
 
     async def work() -> Message:
-        return await standard.delete(context, APPS, request)
+        try:
+            return await standard.delete(context, APPS, request)
+        finally:
+            forget(context, request.name)
 
     return await _operation(context, location_of(request.name), "DeleteApp", work)
 
@@ -196,6 +203,8 @@ RPCS: dict[str, Rpc] = {
 # -- the gate ------------------------------------------------------------------------------------
 
 _VARIABLE = re.compile(r"\{([a-z_.]+)=([^}]*)\}")
+# What the gate learns of an app (in Context.recent): whether it is locked.
+_KNOWN = "app-locked"
 # The CES services whose writes a locked app refuses (the emulator's seeds are the tests' own).
 _LOCKABLE = ("google.cloud.ces.v1beta.EvaluationService", "google.cloud.ces.v1beta.AgentService")
 # POST methods that change an app's resources (the others run, export, test or read).
@@ -251,16 +260,28 @@ async def _admit(context: Context, scope: _Scope, request: Message) -> None:
         return
     if not (scope.creates or scope.changes or context.settings.require_apps):
         return  # a read in an app that need not exist: nothing to look up
-    stored = await context.storage.get_row(TABLE, app)
-    if stored is None:
-        if context.settings.require_apps:
-            raise ServiceError.not_found(APPS.pattern.type, app)
-        if scope.creates:
+    key = (_KNOWN, app)
+    known = context.recent.get(key)  # whether it is locked, learnt within the last second
+    if known is None:
+        stored = await context.storage.get_row(TABLE, app)
+        if stored is None:
+            if context.settings.require_apps:
+                raise ServiceError.not_found(APPS.pattern.type, app)
+            if not scope.creates:
+                return
             with contextlib.suppress(Conflict):  # stored meanwhile by another call
                 await context.storage.insert_row(TABLE, implicit(app))
-        return
-    if scope.changes and stored.locked:
+            known = False
+        else:
+            known = stored.locked
+        context.recent.put(key, known)
+    if scope.changes and known:
         raise locked(app)
+
+
+def forget(context: Context, app: str) -> None:
+    """Drop what the gate learnt of ``app`` (its lock changed, it was deleted or adopted)."""
+    context.recent.drop((_KNOWN, app))
 
 
 def gate(method: descriptor.MethodDescriptor, implementation: Rpc) -> Rpc:

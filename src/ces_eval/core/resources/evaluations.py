@@ -18,6 +18,7 @@ from ces_eval.core.resources.expectations import EXPECTATIONS
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import content_pb2, evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from ces_eval.offload import is_heavy, off_loop
 from ces_eval.storage.base import ListQuery, OrderBy, SortKey
 
 if TYPE_CHECKING:
@@ -64,12 +65,15 @@ async def _references(
     inputs = evaluation.WhichOneof("inputs")
     if inputs is None:
         return []
-    named = getattr(evaluation, inputs).evaluation_expectations
+    listed = getattr(evaluation, inputs).evaluation_expectations
     app = evaluation.name.rsplit("/evaluations/", 1)[0]
     path = f"evaluation.{inputs}.evaluation_expectations"
-    found = await standard.references(context, EXPECTATIONS, named, path, app)
+    found = await standard.references(context, EXPECTATIONS, listed, path, app)
     by_kind: dict[int, list[tuple[str, str]]] = {}
-    for at, kind, name in _tools_named(evaluation, "evaluation"):
+    # The walk visits every message of the evaluation: off the event loop when it is large.
+    walk = _tools_named(evaluation, "evaluation")
+    named: list[tuple[str, int, str]] = await off_loop(is_heavy(evaluation), list, walk)
+    for at, kind, name in named:
         by_kind.setdefault(kind, []).append((at, name))
     for kind, uses in by_kind.items():
         resource = _TOOL_KINDS[kind]
