@@ -7,8 +7,8 @@ to answer 501 UNIMPLEMENTED (not 404) on the official routes it does not serve y
 README's methods table lists them.
 
 Every fact comes from the client's runtime objects:
-- the methods: the RPC stubs of the gRPC transport that the client exposes as methods (the
-  EvaluationService RPCs and the Operations and Locations mixins);
+- the methods: the RPC stubs of the gRPC transport that each client of :data:`SERVICES` exposes
+  as methods (the service's RPCs and the Operations and Locations mixins, kept once);
 - each method's gRPC path: the client calls it once against a real in-process gRPC server that
   records the path it receives (the RPC name is that path's last segment);
 - each method's HTTP bindings: the REST transport's ``_Base<Rpc>._get_http_options()``, in the
@@ -33,17 +33,19 @@ import grpc
 
 DISTRIBUTION = "google-cloud-ces"
 CLIENT_MODULE = "google.cloud.ces_v1beta"
-_SERVICE = CLIENT_MODULE + ".services.evaluation_service"
+# The official services whose routes are recorded: the client's module of each, and its name.
+SERVICES = (("evaluation_service", "EvaluationService"), ("agent_service", "AgentService"))
 
 
-def _client_modules() -> tuple[Any, Any, Any, Any]:
-    """The client package, its gRPC and REST transports and api_core's exceptions, imported by
-    name: mypy checks this file in our environment, where the client is not installed (and must
-    not be)."""
+def _client_modules(module: str = SERVICES[0][0]) -> tuple[Any, Any, Any, Any]:
+    """The client package, the gRPC and REST transports of the service ``module`` and
+    api_core's exceptions, imported by name: mypy checks this file in our environment, where
+    the client is not installed (and must not be)."""
+    service = f"{CLIENT_MODULE}.services.{module}"
     return (
         importlib.import_module(CLIENT_MODULE),
-        importlib.import_module(_SERVICE + ".transports.grpc"),
-        importlib.import_module(_SERVICE + ".transports.rest_base"),
+        importlib.import_module(service + ".transports.grpc"),
+        importlib.import_module(service + ".transports.rest_base"),
         importlib.import_module("google.api_core.exceptions"),
     )
 
@@ -75,12 +77,13 @@ def _rpc_attributes(client_class: Any, transport_class: Any) -> list[str]:  # no
     )
 
 
-def recorded_paths() -> dict[str, str]:
+def recorded_paths(service: tuple[str, str] = SERVICES[0]) -> dict[str, str]:
     """Client method name → the gRPC path it calls, as a real server received it: every RPC
-    method of the client (``tests/official/dump_official.py`` takes the EvaluationService's)."""
-    client_module, grpc_transport, _, exceptions = _client_modules()
-    client_class = client_module.EvaluationServiceClient
-    transport_class = grpc_transport.EvaluationServiceGrpcTransport
+    method of the client of ``service`` (an entry of :data:`SERVICES`; its mixins' too)."""
+    module, name = service
+    client_module, grpc_transport, _, exceptions = _client_modules(module)
+    client_class = getattr(client_module, f"{name}Client")
+    transport_class = getattr(grpc_transport, f"{name}GrpcTransport")
     recorder = _PathRecorder()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2), handlers=[recorder])
     port = server.add_insecure_port("127.0.0.1:0")
@@ -101,9 +104,10 @@ def recorded_paths() -> dict[str, str]:
         server.stop(None)
 
 
-def _http_bindings(rest_base: Any, rpc: str) -> list[dict[str, str]]:  # noqa: ANN401
-    """The REST transport's bindings of ``rpc`` (none when the client has no REST form)."""
-    base = getattr(rest_base._BaseEvaluationServiceRestTransport, f"_Base{rpc}", None)
+def _http_bindings(rest_base: Any, name: str, rpc: str) -> list[dict[str, str]]:  # noqa: ANN401
+    """The REST transport's bindings of ``rpc`` of the service ``name`` (none when the client
+    has no REST form)."""
+    base = getattr(getattr(rest_base, f"_Base{name}RestTransport"), f"_Base{rpc}", None)
     if base is None:
         return []
     return [
@@ -117,20 +121,26 @@ def _http_bindings(rest_base: Any, rpc: str) -> list[dict[str, str]]:  # noqa: A
 
 
 def official_routes() -> dict[str, Any]:
-    """The document written to ``official_routes.json``: methods sorted by gRPC path."""
-    _, _, rest_base, _ = _client_modules()
+    """The document written to ``official_routes.json``: methods sorted by gRPC path, each
+    once (every client has the mixins)."""
     methods: list[dict[str, Any]] = []
-    for attribute, path in recorded_paths().items():
-        service, rpc = path.lstrip("/").split("/")
-        methods.append(
-            {
-                "name": rpc,
-                "service": service,
-                "path": path,
-                "client_method": attribute,
-                "http": _http_bindings(rest_base, rpc),
-            }
-        )
+    seen: set[str] = set()
+    for module, name in SERVICES:
+        _, _, rest_base, _ = _client_modules(module)
+        for attribute, path in recorded_paths((module, name)).items():
+            if path in seen:
+                continue
+            seen.add(path)
+            service, rpc = path.lstrip("/").split("/")
+            methods.append(
+                {
+                    "name": rpc,
+                    "service": service,
+                    "path": path,
+                    "client_method": attribute,
+                    "http": _http_bindings(rest_base, name, rpc),
+                }
+            )
     methods.sort(key=lambda m: str(m["path"]))
     return {
         "generated_by": "tools/official_routes.py; do not edit",

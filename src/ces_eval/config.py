@@ -177,6 +177,14 @@ class ServerConfig:
         parse=on_off,
         metavar="on|off",
     )
+    require_apps: bool = option(
+        _CORE.require_apps,
+        "on: a call naming something inside an app that CreateApp or ImportApp did not make is "
+        "NOT_FOUND, as in hosted CES; off: such an app exists from its first use, with the "
+        "defaults docs/semantics.md lists",
+        parse=on_off,
+        metavar="on|off",
+    )
     # The processes serving (workers.py); a worker is told nothing of it.
     workers: int = option(
         1,

@@ -3,8 +3,9 @@
 One row per method of the official client (EvaluationService, Operations, Locations:
 ``schema.official_routes``) and per method our descriptors declare (which adds WaitOperation and
 the EmulatorService). "Served" is what the server serves: a method our descriptors declare and
-the core implements (:func:`ces_eval.core.service.implements`, the test ``handlers`` uses); any
-other method answers UNIMPLEMENTED on gRPC and 501 on REST. The HTTP column shows our bindings
+the core implements (:func:`ces_eval.core.service.implements`, the test ``handlers`` uses), some
+of which answer FAILED_PRECONDITION for want of a model (:func:`ces_eval.core.service.needs_model`);
+any other method answers UNIMPLEMENTED on gRPC and 501 on REST. The HTTP column shows our bindings
 where our descriptors bind the method, else the official ones (those answer 501).
 
 README's "Methods" section holds :func:`markdown_table` (tests/docs/test_readme_methods.py keeps
@@ -16,22 +17,32 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ces_eval.contract import schema
-from ces_eval.core.service import implements
+from ces_eval.core.service import implements, needs_model
 
 __all__ = ["MethodRow", "markdown_table", "method_rows"]
 
 NOT_SERVED = "not yet: 501 UNIMPLEMENTED"
 SERVED = "served"
+# Served, but a generative model is what it needs and ces-eval has none (docs/semantics.md).
+NEEDS_MODEL = "needs a model: 400 FAILED_PRECONDITION"
 
 
 @dataclass(frozen=True)
 class MethodRow:
-    """One method: its gRPC path, HTTP bindings (``VERB template``), MCP tool and status."""
+    """One method: its gRPC path, HTTP bindings (``VERB template``), MCP tool and status
+    (``needs_model``: served, answering FAILED_PRECONDITION for want of a model)."""
 
     path: str
     bindings: tuple[str, ...]
     tool: str
     served: bool
+    needs_model: bool = False
+
+    @property
+    def status(self) -> str:
+        if self.needs_model:
+            return NEEDS_MODEL
+        return SERVED if self.served else NOT_SERVED
 
     @property
     def service(self) -> str:
@@ -59,7 +70,8 @@ def method_rows() -> tuple[MethodRow, ...]:
         else:
             bindings = [f"{b.verb} {b.template}" for b in official[path].bindings]
         served = path in declared and implements(declared[path])
-        rows.append(MethodRow(path, tuple(bindings), tools.get(path, ""), served))
+        model = served and needs_model(declared[path])
+        rows.append(MethodRow(path, tuple(bindings), tools.get(path, ""), served, model))
     rows.sort(key=lambda r: (services.index(r.service), r.path))
     return tuple(rows)
 
@@ -78,6 +90,6 @@ def markdown_table() -> str:
         lines.append(
             f"| `{row.path.lstrip('/')}` | {_cell(row.bindings, 'gRPC only')} "
             f"| {_cell((row.tool,) if row.tool else (), '—')} "
-            f"| {SERVED if row.served else NOT_SERVED} |"
+            f"| {row.status} |"
         )
     return "\n".join(lines) + "\n"

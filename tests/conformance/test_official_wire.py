@@ -33,9 +33,14 @@ D = TypeVar("D", descriptor.Descriptor, descriptor.EnumDescriptor)
 
 def _official_name(field: descriptor.FieldDescriptor) -> str:
     """proto-plus appends ``_`` to field names that clash with Python names (``type`` becomes
-    ``type_``) but keeps the proto JSON name (``type``); undo the rename."""
+    ``type_``, ``ignore_unknown_fields`` ``ignore_unknown_fields_``) but keeps the proto JSON
+    name (``type``, ``ignoreUnknownFields``); undo the rename."""
     name = field.name
-    return name[:-1] if name.endswith("_") and field.json_name == name[:-1] else name
+    if not name.endswith("_"):
+        return name
+    first, *rest = name[:-1].split("_")
+    camel = first + "".join(part[:1].upper() + part[1:] for part in rest)
+    return name[:-1] if field.json_name == camel else name
 
 
 def _type_name(field: descriptor.FieldDescriptor) -> str:
@@ -129,7 +134,10 @@ def test_every_reachable_message_and_enum_matches_the_official_client() -> None:
     assert "google.cloud.ces.v1beta.Conversation.Source" in enums
     assert "google.cloud.ces.v1beta.SessionConfig.RemoteDialogflowQueryParameters" in messages
     assert "google.cloud.ces.v1beta.GoogleSearchSuggestions" in messages
-    assert len(messages) > 150
+    assert "google.cloud.ces.v1beta.App" in messages
+    assert "google.cloud.ces.v1beta.DataStoreTool.BoostSpec.ConditionBoostSpec" in messages
+    assert "google.cloud.ces.v1beta.GenerateAppResourceRequest.AppGenerationConfig" in messages
+    assert len(messages) > 350
 
 
 def test_session_roots_are_the_run_session_messages() -> None:
@@ -186,17 +194,18 @@ def _http_rule(rule: http_pb2.HttpRule) -> dict[str, str]:
     return out
 
 
-@pytest.mark.parametrize("rpc", sorted(contract.official_rpc_names()))
-def test_rpc_matches_the_official_client(rpc: str) -> None:
-    official = contract.official().rpcs[rpc]
+@pytest.mark.parametrize("qualified", sorted(contract.official_rpc_names()))
+def test_rpc_matches_the_official_client(qualified: str) -> None:
+    official = contract.official().rpcs[qualified]
+    rpc = qualified.split(".")[1]
     files, pool = contract.ours()
-    service = pool.FindServiceByName(contract.SERVICE)
+    service = pool.FindServiceByName(official["service"])
     method = service.methods_by_name[rpc]
     assert f"/{service.full_name}/{method.name}" == official["path"]
     assert method.input_type.full_name == official["request"]
     assert method.output_type.full_name == official["response"]
 
-    proto = contract.method_options(files, contract.SERVICE)[rpc]
+    proto = contract.method_options(files, official["service"])[rpc]
     rule = proto.options.Extensions[annotations_pb2.http]
     rules = [_http_rule(rule)] + [_http_rule(r) for r in rule.additional_bindings]
     assert rules == official["http"]
@@ -210,14 +219,17 @@ def test_rpc_matches_the_official_client(rpc: str) -> None:
         assert not proto.options.HasExtension(operations_proto_pb2.operation_info)
 
 
-def test_service_declares_exactly_the_official_rpcs() -> None:
+@pytest.mark.parametrize(("service", "count"), [("EvaluationService", 35), ("AgentService", 51)])
+def test_service_declares_exactly_the_official_rpcs(service: str, count: int) -> None:
     _, pool = contract.ours()
-    service = pool.FindServiceByName(contract.SERVICE)
+    declared = pool.FindServiceByName(f"google.cloud.ces.v1beta.{service}")
     official = set(contract.official().rpcs)
-    assert {m.name for m in service.methods} == official
+    assert {f"{service}.{m.name}" for m in declared.methods} == {
+        rpc for rpc in official if rpc.startswith(f"{service}.")
+    }
     # What the RPC tests above are parametrized by is the client's own list.
     assert set(contract.official_rpc_names()) == official
-    assert len(official) == 35
+    assert len([rpc for rpc in official if rpc.startswith(f"{service}.")]) == count
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from ces_eval.contract import schema
-from ces_eval.methods import SERVED, markdown_table
+from ces_eval.methods import NEEDS_MODEL, SERVED, markdown_table
 from tests.support import contract
 from tests.support.standard_routes import standard_routes
 
@@ -28,6 +28,10 @@ def _ces_eval(*args: str) -> subprocess.CompletedProcess[str]:
 # The emulator's bindings: its custom methods' written out by hand, its standard methods' as
 # AIP-127 and AIP-131..135 spell them from each resource's name pattern.
 EMULATOR_BINDINGS = {
+    "GET /emulator/v1/{name=projects/*/locations/*/apps/*/conversations/*} "
+    "ces_eval.emulator.v1.EmulatorService.GetConversation",
+    "GET /emulator/v1/{parent=projects/*/locations/*/apps/*}/conversations "
+    "ces_eval.emulator.v1.EmulatorService.ListConversations",
     "POST /emulator/v1/{name=projects/*/locations/*/apps/*/outcomeRules/*}:release "
     "ces_eval.emulator.v1.EmulatorService.ReleaseOutcomeRule",
     "POST /emulator/v1/{name=projects/*}:reset ces_eval.emulator.v1.EmulatorService.ResetProject",
@@ -56,7 +60,7 @@ def test_describe_lists_the_official_and_emulator_bindings() -> None:
     lines = {" ".join(line.split()[:3]) for line in completed.stdout.splitlines()}
     expected = (
         {
-            f"{http['method'].upper()} {http['uri']} {contract.SERVICE}.{rpc}"
+            f"{http['method'].upper()} {http['uri']} google.cloud.ces.v1beta.{rpc}"
             for rpc, facts in contract.official().rpcs.items()
             for http in facts["http"]
         }
@@ -87,7 +91,9 @@ def test_describe_markdown_prints_the_methods_table() -> None:
     official = [f"| `{m.path.lstrip('/')}` |" for m in schema.official_routes().methods]
     rows = [line for line in completed.stdout.splitlines() if line.startswith(tuple(official))]
     assert len(rows) == len(official)
-    assert all(row.endswith(f"| {SERVED} |") for row in rows), rows
+    assert all(row.endswith((f"| {SERVED} |", f"| {NEEDS_MODEL} |")) for row in rows), rows
+    generate = "| `google.cloud.ces.v1beta.AgentService/GenerateAppResource` |"
+    assert any(r.startswith(generate) and r.endswith(f"| {NEEDS_MODEL} |") for r in rows)
 
 
 def test_readme_lists_every_serve_option_with_its_variable() -> None:

@@ -3,7 +3,8 @@
 The second half reads the table from README itself and asks a real ``ces-eval serve``: every
 method that gRPC reflection lists has a row; every official method's row is marked served; a row
 marked served answers its gRPC path and each of its HTTP routes with anything but UNIMPLEMENTED /
-501 (or 404 / 405 for the route); a row marked "not yet" (none is official) answers
+501 (or 404 / 405 for the route), one marked as needing a model FAILED_PRECONDITION / 400
+MODEL_NOT_CONFIGURED; a row marked "not yet" (none is official) answers
 UNIMPLEMENTED on gRPC and 501 on every route it lists.
 """
 
@@ -24,7 +25,7 @@ from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
 )
 
 from ces_eval.contract import schema
-from ces_eval.methods import NOT_SERVED, SERVED, markdown_table
+from ces_eval.methods import NEEDS_MODEL, NOT_SERVED, SERVED, markdown_table
 from ces_eval.testing.server import RunningServer
 from tests.support import contract
 from tests.unit.test_official_routes import sample_path
@@ -41,6 +42,7 @@ class Row:
     path: str  # "/package.Service/Method"
     bindings: tuple[tuple[str, str], ...]  # (verb, template)
     served: bool
+    needs_model: bool = False
 
 
 def readme_table() -> str:
@@ -54,12 +56,13 @@ def readme_rows() -> list[Row]:
     rows = []
     for line in readme_table().splitlines()[2:]:
         method, http, _tool, status = (cell.strip() for cell in line.strip("|").split(" | "))
-        assert status in {SERVED, NOT_SERVED}, line
+        assert status in {SERVED, NOT_SERVED, NEEDS_MODEL}, line
         bindings = tuple(
             (verb, template)
             for verb, template in (code.split(" ", 1) for code in _CODE.findall(http))
         )
-        rows.append(Row("/" + _CODE.findall(method)[0], bindings, status == SERVED))
+        path = "/" + _CODE.findall(method)[0]
+        rows.append(Row(path, bindings, status != NOT_SERVED, status == NEEDS_MODEL))
     return rows
 
 
@@ -136,11 +139,19 @@ def test_served_rows_are_what_the_server_serves(module_server: RunningServer) ->
             for row in rows
             if grpc_code(channel, row.path) is not grpc.StatusCode.UNIMPLEMENTED
         }
+        needing = {
+            row.path
+            for row in rows
+            if grpc_code(channel, row.path) is grpc.StatusCode.FAILED_PRECONDITION
+        }
     assert {row.path for row in rows if row.served} == answered
+    assert {row.path for row in rows if row.needs_model} <= needing
     for row in rows:
         for verb, template in row.bindings:
             status, reason = rest_answer(module_server, verb, template)
-            if row.served:
+            if row.needs_model:
+                assert (status, reason) == (400, "MODEL_NOT_CONFIGURED"), (row.path, verb)
+            elif row.served:
                 assert status != 501, (row.path, verb, template)
                 assert reason not in {"PATH_NOT_FOUND", "METHOD_NOT_ALLOWED"}, (row.path, verb)
             else:

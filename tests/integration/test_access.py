@@ -27,6 +27,7 @@ from google.rpc import error_details_pb2, status_pb2
 
 from ces_eval.access import method_access
 from ces_eval.contract import schema
+from ces_eval.contract.fields import required_fields
 from ces_eval.core.aip.standard import StandardMethod
 from ces_eval.core.service import RPCS, implements
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
@@ -60,6 +61,7 @@ class Owned:
             PROJECT_A,
             f"{PROJECT_A}/clock",  # every project has its clock
             LOCATION_A,
+            f"{LOCATION_A}/securitySettings",  # and every location its security settings
             APP_A,
             self.evaluation.name,
             self.result.name,
@@ -241,7 +243,8 @@ def owned(server: RunningServer) -> Owned:
 
 def _seed_the_rest(server: RunningServer, found: Owned) -> None:
     """One of every other resource a standard Create serves, built from its declaration alone
-    (a display name where it has one), under alice's resource of its parent's shape: the
+    (a display name where it has one, its other REQUIRED fields set), under alice's resource of
+    its parent's shape: the
     denials cover its methods too without a line here."""
     seeded = {found.evaluation.DESCRIPTOR, found.result.DESCRIPTOR}
     seeded |= {other.DESCRIPTOR for other in found.others}
@@ -254,11 +257,29 @@ def _seed_the_rest(server: RunningServer, found: Owned) -> None:
         body = resource.message()
         if "display_name" in resource.fields:
             setattr(body, "display_name", "alice's")  # noqa: B010 - the field is found by name
+        for field in required_fields(body.DESCRIPTOR):  # a deployment's channel_profile
+            if field.message_type is not None:
+                getattr(body, field.name).SetInParent()
+            elif field.type == field.TYPE_STRING and not getattr(body, field.name):
+                setattr(body, field.name, "alice's")
         method = schema.methods()[path]
         parent = _name_for(re.sub(r"\{[^}]+\}", "*", resource.parent.pattern), found, missing=False)
         request = message_factory.GetMessageClass(method.input_type)(parent=parent)
         getattr(request, resource.field).CopyFrom(body)
         found.others.append(_call(server, method, request, ALICE))
+        seeded.add(resource.message.DESCRIPTOR)
+    # A resource no caller creates (an app's changelog entries): the first its List gives.
+    for path, rpc in RPCS.items():
+        resource = rpc.resource if isinstance(rpc, StandardMethod) else None
+        if resource is None or rpc.verb != "List" or resource.message.DESCRIPTOR in seeded:
+            continue
+        method = schema.methods()[path]
+        parent = _name_for(re.sub(r"\{[^}]+\}", "*", resource.parent.pattern), found, missing=False)
+        listed = _call(
+            server, method, message_factory.GetMessageClass(method.input_type)(parent=parent), ALICE
+        )
+        items = next(value for field, value in listed.ListFields() if field.is_repeated)
+        found.others.append(items[0])
         seeded.add(resource.message.DESCRIPTOR)
 
 

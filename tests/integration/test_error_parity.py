@@ -46,12 +46,12 @@ import grpc
 import httpx
 import pytest
 from google.api import annotations_pb2
-from google.protobuf import json_format
+from google.protobuf import descriptor, json_format
 from google.protobuf.message import Message
 from google.rpc import status_pb2
 
 from ces_eval.errors import DOMAIN, Code
-from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import agent_service_pb2, evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.storage.sqlite import SqliteStorage
 from ces_eval.testing.server import RunningServer, start_server
@@ -70,7 +70,10 @@ OVER = 11 * 1024 * 1024  # bytes: past the 10 MiB request limit of every surface
 ERROR_INFO = "type.googleapis.com/google.rpc.ErrorInfo"
 BAD_REQUEST = "type.googleapis.com/google.rpc.BadRequest"
 _VARIABLE = re.compile(r"\{([a-z_.]+)(?:=[^}]*)?\}")
-_SERVICE = service_pb2.DESCRIPTOR.services_by_name["EvaluationService"]
+_SERVICES = (
+    service_pb2.DESCRIPTOR.services_by_name["EvaluationService"],
+    agent_service_pb2.DESCRIPTOR.services_by_name["AgentService"],
+)
 
 
 # -- what a surface said -------------------------------------------------------------------------
@@ -228,6 +231,16 @@ def _create(world: World, parent: str, eid: str, token: str | None = None) -> st
     return name
 
 
+def _named_tool(world: World) -> str:
+    """A tool of APP that an agent names (its delete is refused without force)."""
+    tool = world.http.post(f"/v1beta/{APP}/tools", json={"clientFunction": {"name": "lookup"}})
+    assert tool.status_code == 200, tool.text
+    name: str = tool.json()["name"]
+    agent = world.http.post(f"/v1beta/{APP}/agents", json={"displayName": "Root", "tools": [name]})
+    assert agent.status_code == 200, agent.text
+    return name
+
+
 def _seed_linked(database: Path) -> str:
     """An evaluation that belongs to an evaluation dataset, written through the storage layer
     before the server opens the file: ``evaluation_datasets`` is output only (datasets own the
@@ -282,6 +295,7 @@ def open_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         world.names["undecodable"] = _create(world, BROKEN_APP, "undecodable")
         _break_row(database, world.names["undecodable"])
         _plant_link(world)
+        world.names["named tool"] = _named_tool(world)
         yield world
 
 
@@ -326,6 +340,16 @@ Provoke = Callable[[World], Seen]
 Request = Callable[[World], Message]
 
 
+def _method(request: Message) -> tuple[str, descriptor.MethodDescriptor]:
+    """The service (full name) and method that take ``request``."""
+    return next(
+        (service.full_name, method)
+        for service in _SERVICES
+        for method in service.methods
+        if method.input_type == request.DESCRIPTOR
+    )
+
+
 def _tool(method: str) -> str:
     """The MCP tool of an RPC: its name in snake case (``GetEvaluation`` → ``get_evaluation``)."""
     return re.sub(r"(?<!^)(?=[A-Z])", "_", method).lower()
@@ -339,7 +363,7 @@ def _rest_form(request: Message) -> tuple[str, str, dict[str, str], Any]:
     """(verb, path, query, body) of ``request`` by its method's ``google.api.http`` rule: path
     variables from the request, the body field (or every other field, ``*``) as JSON, the
     remaining set fields as query parameters by their JSON names (google/api/http.proto)."""
-    method = next(m for m in _SERVICE.methods if m.input_type == request.DESCRIPTOR)
+    _, method = _method(request)
     rule = method.GetOptions().Extensions[annotations_pb2.http]
     verb = rule.WhichOneof("pattern")
     fields = request.DESCRIPTOR.fields_by_name
@@ -381,8 +405,8 @@ def same(
 
     def over_grpc(world: World) -> Seen:
         message = request(world)
-        method = next(m for m in _SERVICE.methods if m.input_type == message.DESCRIPTOR)
-        path = f"/{_SERVICE.full_name}/{method.name}"
+        service, method = _method(message)
+        path = f"/{service}/{method.name}"
         return world.grpc(path, message.SerializeToString(), token, deadline)
 
     def over_rest(world: World) -> Seen:
@@ -390,7 +414,7 @@ def same(
 
     def over_mcp(world: World) -> Seen:
         message = request(world)
-        method = next(m for m in _SERVICE.methods if m.input_type == message.DESCRIPTOR)
+        _, method = _method(message)
         return world.mcp(_tool(method.name), json_format.MessageToDict(message), extra)
 
     calls = {"grpc": over_grpc, "rest": over_rest, "mcp": over_mcp}
@@ -569,6 +593,18 @@ CASES = [
         "FAILED_PRECONDITION",
         "EVALUATION_IN_USE",
         same(lambda world: service_pb2.DeleteEvaluationRequest(name=world.names["linked"])),
+    ),
+    Case(
+        "named-by-agents",
+        "FAILED_PRECONDITION",
+        "RESOURCE_IN_USE",
+        same(lambda world: agent_service_pb2.DeleteToolRequest(name=world.names["named tool"])),
+    ),
+    Case(
+        "needs-a-model",
+        "FAILED_PRECONDITION",
+        "MODEL_NOT_CONFIGURED",
+        same(lambda world: agent_service_pb2.GenerateAppResourceRequest(parent=APP)),
     ),
     Case(
         "export-path-refused",

@@ -47,12 +47,34 @@ EXPECTED_TOOLS = {
     "wait_operation",
     "get_location",
     "list_locations",
-    *(snake_case(r.rpc) for r in standard_routes() if r.service == "EvaluationService"),
+    "get_conversation",
+    "list_conversations",
+    "delete_conversation",
+    "batch_delete_conversations",
+    "get_security_settings",
+    "update_security_settings",
+    "generate_app_resource",
+    "create_app",
+    "update_app",
+    "delete_app",
+    "export_app",
+    "import_app",
+    "restore_app_version",
+    *(
+        snake_case(r.rpc)
+        for r in standard_routes()
+        if r.service in ("EvaluationService", "AgentService")
+    ),
 }
 
 # (readOnly, destructive, idempotent, openWorld)
 EXPECTED_HINTS = {
     "list_evaluation_results": (True, False, True, False),
+    "batch_delete_conversations": (False, True, True, False),
+    "import_app": (False, True, False, False),
+    "restore_app_version": (False, True, True, False),
+    "delete_app": (False, True, True, False),
+    "export_app": (False, False, False, False),
     "create_evaluation": (False, False, False, False),
     "import_evaluations": (False, True, False, False),
     "upload_evaluation_audio": (False, True, False, False),

@@ -24,7 +24,11 @@ APP = "projects/p/locations/l/apps/a"
 def test_health_and_reflection(server: RunningServer) -> None:
     with grpc.insecure_channel(server.grpc_target) as channel:
         health = health_pb2_grpc.HealthStub(channel)
-        for service in ("", "google.cloud.ces.v1beta.EvaluationService"):
+        for service in (
+            "",
+            "google.cloud.ces.v1beta.EvaluationService",
+            "google.cloud.ces.v1beta.AgentService",
+        ):
             answer = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
             assert answer.status == health_pb2.HealthCheckResponse.SERVING
         stub = reflection_pb2_grpc.ServerReflectionStub(channel)
@@ -34,6 +38,7 @@ def test_health_and_reflection(server: RunningServer) -> None:
         listed = {s.name for r in responses for s in r.list_services_response.service}
     assert listed == {
         "google.cloud.ces.v1beta.EvaluationService",
+        "google.cloud.ces.v1beta.AgentService",
         "ces_eval.emulator.v1.EmulatorService",
         "google.longrunning.Operations",
         "google.cloud.location.Locations",

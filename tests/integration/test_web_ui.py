@@ -88,6 +88,13 @@ def _seed(server: RunningServer) -> dict[str, Any]:
             created: dict[str, Any] = answer.json()
             return created
 
+        # What the AgentService keeps of the app: the tool the goldens call, an agent, a version.
+        code = "def lookup_order(order):\n    return order\n"
+        tool = {"pythonFunction": {"name": "lookup_order", "pythonCode": code}}
+        post(f"{APP}/tools?toolId=lookup-order", tool)
+        agent = {"displayName": "Router", "tools": [f"{APP}/tools/lookup-order"]}
+        post(f"{APP}/agents?agentId=router", agent)
+        post(f"{APP}/versions", {"displayName": "Release 1"})
         status = post(f"{APP}/evaluations", _golden("Status of 42", 42))
         refund = post(f"{APP}/evaluations", _golden("Refund of 7", 7))
         post(
@@ -161,6 +168,11 @@ def test_the_pages_show_the_seeded_app_from_apps_to_turns(browser: Browser, tmp_
         runs = page.locator("#runs tr").all_inner_texts()[1:]
         assert len(runs) == RUNS
         assert all("COMPLETED" in row and "2/2" in row and "50%" in row for row in runs), runs
+        assert page.locator("#agents tr").all_inner_texts()[1:] == ["Router\trouter"]
+        tools = page.locator("#tools tr").all_inner_texts()[1:]
+        assert tools == ["lookup_order\tlookup-order\tpython_function"]
+        versions = page.locator("#versions tr").all_inner_texts()[1:]
+        assert [row.split("\t")[0] for row in versions] == ["Release 1"]
         _shot(page, "2-app")
 
         page.click("#runs a >> nth=0")

@@ -7,26 +7,28 @@ dumped FileDescriptorSet into a separate DescriptorPool and compares it with our
 Facts come from the client's runtime objects, not from its text or a list kept here:
 - the RPCs and their gRPC paths: every RPC stub of the gRPC transport is called once through the
   client against a real in-process gRPC server that records the path it receives
-  (``tools/official_routes.py``'s ``recorded_paths``); the EvaluationService's are dumped, the
+  (``tools/official_routes.py``'s ``recorded_paths``); the RPCs of each service of its
+  ``SERVICES`` (EvaluationService, AgentService) are dumped, keyed ``Service.Rpc``, the
   Operations and Locations mixins are not;
 - request/response types: the client methods' type annotations (``google.longrunning.Operation``
   for long-running methods, ``google.protobuf.Empty`` for methods annotated ``None``);
 - HTTP rules: the REST transport's ``_get_http_options``;
 - long-running response and metadata types: fixed by the client's ``operation.from_gapic`` calls
-  (``services/evaluation_service/client.py``). ``LRO_TYPES`` states them; the dump
+  (``services/<service>/client.py``). ``LRO_TYPES`` states them; the dump
   fails unless they are exactly what those calls name, one entry per method returning an
   operation, and each is found in the dumped descriptors;
-- two named roots beside the EvaluationService's: the request and response of
+- two named roots beside the services': the request and response of
   SessionService.RunSession, the session JSON the run engine exchanges with a team's own agent.
   ces-eval does not serve SessionService; ``SESSION_RPCS`` names the RPC and the dump reads its
   types from the annotations of the SessionService client's method, as it does for the
-  EvaluationService's (they are dumped under ``session_rpcs``, not ``rpcs``).
+  services' (they are dumped under ``session_rpcs``, not ``rpcs``).
 """
 
 from __future__ import annotations
 
 import ast
 import base64
+import importlib
 import inspect
 import json
 import sys
@@ -36,48 +38,72 @@ from typing import Any
 
 from google.api_core import operation
 from google.cloud import ces_v1beta
-from google.cloud.ces_v1beta.services.evaluation_service import client as client_module
 from google.cloud.ces_v1beta.services.evaluation_service.transports import rest_base
 from google.longrunning import operations_pb2
 from google.protobuf import descriptor_pb2, descriptor_pool, empty_pb2
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-from official_routes import recorded_paths
+from official_routes import SERVICES, recorded_paths
 
-SERVICE = "google.cloud.ces.v1beta.EvaluationService"
 V1BETA = "google.cloud.ces.v1beta"
-# RPC → (response, metadata) full names of its long-running operation, as the client's
-# operation.from_gapic calls unpack them (ExportEvaluations' metadata is the
-# OperationMetadata of the official agent_service file).
+CLIENT_SERVICES = "google.cloud.ces_v1beta.services"
+# Each dumped service's RPC → (response, metadata) full names of its long-running operation, as
+# the client's operation.from_gapic calls unpack them (ExportEvaluations' metadata, like the
+# AgentService's, is the OperationMetadata of the official agent_service file).
 LRO_TYPES = {
-    "RunEvaluation": (
-        f"{V1BETA}.RunEvaluationResponse",
-        f"{V1BETA}.RunEvaluationOperationMetadata",
-    ),
-    "GenerateEvaluation": (f"{V1BETA}.Evaluation", f"{V1BETA}.GenerateEvaluationOperationMetadata"),
-    "ImportEvaluations": (
-        f"{V1BETA}.ImportEvaluationsResponse",
-        f"{V1BETA}.ImportEvaluationsOperationMetadata",
-    ),
-    "DeleteEvaluationRun": (
-        "google.protobuf.Empty",
-        f"{V1BETA}.DeleteEvaluationRunOperationMetadata",
-    ),
-    "ExportEvaluations": (f"{V1BETA}.ExportEvaluationsResponse", f"{V1BETA}.OperationMetadata"),
-    "ExportEvaluationRuns": (
-        f"{V1BETA}.ExportEvaluationRunsResponse",
-        f"{V1BETA}.ExportEvaluationRunsOperationMetadata",
-    ),
-    "ExportEvaluationResults": (
-        f"{V1BETA}.ExportEvaluationResultsResponse",
-        f"{V1BETA}.ExportEvaluationResultsOperationMetadata",
-    ),
-    "RunEvaluationResultMetrics": (
-        f"{V1BETA}.RunEvaluationResultMetricsResponse",
-        f"{V1BETA}.RunEvaluationResultMetricsOperationMetadata",
-    ),
+    "EvaluationService": {
+        "RunEvaluation": (
+            f"{V1BETA}.RunEvaluationResponse",
+            f"{V1BETA}.RunEvaluationOperationMetadata",
+        ),
+        "GenerateEvaluation": (
+            f"{V1BETA}.Evaluation",
+            f"{V1BETA}.GenerateEvaluationOperationMetadata",
+        ),
+        "ImportEvaluations": (
+            f"{V1BETA}.ImportEvaluationsResponse",
+            f"{V1BETA}.ImportEvaluationsOperationMetadata",
+        ),
+        "DeleteEvaluationRun": (
+            "google.protobuf.Empty",
+            f"{V1BETA}.DeleteEvaluationRunOperationMetadata",
+        ),
+        "ExportEvaluations": (
+            f"{V1BETA}.ExportEvaluationsResponse",
+            f"{V1BETA}.OperationMetadata",
+        ),
+        "ExportEvaluationRuns": (
+            f"{V1BETA}.ExportEvaluationRunsResponse",
+            f"{V1BETA}.ExportEvaluationRunsOperationMetadata",
+        ),
+        "ExportEvaluationResults": (
+            f"{V1BETA}.ExportEvaluationResultsResponse",
+            f"{V1BETA}.ExportEvaluationResultsOperationMetadata",
+        ),
+        "RunEvaluationResultMetrics": (
+            f"{V1BETA}.RunEvaluationResultMetricsResponse",
+            f"{V1BETA}.RunEvaluationResultMetricsOperationMetadata",
+        ),
+    },
+    "AgentService": {
+        "CreateApp": (f"{V1BETA}.App", f"{V1BETA}.OperationMetadata"),
+        "DeleteApp": ("google.protobuf.Empty", f"{V1BETA}.OperationMetadata"),
+        "ExportApp": (f"{V1BETA}.ExportAppResponse", f"{V1BETA}.OperationMetadata"),
+        "ImportApp": (f"{V1BETA}.ImportAppResponse", f"{V1BETA}.OperationMetadata"),
+        "BatchDeleteConversations": (
+            f"{V1BETA}.BatchDeleteConversationsResponse",
+            f"{V1BETA}.OperationMetadata",
+        ),
+        "RestoreAppVersion": (
+            f"{V1BETA}.RestoreAppVersionResponse",
+            f"{V1BETA}.OperationMetadata",
+        ),
+        "GenerateAppResource": (
+            f"{V1BETA}.GenerateAppResourceResponse",
+            f"{V1BETA}.GenerateAppResourceOperationMetadata",
+        ),
+    },
 }
-
 
 # SessionService RPC → its client method: named roots whose request and response types the dump
 # reads from that method's annotations (the run engine speaks them to a team's own agent).
@@ -106,7 +132,7 @@ def _files(roots: list[Any]) -> descriptor_pb2.FileDescriptorSet:
     return out
 
 
-def _types(client_method: str, client: Any = ces_v1beta.EvaluationServiceClient) -> tuple[Any, Any]:
+def _types(client_method: str, client: Any) -> tuple[Any, Any]:
     hints = typing.get_type_hints(getattr(client, client_method))
     request = next(a for a in typing.get_args(hints["request"]) if hasattr(a, "pb"))
     returned = hints["return"]
@@ -121,26 +147,29 @@ def _types(client_method: str, client: Any = ces_v1beta.EvaluationServiceClient)
     return _message_descriptor(request), _message_descriptor(response)
 
 
-def _evaluate(node: ast.expr) -> Any:
-    """A dotted name of the client module (``evaluation_service.RunEvaluationResponse``), as
-    the module's own namespace resolves it."""
+def _evaluate(node: ast.expr, module: Any) -> Any:
+    """A dotted name of the client ``module`` (``evaluation_service.RunEvaluationResponse``),
+    as the module's own namespace resolves it."""
     parts: list[str] = []
     while isinstance(node, ast.Attribute):
         parts.append(node.attr)
         node = node.value
     if not isinstance(node, ast.Name):
         raise ValueError(f"not a dotted name: {ast.dump(node)}")
-    value = getattr(client_module, node.id)
+    value = getattr(module, node.id)
     for part in reversed(parts):
         value = getattr(value, part)
     return value
 
 
-def _client_lro_types(client_methods: dict[str, str]) -> dict[str, tuple[str, str]]:
-    """RPC → (response, metadata) full names, read from each client method's
-    ``operation.from_gapic(response, operations_client, <response type>, metadata_type=...)``."""
+def _client_lro_types(name: str, client_methods: dict[str, str]) -> dict[str, tuple[str, str]]:
+    """RPC → (response, metadata) full names, read from each method of the service ``name``'s
+    client: ``operation.from_gapic(response, operations_client, <response type>,
+    metadata_type=...)``."""
     rpc_of = {attribute: rpc for rpc, attribute in client_methods.items()}
-    tree = ast.parse(inspect.getsource(ces_v1beta.EvaluationServiceClient))
+    client = getattr(ces_v1beta, f"{name}Client")
+    module = sys.modules[client.__module__]
+    tree = ast.parse(inspect.getsource(client))
     (cls,) = (n for n in tree.body if isinstance(n, ast.ClassDef))
     found: dict[str, tuple[str, str]] = {}
     for function in cls.body:
@@ -155,46 +184,65 @@ def _client_lro_types(client_methods: dict[str, str]) -> dict[str, tuple[str, st
                 continue
             metadata = next(k.value for k in call.keywords if k.arg == "metadata_type")
             names = tuple(
-                _message_descriptor(_evaluate(node)).full_name for node in (call.args[2], metadata)
+                _message_descriptor(_evaluate(node, module)).full_name
+                for node in (call.args[2], metadata)
             )
             found[rpc_of[function.name]] = (names[0], names[1])
     return found
 
 
-def main() -> int:
+def _service_rpcs(module: str, name: str, roots: list[Any]) -> dict[str, Any]:
+    """The facts of every RPC of the service ``name`` (client module ``module``), keyed
+    ``Service.Rpc``; their request, response and long-running types join ``roots``."""
+    service = f"{V1BETA}.{name}"
     paths = {
         path.rsplit("/", 1)[1]: (attribute, path)
-        for attribute, path in recorded_paths().items()
-        if path.startswith(f"/{SERVICE}/")
+        for attribute, path in recorded_paths((module, name)).items()
+        if path.startswith(f"/{service}/")
     }
     client_methods = {rpc: attribute for rpc, (attribute, _) in paths.items()}
+    client = getattr(ces_v1beta, f"{name}Client")
+    rest = getattr(
+        importlib.import_module(f"{CLIENT_SERVICES}.{module}.transports.rest_base"),
+        f"_Base{name}RestTransport",
+    )
+    lro_types = LRO_TYPES[name]
     rpcs: dict[str, Any] = {}
-    roots: list[Any] = []
     for rpc, (attribute, path) in sorted(paths.items()):
-        request, response = _types(attribute)
-        http = getattr(rest_base._BaseEvaluationServiceRestTransport, f"_Base{rpc}")
-        rpcs[rpc] = {
+        request, response = _types(attribute, client)
+        rpcs[f"{name}.{rpc}"] = {
+            "service": service,
             "path": path,
             "client_method": attribute,
             "request": request.full_name,
             "response": response.full_name,
-            "http": http._get_http_options(),
-            "lro": list(LRO_TYPES.get(rpc, ())),
+            "http": getattr(rest, f"_Base{rpc}")._get_http_options(),
+            "lro": list(lro_types.get(rpc, ())),
         }
         roots += [request, response]
     long_running = {
-        rpc for rpc, facts in rpcs.items() if facts["response"] == "google.longrunning.Operation"
+        rpc.split(".")[1]
+        for rpc, facts in rpcs.items()
+        if facts["response"] == "google.longrunning.Operation"
     }
-    if set(LRO_TYPES) != long_running:
-        raise SystemExit(f"LRO_TYPES names {sorted(LRO_TYPES)}, the client {sorted(long_running)}")
-    client_lro = _client_lro_types(client_methods)
-    if client_lro != LRO_TYPES:
+    if set(lro_types) != long_running:
+        raise SystemExit(f"LRO_TYPES names {sorted(lro_types)}, the client {sorted(long_running)}")
+    client_lro = _client_lro_types(name, client_methods)
+    if client_lro != lro_types:
         raise SystemExit(
-            f"LRO_TYPES differs from the client's operation.from_gapic calls: {client_lro}"
+            f"LRO_TYPES[{name}] differs from the client's operation.from_gapic calls: {client_lro}"
         )
     default = descriptor_pool.Default()
-    for names in LRO_TYPES.values():
-        roots += [default.FindMessageTypeByName(name) for name in names]
+    for names in lro_types.values():
+        roots += [default.FindMessageTypeByName(full) for full in names]
+    return rpcs
+
+
+def main() -> int:
+    rpcs: dict[str, Any] = {}
+    roots: list[Any] = []
+    for module, name in SERVICES:
+        rpcs |= _service_rpcs(module, name, roots)
     session_rpcs: dict[str, Any] = {}
     for rpc, attribute in sorted(SESSION_RPCS.items()):
         request, response = _types(attribute, ces_v1beta.SessionServiceClient)
@@ -204,9 +252,10 @@ def main() -> int:
     dumped = descriptor_pool.DescriptorPool()
     for file in files.file:
         dumped.Add(file)
-    for names in LRO_TYPES.values():
-        for name in names:
-            dumped.FindMessageTypeByName(name)  # KeyError: not in the dumped descriptors
+    for types in LRO_TYPES.values():
+        for names in types.values():
+            for full in names:
+                dumped.FindMessageTypeByName(full)  # KeyError: not in the dumped descriptors
     base = rest_base._BaseEvaluationServiceRestTransport
     operations_http = {
         name: getattr(base, f"_Base{name}")._get_http_options()

@@ -28,6 +28,7 @@ import grpc
 from google.api_core import exceptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import ces_v1beta
+from google.cloud.ces_v1beta.services.agent_service.transports import grpc as agent_grpc
 from google.cloud.ces_v1beta.services.evaluation_service.transports import grpc as grpc_transport
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 from google.rpc import error_details_pb2
@@ -82,23 +83,27 @@ class RoundRobin:
         return getattr(target, name)
 
 
-def wiring(transport: str, targets: str, descriptor_set: str = "") -> tuple[Any, Any]:
-    """The official client and our emulator's client of ``targets`` over ``transport``
-    (``grpc``: ``HOST:PORT`` and our descriptor set; ``rest``: ``http://HOST:PORT``); several
-    comma-separated targets (replicas sharing one database) are called in turn, one call each."""
+def wiring(transport: str, targets: str, descriptor_set: str = "") -> tuple[Any, Any, Any]:
+    """The official EvaluationService and AgentService clients and our emulator's client of
+    ``targets`` over ``transport`` (``grpc``: ``HOST:PORT`` and our descriptor set; ``rest``:
+    ``http://HOST:PORT``); several comma-separated targets (replicas sharing one database) are
+    called in turn, one call each."""
     clients: list[ces_v1beta.EvaluationServiceClient] = []
+    agents: list[ces_v1beta.AgentServiceClient] = []
     emulators: list[Emulator | RestEmulator] = []
     for target in targets.split(","):
         if transport == "grpc":
             channel = grpc.insecure_channel(target)
             clients.append(official_client(transport, target, channel))
+            agents.append(official_client(transport, target, channel, "AgentService"))
             emulators.append(Emulator(channel, descriptor_set))
         else:
             clients.append(official_client(transport, target))
+            agents.append(official_client(transport, target, service="AgentService"))
             emulators.append(RestEmulator(target))
     if len(clients) == 1:
-        return clients[0], emulators[0]
-    return RoundRobin(clients), RoundRobin(emulators)
+        return clients[0], emulators[0], agents[0]
+    return RoundRobin(clients), RoundRobin(emulators), RoundRobin(agents)
 
 
 def refused(call: Callable[[], object], kind: type[Exception]) -> dict[str, Any]:
@@ -112,19 +117,29 @@ def refused(call: Callable[[], object], kind: type[Exception]) -> dict[str, Any]
     raise AssertionError(f"expected {kind.__name__}")
 
 
+# The official clients of the services ces-eval serves: the client class and its gRPC transport.
+_CLIENTS: dict[str, tuple[Any, Any]] = {
+    "EvaluationService": (
+        ces_v1beta.EvaluationServiceClient,
+        grpc_transport.EvaluationServiceGrpcTransport,
+    ),
+    "AgentService": (ces_v1beta.AgentServiceClient, agent_grpc.AgentServiceGrpcTransport),
+}
+
+
 def official_client(
-    transport: str, target: str, channel: grpc.Channel | None = None
-) -> ces_v1beta.EvaluationServiceClient:
-    """The official client of one server: over ``channel`` (an insecure one to ``target`` when
-    not given, default options) for ``grpc``, over its REST binding with anonymous credentials
-    for ``rest``."""
+    transport: str,
+    target: str,
+    channel: grpc.Channel | None = None,
+    service: str = "EvaluationService",
+) -> Any:
+    """The official client of ``service`` of one server: over ``channel`` (an insecure one to
+    ``target`` when not given, default options) for ``grpc``, over its REST binding with
+    anonymous credentials for ``rest``."""
+    client_class, grpc_class = _CLIENTS[service]
     if transport == "grpc":
-        return ces_v1beta.EvaluationServiceClient(
-            transport=grpc_transport.EvaluationServiceGrpcTransport(
-                channel=channel or grpc.insecure_channel(target)
-            )
-        )
-    return ces_v1beta.EvaluationServiceClient(
+        return client_class(transport=grpc_class(channel=channel or grpc.insecure_channel(target)))
+    return client_class(
         transport="rest",
         client_options={"api_endpoint": target},
         credentials=AnonymousCredentials(),
@@ -272,6 +287,7 @@ class Wired:
     transport: str
     client: Any
     emulator: Any
+    agents: Any  # the official AgentService client
 
     def app(self, project: str) -> str:
         """An app of ``project`` of its own for this transport, so that the gRPC and REST runs
@@ -283,6 +299,6 @@ def main(scenario: Callable[..., object]) -> NoReturn:
     """Run ``scenario(wired, *arguments)`` from the command line (the module's docstring) and
     exit: 0 when it returns, non-zero with the traceback when it raises."""
     transport, targets, descriptor_set, *arguments = sys.argv[1:]
-    client, emulator = wiring(transport, targets, descriptor_set)
-    scenario(Wired(transport, client, emulator), *arguments)
+    client, emulator, agents = wiring(transport, targets, descriptor_set)
+    scenario(Wired(transport, client, emulator, agents), *arguments)
     sys.exit(0)

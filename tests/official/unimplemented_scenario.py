@@ -3,9 +3,10 @@
 Runs in the official client's own environment (``.venv-client``), never beside ``ces_eval``.
 Usage: ``unimplemented_scenario.py grpc HOST:PORT`` or
 ``unimplemented_scenario.py rest http://HOST:PORT``, with a JSON list of methods on stdin, each
-``{"client_method": ..., "http": [{"template": ...}, ...]}`` as in official_routes.json. Each
-method is called once through the client (no retry); the request names a resource matching the
-method's first HTTP template, so the REST transport can build its URL. One JSON line per method
+``{"client_method": ..., "service": ..., "http": [{"template": ...}, ...]}`` as in
+official_routes.json. Each method is called once through the client of its service (no retry);
+the request names a resource matching the method's first HTTP template, so the REST transport
+can build its URL. One JSON line per method
 on stdout: the exception the client raised (if any) and the ErrorInfo it parsed. A last line,
 ``{"unknown": ...}``, is what api_core makes of the server's answer to a method nobody declares:
 over gRPC a call of ``UNKNOWN_METHOD`` on the client's channel, over REST a POST of an unbound
@@ -26,6 +27,8 @@ from google.auth.transport.requests import AuthorizedSession
 
 # The scenarios run as scripts: their folder is on sys.path.
 from harness import official_client  # type: ignore[import-not-found]
+
+AGENT_SERVICE = "google.cloud.ces.v1beta.AgentService"
 
 _VARIABLE = re.compile(r"\{([^}=]+)(?:=([^}]*))?\}")
 UNKNOWN_METHOD = "/google.cloud.ces.v1beta.EvaluationService/NoSuchMethod"
@@ -96,8 +99,11 @@ def main() -> int:
     methods = json.load(sys.stdin)
     channel = grpc.insecure_channel(target) if transport == "grpc" else None
     client = official_client(transport, target, channel)
+    agents = official_client(transport, target, channel, "AgentService")
     for method in methods:
-        print(json.dumps(call(client, method), default=str), flush=True)
+        # Each method through the client of its service (the mixins: either has them).
+        serving = agents if method["service"] == AGENT_SERVICE else client
+        print(json.dumps(call(serving, method), default=str), flush=True)
     print(json.dumps({"unknown": unknown(transport, target, channel)}, default=str), flush=True)
     if channel is not None:
         channel.close()

@@ -23,11 +23,13 @@ ROOT = Path(__file__).resolve().parents[2]
 DESCRIPTOR_SET = ROOT / "generated" / "descriptor_set.binpb"
 OFFICIAL_ROUTES = ROOT / "generated" / "official_routes.json"
 CLIENT_PYTHON = Path(os.environ.get("CES_CLIENT_PYTHON", ROOT / ".venv-client" / "bin" / "python"))
-SERVICE = "google.cloud.ces.v1beta.EvaluationService"
+# The official services ces-eval serves, compared RPC by RPC with the client.
+SERVICES = ("google.cloud.ces.v1beta.EvaluationService", "google.cloud.ces.v1beta.AgentService")
 
 
 @dataclass(frozen=True)
 class Official:
+    # ``Service.Rpc`` (``AgentService.CreateApp``) → its facts, ``service`` the full name.
     rpcs: dict[str, dict[str, Any]]
     operations_http: dict[str, list[dict[str, str]]]
     locations_http: dict[str, list[dict[str, str]]]
@@ -120,10 +122,14 @@ def method_options(
 
 
 def official_rpc_names() -> list[str]:
-    """The official client's EvaluationService RPCs, for parametrizing tests at collection time
-    without running the client: ``generated/official_routes.json``, which
+    """The official client's RPCs of :data:`SERVICES`, as ``Service.Rpc``, for parametrizing
+    tests at collection time without running the client: ``generated/official_routes.json``, which
     ``tools/official_routes.py`` records from the client's gRPC transport (``make
     check-generated`` keeps it fresh). ``test_official_wire`` also holds it equal to the RPCs
     :func:`official` dumps from the client itself."""
     document = json.loads(OFFICIAL_ROUTES.read_text(encoding="utf-8"))
-    return sorted(m["name"] for m in document["methods"] if m["service"] == SERVICE)
+    return sorted(
+        f"{m['service'].rsplit('.', 1)[1]}.{m['name']}"
+        for m in document["methods"]
+        if m["service"] in SERVICES
+    )

@@ -22,6 +22,7 @@ __all__ = ["StandardRoute", "standard_routes"]
 # Each service's version prefix (AIP-127: the routes of a service start with its version).
 PREFIXES = {
     "google.cloud.ces.v1beta.EvaluationService": "/v1beta",
+    "google.cloud.ces.v1beta.AgentService": "/v1beta",
     "ces_eval.emulator.v1.EmulatorService": "/emulator/v1",
 }
 _VERBS = {"Create": "POST", "Get": "GET", "List": "GET", "Update": "PATCH", "Delete": "DELETE"}

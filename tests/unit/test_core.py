@@ -564,7 +564,8 @@ def test_reset_project(core: Harness) -> None:
     response = core.call("reset_project", emulator_pb2.ResetProjectRequest(name="projects/p"))
     assert (response.deleted_evaluations, response.deleted_evaluation_results) == (1, 1)
     # Every generic table's count, by its collection: those seeded above one, the others none.
-    seeded = {"evaluationExpectations": 1, "outcomeRules": 1, "agentEndpoints": 1}
+    # The app the creates were made in exists from that use (docs/semantics.md, "Apps").
+    seeded = {"evaluationExpectations": 1, "outcomeRules": 1, "agentEndpoints": 1, "apps": 1}
     assert dict(response.deleted_resources) == {
         **{table.collection: 0 for table in tables.TABLES},
         **seeded,

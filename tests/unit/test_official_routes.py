@@ -174,6 +174,7 @@ def test_loader_reads_every_official_method() -> None:
         assert all(b.path == method.path for b in method.bindings)
         by_service.setdefault(method.service, set()).add(method.name)
     assert len(by_service.pop(EVALUATION_SERVICE)) == 35
+    assert len(by_service.pop("google.cloud.ces.v1beta.AgentService")) == 51
     assert by_service == {
         "google.cloud.location.Locations": {"GetLocation", "ListLocations"},
         "google.longrunning.Operations": {

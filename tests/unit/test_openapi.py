@@ -62,6 +62,24 @@ EXPECTED = {
     "EvaluationService_ExportEvaluationRuns": ("post", f"/v1beta{APP}/evaluationRuns:export"),
     "EvaluationService_RunEvaluation": ("post", f"/v1beta{APP}:runEvaluation"),
     "EvaluationService_GenerateEvaluation": ("post", f"/v1beta{CONVERSATION}:generateEvaluation"),
+    "AgentService_GetConversation": ("get", f"/v1beta{CONVERSATION}"),
+    "AgentService_ListConversations": ("get", f"/v1beta{APP}/conversations"),
+    "AgentService_DeleteConversation": ("delete", f"/v1beta{CONVERSATION}"),
+    "AgentService_BatchDeleteConversations": (
+        "post",
+        f"/v1beta{APP}/conversations:batchDelete",
+    ),
+    "AgentService_GetSecuritySettings": ("get", f"/v1beta{LOCATION}/securitySettings"),
+    "AgentService_UpdateSecuritySettings": ("patch", f"/v1beta{LOCATION}/securitySettings"),
+    "AgentService_GenerateAppResource": ("post", f"/v1beta{APP}:generateAppResource"),
+    "AgentService_CreateApp": ("post", f"/v1beta{LOCATION}/apps"),
+    "AgentService_UpdateApp": ("patch", f"/v1beta{APP}"),
+    "AgentService_DeleteApp": ("delete", f"/v1beta{APP}"),
+    "AgentService_ExportApp": ("post", f"/v1beta{APP}:exportApp"),
+    "AgentService_ImportApp": ("post", f"/v1beta{LOCATION}/apps:importApp"),
+    "AgentService_RestoreAppVersion": ("post", f"/v1beta{APP}/versions/{{version}}:restore"),
+    "EmulatorService_GetConversation": ("get", f"/emulator/v1{CONVERSATION}"),
+    "EmulatorService_ListConversations": ("get", f"/emulator/v1{APP}/conversations"),
     "EmulatorService_ReleaseOutcomeRule": ("post", f"/emulator/v1{RULE}:release"),
     "EmulatorService_ImportEvaluations": ("post", f"/emulator/v1{APP}:importEvaluations"),
     "EmulatorService_ResetProject": ("post", "/emulator/v1/projects/{project}:reset"),
@@ -137,6 +155,19 @@ QUERY = {
     "EmulatorService_CreateEvaluationResult": ["evaluationResultId"],
     "EmulatorService_CreateConversation": ["conversationId"],
     "EmulatorService_GetConversation": [],
+    "AgentService_GetConversation": ["source"],
+    "AgentService_ListConversations": ["pageSize", "pageToken", "filter", "source", "sources"],
+    "AgentService_DeleteConversation": ["source"],
+    "AgentService_BatchDeleteConversations": [],
+    "AgentService_GetSecuritySettings": [],
+    "AgentService_UpdateSecuritySettings": ["updateMask"],
+    "AgentService_GenerateAppResource": [],
+    "AgentService_CreateApp": ["appId"],
+    "AgentService_UpdateApp": ["updateMask"],
+    "AgentService_DeleteApp": ["etag"],
+    "AgentService_ExportApp": [],
+    "AgentService_ImportApp": [],
+    "AgentService_RestoreAppVersion": [],
     "EmulatorService_ListConversations": ["pageSize", "pageToken", "filter", "orderBy"],
     "EmulatorService_CreateEvaluationRun": ["evaluationRunId"],
     "EmulatorService_CreateOutcomeRule": ["outcomeRuleId"],
@@ -189,6 +220,18 @@ RESPONSES = {
     "EmulatorService_CreateEvaluationResult": f"{V1B}.EvaluationResult",
     "EmulatorService_CreateConversation": f"{V1B}.Conversation",
     "EmulatorService_GetConversation": f"{V1B}.Conversation",
+    "AgentService_GetConversation": f"{V1B}.Conversation",
+    "AgentService_ListConversations": f"{V1B}.ListConversationsResponse",
+    "AgentService_BatchDeleteConversations": "google.longrunning.Operation",
+    "AgentService_GetSecuritySettings": f"{V1B}.SecuritySettings",
+    "AgentService_UpdateSecuritySettings": f"{V1B}.SecuritySettings",
+    "AgentService_GenerateAppResource": "google.longrunning.Operation",
+    "AgentService_CreateApp": "google.longrunning.Operation",
+    "AgentService_UpdateApp": f"{V1B}.App",
+    "AgentService_DeleteApp": "google.longrunning.Operation",
+    "AgentService_ExportApp": "google.longrunning.Operation",
+    "AgentService_ImportApp": "google.longrunning.Operation",
+    "AgentService_RestoreAppVersion": "google.longrunning.Operation",
     "EmulatorService_ListConversations": "ces_eval.emulator.v1.ListConversationsResponse",
     "EmulatorService_CreateEvaluationRun": f"{V1B}.EvaluationRun",
     "EmulatorService_CreateOutcomeRule": "ces_eval.emulator.v1.OutcomeRule",
@@ -208,6 +251,7 @@ RESPONSES = {
     "Locations_ListLocations": "google.cloud.location.ListLocationsResponse",
 }
 EMPTY_RESPONSES = {
+    "AgentService_DeleteConversation",
     "EvaluationService_DeleteEvaluation",
     "EvaluationService_DeleteEvaluationResult",
     "EmulatorService_DeleteOutcomeRule",
@@ -570,7 +614,13 @@ def test_operation_texts_and_tags() -> None:
     assert _operation("EmulatorService_ResetProject")["tags"] == ["EmulatorService"]
     tags = {tag["name"]: tag for tag in _doc()["tags"]}
     assert tags["EvaluationService"]["description"] == comments()[f"{V1B}.EvaluationService"]
-    assert set(tags) == {"EvaluationService", "Operations", "Locations", "EmulatorService"}
+    assert set(tags) == {
+        "EvaluationService",
+        "AgentService",
+        "Operations",
+        "Locations",
+        "EmulatorService",
+    }
 
 
 def test_fresh_document_each_call() -> None:

@@ -109,6 +109,7 @@ def test_a_worker_is_given_every_option_of_its_supervisor() -> None:
         locations=("us-central1", "europe-west1"),
         operation_lease=2.5,
         scheduler=False,
+        require_apps=True,
         workers=3,
         auth_tokens=Path("tokens.yaml"),
         allow_unauthenticated=True,

@@ -15,11 +15,14 @@ def _scanned(
     router: Router, verb: str, raw_path: str
 ) -> tuple[Route, dict[str, str]] | UnservedRoute | list[str]:
     """The router's contract without its grouping: of every route, ours first, those whose
-    template matches; the first of them bound to ``verb``, else their verbs in order."""
+    template matches (one without a custom verb never matches a last segment holding a ":");
+    the first of them bound to ``verb``, else their verbs in order."""
+    custom = ":" in raw_path.rsplit("/", 1)[-1]
     matching = [
         (entry, variables)
         for entry in (*router.routes, *router.unserved)
-        if (variables := entry.template.match(raw_path)) is not None
+        if not (custom and entry.template.verb is None)
+        and (variables := entry.template.match(raw_path)) is not None
     ]
     for entry, variables in matching:
         if entry.binding.verb == verb:

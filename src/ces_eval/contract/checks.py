@@ -485,7 +485,8 @@ def _compile(
             work += ["if state.numbers:", *("    " + line for line in each)] if is_struct else each
         elif below is not None:
             required_below, shape = below
-            child = cast("descriptor.Descriptor", f.message_type)
+            # A map's walk visits its values: the entry's value type, not the entry's.
+            child = cast("descriptor.Descriptor", target_of(f))
             children.append(child)
             check = "check_required" if required_below else "False"
             walk_child = f"visitors[{constant(child)}]({{}}, {{}}, state, {check})"

@@ -18,7 +18,7 @@ from google.cloud.location import locations_pb2
 from google.longrunning import operations_proto_pb2
 
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2
-from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import agent_service_pb2, evaluation_service_pb2
 
 if TYPE_CHECKING:
     from google.protobuf import descriptor
@@ -103,10 +103,11 @@ _MIXIN_RULES = {
 
 @cache
 def services() -> tuple[descriptor.ServiceDescriptor, ...]:
-    """The services this server implements: the public EvaluationService, the Operations
-    service of its long-running methods, the Locations mixin, and our emulator."""
+    """The services this server implements: the public EvaluationService and AgentService, the
+    Operations service of their long-running methods, the Locations mixin, and our emulator."""
     return (
         evaluation_service_pb2.DESCRIPTOR.services_by_name["EvaluationService"],
+        agent_service_pb2.DESCRIPTOR.services_by_name["AgentService"],
         operations_proto_pb2.DESCRIPTOR.services_by_name["Operations"],
         locations_pb2.DESCRIPTOR.services_by_name["Locations"],
         emulator_service_pb2.DESCRIPTOR.services_by_name["EmulatorService"],
@@ -178,7 +179,7 @@ class OfficialBinding:
 
 @dataclass(frozen=True)
 class OfficialMethod:
-    """One method Google's client calls: an EvaluationService RPC or a mixin's."""
+    """One method Google's client calls: an RPC of a CES service or of a mixin."""
 
     name: str
     service: str

@@ -55,6 +55,7 @@ async def reset_project(
             f"name {request.name!r}: {problem}", [FieldViolation("name", problem)]
         )
     counts = await context.storage.reset_project(match.group(1) if match else None)
+    context.recent.clear()  # what the core learnt of the deleted apps no longer holds
     return emulator_pb2.ResetProjectResponse(
         deleted_evaluations=counts.evaluations,
         deleted_evaluation_results=counts.evaluation_results,

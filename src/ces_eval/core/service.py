@@ -21,19 +21,25 @@ from ces_eval.core.aip import standard
 from ces_eval.core.aip.context import Context, Rpc, Settings
 from ces_eval.core.aip.names import snake_case
 from ces_eval.core.engine import metrics, running, scheduled_runs
-from ces_eval.core.exchange import exports, imports, media
+from ces_eval.core.exchange import app_archive, exports, imports, media
 from ces_eval.core.io.agent_http import HttpxAgents
 from ces_eval.core.io.objects import ExportFolder
 from ces_eval.core.io.operations import OperationRunner
 from ces_eval.core.resources import (
+    app_resources,
+    apps,
+    changelogs,
     conversations,
     datasets,
     evaluations,
     expectations,
     locations,
     longrunning,
+    model_methods,
     results,
     runs,
+    security_settings,
+    versions,
 )
 from ces_eval.errors import Code, ServiceError
 from ces_eval.storage.base import Unavailable
@@ -57,6 +63,7 @@ __all__ = [
     "Core",
     "handlers",
     "implements",
+    "needs_model",
     "snake_case",
 ]
 
@@ -75,6 +82,16 @@ _SERVICES: dict[str, dict[str, Rpc]] = {
         **imports.RPCS,
         **media.RPCS,
         **conversations.RPCS,
+    },
+    "google.cloud.ces.v1beta.AgentService": {
+        **apps.RPCS,
+        **app_resources.RPCS,
+        **versions.RPCS,
+        **changelogs.RPCS,
+        **app_archive.RPCS,
+        **conversations.AGENT_RPCS,
+        **security_settings.RPCS,
+        **model_methods.RPCS,
     },
     "google.longrunning.Operations": longrunning.RPCS,
     "google.cloud.location.Locations": locations.RPCS,
@@ -134,7 +151,8 @@ class Core:
         (``/google.cloud.ces.v1beta.EvaluationService/CreateEvaluation``) over this core's
         context, as the surfaces call it: its response may be held as wire bytes
         (:class:`~ces_eval.contract.encoded.Encoded`)."""
-        implementation = RPCS[path]
+        # Every call naming something inside an app passes the apps' rule first.
+        implementation = apps.gate(schema.methods()[path], RPCS[path])
         context = self.context
 
         async def call(request: Message, caller: Caller) -> Response:
@@ -159,6 +177,12 @@ class Core:
 def implements(method: descriptor.MethodDescriptor) -> bool:
     """Whether the core serves ``method`` (surfaces answer UNIMPLEMENTED otherwise)."""
     return schema.method_path(method) in RPCS
+
+
+def needs_model(method: descriptor.MethodDescriptor) -> bool:
+    """Whether the core answers ``method`` FAILED_PRECONDITION for want of a model
+    (:mod:`~ces_eval.core.resources.model_methods`): README's methods table says so."""
+    return isinstance(RPCS.get(schema.method_path(method)), model_methods.NeedsModel)
 
 
 def _guarded(implementation: Handler) -> Handler:

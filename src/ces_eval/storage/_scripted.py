@@ -195,6 +195,9 @@ class ScriptedStorage(abc.ABC):
     async def delete_row(self, table: Table[M], name: str, expected_etag: str | None) -> None:
         await self._write(partial(_scripts.delete_row, self._sql, table, name, expected_etag))
 
+    async def delete_tree(self, table: Table[M], name: str, expected_etag: str | None) -> None:
+        await self._write(partial(_scripts.delete_tree, self._sql, table, name, expected_etag))
+
     # -- evaluation datasets -------------------------------------------------------------------
 
     async def insert_dataset(self, dataset: _Dataset, evaluation_etag: str) -> _Metrics:

@@ -544,13 +544,14 @@ def _under(prefix: str) -> str:
     return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
-# The same on every engine: no parameter, no dialect.
-_APPS = "SELECT DISTINCT app FROM evaluations ORDER BY app"
-
-
 def apps(sql: Sql) -> Script[list[str]]:
-    """The names of the apps that hold an evaluation, sorted."""
-    rows = (yield Statement(_APPS, ())).rows
+    """The names of the apps that hold an evaluation or are stored (in the generic table of
+    the ``apps`` collection, when one is declared), sorted."""
+    stored = next((t.name for t in tables.TABLES if t.collection == "apps"), None)
+    # The same on every engine: no parameter, no dialect; only declared table names.
+    union = f" UNION SELECT name FROM {stored}" if stored else ""  # noqa: S608
+    statement = f"SELECT DISTINCT app FROM evaluations{union} ORDER BY 1"  # noqa: S608
+    rows = (yield Statement(statement, ())).rows
     return [str(app) for (app,) in rows]
 
 
@@ -633,6 +634,16 @@ def replace_rows(sql: Sql, changes: Sequence[Replacement]) -> Script[None]:
 def delete_row(sql: Sql, table: Table[M], name: str, expected_etag: str | None) -> Script[None]:
     statements = sql.table(table)
     yield from _delete_locked(statements.lock, statements.delete, name, expected_etag)
+
+
+def delete_tree(sql: Sql, table: Table[M], name: str, expected_etag: str | None) -> Script[None]:
+    """:func:`delete_row`, and everything stored under ``name``: the rows of every generic
+    table and the evaluations (their results with them) whose names start with ``name/``."""
+    yield from delete_row(sql, table, name, expected_etag)
+    pattern = (_under(f"{name}/"),)
+    yield Statement(sql.reset_evaluations, pattern)
+    for other in tables.TABLES:
+        yield Statement(sql.table(other).reset, pattern)
 
 
 # -- evaluation datasets ------------------------------------------------------------------------

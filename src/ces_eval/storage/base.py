@@ -243,7 +243,8 @@ class Storage(Protocol):
         """The location IDs that names stored under ``projects/{project}/`` use, sorted."""
 
     async def apps(self) -> list[str]:
-        """The names of the apps that hold an evaluation, sorted (the web view's index)."""
+        """The names of the apps that hold an evaluation or are stored, sorted (the web view's
+        index)."""
 
     # -- generic tables (ces_eval.storage.tables) ---------------------------------------------
 
@@ -272,6 +273,10 @@ class Storage(Protocol):
 
     async def delete_row(self, table: Table[M], name: str, expected_etag: str | None) -> None:
         """Delete a resource of ``table``. Raises Missing or EtagMismatch."""
+
+    async def delete_tree(self, table: Table[M], name: str, expected_etag: str | None) -> None:
+        """:meth:`delete_row`, and in the same transaction every resource stored under
+        ``name`` (an app's evaluations, results and the rows of every generic table)."""
 
     # -- evaluation datasets (a generic table's rows, tables.DATASETS, with side effects) ------
     # The evaluations a dataset lists hold its name in their evaluation_datasets (each one whose

@@ -169,10 +169,12 @@ class Table(Generic[M]):
 
     @cached_property
     def collection(self) -> str:
-        """The collection ID of its names (``google.api.resource`` plural): ``evaluationRuns``
-        (``projectClocks`` for the singleton ``projects/{project}/clock``)."""
-        options = self.message.DESCRIPTOR.GetOptions()
-        return str(options.Extensions[resource_pb2.resource].plural)
+        """The collection ID of its names, as its ``google.api.resource`` pattern spells it:
+        ``evaluationRuns``, ``versions`` (an AppVersion's); for a singleton, whose pattern ends
+        with no ID (``projects/{project}/clock``), the plural: ``projectClocks``."""
+        resource = self.message.DESCRIPTOR.GetOptions().Extensions[resource_pb2.resource]
+        *_, collection, last = str(resource.pattern[0]).split("/")
+        return collection if last.startswith("{") else str(resource.plural)
 
     @cached_property
     def fields(self) -> frozenset[str]:

@@ -98,6 +98,7 @@ __all__ = ["McpEndpoint", "ToolSpec", "build_endpoint", "build_server", "guarded
 
 TOOL_SERVICES = (
     "google.cloud.ces.v1beta.EvaluationService",
+    "google.cloud.ces.v1beta.AgentService",
     "google.longrunning.Operations",
     "google.cloud.location.Locations",
 )
@@ -122,6 +123,10 @@ _STATED = {
     "import_evaluations": Hints(read_only=False, destructive=True, idempotent=False),
     "upload_evaluation_audio": Hints(read_only=False, destructive=True, idempotent=False),
     "test_persona_voice": Hints(read_only=True, destructive=False, idempotent=True),
+    # AgentService POSTs that delete or overwrite what is stored.
+    "batch_delete_conversations": Hints(read_only=False, destructive=True, idempotent=True),
+    "import_app": Hints(read_only=False, destructive=True, idempotent=False),
+    "restore_app_version": Hints(read_only=False, destructive=True, idempotent=True),
 }
 
 

@@ -40,7 +40,13 @@ from ces_eval.access.authorization import project_of
 from ces_eval.contract import limits
 from ces_eval.contract.encoded import Encoded, varint
 from ces_eval.errors import FieldViolation, ServiceError
-from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import (
+    agent_pb2,
+    agent_service_pb2,
+    app_version_pb2,
+    evaluation_pb2,
+    tool_pb2,
+)
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.logs import CALL_KEY, Call
 from ces_eval.offload import off_loop
@@ -60,6 +66,7 @@ __all__ = ["CONTENT_SECURITY_POLICY", "OUTCOMES_PER_PAGE", "UI_PATH", "WebView"]
 
 UI_PATH = "/ui"
 _SERVICE = "/google.cloud.ces.v1beta.EvaluationService/"
+_AGENT_SERVICE = "/google.cloud.ces.v1beta.AgentService/"
 _HTML = b"text/html; charset=utf-8"
 _LISTED = 1000  # items a page lists of each collection (the API's largest page)
 # Expectation outcomes one result page shows (a turn without any counts as one): a result may
@@ -213,6 +220,23 @@ _EVALUATION_ROW = _keep(
     },
 )
 _GOLDEN_RESULT = _R.DESCRIPTOR.fields_by_name["golden_result"].number
+_Agent = agent_pb2.Agent
+_AGENT_ROW = _keep(_Agent.DESCRIPTOR, dict.fromkeys(("name", "display_name")))
+_Tool = tool_pb2.Tool
+# A tool's kind is the member of its tool_type oneof it sets: each kept empty, to tell which.
+_TOOL_ROW = _keep(
+    _Tool.DESCRIPTOR,
+    {
+        "name": None,
+        "display_name": None,
+        **{f.name: {} for f in _Tool.DESCRIPTOR.oneofs_by_name["tool_type"].fields},
+    },
+)
+_Version = app_version_pb2.AppVersion
+# A version's snapshot (the whole app) is never read for its row.
+_VERSION_ROW = _keep(
+    _Version.DESCRIPTOR, dict.fromkeys(("name", "display_name", "create_time", "creator"))
+)
 
 
 def _rows(response: Response, field: str, keep: _Keep, kind: type[Message]) -> list[Any]:
@@ -411,8 +435,10 @@ class WebView:
         html = await off_loop(page.heavy, template.render, values)
         await send_body(send, status, _HTML, html.encode(), _HEADERS, line=line)
 
-    async def _call(self, method: str, request: Message, caller: Caller) -> Response:
-        return await self._handlers[_SERVICE + method](request, caller)
+    async def _call(
+        self, method: str, request: Message, caller: Caller, service: str = _SERVICE
+    ) -> Response:
+        return await self._handlers[service + method](request, caller)
 
     async def _page(self, path: str, caller: Caller, params: list[tuple[str, str]]) -> _Page:
         parts = path.split("/") if path else []
@@ -455,8 +481,23 @@ class WebView:
             ),
             caller,
         )
-        heavy = _heavy(evaluations, datasets, runs)
-        values = await off_loop(heavy, _app_values, app, evaluations, datasets, runs)
+        # What the AgentService keeps of the app, beside its evaluations.
+        around = [
+            await self._call(
+                f"List{kind}",
+                request(parent=app, page_size=_LISTED),
+                caller,
+                _AGENT_SERVICE,
+            )
+            for kind, request in (
+                ("Agents", agent_service_pb2.ListAgentsRequest),
+                ("Tools", agent_service_pb2.ListToolsRequest),
+                ("AppVersions", agent_service_pb2.ListAppVersionsRequest),
+            )
+        ]
+        lists = dict(zip(_APP_LISTS, (evaluations, datasets, runs, *around), strict=True))
+        heavy = _heavy(*lists.values())
+        values = await off_loop(heavy, _app_values, app, lists)
         return _Page("app.html", values, heavy)
 
     async def _evaluation(self, name: str, caller: Caller) -> _Page:
@@ -500,11 +541,45 @@ class WebView:
         return _Page("result.html", await off_loop(heavy, _result_page, data, number), heavy)
 
 
-def _app_values(
-    app: str, evaluations: Response, datasets: Response, runs: Response
-) -> dict[str, Any]:
-    evaluation_rows = _rows(evaluations, "evaluations", _EVALUATION_ROW, _E)
+# The lists an app's page reads, by the field of their List responses holding the items.
+_APP_LISTS = (
+    "evaluations",
+    "evaluation_datasets",
+    "evaluation_runs",
+    "agents",
+    "tools",
+    "app_versions",
+)
+
+
+def _app_values(app: str, lists: Mapping[str, Response]) -> dict[str, Any]:
+    """An app's page from its lists (:data:`_APP_LISTS`)."""
+
+    def rows(field: str, keep: _Keep, kind: type[Message]) -> list[Any]:
+        return _rows(lists[field], field, keep, kind)
+
+    evaluation_rows = rows("evaluations", _EVALUATION_ROW, _E)
     return {
+        "agents": [
+            {"display_name": a.display_name, "id": a.name.rsplit("/", 1)[-1]}
+            for a in rows("agents", _AGENT_ROW, _Agent)
+        ],
+        "tools": [
+            {
+                "display_name": t.display_name or _NONE,
+                "id": t.name.rsplit("/", 1)[-1],
+                "kind": t.WhichOneof("tool_type") or _NONE,
+            }
+            for t in rows("tools", _TOOL_ROW, _Tool)
+        ],
+        "versions": [
+            {
+                "display_name": v.display_name or v.name.rsplit("/", 1)[-1],
+                "created": v.create_time.ToJsonString() if v.HasField("create_time") else _NONE,
+                "creator": v.creator or _NONE,
+            }
+            for v in rows("app_versions", _VERSION_ROW, _Version)
+        ],
         "app": app,
         "evaluations": [
             {
@@ -519,9 +594,9 @@ def _app_values(
         ],
         "datasets": [
             {"display_name": d.display_name, "count": len(d.evaluations)}
-            for d in _rows(datasets, "evaluation_datasets", _DATASET_ROW, _Dataset)
+            for d in rows("evaluation_datasets", _DATASET_ROW, _Dataset)
         ],
-        "runs": [_run_row(run) for run in _rows(runs, "evaluation_runs", _RUN_ROW, _Run)],
+        "runs": [_run_row(run) for run in rows("evaluation_runs", _RUN_ROW, _Run)],
     }
 
 

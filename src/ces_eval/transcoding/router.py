@@ -105,10 +105,15 @@ class Router:
             return []
         body = raw_path[1:]
         segments = body.split("/") if body else []
+        # A ":" in the last segment starts a custom verb (http.proto), registered or not: a
+        # template without a verb does not take it as data here, as Google's front ends route
+        # (no resource ID of this API holds a ":"), so GET .../apps/a:runEvaluation is 405, not
+        # a GetApp of "a:runEvaluation", and .../apps/a:noSuchMethod is 404.
+        custom = bool(segments) and ":" in segments[-1]
         allowed: list[str] = []
         for entry in self._fitting[min(len(segments), self._longest + 1)]:
             template = entry.template
-            if not template.fits(segments):
+            if (custom and template.verb is None) or not template.fits(segments):
                 continue
             variables = template.match(raw_path)
             if variables is None:

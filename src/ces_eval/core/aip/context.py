@@ -6,6 +6,7 @@ a resource module is a set of plain functions of ``(Context, request, Caller)``.
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ __all__ = [
     "Context",
     "HotReads",
     "Kept",
+    "Recent",
     "Rpc",
     "Settings",
 ]
@@ -147,6 +149,41 @@ class AnswerKeeper:
         return self._hot.answer(self.version, (self._surface, key), kind, compute)
 
 
+class Recent:
+    """Facts this process learnt lately from the database, each trusted for ``ttl`` seconds
+    and at most ``size`` of them (the oldest forgotten first): what a check that runs before
+    many calls (an app's existence and lock, :mod:`ces_eval.core.resources.apps`) reads once a
+    second instead of on every call. A writer in this process drops what it changes; another
+    replica's change is seen within ``ttl``."""
+
+    def __init__(self, ttl: float = 1.0, size: int = 10_000) -> None:
+        self._ttl = ttl
+        self._size = size
+        self._entries: OrderedDict[Hashable, tuple[float, object]] = OrderedDict()
+
+    def get(self, key: Hashable) -> object | None:
+        """What was learnt of ``key`` less than ``ttl`` seconds ago, else None."""
+        found = self._entries.get(key)
+        if found is None:
+            return None
+        if time.monotonic() - found[0] >= self._ttl:
+            del self._entries[key]
+            return None
+        return found[1]
+
+    def put(self, key: Hashable, value: object) -> None:
+        self._entries.pop(key, None)
+        self._entries[key] = (time.monotonic(), value)
+        while len(self._entries) > self._size:
+            self._entries.popitem(last=False)
+
+    def drop(self, key: Hashable) -> None:
+        self._entries.pop(key, None)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
 @dataclass(frozen=True)
 class Settings:
     """What the server's options tell the core. Each field but the last two is named after the
@@ -166,6 +203,10 @@ class Settings:
     # With ``--auth-tokens`` every project has a bucket namespace of its own (docs/security.md):
     # gs://b/p of project P is <export root>/P/b/p, so no token reaches another project's files.
     export_per_project: bool = False
+    # ``--require-apps``: whether a call naming something inside an app nobody created is
+    # NOT_FOUND (as hosted CES) instead of the app existing from its first use
+    # (ces_eval.core.resources.apps).
+    require_apps: bool = False
     # The server's own listening ports (gRPC, HTTP), which no agent, judge or simulator may be
     # called at (ces_eval.core.resources.agent_endpoints.reaches_server).
     own_ports: tuple[int, ...] = ()
@@ -186,6 +227,8 @@ class Context:
     # Reads answered lately, kept while the database's version lasts (standard._get_rpc,
     # standard.list_page).
     hot: HotReads = field(default_factory=HotReads, compare=False, repr=False)
+    # Facts learnt lately, trusted for a second (the apps' gate).
+    recent: Recent = field(default_factory=Recent, compare=False, repr=False)
 
     def locate(self, gcs_uri: str, resource: str) -> ObjectLocation:
         """Where ``gcs_uri`` is for ``resource``'s project; raises ObjectError."""

@@ -16,7 +16,13 @@ from google.api import resource_pb2
 
 from ces_eval.core.aip.stamps import random_bits
 from ces_eval.errors import FieldViolation, ServiceError
-from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2, evaluation_service_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import (
+    agent_service_pb2,
+    app_pb2,
+    conversation_pb2,
+    evaluation_pb2,
+    evaluation_service_pb2,
+)
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message
@@ -169,20 +175,36 @@ def _definitions() -> dict[str, ResourcePattern]:
 
 
 @cache
+def _declared() -> dict[str, ResourcePattern]:
+    """Every resource message of the API's files (the services' files and all they import, in
+    the package ``google.cloud.ces.v1beta``) by its resource type."""
+    found: dict[str, ResourcePattern] = {}
+    files = [evaluation_service_pb2.DESCRIPTOR, agent_service_pb2.DESCRIPTOR]
+    seen: set[str] = set()
+    while files:
+        file = files.pop()
+        if file.name in seen or file.package != evaluation_pb2.DESCRIPTOR.package:
+            continue
+        seen.add(file.name)
+        files.extend(file.dependencies)
+        for message in file.message_types_by_name.values():
+            resource = message.GetOptions().Extensions[resource_pb2.resource]
+            if resource.type:
+                found[resource.type] = ResourcePattern(resource.type, resource.pattern[0])
+    return found
+
+
+@cache
 def by_type(resource_type: str) -> ResourcePattern | None:
     """The pattern of the resource type ``resource_type`` (``ces.googleapis.com/Evaluation``):
-    a resource message of the evaluation file or a definition of the service file."""
-    for message in evaluation_pb2.DESCRIPTOR.message_types_by_name.values():
-        resource = message.GetOptions().Extensions[resource_pb2.resource]
-        if resource.type == resource_type:
-            return ResourcePattern(resource.type, resource.pattern[0])
-    return _definitions().get(resource_type)
+    a resource message of the API or a definition of the EvaluationService's file."""
+    return _declared().get(resource_type) or _definitions().get(resource_type)
 
 
 EVALUATION = of(evaluation_pb2.Evaluation)
 EVALUATION_RESULT = of(evaluation_pb2.EvaluationResult)
-APP = _definitions()["ces.googleapis.com/App"]
-CONVERSATION = _definitions()["ces.googleapis.com/Conversation"]
+APP = of(app_pb2.App)
+CONVERSATION = of(conversation_pb2.Conversation)
 EVALUATION_PERSONA = _definitions()["ces.googleapis.com/EvaluationPersona"]
 # The persona every app has: the one a scenario without its own plays, and the one whose voice
 # audio tests speak in.

@@ -124,6 +124,10 @@ class Store(Generic[M]):
 Rules = Callable[[M, str, dict[str, str]], list[FieldViolation]]
 
 
+# What records a stored change: (context, action, before, after, caller).
+Journal = Callable[["Context", str, M | None, M | None, "Caller"], Awaitable[None]]
+
+
 def descriptor_rules(message: Message, path: str, parts: dict[str, str]) -> list[FieldViolation]:
     """The rules of a resource without rules of its own: its descriptors' field behaviours
     and the request limits (:func:`ces_eval.core.validation.resource_violations`)."""
@@ -151,7 +155,9 @@ class Resource(Generic[M]):
     violations with paths under the resource's field. ``derive(message, previous, now)`` fills
     the output-only fields the server computes from what a create (``previous`` None) or an
     update (``previous``: the stored version it replaces) is about to store, once its field
-    rules hold."""
+    rules hold. ``journal(context, action, before, after, caller)`` records a change once it
+    is stored (``action`` ``Create``, ``Update`` or ``Delete``; ``before`` None for a create,
+    ``after`` None for a delete): an app's changelog."""
 
     message: type[M]
     parent: names.ResourcePattern
@@ -167,6 +173,7 @@ class Resource(Generic[M]):
     enrich: Callable[[Context, Message, list[M | bytes], list[int]], Awaitable[int]] | None = None
     verify: Callable[[Context, M], Awaitable[list[FieldViolation]]] | None = None
     derive: Callable[[M, M | None, timestamp_pb2.Timestamp], None] | None = None
+    journal: Journal[M] | None = None
 
     @cached_property
     def pattern(self) -> names.ResourcePattern:
@@ -463,8 +470,10 @@ async def _list_page(
 
 # -- AIP-133 -------------------------------------------------------------------------------------
 
+# Who created a resource, by the name of its field (an AppVersion has a ``creator``).
+_AUTHORS = ("created_by", "last_updated_by", "creator")
 # The fields of a resource the server writes (AIP-122 name, AIP-148 stamps, AIP-154 etag).
-_STAMPS = ("name", "create_time", "update_time", "created_by", "last_updated_by", "etag")
+_STAMPS = ("name", "create_time", "update_time", *_AUTHORS, "etag")
 
 
 def _new(
@@ -497,7 +506,7 @@ def _new(
     for stamp in ("create_time", "update_time"):
         if stamp in have:
             getattr(message, stamp).CopyFrom(created)
-    for author in ("created_by", "last_updated_by"):
+    for author in _AUTHORS:
         if author in have:
             setattr(message, author, user)
     if "etag" in have:
@@ -537,6 +546,8 @@ async def create(
         validation.raise_if_invalid([violation], resource.field)
     except Conflict as error:
         raise conflict(error, resource, message) from error
+    if resource.journal is not None:
+        await resource.journal(context, "Create", None, message, caller)
     return message
 
 
@@ -623,6 +634,8 @@ async def update(
             raise Changed from mismatch
         except Conflict as error:
             raise conflict(error, resource, updated) from error
+        if resource.journal is not None:
+            await resource.journal(context, "Update", current, updated, caller)
         return updated
 
     return await rewrite(round_, partial(ServiceError.aborted_etag, resource.pattern.type, name))
@@ -632,7 +645,7 @@ async def update(
 
 
 async def delete(
-    context: Context, resource: Resource[M], request: DeleteRequest
+    context: Context, resource: Resource[M], request: DeleteRequest, caller: Caller | None = None
 ) -> empty_pb2.Empty:
     """AIP-135 Delete of the request's ``name`` (its children with it: the storage deletes a
     resource's subtree in the same transaction). A resource with an etag is deleted in the
@@ -664,6 +677,8 @@ async def delete(
             if etag:
                 raise ServiceError.aborted_etag(kind, name) from mismatch
             raise Changed from mismatch
+        if resource.journal is not None and caller is not None:
+            await resource.journal(context, "Delete", current, None, caller)
         return empty_pb2.Empty()
 
     return await rewrite(round_, partial(ServiceError.aborted_etag, kind, name))
@@ -698,7 +713,7 @@ class StandardMethod:
             return cast("Message", await create(context, resource, request, caller))
         if verb == "Update":
             return cast("Message", await update(context, resource, request, caller))
-        return await delete(context, resource, request)
+        return await delete(context, resource, request, caller)
 
 
 def methods(resource: Resource[Any], *verbs: str) -> dict[str, Rpc]:

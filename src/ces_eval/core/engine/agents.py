@@ -61,7 +61,7 @@ from google.protobuf import json_format
 from ces_eval.contract import limits
 from ces_eval.core.aip import names
 from ces_eval.core.aip.ports import AgentUnreachable, AgentUnreadable
-from ces_eval.core.engine import agent_scoring, outcomes, rerun
+from ces_eval.core.engine import agent_scoring, outcomes
 from ces_eval.core.resources.agent_endpoints import header_refusal, host_refusal, reaches_server
 from ces_eval.generated.google.cloud.ces.v1beta import (
     common_pb2,
@@ -290,7 +290,7 @@ class Agent:
             golden = await self._golden(given, method, conversation, clock, budgets)
             result.golden_result.CopyFrom(golden)
         result.execution_state = _Result.COMPLETED
-        return await off_loop(is_heavy(result), rerun.rerun, result, evaluation)
+        return await off_loop(is_heavy(result), outcomes.judged, result, given)
 
     async def _room(self, evaluation: _Evaluation) -> int:
         """The bytes a result of ``evaluation`` may take: the bound of a stored resource less

@@ -55,6 +55,7 @@ __all__ = [
     "duration",
     "expectations",
     "input_chunks",
+    "judged",
     "kind",
     "play",
     "user_message",
@@ -88,6 +89,8 @@ class Play:
     conversation_name: str
     started: timestamp_pb2.Timestamp
     persona: evaluation_config_pb2.EvaluationPersona | None = None
+    # The app's thresholds, recorded in the result and judging it where nothing closer is set.
+    thresholds: evaluation_config_pb2.EvaluationMetricsThresholds | None = None
 
 
 @dataclass(frozen=True)
@@ -417,7 +420,15 @@ def _judged(given: Play) -> Played:
     if rule is not None and rule.outcome == _Rule.FAIL:
         result.evaluation_status = _Result.FAIL  # stands when nothing is judged
     conversation.turns.extend(turns)
-    return Played(rerun.rerun(result, evaluation), conversation)
+    return Played(judged(result, given), conversation)
+
+
+def judged(result: _Result, given: Play) -> _Result:
+    """``result`` judged (:func:`ces_eval.core.engine.rerun.rerun`) with the app's thresholds
+    of ``given`` recorded in it."""
+    if given.thresholds is not None:
+        result.evaluation_metrics_thresholds.CopyFrom(given.thresholds)
+    return rerun.rerun(result, given.evaluation)
 
 
 def _timed(judged: Played, given: Play) -> Played:

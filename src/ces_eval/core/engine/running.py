@@ -51,8 +51,8 @@ from ces_eval.core.aip import names, standard, validation
 from ces_eval.core.aip.names import DEFAULT_PERSONA, location_of
 from ces_eval.core.aip.retry import Changed, rewrite
 from ces_eval.core.aip.stamps import new_etag, now
-from ces_eval.core.engine import agents, outcomes
-from ces_eval.core.resources import agent_endpoints, outcome_rules
+from ces_eval.core.engine import agents, app_settings, outcomes
+from ces_eval.core.resources import agent_endpoints, outcome_rules, versions
 from ces_eval.core.resources.datasets import DATASETS
 from ces_eval.core.resources.evaluations import EVALUATIONS
 from ces_eval.errors import Code, FieldViolation, ServiceError
@@ -182,22 +182,6 @@ async def verify(
     return found
 
 
-def _persona_violations(
-    request: evaluation_pb2.RunEvaluationRequest, app: str
-) -> list[FieldViolation]:
-    """A persona other than the app's default one: this service keeps no other personas."""
-    known = f"{app}/evaluationPersonas/{DEFAULT_PERSONA}"
-    return [
-        FieldViolation(
-            f"persona_run_configs[{index}].persona",
-            f"EvaluationPersona {config.persona} does not exist; this server has only {known}.",
-            "NOT_FOUND",
-        )
-        for index, config in enumerate(request.persona_run_configs)
-        if config.persona and config.persona != known
-    ]
-
-
 def _not_found(violations: Sequence[FieldViolation]) -> ServiceError:
     """NOT_FOUND naming every missing resource of the request (the first in ResourceInfo)."""
     missing = [v.description.rsplit(" does not exist", 1)[0] for v in violations]
@@ -241,15 +225,14 @@ def _unchanged_since(evaluation: _Evaluation) -> _Result | None:
 def _plan(
     request: evaluation_pb2.RunEvaluationRequest,
     evaluations: Sequence[_Evaluation],
-    app: str,
+    default_persona: str,
     *,
     reuse: bool = True,
 ) -> list[_Task]:
-    """Every repetition the run plays, in order (see the module); with ``reuse`` False, as if
-    no last result could be reused (a schedule's plan: its evaluations may change before it
-    fires)."""
+    """Every repetition the run plays, in order (see the module), a scenario without persona
+    configurations under ``default_persona``; with ``reuse`` False, as if no last result could
+    be reused (a schedule's plan: its evaluations may change before it fires)."""
     caching = request.evaluation_run_caching_settings.run_caching_mode
-    default_persona = f"{app}/evaluationPersonas/{DEFAULT_PERSONA}"
     tasks: list[_Task] = []
     for evaluation in evaluations:
         reusing = reuse and caching == _Caching.SKIP_IF_UNCHANGED
@@ -354,7 +337,8 @@ async def plan_violations(
         for name in listed
         if (evaluation := await context.storage.get_evaluation(name)) is not None
     ]
-    return _size_violations(request, _plan(request, evaluations, app, reuse=False), path)
+    persona = f"{app}/evaluationPersonas/{DEFAULT_PERSONA}"  # any: only the count matters
+    return _size_violations(request, _plan(request, evaluations, persona, reuse=False), path)
 
 
 def _evaluation_type(evaluations: Sequence[_Evaluation]) -> Run.EvaluationType.ValueType:
@@ -420,8 +404,10 @@ class _Engine:
         run: Run,
         tasks: Sequence[_Task],
         request: evaluation_pb2.RunEvaluationRequest,
+        defaults: app_settings.AppDefaults,
     ) -> None:
         self._context = context
+        self._defaults = defaults
         self._run = run
         self._tasks = tasks
         self._request = request
@@ -607,9 +593,8 @@ class _Engine:
                 result_name=result_name,
                 conversation_name=f"{self._app}/conversations/{names.new_id()}",
                 started=started,
-                persona=evaluation_config_pb2.EvaluationPersona(name=task.persona)
-                if task.persona
-                else None,
+                persona=self._defaults.persona(task.persona) if task.persona else None,
+                thresholds=self._defaults.thresholds,
             )
             if self._agent is not None and given.rule is None:
                 played = await self._agent.play(given, self._request.golden_run_method)
@@ -635,6 +620,10 @@ class _Engine:
             result.config.CopyFrom(run.config)
         else:
             result.ClearField("config")
+        if not result.config.tool_call_behaviour:
+            behaviour = self._defaults.tool_call_behaviour(task.evaluation)
+            if behaviour:
+                result.config.tool_call_behaviour = behaviour
 
     def _counted(self, results: Sequence[_Result]) -> Run:
         """The run with ``results`` added to its progress, summaries and result list."""
@@ -818,13 +807,25 @@ async def prepare(
     app = request.app
     names.APP.parse(app, "app", owned=0)
     validation.raise_if_invalid(request_violations(request, "", app), "run request")
-    missing = await verify(context, request, "", app) + _persona_violations(request, app)
+    defaults = await app_settings.of_app(context, app)
+    missing = await verify(context, request, "", app) + defaults.persona_violations(request)
+    version = None
+    if request.app_version:
+        version = await context.storage.get_row(versions.TABLE, request.app_version)
+        # Recorded as given unless apps are required (a version then exists as hosted).
+        if version is None and context.settings.require_apps:
+            description = f"AppVersion {request.app_version} does not exist."
+            missing.append(FieldViolation("app_version", description, "NOT_FOUND"))
     if missing:
         raise _not_found(missing)
+    request = defaults.applied(request)
     evaluations = await _evaluations_of(context, request)
-    tasks = _plan(request, evaluations, app)
+    tasks = _plan(request, evaluations, defaults.default_persona)
     validation.raise_if_invalid(_size_violations(request, tasks, ""), "run request")
     run = _new_run(request, user, now())
+    version = version or defaults.newest_version
+    if version is not None:
+        run.app_version_display_name = version.display_name
     run.operation = context.runner.new_name(location_of(app))
     run.evaluation_type = _evaluation_type(evaluations)
     run.state = Run.QUEUED
@@ -836,7 +837,7 @@ async def prepare(
         evaluation_run=run.name,
         verb=_VERB,
     )
-    return Prepared(run, _Engine(context, run, tasks, request), metadata)
+    return Prepared(run, _Engine(context, run, tasks, request, defaults), metadata)
 
 
 def refused_run(

@@ -24,7 +24,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2, evaluatio
 from ces_eval.transcoding import printer
 from ces_eval.transcoding.body import check_document, member_path
 
-__all__ = ["FORMAT", "Bundle", "detect_format", "dump", "load"]
+__all__ = ["FORMAT", "Bundle", "detect_format", "dump", "load", "parse", "render"]
 
 FORMAT = "ces-eval.export/v1"
 _ExportFormat = evaluation_service_pb2.ExportOptions.ExportFormat
@@ -76,6 +76,12 @@ def dump(bundle: Bundle, fmt: int) -> bytes:
         document[_RESULTS] = [printer.to_dict(r) for r in bundle.results]
     if bundle.runs:
         document[_RUNS] = [printer.to_dict(r) for r in bundle.runs]
+    return render(document, fmt)
+
+
+def render(document: dict[str, Any], fmt: int) -> bytes:
+    """``document`` as JSON (``fmt`` JSON or unspecified) or YAML; other values raise
+    ``ValueError``."""
     if fmt in (_ExportFormat.EXPORT_FORMAT_UNSPECIFIED, _ExportFormat.JSON):
         text = json.dumps(document, ensure_ascii=False, indent=2, allow_nan=False)
         return (text + "\n").encode("utf-8")
@@ -107,7 +113,9 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"{name} is not JSON")
 
 
-def _parse(data: bytes) -> object:
+def parse(data: bytes) -> object:
+    """The JSON-like value of the JSON or YAML document ``data`` (:func:`detect_format`); raises
+    :class:`ExchangeError`."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -223,7 +231,7 @@ def load(data: bytes) -> Bundle:
     """Read an export document (JSON or YAML, see :func:`detect_format`); anything malformed
     raises :class:`ExchangeError` with the path of the offending value."""
     try:
-        tree = _parse(data)
+        tree = parse(data)
         _check_values(tree, "", set())
         if not isinstance(tree, dict):
             raise ExchangeError("expected an object at the top of the document", quotes=False)

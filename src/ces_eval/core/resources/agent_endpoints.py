@@ -2,7 +2,8 @@
 when the team brings its own agent (:mod:`ces_eval.core.engine.agents`). A singleton of the app
 (AIP-156): GetAgentEndpoint answers the stored one, or an empty one (no agent) for an app that
 never set it; UpdateAgentEndpoint sets it, with an update mask and an etag (AIP-134, AIP-154).
-It lives in a generic table (:data:`ces_eval.storage.tables.AGENT_ENDPOINTS`), so a project
+It lives in a generic table (:data:`ces_eval.storage.tables.AGENT_ENDPOINTS`; the get and the
+update of every singleton: :mod:`ces_eval.core.aip.singletons`), so a project
 reset clears it.
 
 Every URL's host must be loopback or one the server allows (``--agent-allow-hosts``), checked
@@ -21,17 +22,12 @@ import re
 import socket
 import urllib.parse
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING
 
-from ces_eval.contract import checks, fields
-from ces_eval.core.aip import names, validation
-from ces_eval.core.aip.retry import Changed, rewrite
-from ces_eval.core.aip.stamps import new_etag, now
-from ces_eval.errors import FieldViolation, ServiceError
+from ces_eval.core.aip import singletons
+from ces_eval.errors import FieldViolation
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.storage import tables
-from ces_eval.storage.base import Conflict, EtagMismatch, Missing
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping, Sequence
@@ -50,7 +46,6 @@ __all__ = [
 ]
 
 AgentEndpoint = emulator_pb2.AgentEndpoint
-PATTERN = names.of(AgentEndpoint)
 DEFAULT_TIMEOUT_SECONDS = 30.0
 MAX_TIMEOUT_SECONDS = 600.0
 DEFAULT_MAX_RESPONSE_BYTES = 4 * 2**20
@@ -248,61 +243,30 @@ def _violations(endpoint: AgentEndpoint, allowed: tuple[str, ...]) -> list[Field
 async def get_agent_endpoint(
     context: Context, request: emulator_pb2.GetAgentEndpointRequest, caller: Caller
 ) -> AgentEndpoint:
-    PATTERN.parse(request.name, "name", owned=0)
-    stored = await context.storage.get_row(tables.AGENT_ENDPOINTS, request.name)
-    return _answered(stored if stored is not None else AgentEndpoint(name=request.name))
+    return _answered(await singletons.get(context, tables.AGENT_ENDPOINTS, request.name))
 
 
 async def update_agent_endpoint(
     context: Context, request: emulator_pb2.UpdateAgentEndpointRequest, caller: Caller
 ) -> AgentEndpoint:
-    if not request.HasField("agent_endpoint"):
-        validation.raise_if_invalid(
-            [FieldViolation("agent_endpoint", "Required.", "REQUIRED")], "request"
-        )
-    given = request.agent_endpoint
-    PATTERN.parse(given.name, "agent_endpoint.name", owned=0)
-    incoming = AgentEndpoint()
-    incoming.CopyFrom(given)
-    checks.clear_output_only(incoming)
-    paths = list(request.update_mask.paths)
+    allowed = context.settings.agent_allow_hosts
 
-    async def round_() -> AgentEndpoint:
-        stored = await context.storage.get_row(tables.AGENT_ENDPOINTS, given.name)
-        if given.etag and given.etag != (stored.etag if stored is not None else ""):
-            raise ServiceError.aborted_etag(PATTERN.type, given.name)
-        updated = AgentEndpoint(name=given.name)
-        if stored is not None:
-            updated.CopyFrom(stored)
-        # AIP-134 by the descriptors: no mask (or "*") sets every field a caller may write.
-        fields.apply_update_mask(updated, incoming, paths, "update_mask")
-        checked = AgentEndpoint()
-        checked.CopyFrom(updated)  # the descriptors' rules and limits clear OUTPUT_ONLY fields
-        violations = validation.resource_violations(checked, "agent_endpoint")
-        violations += _violations(updated, context.settings.agent_allow_hosts)
+    async def check(updated: AgentEndpoint) -> list[FieldViolation]:
+        violations = _violations(updated, allowed)
         for field in ("uri", "judge_uri", "simulator_uri"):
             value = getattr(updated, field)
-            if not value or host_refusal(value, context.settings.agent_allow_hosts) is not None:
+            if not value or host_refusal(value, allowed) is not None:
                 continue  # nothing to call, or refused already
             refusal = await own_port_refusal(value, context.settings.own_ports)
             if refusal is not None:
                 found = FieldViolation(f"agent_endpoint.{field}", refusal, "URL_NOT_ALLOWED")
                 violations.append(found)
-        validation.raise_if_invalid(violations, "request")
-        updated.update_time.CopyFrom(now())
-        updated.etag = new_etag()
-        try:
-            if stored is None:
-                await context.storage.insert_row(tables.AGENT_ENDPOINTS, updated)
-            else:
-                await context.storage.replace_row(tables.AGENT_ENDPOINTS, updated, stored.etag)
-        except (Conflict, EtagMismatch, Missing) as changed:
-            if given.etag:
-                raise ServiceError.aborted_etag(PATTERN.type, given.name) from None
-            raise Changed from changed  # set or reset meanwhile: read it again
-        return _answered(updated)
+        return violations
 
-    return await rewrite(round_, partial(ServiceError.aborted_etag, PATTERN.type, given.name))
+    updated = await singletons.update(
+        context, tables.AGENT_ENDPOINTS, request, "agent_endpoint", check
+    )
+    return _answered(updated)
 
 
 RPCS: dict[str, Rpc] = {

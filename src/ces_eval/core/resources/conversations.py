@@ -33,7 +33,7 @@ states its rules for users:
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from google.protobuf import json_format
 
@@ -41,24 +41,28 @@ from ces_eval.core.aip import names, standard, validation
 from ces_eval.core.aip.names import location_of
 from ces_eval.core.resources.evaluations import EVALUATIONS
 from ces_eval.errors import Code, FieldViolation, ServiceError
+from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import (
+    agent_service_pb2,
     content_pb2,
     conversation_pb2,
     evaluation_pb2,
 )
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.storage import tables
-from ces_eval.storage.base import Conflict
+from ces_eval.storage.base import Conflict, Missing
 
 if TYPE_CHECKING:
     from google.longrunning import operations_pb2
-    from google.protobuf import timestamp_pb2
+    from google.protobuf import empty_pb2, timestamp_pb2
     from google.protobuf.message import Message
 
     from ces_eval.access import Caller
+    from ces_eval.contract.encoded import Response
     from ces_eval.core.aip.context import Context, Rpc
 
 __all__ = [
+    "AGENT_RPCS",
     "CONVERSATIONS",
     "EMULATOR_RPCS",
     "RPCS",
@@ -403,5 +407,115 @@ async def generate_evaluation(
     )
 
 
+# -- AgentService's methods (the emulator's Get and List are the same) ---------------------------
+
+
+def _sources(request: Message) -> str:
+    """The AIP-160 clause of a list's ``sources`` (else its ``source``; the emulator's list has
+    neither): "" for every source."""
+    given = request.DESCRIPTOR.fields_by_name
+    # The fields are read by name: the emulator's request has neither.
+    chosen = list(getattr(request, "sources")) if "sources" in given else []  # noqa: B009
+    field = "sources"
+    if not chosen and "source" in given and getattr(request, "source"):  # noqa: B009
+        chosen, field = [getattr(request, "source")], "source"  # noqa: B009
+    clauses = []
+    for index, source in enumerate(chosen):
+        if source not in Conversation.Source.values():
+            at = f"sources[{index}]" if field == "sources" else field
+            raise standard.invalid(at, "Use LIVE, SIMULATOR, EVAL or AGENT_TOOL.")
+        clauses.append(f"source = {Conversation.Source.Name(source)}")
+    return " OR ".join(clauses)
+
+
+async def get_conversation(context: Context, request: Message, caller: Caller) -> Conversation:
+    """GetConversation (AgentService's and the emulator's): of the request's ``source`` when
+    set, else of any."""
+    name = str(getattr(request, "name"))  # noqa: B009 - two request types
+    CONVERSATIONS.pattern.parse(name, "name", owned=CONVERSATIONS.owned)
+    return await found(context, name, int(getattr(request, "source", 0)))
+
+
+async def list_conversations(context: Context, request: Message, caller: Caller) -> Response:
+    """ListConversations (AgentService's and the emulator's): the generic list, its AIP-160
+    ``filter`` and the request's ``sources`` (else ``source``) both applying; newest first.
+    The response is of the request's service."""
+    given = cast("emulator_pb2.ListConversationsRequest", request)
+    clause = _sources(request)
+    text = given.filter
+    if clause:
+        text = f"{text} AND ({clause})" if text.strip() else clause
+    query = emulator_pb2.ListConversationsRequest(
+        parent=given.parent,
+        page_size=given.page_size,
+        page_token=given.page_token,
+        filter=text,
+        order_by=getattr(request, "order_by", ""),
+    )
+    response = (
+        emulator_pb2.ListConversationsResponse()
+        if isinstance(request, emulator_pb2.ListConversationsRequest)
+        else agent_service_pb2.ListConversationsResponse()
+    )
+    return await standard.list_page(context, CONVERSATIONS, query, response)
+
+
+async def delete_conversation(
+    context: Context, request: agent_service_pb2.DeleteConversationRequest, caller: Caller
+) -> empty_pb2.Empty:
+    """DeleteConversation: NOT_FOUND when missing, or when a ``source`` is given and it is
+    another."""
+    await get_conversation(context, request, caller)
+    return await standard.delete(context, CONVERSATIONS, request)
+
+
+async def batch_delete_conversations(
+    context: Context, request: agent_service_pb2.BatchDeleteConversationsRequest, caller: Caller
+) -> operations_pb2.Operation:
+    """BatchDeleteConversations (long-running): the names are checked first (each a
+    conversation of ``parent``: INVALID_ARGUMENT otherwise), then the operation deletes each
+    and answers which it deleted and which were missing, with why."""
+    parent = request.parent
+    names.APP.parse(parent, "parent", owned=0)
+    if not request.conversations:
+        raise standard.invalid("conversations", "Required.")
+    violations = []
+    for index, name in enumerate(request.conversations):
+        field = f"conversations[{index}]"
+        malformed = CONVERSATIONS.pattern.violation(name, field, owned=CONVERSATIONS.owned)
+        if malformed is None and tables.parent_of(name) != parent:
+            malformed = FieldViolation(field, f"{name!r} is not a conversation of {parent}.")
+        if malformed is not None:
+            violations.append(malformed)
+    validation.raise_if_invalid(violations, "conversations")
+    storage = context.storage
+
+    async def work() -> Message:
+        response = agent_service_pb2.BatchDeleteConversationsResponse()
+        for name in dict.fromkeys(request.conversations):
+            try:
+                await storage.delete_row(tables.CONVERSATIONS, name, "")
+            except Missing:
+                response.failed_conversations.append(name)
+                response.error_messages.append(f"Conversation {name} not found.")
+            else:
+                response.deleted_conversations.append(name)
+        return response
+
+    return await context.runner.start(
+        location_of(parent), "BatchDeleteConversations", service_pb2.OperationMetadata(), work
+    )
+
+
 RPCS: dict[str, Rpc] = {"GenerateEvaluation": generate_evaluation}
-EMULATOR_RPCS: dict[str, Rpc] = standard.methods(CONVERSATIONS, "Create", "Get", "List")
+AGENT_RPCS: dict[str, Rpc] = {
+    "GetConversation": get_conversation,
+    "ListConversations": list_conversations,
+    "DeleteConversation": delete_conversation,
+    "BatchDeleteConversations": batch_delete_conversations,
+}
+EMULATOR_RPCS: dict[str, Rpc] = {
+    **standard.methods(CONVERSATIONS, "Create"),
+    "GetConversation": get_conversation,
+    "ListConversations": list_conversations,
+}

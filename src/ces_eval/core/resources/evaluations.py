@@ -13,12 +13,17 @@ from typing import TYPE_CHECKING, cast
 from ces_eval.contract import limits
 from ces_eval.core.aip import names, pages, standard, validation
 from ces_eval.core.aip.stamps import new_etag
+from ces_eval.core.resources import app_resources
 from ces_eval.core.resources.expectations import EXPECTATIONS
 from ces_eval.errors import Code, ServiceError
-from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import content_pb2, evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from ces_eval.offload import is_heavy, off_loop
+from ces_eval.storage.base import ListQuery, OrderBy, SortKey
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from google.protobuf.message import Message
 
     from ces_eval.core.aip.context import Context, Rpc
@@ -54,14 +59,55 @@ async def _in_use(
 async def _references(
     context: Context, evaluation: evaluation_pb2.Evaluation
 ) -> list[FieldViolation]:
-    """The evaluation expectations its golden or scenario names exist in its app."""
+    """The evaluation expectations its golden or scenario names exist in its app, and so do
+    the tools and toolsets its tool calls and responses name, when the app has any of that
+    kind (docs/semantics.md, "Agents, tools and the app's other resources")."""
     inputs = evaluation.WhichOneof("inputs")
     if inputs is None:
         return []
-    named = getattr(evaluation, inputs).evaluation_expectations
+    listed = getattr(evaluation, inputs).evaluation_expectations
     app = evaluation.name.rsplit("/evaluations/", 1)[0]
     path = f"evaluation.{inputs}.evaluation_expectations"
-    return await standard.references(context, EXPECTATIONS, named, path, app)
+    found = await standard.references(context, EXPECTATIONS, listed, path, app)
+    by_kind: dict[int, list[tuple[str, str]]] = {}
+    # The walk visits every message of the evaluation: off the event loop when it is large.
+    walk = _tools_named(evaluation, "evaluation")
+    named: list[tuple[str, int, str]] = await off_loop(is_heavy(evaluation), list, walk)
+    for at, kind, name in named:
+        by_kind.setdefault(kind, []).append((at, name))
+    for kind, uses in by_kind.items():
+        resource = _TOOL_KINDS[kind]
+        query = ListQuery(parent=app, order=OrderBy(SortKey.NAME, descending=False), limit=1)
+        if not await resource.store.list(context.storage, query):
+            continue  # the app has none of this kind: its names are not checked
+        for at, name in uses:
+            found += await standard.references(context, resource, [name], at, app, repeated=False)
+    return found
+
+
+# What a tool call or response names: a tool, or a toolset's tool.
+_TOOL_MESSAGES = frozenset(
+    {content_pb2.ToolCall.DESCRIPTOR.full_name, content_pb2.ToolResponse.DESCRIPTOR.full_name}
+)
+_TOOL_KINDS = (app_resources.TOOLS, app_resources.TOOLSETS)
+
+
+def _tools_named(message: Message, path: str) -> Iterator[tuple[str, int, str]]:
+    """(field path, 0 for a tool or 1 for a toolset, its name) of every tool call and tool
+    response ``message`` holds, at any depth."""
+    for field, value in message.ListFields():
+        nested = field.message_type
+        if nested is None or nested.full_name.startswith("google.protobuf."):
+            continue
+        items = value if field.is_repeated else [value]
+        for index, item in enumerate(items):
+            at = f"{path}.{field.name}[{index}]" if field.is_repeated else f"{path}.{field.name}"
+            if nested.full_name not in _TOOL_MESSAGES:
+                yield from _tools_named(item, at)
+            elif item.tool:
+                yield f"{at}.tool", 0, item.tool
+            elif item.HasField("toolset_tool"):
+                yield f"{at}.toolset_tool.toolset", 1, item.toolset_tool.toolset
 
 
 async def _with_recent_results(

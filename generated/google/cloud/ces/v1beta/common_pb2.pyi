@@ -293,3 +293,646 @@ class EvaluationRunCachingSettings(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___EvaluationRunCachingSettings: _TypeAlias = EvaluationRunCachingSettings  # noqa: Y015
+
+@_typing.final
+class Callback(_message.Message):
+    """Custom logic, written in Python, that runs at a given stage of an agent's work."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PYTHON_CODE_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    DISABLED_FIELD_NUMBER: _builtins.int
+    PROACTIVE_EXECUTION_ENABLED_FIELD_NUMBER: _builtins.int
+    python_code: _builtins.str
+    """Python code that the callback runs."""
+    description: _builtins.str
+    """Description of the callback, for people."""
+    disabled: _builtins.bool
+    """Whether the callback is disabled; the agent skips disabled callbacks."""
+    proactive_execution_enabled: _builtins.bool
+    """When true, the callback also runs on the model's intermediate outputs. Only after-model
+    callbacks are affected. Use with care: it can raise cost and latency, and is seldom needed.
+    """
+    def __init__(
+        self,
+        *,
+        python_code: _builtins.str = ...,
+        description: _builtins.str = ...,
+        disabled: _builtins.bool = ...,
+        proactive_execution_enabled: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["callback", b"callback", "python_code", b"python_code"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["callback", b"callback", "description", b"description", "disabled", b"disabled", "proactive_execution_enabled", b"proactive_execution_enabled", "python_code", b"python_code"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_callback: _TypeAlias = _typing.Literal["python_code"]  # noqa: Y015
+    _WhichOneofArgType_callback: _TypeAlias = _typing.Literal["callback", b"callback"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_callback) -> _WhichOneofReturnType_callback | None: ...
+
+Global___Callback: _TypeAlias = Callback  # noqa: Y015
+
+@_typing.final
+class ModelSettings(_message.Message):
+    """Settings of the LLM that an agent or another resource uses."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODEL_FIELD_NUMBER: _builtins.int
+    TEMPERATURE_FIELD_NUMBER: _builtins.int
+    model: _builtins.str
+    """The LLM to use. When unset the agent takes its parent agent's model."""
+    temperature: _builtins.float
+    """Sampling temperature of the LLM, when set: lower values give more predictable answers,
+    higher values more creative ones.
+    """
+    def __init__(
+        self,
+        *,
+        model: _builtins.str = ...,
+        temperature: _builtins.float | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_temperature", b"_temperature", "temperature", b"temperature"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_temperature", b"_temperature", "model", b"model", "temperature", b"temperature"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__temperature: _TypeAlias = _typing.Literal["temperature"]  # noqa: Y015
+    _WhichOneofArgType__temperature: _TypeAlias = _typing.Literal["_temperature", b"_temperature"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__temperature) -> _WhichOneofReturnType__temperature | None: ...
+
+Global___ModelSettings: _TypeAlias = ModelSettings  # noqa: Y015
+
+@_typing.final
+class TriggerAction(_message.Message):
+    """What an agent does when a condition is met."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class Response(_message.Message):
+        """A prepared answer of the agent."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        TEXT_FIELD_NUMBER: _builtins.int
+        DISABLED_FIELD_NUMBER: _builtins.int
+        text: _builtins.str
+        """Text the agent answers with."""
+        disabled: _builtins.bool
+        """Whether the answer is disabled; the agent never uses disabled answers."""
+        def __init__(
+            self,
+            *,
+            text: _builtins.str = ...,
+            disabled: _builtins.bool = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["disabled", b"disabled", "text", b"text"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class RespondImmediately(_message.Message):
+        """Answer at once with one of the prepared answers."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        RESPONSES_FIELD_NUMBER: _builtins.int
+        @_builtins.property
+        def responses(self) -> _containers.RepeatedCompositeFieldContainer[Global___TriggerAction.Response]:
+            """The prepared answers; one is picked at random."""
+
+        def __init__(
+            self,
+            *,
+            responses: _abc.Iterable[Global___TriggerAction.Response] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["responses", b"responses"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class GenerativeAnswer(_message.Message):
+        """Answer at once with a generated answer."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        PROMPT_FIELD_NUMBER: _builtins.int
+        prompt: _builtins.str
+        """Prompt from which the answer is generated."""
+        def __init__(
+            self,
+            *,
+            prompt: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["prompt", b"prompt"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class TransferAgent(_message.Message):
+        """Hand the conversation to another agent."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        AGENT_FIELD_NUMBER: _builtins.int
+        agent: _builtins.str
+        """The agent that takes over; it must belong to the same app as the current agent.
+        Format: projects/{project}/locations/{location}/apps/{app}/agents/{agent}
+        """
+        def __init__(
+            self,
+            *,
+            agent: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["agent", b"agent"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    RESPOND_IMMEDIATELY_FIELD_NUMBER: _builtins.int
+    TRANSFER_AGENT_FIELD_NUMBER: _builtins.int
+    GENERATIVE_ANSWER_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def respond_immediately(self) -> Global___TriggerAction.RespondImmediately:
+        """Answer at once with a prepared answer."""
+
+    @_builtins.property
+    def transfer_agent(self) -> Global___TriggerAction.TransferAgent:
+        """Hand the conversation to another agent."""
+
+    @_builtins.property
+    def generative_answer(self) -> Global___TriggerAction.GenerativeAnswer:
+        """Answer with a generated answer."""
+
+    def __init__(
+        self,
+        *,
+        respond_immediately: Global___TriggerAction.RespondImmediately | None = ...,
+        transfer_agent: Global___TriggerAction.TransferAgent | None = ...,
+        generative_answer: Global___TriggerAction.GenerativeAnswer | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "generative_answer", b"generative_answer", "respond_immediately", b"respond_immediately", "transfer_agent", b"transfer_agent"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "generative_answer", b"generative_answer", "respond_immediately", b"respond_immediately", "transfer_agent", b"transfer_agent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_action: _TypeAlias = _typing.Literal["respond_immediately", "transfer_agent", "generative_answer"]  # noqa: Y015
+    _WhichOneofArgType_action: _TypeAlias = _typing.Literal["action", b"action"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_action) -> _WhichOneofReturnType_action | None: ...
+
+Global___TriggerAction: _TypeAlias = TriggerAction  # noqa: Y015
+
+@_typing.final
+class TlsConfig(_message.Message):
+    """TLS settings used when calling HTTPS servers."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class CaCert(_message.Message):
+        """A custom CA certificate."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        DISPLAY_NAME_FIELD_NUMBER: _builtins.int
+        CERT_FIELD_NUMBER: _builtins.int
+        display_name: _builtins.str
+        """Name of the certificate, to tell the custom certificates apart."""
+        cert: _builtins.bytes
+        """The CA certificate, in DER format, used instead of the default trust store to verify HTTPS
+        servers; when empty, Google's default trust store is used. Server certificates must carry
+        a subject alternative name.
+        """
+        def __init__(
+            self,
+            *,
+            display_name: _builtins.str = ...,
+            cert: _builtins.bytes = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["cert", b"cert", "display_name", b"display_name"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    CA_CERTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def ca_certs(self) -> _containers.RepeatedCompositeFieldContainer[Global___TlsConfig.CaCert]:
+        """Custom CA certificates accepted when verifying HTTPS servers."""
+
+    def __init__(
+        self,
+        *,
+        ca_certs: _abc.Iterable[Global___TlsConfig.CaCert] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ca_certs", b"ca_certs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TlsConfig: _TypeAlias = TlsConfig  # noqa: Y015
+
+@_typing.final
+class ServiceDirectoryConfig(_message.Message):
+    """Service Directory settings of a tool that reaches its server through Service Directory."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SERVICE_FIELD_NUMBER: _builtins.int
+    service: _builtins.str
+    """The Service Directory service, in the same location as the app.
+    Format: projects/{project}/locations/{location}/namespaces/{namespace}/services/{service}
+    """
+    def __init__(
+        self,
+        *,
+        service: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["service", b"service"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ServiceDirectoryConfig: _TypeAlias = ServiceDirectoryConfig  # noqa: Y015
+
+@_typing.final
+class ChannelProfile(_message.Message):
+    """How the agent behaves on one communication channel, such as a web UI or telephony."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _ChannelType:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _ChannelTypeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[ChannelProfile._ChannelType.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        UNKNOWN: ChannelProfile._ChannelType.ValueType  # 0
+        """Unknown channel.
+        UNKNOWN is the official wire name of the zero value and is kept.
+        buf:lint:ignore ENUM_ZERO_VALUE_SUFFIX
+        """
+        WEB_UI: ChannelProfile._ChannelType.ValueType  # 2
+        """Web UI."""
+        API: ChannelProfile._ChannelType.ValueType  # 3
+        """API."""
+        TWILIO: ChannelProfile._ChannelType.ValueType  # 4
+        """Twilio."""
+        GOOGLE_TELEPHONY_PLATFORM: ChannelProfile._ChannelType.ValueType  # 5
+        """Google Telephony Platform."""
+        CONTACT_CENTER_AS_A_SERVICE: ChannelProfile._ChannelType.ValueType  # 6
+        """Contact Center as a Service (CCaaS)."""
+        FIVE9: ChannelProfile._ChannelType.ValueType  # 7
+        """Five9."""
+        CONTACT_CENTER_INTEGRATION: ChannelProfile._ChannelType.ValueType  # 8
+        """A third-party contact centre integration."""
+        WHATSAPP: ChannelProfile._ChannelType.ValueType  # 9
+        """WhatsApp."""
+        INSTAGRAM: ChannelProfile._ChannelType.ValueType  # 10
+        """Instagram."""
+        CONTACT_CENTER_AS_A_SERVICE_CHAT: ChannelProfile._ChannelType.ValueType  # 11
+        """Contact Center as a Service chat (CCaaS Chat)."""
+
+    class ChannelType(_ChannelType, metaclass=_ChannelTypeEnumTypeWrapper):
+        """Kind of channel."""
+
+    UNKNOWN: ChannelProfile.ChannelType.ValueType  # 0
+    """Unknown channel.
+    UNKNOWN is the official wire name of the zero value and is kept.
+    buf:lint:ignore ENUM_ZERO_VALUE_SUFFIX
+    """
+    WEB_UI: ChannelProfile.ChannelType.ValueType  # 2
+    """Web UI."""
+    API: ChannelProfile.ChannelType.ValueType  # 3
+    """API."""
+    TWILIO: ChannelProfile.ChannelType.ValueType  # 4
+    """Twilio."""
+    GOOGLE_TELEPHONY_PLATFORM: ChannelProfile.ChannelType.ValueType  # 5
+    """Google Telephony Platform."""
+    CONTACT_CENTER_AS_A_SERVICE: ChannelProfile.ChannelType.ValueType  # 6
+    """Contact Center as a Service (CCaaS)."""
+    FIVE9: ChannelProfile.ChannelType.ValueType  # 7
+    """Five9."""
+    CONTACT_CENTER_INTEGRATION: ChannelProfile.ChannelType.ValueType  # 8
+    """A third-party contact centre integration."""
+    WHATSAPP: ChannelProfile.ChannelType.ValueType  # 9
+    """WhatsApp."""
+    INSTAGRAM: ChannelProfile.ChannelType.ValueType  # 10
+    """Instagram."""
+    CONTACT_CENTER_AS_A_SERVICE_CHAT: ChannelProfile.ChannelType.ValueType  # 11
+    """Contact Center as a Service chat (CCaaS Chat)."""
+
+    @_typing.final
+    class PersonaProperty(_message.Message):
+        """The persona the agent takes on a channel."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        class _Persona:
+            ValueType = _typing.NewType("ValueType", _builtins.int)
+            V: _TypeAlias = ValueType  # noqa: Y015
+
+        class _PersonaEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[ChannelProfile.PersonaProperty._Persona.ValueType], _builtins.type):
+            DESCRIPTOR: _descriptor.EnumDescriptor
+            UNKNOWN: ChannelProfile.PersonaProperty._Persona.ValueType  # 0
+            """Unknown persona.
+            UNKNOWN is the official wire name of the zero value and is kept.
+            buf:lint:ignore ENUM_ZERO_VALUE_SUFFIX
+            """
+            CONCISE: ChannelProfile.PersonaProperty._Persona.ValueType  # 1
+            """Short answers that stick to the point."""
+            CHATTY: ChannelProfile.PersonaProperty._Persona.ValueType  # 2
+            """Longer answers with extra context, explanation and detail."""
+
+        class Persona(_Persona, metaclass=_PersonaEnumTypeWrapper):
+            """Style of the agent's answers."""
+
+        UNKNOWN: ChannelProfile.PersonaProperty.Persona.ValueType  # 0
+        """Unknown persona.
+        UNKNOWN is the official wire name of the zero value and is kept.
+        buf:lint:ignore ENUM_ZERO_VALUE_SUFFIX
+        """
+        CONCISE: ChannelProfile.PersonaProperty.Persona.ValueType  # 1
+        """Short answers that stick to the point."""
+        CHATTY: ChannelProfile.PersonaProperty.Persona.ValueType  # 2
+        """Longer answers with extra context, explanation and detail."""
+
+        PERSONA_FIELD_NUMBER: _builtins.int
+        persona: Global___ChannelProfile.PersonaProperty.Persona.ValueType
+        """The persona of the channel."""
+        def __init__(
+            self,
+            *,
+            persona: Global___ChannelProfile.PersonaProperty.Persona.ValueType = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["persona", b"persona"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class WebWidgetConfig(_message.Message):
+        """Settings of the web widget."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        class _Modality:
+            ValueType = _typing.NewType("ValueType", _builtins.int)
+            V: _TypeAlias = ValueType  # noqa: Y015
+
+        class _ModalityEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[ChannelProfile.WebWidgetConfig._Modality.ValueType], _builtins.type):
+            DESCRIPTOR: _descriptor.EnumDescriptor
+            MODALITY_UNSPECIFIED: ChannelProfile.WebWidgetConfig._Modality.ValueType  # 0
+            """Not specified."""
+            CHAT_AND_VOICE: ChannelProfile.WebWidgetConfig._Modality.ValueType  # 1
+            """Chat and voice."""
+            VOICE_ONLY: ChannelProfile.WebWidgetConfig._Modality.ValueType  # 2
+            """Voice only."""
+            CHAT_ONLY: ChannelProfile.WebWidgetConfig._Modality.ValueType  # 3
+            """Chat only."""
+            CHAT_VOICE_AND_VIDEO: ChannelProfile.WebWidgetConfig._Modality.ValueType  # 4
+            """Chat, voice and video."""
+
+        class Modality(_Modality, metaclass=_ModalityEnumTypeWrapper):
+            """Which kinds of input the widget accepts."""
+
+        MODALITY_UNSPECIFIED: ChannelProfile.WebWidgetConfig.Modality.ValueType  # 0
+        """Not specified."""
+        CHAT_AND_VOICE: ChannelProfile.WebWidgetConfig.Modality.ValueType  # 1
+        """Chat and voice."""
+        VOICE_ONLY: ChannelProfile.WebWidgetConfig.Modality.ValueType  # 2
+        """Voice only."""
+        CHAT_ONLY: ChannelProfile.WebWidgetConfig.Modality.ValueType  # 3
+        """Chat only."""
+        CHAT_VOICE_AND_VIDEO: ChannelProfile.WebWidgetConfig.Modality.ValueType  # 4
+        """Chat, voice and video."""
+
+        class _Theme:
+            ValueType = _typing.NewType("ValueType", _builtins.int)
+            V: _TypeAlias = ValueType  # noqa: Y015
+
+        class _ThemeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[ChannelProfile.WebWidgetConfig._Theme.ValueType], _builtins.type):
+            DESCRIPTOR: _descriptor.EnumDescriptor
+            THEME_UNSPECIFIED: ChannelProfile.WebWidgetConfig._Theme.ValueType  # 0
+            """Not specified."""
+            LIGHT: ChannelProfile.WebWidgetConfig._Theme.ValueType  # 1
+            """Light theme."""
+            DARK: ChannelProfile.WebWidgetConfig._Theme.ValueType  # 2
+            """Dark theme."""
+
+        class Theme(_Theme, metaclass=_ThemeEnumTypeWrapper):
+            """Colour theme of the widget."""
+
+        THEME_UNSPECIFIED: ChannelProfile.WebWidgetConfig.Theme.ValueType  # 0
+        """Not specified."""
+        LIGHT: ChannelProfile.WebWidgetConfig.Theme.ValueType  # 1
+        """Light theme."""
+        DARK: ChannelProfile.WebWidgetConfig.Theme.ValueType  # 2
+        """Dark theme."""
+
+        @_typing.final
+        class SecuritySettings(_message.Message):
+            """Access control of the web widget."""
+
+            DESCRIPTOR: _descriptor.Descriptor
+
+            ENABLE_PUBLIC_ACCESS_FIELD_NUMBER: _builtins.int
+            ENABLE_ORIGIN_CHECK_FIELD_NUMBER: _builtins.int
+            ALLOWED_ORIGINS_FIELD_NUMBER: _builtins.int
+            ENABLE_RECAPTCHA_FIELD_NUMBER: _builtins.int
+            enable_public_access: _builtins.bool
+            """When true anyone may use the widget; when false the site must plug in its own
+            authentication and hand the widget valid credentials for the agent.
+            """
+            enable_origin_check: _builtins.bool
+            """When true the widget checks the origin of the page that loads it and only loads on the
+            same origin or on one of allowed_origins.
+            """
+            enable_recaptcha: _builtins.bool
+            """Whether the widget verifies users with reCAPTCHA."""
+            @_builtins.property
+            def allowed_origins(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+                """Origins (as RFC 6454 defines them) allowed to host the widget, e.g.
+                "https://example.com"; at most 100. When empty every origin is allowed.
+                """
+
+            def __init__(
+                self,
+                *,
+                enable_public_access: _builtins.bool = ...,
+                enable_origin_check: _builtins.bool = ...,
+                allowed_origins: _abc.Iterable[_builtins.str] | None = ...,
+                enable_recaptcha: _builtins.bool = ...,
+            ) -> None: ...
+            _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+            def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+            _ClearFieldArgType: _TypeAlias = _typing.Literal["allowed_origins", b"allowed_origins", "enable_origin_check", b"enable_origin_check", "enable_public_access", b"enable_public_access", "enable_recaptcha", b"enable_recaptcha"]  # noqa: Y015
+            def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+            def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+        MODALITY_FIELD_NUMBER: _builtins.int
+        THEME_FIELD_NUMBER: _builtins.int
+        WEB_WIDGET_TITLE_FIELD_NUMBER: _builtins.int
+        SECURITY_SETTINGS_FIELD_NUMBER: _builtins.int
+        modality: Global___ChannelProfile.WebWidgetConfig.Modality.ValueType
+        """Kinds of input the widget accepts."""
+        theme: Global___ChannelProfile.WebWidgetConfig.Theme.ValueType
+        """Colour theme of the widget."""
+        web_widget_title: _builtins.str
+        """Title shown on the widget."""
+        @_builtins.property
+        def security_settings(self) -> Global___ChannelProfile.WebWidgetConfig.SecuritySettings:
+            """Access control of the widget."""
+
+        def __init__(
+            self,
+            *,
+            modality: Global___ChannelProfile.WebWidgetConfig.Modality.ValueType = ...,
+            theme: Global___ChannelProfile.WebWidgetConfig.Theme.ValueType = ...,
+            web_widget_title: _builtins.str = ...,
+            security_settings: Global___ChannelProfile.WebWidgetConfig.SecuritySettings | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["security_settings", b"security_settings"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["modality", b"modality", "security_settings", b"security_settings", "theme", b"theme", "web_widget_title", b"web_widget_title"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class WhatsAppConfig(_message.Message):
+        """Settings of a WhatsApp channel."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        WABA_ID_FIELD_NUMBER: _builtins.int
+        PHONE_NUMBER_ID_FIELD_NUMBER: _builtins.int
+        PHONE_NUMBER_FIELD_NUMBER: _builtins.int
+        DISPLAY_NAME_FIELD_NUMBER: _builtins.int
+        THUMBNAIL_URL_FIELD_NUMBER: _builtins.int
+        DESCRIPTION_FIELD_NUMBER: _builtins.int
+        waba_id: _builtins.str
+        """ID of the WhatsApp Business Account."""
+        phone_number_id: _builtins.str
+        """Meta's ID of the phone number."""
+        phone_number: _builtins.str
+        """The phone number, in E.164 format."""
+        display_name: _builtins.str
+        """Name of the Meta business page, as fetched from Meta."""
+        thumbnail_url: _builtins.str
+        """URL of the Meta business profile's thumbnail, as fetched from Meta."""
+        description: _builtins.str
+        """Description of the Meta business page or profile."""
+        def __init__(
+            self,
+            *,
+            waba_id: _builtins.str = ...,
+            phone_number_id: _builtins.str = ...,
+            phone_number: _builtins.str = ...,
+            display_name: _builtins.str = ...,
+            thumbnail_url: _builtins.str = ...,
+            description: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "display_name", b"display_name", "phone_number", b"phone_number", "phone_number_id", b"phone_number_id", "thumbnail_url", b"thumbnail_url", "waba_id", b"waba_id"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class InstagramConfig(_message.Message):
+        """Settings of an Instagram channel."""
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        INSTAGRAM_ACCOUNT_ID_FIELD_NUMBER: _builtins.int
+        DISPLAY_NAME_FIELD_NUMBER: _builtins.int
+        THUMBNAIL_URL_FIELD_NUMBER: _builtins.int
+        DESCRIPTION_FIELD_NUMBER: _builtins.int
+        instagram_account_id: _builtins.str
+        """ID of the Instagram account."""
+        display_name: _builtins.str
+        """Name of the Meta business page, as fetched from Meta."""
+        thumbnail_url: _builtins.str
+        """URL of the Meta business profile's thumbnail, as fetched from Meta."""
+        description: _builtins.str
+        """Description of the Meta business page or profile."""
+        def __init__(
+            self,
+            *,
+            instagram_account_id: _builtins.str = ...,
+            display_name: _builtins.str = ...,
+            thumbnail_url: _builtins.str = ...,
+            description: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "display_name", b"display_name", "instagram_account_id", b"instagram_account_id", "thumbnail_url", b"thumbnail_url"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    PROFILE_ID_FIELD_NUMBER: _builtins.int
+    CHANNEL_TYPE_FIELD_NUMBER: _builtins.int
+    PERSONA_PROPERTY_FIELD_NUMBER: _builtins.int
+    DISABLE_DTMF_FIELD_NUMBER: _builtins.int
+    DISABLE_BARGE_IN_CONTROL_FIELD_NUMBER: _builtins.int
+    WEB_WIDGET_CONFIG_FIELD_NUMBER: _builtins.int
+    NOISE_SUPPRESSION_LEVEL_FIELD_NUMBER: _builtins.int
+    WHATSAPP_CONFIG_FIELD_NUMBER: _builtins.int
+    INSTAGRAM_CONFIG_FIELD_NUMBER: _builtins.int
+    profile_id: _builtins.str
+    """ID of the channel profile."""
+    channel_type: Global___ChannelProfile.ChannelType.ValueType
+    """Kind of channel."""
+    disable_dtmf: _builtins.bool
+    """Whether DTMF (touch-tone key presses) is disabled."""
+    disable_barge_in_control: _builtins.bool
+    """When true the user cannot interrupt while the agent speaks; when false the agent decides
+    by itself when the user may interrupt.
+    """
+    noise_suppression_level: _builtins.str
+    """How strongly noise is suppressed: "low", "moderate", "high" or "very_high"."""
+    @_builtins.property
+    def persona_property(self) -> Global___ChannelProfile.PersonaProperty:
+        """Persona the agent takes on this channel."""
+
+    @_builtins.property
+    def web_widget_config(self) -> Global___ChannelProfile.WebWidgetConfig:
+        """Settings of the web widget."""
+
+    @_builtins.property
+    def whatsapp_config(self) -> Global___ChannelProfile.WhatsAppConfig:
+        """Settings of a WhatsApp deployment."""
+
+    @_builtins.property
+    def instagram_config(self) -> Global___ChannelProfile.InstagramConfig:
+        """Settings of an Instagram deployment."""
+
+    def __init__(
+        self,
+        *,
+        profile_id: _builtins.str = ...,
+        channel_type: Global___ChannelProfile.ChannelType.ValueType = ...,
+        persona_property: Global___ChannelProfile.PersonaProperty | None = ...,
+        disable_dtmf: _builtins.bool = ...,
+        disable_barge_in_control: _builtins.bool = ...,
+        web_widget_config: Global___ChannelProfile.WebWidgetConfig | None = ...,
+        noise_suppression_level: _builtins.str = ...,
+        whatsapp_config: Global___ChannelProfile.WhatsAppConfig | None = ...,
+        instagram_config: Global___ChannelProfile.InstagramConfig | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["instagram_config", b"instagram_config", "persona_property", b"persona_property", "web_widget_config", b"web_widget_config", "whatsapp_config", b"whatsapp_config"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["channel_type", b"channel_type", "disable_barge_in_control", b"disable_barge_in_control", "disable_dtmf", b"disable_dtmf", "instagram_config", b"instagram_config", "noise_suppression_level", b"noise_suppression_level", "persona_property", b"persona_property", "profile_id", b"profile_id", "web_widget_config", b"web_widget_config", "whatsapp_config", b"whatsapp_config"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChannelProfile: _TypeAlias = ChannelProfile  # noqa: Y015

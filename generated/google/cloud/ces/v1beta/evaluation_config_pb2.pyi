@@ -268,11 +268,34 @@ Global___EvaluationMetricsThresholds: _TypeAlias = EvaluationMetricsThresholds  
 
 @_typing.final
 class EvaluationSettings(_message.Message):
-    """Evaluation settings. Only its nested enum ScenarioExecutionMode is declared here; the message
-    has no fields in this API and serves as the namespace of that enum.
+    """An app's evaluation defaults: how its runs play goldens and scenarios when a RunEvaluation
+    request leaves a choice unset, which metrics count, and whether unchanged results are reused.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
+
+    class _ScenarioConversationInitiator:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _ScenarioConversationInitiatorEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[EvaluationSettings._ScenarioConversationInitiator.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        SCENARIO_CONVERSATION_INITIATOR_UNSPECIFIED: EvaluationSettings._ScenarioConversationInitiator.ValueType  # 0
+        """Not specified; the simulated user starts."""
+        USER: EvaluationSettings._ScenarioConversationInitiator.ValueType  # 1
+        """The simulated user sends the first message."""
+        AGENT: EvaluationSettings._ScenarioConversationInitiator.ValueType  # 2
+        """The agent greets first."""
+
+    class ScenarioConversationInitiator(_ScenarioConversationInitiator, metaclass=_ScenarioConversationInitiatorEnumTypeWrapper):
+        """Who speaks first in a scenario evaluation."""
+
+    SCENARIO_CONVERSATION_INITIATOR_UNSPECIFIED: EvaluationSettings.ScenarioConversationInitiator.ValueType  # 0
+    """Not specified; the simulated user starts."""
+    USER: EvaluationSettings.ScenarioConversationInitiator.ValueType  # 1
+    """The simulated user sends the first message."""
+    AGENT: EvaluationSettings.ScenarioConversationInitiator.ValueType  # 2
+    """The agent greets first."""
 
     class _ScenarioExecutionMode:
         ValueType = _typing.NewType("ValueType", _builtins.int)
@@ -297,12 +320,45 @@ class EvaluationSettings(_message.Message):
     SPEED_OPTIMIZED: EvaluationSettings.ScenarioExecutionMode.ValueType  # 2
     """Favour speed."""
 
+    SCENARIO_CONVERSATION_INITIATOR_FIELD_NUMBER: _builtins.int
+    GOLDEN_RUN_METHOD_FIELD_NUMBER: _builtins.int
+    GOLDEN_EVALUATION_TOOL_CALL_BEHAVIOUR_FIELD_NUMBER: _builtins.int
+    SCENARIO_EVALUATION_TOOL_CALL_BEHAVIOUR_FIELD_NUMBER: _builtins.int
+    METRICS_CONFIG_FIELD_NUMBER: _builtins.int
+    SCENARIO_EXECUTION_MODE_FIELD_NUMBER: _builtins.int
+    EVALUATION_RUN_CACHING_SETTINGS_FIELD_NUMBER: _builtins.int
+    scenario_conversation_initiator: Global___EvaluationSettings.ScenarioConversationInitiator.ValueType
+    """Who starts the conversation of a scenario evaluation."""
+    golden_run_method: _common_pb2.GoldenRunMethod.ValueType
+    """How golden evaluations are run when the RunEvaluation request does not say."""
+    golden_evaluation_tool_call_behaviour: _common_pb2.EvaluationToolCallBehaviour.ValueType
+    """Whether golden evaluations call real tools or fakes, unless a run says otherwise."""
+    scenario_evaluation_tool_call_behaviour: _common_pb2.EvaluationToolCallBehaviour.ValueType
+    """Whether scenario evaluations call real tools or fakes, unless a run says otherwise."""
+    scenario_execution_mode: Global___EvaluationSettings.ScenarioExecutionMode.ValueType
+    """How scenario evaluations are executed. Defaults to QUALITY_OPTIMIZED."""
+    @_builtins.property
+    def metrics_config(self) -> Global___EvaluationMetricsConfig:
+        """Which metrics the app's evaluations compute by default."""
+
+    @_builtins.property
+    def evaluation_run_caching_settings(self) -> _common_pb2.EvaluationRunCachingSettings:
+        """Whether a run reuses the results of evaluations that have not changed since they last ran."""
+
     def __init__(
         self,
+        *,
+        scenario_conversation_initiator: Global___EvaluationSettings.ScenarioConversationInitiator.ValueType = ...,
+        golden_run_method: _common_pb2.GoldenRunMethod.ValueType = ...,
+        golden_evaluation_tool_call_behaviour: _common_pb2.EvaluationToolCallBehaviour.ValueType = ...,
+        scenario_evaluation_tool_call_behaviour: _common_pb2.EvaluationToolCallBehaviour.ValueType = ...,
+        metrics_config: Global___EvaluationMetricsConfig | None = ...,
+        scenario_execution_mode: Global___EvaluationSettings.ScenarioExecutionMode.ValueType = ...,
+        evaluation_run_caching_settings: _common_pb2.EvaluationRunCachingSettings | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["evaluation_run_caching_settings", b"evaluation_run_caching_settings", "metrics_config", b"metrics_config"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["evaluation_run_caching_settings", b"evaluation_run_caching_settings", "golden_evaluation_tool_call_behaviour", b"golden_evaluation_tool_call_behaviour", "golden_run_method", b"golden_run_method", "metrics_config", b"metrics_config", "scenario_conversation_initiator", b"scenario_conversation_initiator", "scenario_evaluation_tool_call_behaviour", b"scenario_evaluation_tool_call_behaviour", "scenario_execution_mode", b"scenario_execution_mode"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,176 @@
+"""App versions: snapshots of an app (CreateAppVersion, GetAppVersion, ListAppVersions,
+DeleteAppVersion) and RestoreAppVersion, which puts a snapshot back (long-running).
+
+A version is created with its ``snapshot`` (output only) taken from what is stored when it is
+created: the app and its agents, tools, toolsets, examples and guardrails, as an
+:class:`AppSnapshot` holds them. Restoring it makes the app's resources of those kinds what
+the snapshot holds: the app's settings (its name, stamps and lock kept), each snapshot resource
+written back (created again when deleted since), and each resource of those kinds created since
+deleted; evaluations, results, runs and the rest are untouched. A restore is recorded in the
+changelog (action ``Restore``, the app before and after). Runs record the version they ran
+(docs/semantics.md, "Apps").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from ces_eval.core.aip import names, standard
+from ces_eval.core.aip.names import location_of
+from ces_eval.core.aip.stamps import new_etag, now
+from ces_eval.core.resources import apps, changelogs
+from ces_eval.generated.google.cloud.ces.v1beta import agent_service_pb2, app_version_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from ces_eval.storage import tables
+from ces_eval.storage.base import Conflict, Cursor, ListQuery, Missing, OrderBy, SortKey
+
+if TYPE_CHECKING:
+    from google.longrunning import operations_pb2
+    from google.protobuf.message import Message
+
+    from ces_eval.access import Caller
+    from ces_eval.core.aip.context import Context, Rpc
+    from ces_eval.storage.base import Storage
+
+__all__ = ["KINDS", "RPCS", "VERSIONS", "AppVersion", "put_back", "snapshot", "table_of"]
+
+M = TypeVar("M", bound="Message")
+
+AppVersion = app_version_pb2.AppVersion
+AppSnapshot = app_version_pb2.AppSnapshot
+
+TABLE = tables.declare(
+    tables.Table("app_versions", AppVersion, ("description", "creator"), unique_display_name=False)
+)
+# The repeated fields of a snapshot (all but ``app``): each holds one kind of the app's resources.
+KINDS = tuple(f for f in AppSnapshot.DESCRIPTOR.fields if f.name != "app")
+_PAGE = 500
+_BY_NAME = OrderBy(SortKey.NAME, descending=False)
+
+
+def table_of(message: Any) -> tables.Table[Any] | None:  # noqa: ANN401 - a descriptor
+    """The generic table holding the resources of ``message`` (a descriptor), if declared."""
+    return next((t for t in tables.TABLES if t.message.DESCRIPTOR is message), None)
+
+
+async def _rows(storage: Storage, table: tables.Table[M], app: str) -> list[M]:
+    """Every resource of ``table`` under ``app``, by name."""
+    found: list[M] = []
+    after: Cursor | None = None
+    while True:
+        query = ListQuery(parent=app, order=_BY_NAME, limit=_PAGE, after=after)
+        rows = await storage.list_rows(table, query)
+        found += [table.parse(data) for data, _ in rows]
+        if len(rows) < _PAGE:
+            return found
+        after = rows[-1][1]
+
+
+async def snapshot(storage: Storage, app: str) -> AppSnapshot:
+    """What a version of ``app`` holds, as stored now."""
+    taken = AppSnapshot()
+    stored = await storage.get_row(apps.TABLE, app)
+    if stored is not None:
+        taken.app.CopyFrom(stored)
+    for field in KINDS:
+        table = table_of(field.message_type)
+        if table is not None:
+            getattr(taken, field.name).extend(await _rows(storage, table, app))
+    return taken
+
+
+async def _insert(storage: Storage, version: AppVersion) -> None:
+    version.snapshot.CopyFrom(await snapshot(storage, tables.parent_of(version.name)))
+    await storage.insert_row(TABLE, version)
+
+
+VERSIONS = standard.Resource(
+    message=AppVersion,
+    parent=names.APP,
+    store=dataclasses.replace(standard.Store.of(TABLE, updatable=False), insert=_insert),
+    journal=changelogs.record,
+)
+
+
+class _Kept(Protocol):
+    name: str
+    etag: str
+
+
+async def put_back(
+    storage: Storage,
+    table: tables.Table[Any],
+    app: str,
+    kept: list[Any],
+    *,
+    keep_others: bool = False,
+) -> None:
+    """Make the resources of ``table`` under ``app`` those of ``kept`` (copies of stored
+    ones, named under ``app``), each written over the one of its name; with ``keep_others``
+    the others stay, else they are deleted."""
+    current: dict[str, _Kept] = {r.name: r for r in await _rows(storage, table, app)}
+    wanted: dict[str, _Kept] = {r.name: r for r in kept}
+    for name in set() if keep_others else current.keys() - wanted.keys():
+        await storage.delete_row(table, name, None)
+    for name, resource in wanted.items():
+        restored = table.message()
+        restored.CopyFrom(resource)
+        restored.etag = new_etag()
+        stamped = now()
+        if "update_time" in table.fields:
+            restored.update_time.CopyFrom(stamped)
+        if "create_time" in table.fields and not restored.HasField("create_time"):
+            restored.create_time.CopyFrom(stamped)
+        try:
+            if name in current:
+                await storage.replace_row(table, restored, current[name].etag)
+            else:
+                await storage.insert_row(table, restored)
+        except (Missing, Conflict):  # changed meanwhile: the snapshot's version wins
+            await storage.delete_row(table, name, None)
+            await storage.insert_row(table, restored)
+
+
+async def restore_app_version(
+    context: Context, request: agent_service_pb2.RestoreAppVersionRequest, caller: Caller
+) -> operations_pb2.Operation:
+    """RestoreAppVersion (long-running): a missing version is NOT_FOUND at once, a locked app
+    FAILED_PRECONDITION; the operation puts the snapshot back (the module's docstring)."""
+    version = await standard.get(context, VERSIONS, request.name)
+    app = tables.parent_of(version.name)
+    storage = context.storage
+    current = await storage.get_row(apps.TABLE, app)
+    if current is not None and current.locked:
+        raise apps.locked(app)
+
+    async def work() -> agent_service_pb2.RestoreAppVersionResponse:
+        before = await storage.get_row(apps.TABLE, app)
+        stamped = now()
+        settings = apps.App()
+        settings.CopyFrom(version.snapshot.app)
+        settings.name = app
+        settings.locked = before.locked if before is not None else False
+        settings.create_time.CopyFrom(before.create_time if before is not None else stamped)
+        settings.update_time.CopyFrom(stamped)
+        settings.etag = new_etag()
+        if before is None:
+            await storage.insert_row(apps.TABLE, settings)
+        else:
+            await storage.replace_row(apps.TABLE, settings, before.etag)
+        for field in KINDS:
+            table = table_of(field.message_type)
+            if table is not None:
+                await put_back(storage, table, app, list(getattr(version.snapshot, field.name)))
+        await changelogs.record(context, "Restore", before, settings, caller)
+        return agent_service_pb2.RestoreAppVersionResponse()
+
+    return await context.runner.start(
+        location_of(app), "RestoreAppVersion", service_pb2.OperationMetadata(), work
+    )
+
+
+RPCS: dict[str, Rpc] = {
+    **standard.methods(VERSIONS, "Create", "Get", "List", "Delete"),
+    "RestoreAppVersion": restore_app_version,
+}

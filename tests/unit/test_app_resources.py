@@ -1,0 +1,355 @@
+"""An app's agents, tools, toolsets, examples, guardrails and deployments through the core
+(AgentService RPCs by name), over a real SQLite file: table-driven where the six behave alike
+(IDs, ALREADY_EXISTS, NOT_FOUND naming the resource, masks, etags, filters, order_by, OUTPUT_ONLY
+ignored), then what is theirs (references checked, delete guards and ``force``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from google.protobuf import field_mask_pb2
+from google.protobuf.message import Message
+
+from ces_eval.errors import Code
+from ces_eval.generated.google.cloud.ces.v1beta import (
+    agent_pb2,
+    agent_service_pb2,
+    client_function_pb2,
+    common_pb2,
+    deployment_pb2,
+    example_pb2,
+    guardrail_pb2,
+    mcp_toolset_pb2,
+    tool_pb2,
+    toolset_pb2,
+)
+from tests.unit.test_core import APP, Harness, core, violations
+
+__all__ = ["core"]  # the fixture, used by name
+
+S = agent_service_pb2
+OTHER_APP = "projects/p/locations/l/apps/b"
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One resource: its message's name (the RPCs' suffix), a valid body of a given display
+    name, its filterable field with a value the body gives, whether display names are unique
+    and whether its list has a filter."""
+
+    name: str
+    body: Callable[[str], Message]
+    filter: str
+    display_name_unique: bool = True
+    listed_by_filter: bool = True
+
+    @property
+    def field(self) -> str:
+        return "".join("_" + c.lower() if c.isupper() else c for c in self.name).lstrip("_")
+
+    def request(self, verb: str, **fields: Any) -> Message:
+        plural = "s" if verb == "List" else ""
+        return getattr(S, f"{verb}{self.name}{plural}Request")(**fields)
+
+    def method(self, verb: str) -> str:
+        plural = "s" if verb == "List" else ""
+        return f"{verb.lower()}_{self.field}{plural}"
+
+
+def _tool(display_name: str) -> Message:
+    return tool_pb2.Tool(
+        client_function=client_function_pb2.ClientFunction(name=display_name),
+        execution_type=tool_pb2.ExecutionType.SYNCHRONOUS,
+        generated_summary="from the caller",
+    )
+
+
+KINDS = [
+    Kind(
+        "Agent",
+        lambda d: agent_pb2.Agent(display_name=d, generated_summary="x", validation_errors=["x"]),
+        'display_name = "{}"',
+    ),
+    Kind("Tool", _tool, 'execution_type = SYNCHRONOUS AND display_name = "{}"', False),
+    Kind(
+        "Toolset",
+        lambda d: toolset_pb2.Toolset(
+            display_name=d,
+            mcp_toolset=mcp_toolset_pb2.McpToolset(server_address="https://mcp.example.com"),
+        ),
+        'display_name = "{}"',
+        False,
+    ),
+    Kind(
+        "Example",
+        lambda d: example_pb2.Example(display_name=d, invalid=True),
+        'display_name = "{}"',
+    ),
+    Kind(
+        "Guardrail",
+        lambda d: guardrail_pb2.Guardrail(display_name=d, enabled=True),
+        'enabled = true AND display_name = "{}"',
+    ),
+    Kind(
+        "Deployment",
+        lambda d: deployment_pb2.Deployment(
+            display_name=d, channel_profile=common_pb2.ChannelProfile()
+        ),
+        "",
+        listed_by_filter=False,
+    ),
+]
+each_kind = pytest.mark.parametrize("kind", KINDS, ids=[k.name for k in KINDS])
+
+
+def make(core: Harness, kind: Kind, display_name: str, resource_id: str = "") -> Any:
+    request = kind.request(
+        "Create",
+        parent=APP,
+        **{f"{kind.field}_id": resource_id, kind.field: kind.body(display_name)},
+    )
+    return core.call(kind.method("Create"), request)
+
+
+@each_kind
+def test_create_names_stamps_and_ignores_output_only_fields(core: Harness, kind: Kind) -> None:
+    created = make(core, kind, "One", "one")
+    assert created.name == f"{APP}/{kind.field}s/one"
+    assert created.etag and created.create_time == created.update_time
+    for output_only in ("generated_summary", "validation_errors", "invalid"):
+        if output_only in created.DESCRIPTOR.fields_by_name:
+            assert not getattr(created, output_only)
+    assert core.call(kind.method("Get"), kind.request("Get", name=created.name)) == created
+    generated = make(core, kind, "Two")
+    assert generated.name.startswith(f"{APP}/{kind.field}s/")
+    assert generated.name != created.name
+
+
+@each_kind
+def test_taken_ids_and_display_names_and_bad_ids(core: Harness, kind: Kind) -> None:
+    first = make(core, kind, "One", "one")
+    taken = core.error(
+        kind.method("Create"),
+        kind.request(
+            "Create", parent=APP, **{f"{kind.field}_id": "one", kind.field: kind.body("X")}
+        ),
+    )
+    assert (taken.code, first.name in taken.message) == (Code.ALREADY_EXISTS, True)
+    bad = core.error(
+        kind.method("Create"),
+        kind.request(
+            "Create", parent=APP, **{f"{kind.field}_id": "Not_An_Id", kind.field: kind.body("Y")}
+        ),
+    )
+    assert (bad.code, violations(bad)) == (Code.INVALID_ARGUMENT, [f"{kind.field}_id"])
+    if kind.display_name_unique:
+        again = core.error(
+            kind.method("Create"),
+            kind.request("Create", parent=APP, **{kind.field: kind.body("One")}),
+        )
+        assert again.code == Code.ALREADY_EXISTS
+    else:
+        make(core, kind, "One")  # a second of that display name
+
+
+@each_kind
+def test_missing_is_not_found_naming_the_resource(core: Harness, kind: Kind) -> None:
+    name = f"{APP}/{kind.field}s/absent"
+    for verb in ("Get", "Delete"):
+        error = core.error(kind.method(verb), kind.request(verb, name=name))
+        assert error.code == Code.NOT_FOUND
+        assert error.resource == (f"ces.googleapis.com/{kind.name}", name)
+
+
+@each_kind
+def test_update_applies_the_mask_and_checks_the_etag(core: Harness, kind: Kind) -> None:
+    created = make(core, kind, "One", "one")
+    change = type(created)()
+    change.CopyFrom(created)
+    change.ClearField("create_time")
+    if "description" in change.DESCRIPTOR.fields_by_name:
+        change.description = "Described."
+    path = "description" if "description" in change.DESCRIPTOR.fields_by_name else "display_name"
+    if path == "display_name":
+        change.display_name = "Renamed"
+    if kind.name == "Tool":  # its display name is its function's
+        change.client_function.name = "renamed"
+        path = "client_function"
+    mask = field_mask_pb2.FieldMask(paths=[path])
+    updated = core.call(
+        kind.method("Update"),
+        kind.request("Update", **{kind.field: change, "update_mask": mask}),
+    )
+    assert updated.etag != created.etag and updated.create_time == created.create_time
+    if kind.name == "Tool":
+        assert updated.display_name == "renamed"
+    stale = core.error(
+        kind.method("Update"),
+        kind.request("Update", **{kind.field: change, "update_mask": mask}),
+    )  # change still carries the first etag
+    assert stale.code == Code.ABORTED
+    unknown = core.error(
+        kind.method("Update"),
+        kind.request(
+            "Update",
+            **{kind.field: updated, "update_mask": field_mask_pb2.FieldMask(paths=["nope"])},
+        ),
+    )
+    assert (unknown.code, violations(unknown)) == (Code.INVALID_ARGUMENT, ["update_mask"])
+    refused = core.error(
+        kind.method("Delete"), kind.request("Delete", name=created.name, etag=created.etag)
+    )
+    assert refused.code == Code.ABORTED
+    core.call(kind.method("Delete"), kind.request("Delete", name=created.name, etag=updated.etag))
+    assert core.error(kind.method("Get"), kind.request("Get", name=created.name)).code == (
+        Code.NOT_FOUND
+    )
+
+
+@each_kind
+def test_list_orders_filters_and_pages(core: Harness, kind: Kind) -> None:
+    for index in range(3):
+        make(core, kind, f"item-{index}", f"item-{index}")
+    ordered = core.call(kind.method("List"), kind.request("List", parent=APP, order_by="name desc"))
+    items = getattr(ordered, f"{kind.field}s")
+    assert [i.name.rsplit("/", 1)[1] for i in items] == ["item-2", "item-1", "item-0"]
+    first = core.call(kind.method("List"), kind.request("List", parent=APP, page_size=2))
+    assert len(getattr(first, f"{kind.field}s")) == 2 and first.next_page_token
+    rest = core.call(
+        kind.method("List"),
+        kind.request("List", parent=APP, page_size=2, page_token=first.next_page_token),
+    )
+    assert len(getattr(rest, f"{kind.field}s")) == 1 and not rest.next_page_token
+    other = core.call(kind.method("List"), kind.request("List", parent=OTHER_APP))
+    assert not getattr(other, f"{kind.field}s")
+    if kind.listed_by_filter:
+        wanted = kind.filter.format("item-1")
+        page = core.call(kind.method("List"), kind.request("List", parent=APP, filter=wanted))
+        assert [i.display_name for i in getattr(page, f"{kind.field}s")] == ["item-1"]
+        error = core.error(kind.method("List"), kind.request("List", parent=APP, filter="nope = 1"))
+        assert (error.code, violations(error)) == (Code.INVALID_ARGUMENT, ["filter"])
+
+
+# -- references ----------------------------------------------------------------------------------
+
+KIND = {kind.name: kind for kind in KINDS}
+
+
+def _agent(core: Harness, display_name: str, agent_id: str, **fields: Any) -> Any:
+    request = S.CreateAgentRequest(
+        parent=APP, agent_id=agent_id, agent=agent_pb2.Agent(display_name=display_name, **fields)
+    )
+    return core.call("create_agent", request)
+
+
+def test_an_agent_names_only_existing_resources_of_its_app(core: Harness) -> None:
+    tool = make(core, KIND["Tool"], "lookup", "lookup")
+    toolset = make(core, KIND["Toolset"], "Mcp", "mcp")
+    guardrail = make(core, KIND["Guardrail"], "Safe", "safe")
+    error = core.error(
+        "create_agent",
+        S.CreateAgentRequest(
+            parent=APP,
+            agent=agent_pb2.Agent(
+                display_name="Root",
+                tools=[tool.name, f"{APP}/tools/absent", f"{OTHER_APP}/tools/lookup"],
+                toolsets=[agent_pb2.Agent.AgentToolset(toolset=f"{APP}/toolsets/absent")],
+                child_agents=[f"{APP}/agents/absent"],
+                guardrails=["not a name"],
+            ),
+        ),
+    )
+    assert error.code == Code.INVALID_ARGUMENT
+    assert violations(error) == [
+        "agent.tools[1]",
+        "agent.tools[2]",
+        "agent.toolsets[0].toolset",
+        "agent.child_agents[0]",
+        "agent.guardrails[0]",
+    ]
+    child = _agent(core, "Child", "child")
+    root = _agent(
+        core,
+        "Root",
+        "root",
+        tools=[tool.name],
+        toolsets=[agent_pb2.Agent.AgentToolset(toolset=toolset.name, tool_ids=["a"])],
+        child_agents=[child.name],
+        guardrails=[guardrail.name],
+    )
+    assert list(root.tools) == [tool.name]
+    for wanted in (f'tools:"{tool.name}"', 'tools:"lookup"', f'child_agents:"{child.name}"'):
+        page = core.call("list_agents", S.ListAgentsRequest(parent=APP, filter=wanted))
+        assert [agent.name for agent in page.agents] == [root.name], wanted
+    change = agent_pb2.Agent(name=root.name, tools=[f"{APP}/tools/gone"])
+    refused = core.error(
+        "update_agent",
+        S.UpdateAgentRequest(agent=change, update_mask=field_mask_pb2.FieldMask(paths=["tools"])),
+    )
+    assert violations(refused) == ["agent.tools[0]"]
+
+
+def test_an_example_names_an_existing_entry_agent(core: Harness) -> None:
+    error = core.error(
+        "create_example",
+        S.CreateExampleRequest(
+            parent=APP,
+            example=example_pb2.Example(display_name="E", entry_agent=f"{APP}/agents/absent"),
+        ),
+    )
+    assert (error.code, violations(error)) == (Code.INVALID_ARGUMENT, ["example.entry_agent"])
+
+
+@pytest.mark.parametrize(
+    ("kind", "field"),
+    [
+        ("Tool", "tools"),
+        ("Toolset", "toolsets"),
+        ("Guardrail", "guardrails"),
+        ("Agent", "child_agents"),
+    ],
+)
+def test_what_an_agent_names_is_deleted_only_with_force(
+    core: Harness, kind: str, field: str
+) -> None:
+    named = (
+        _agent(core, "Named", "named")
+        if kind == "Agent"
+        else make(core, KIND[kind], "named", "named")
+    )
+    kept = make(core, KIND["Tool"], "kept", "kept")
+    references: dict[str, Any] = {
+        "tools": {"tools": [named.name, kept.name]},
+        "toolsets": {"toolsets": [agent_pb2.Agent.AgentToolset(toolset=named.name)]},
+        "guardrails": {"guardrails": [named.name]},
+        "child_agents": {"child_agents": [named.name]},
+    }[field]
+    root = _agent(core, "Root", "root", **references)
+    method = KIND[kind].method("Delete")
+    error = core.error(method, KIND[kind].request("Delete", name=named.name))
+    assert (error.code, error.reason) == (Code.FAILED_PRECONDITION, "RESOURCE_IN_USE")
+    assert f"{root.name} ({field})" in error.message
+    core.call(method, KIND[kind].request("Delete", name=named.name, force=True))
+    after = core.call("get_agent", S.GetAgentRequest(name=root.name))
+    assert after.etag != root.etag
+    if field == "tools":
+        assert list(after.tools) == [kept.name]  # only the deleted one removed
+    else:
+        assert not getattr(after, field)
+
+
+def test_an_agent_an_example_enters_by_is_deleted_only_with_force(core: Harness) -> None:
+    agent = _agent(core, "Entry", "entry")
+    example = core.call(
+        "create_example",
+        S.CreateExampleRequest(
+            parent=APP, example=example_pb2.Example(display_name="E", entry_agent=agent.name)
+        ),
+    )
+    error = core.error("delete_agent", S.DeleteAgentRequest(name=agent.name))
+    assert example.name in error.message
+    core.call("delete_agent", S.DeleteAgentRequest(name=agent.name, force=True))
+    assert not core.call("get_example", S.GetExampleRequest(name=example.name)).entry_agent
