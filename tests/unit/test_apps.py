@@ -122,6 +122,13 @@ def test_an_app_used_before_it_is_created_exists_with_defaults(core: Apps) -> No
     assert dict(app.metadata) == {IMPLICIT: "true"}
     assert not app.HasField("evaluation_metrics_thresholds")
     assert core.app_names() == [APP]
+    # An invalid CreateApp of its ID changes nothing (no display name: INVALID_ARGUMENT).
+    invalid = core.error(
+        "create_app",
+        agent_pb2.CreateAppRequest(parent=LOCATION, app_id=APP.rsplit("/", 1)[1], app={}),
+    )
+    assert invalid.code is Code.INVALID_ARGUMENT
+    assert core.get_app() == app
     # CreateApp of its ID adopts it: the app is the caller's, its evaluations stay.
     adopted = core.create_app(APP.rsplit("/", 1)[1], display_name="Adopted")
     assert adopted.display_name == "Adopted" and not adopted.metadata

@@ -37,7 +37,7 @@ from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import agent_service_pb2, app_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.storage import tables
-from ces_eval.storage.base import Conflict
+from ces_eval.storage.base import Conflict, EtagMismatch, Missing
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -141,17 +141,30 @@ async def _operation(
     return await context.runner.start(parent, method, service_pb2.OperationMetadata(), work)
 
 
+async def _adopt(context: Context, request: agent_service_pb2.CreateAppRequest) -> bool:
+    """Delete the implicit app the request's ID names, if that is what takes it."""
+    name = f"{request.parent}/apps/{request.app_id}"
+    current = await context.storage.get_row(TABLE, name)
+    if current is None or IMPLICIT not in current.metadata:
+        return False
+    with contextlib.suppress(Missing, EtagMismatch):  # adopted or changed meanwhile
+        await context.storage.delete_row(TABLE, name, current.etag)
+    return True
+
+
 async def create_app(
     context: Context, request: agent_service_pb2.CreateAppRequest, caller: Caller
 ) -> operations_pb2.Operation:
     """AIP-133 Create, long-running: the app is stored (or refused) before the call answers; the
     operation it answers is done with the app. An implicit app of the requested ID is adopted."""
-    if request.app_id and names.foreign_id(request.app_id):
-        name = f"{request.parent}/apps/{request.app_id}"
-        current = await context.storage.get_row(TABLE, name)
-        if current is not None and IMPLICIT in current.metadata:
-            await context.storage.delete_row(TABLE, name, current.etag)
-    app = await standard.create(context, APPS, request, caller)
+    try:
+        app = await standard.create(context, APPS, request, caller)
+    except ServiceError as error:
+        # Taken: by an implicit app, which the new one replaces (what it holds stays), once
+        # the request proved valid; by a created one, ALREADY_EXISTS.
+        if error.code is not Code.ALREADY_EXISTS or not await _adopt(context, request):
+            raise
+        app = await standard.create(context, APPS, request, caller)
     forget(context, app.name)
 
     async def work() -> App:
