@@ -536,3 +536,25 @@ def test_an_evaluations_tools_follow_the_apps_tools_once_it_has_any(core: Apps) 
         "evaluation.golden.turns[0].steps[1].expectation.tool_call.tool"
     ]
     assert refused.violations[0].reason == "NOT_FOUND"
+
+
+def test_an_import_over_an_app_leaves_out_what_a_kept_display_name_holds(core: Apps) -> None:
+    target = f"{LOCATION}/apps/kept"
+    core.create_app("kept", display_name="Kept")
+    core.call(
+        "create_agent",
+        agent_pb2.CreateAgentRequest(
+            parent=target, agent_id="other", agent=agent_pb2_.Agent(display_name="Root")
+        ),
+    )
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        archive.writestr("app.json", '{"displayName": "Kept"}')
+        archive.writestr("agents/root.json", '{"displayName": "Root"}')
+        archive.writestr("agents/second.json", '{"displayName": "Second"}')
+    response = _import(core, app_content=out.getvalue(), app_id="kept")
+    assert response.warnings == [
+        f"{target}/agents/root: its display name is {target}/agents/other's; left out."
+    ]
+    listed = core.call("list_agents", agent_pb2.ListAgentsRequest(parent=target, order_by="name"))
+    assert [a.name.rsplit("/", 1)[1] for a in listed.agents] == ["other", "second"]
