@@ -15,7 +15,7 @@ import pytest
 from google.longrunning import operations_pb2
 from google.protobuf import field_mask_pb2
 
-from ces_eval.core.aip import pages
+from ces_eval.core.aip import names, pages
 from ces_eval.core.aip.context import Settings
 from ces_eval.core.resources.apps import IMPLICIT
 from ces_eval.core.service import Core
@@ -558,3 +558,10 @@ def test_an_import_over_an_app_leaves_out_what_a_kept_display_name_holds(core: A
     ]
     listed = core.call("list_agents", agent_pb2.ListAgentsRequest(parent=target, order_by="name"))
     assert [a.name.rsplit("/", 1)[1] for a in listed.agents] == ["other", "second"]
+
+
+def test_the_app_of_a_name() -> None:
+    assert names.app_of(f"{APP}/evaluations/e/results/r") == APP
+    assert names.app_of(APP) == APP
+    assert names.app_of(f"{LOCATION}/operations/o") == ""
+    assert names.app_of("projects/p") == ""

@@ -149,8 +149,8 @@ async def put_back(
 async def _write(
     storage: Storage,
     table: tables.Table[Any],
-    restored: Any,
-    current: _Kept | None,  # noqa: ANN401
+    restored: Any,  # noqa: ANN401 - a message of ``table``
+    current: _Kept | None,
 ) -> None:
     """Write ``restored`` over ``current`` (the version read), or as new when there was none
     or it changed or went meanwhile (the snapshot's version wins)."""
