@@ -15,7 +15,7 @@ import pytest
 from google.longrunning import operations_pb2
 from google.protobuf import field_mask_pb2
 
-from ces_eval.core.aip import pages
+from ces_eval.core.aip import names, pages
 from ces_eval.core.aip.context import Settings
 from ces_eval.core.resources.apps import IMPLICIT
 from ces_eval.core.service import Core
@@ -536,3 +536,32 @@ def test_an_evaluations_tools_follow_the_apps_tools_once_it_has_any(core: Apps) 
         "evaluation.golden.turns[0].steps[1].expectation.tool_call.tool"
     ]
     assert refused.violations[0].reason == "NOT_FOUND"
+
+
+def test_an_import_over_an_app_leaves_out_what_a_kept_display_name_holds(core: Apps) -> None:
+    target = f"{LOCATION}/apps/kept"
+    core.create_app("kept", display_name="Kept")
+    core.call(
+        "create_agent",
+        agent_pb2.CreateAgentRequest(
+            parent=target, agent_id="other", agent=agent_pb2_.Agent(display_name="Root")
+        ),
+    )
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        archive.writestr("app.json", '{"displayName": "Kept"}')
+        archive.writestr("agents/root.json", '{"displayName": "Root"}')
+        archive.writestr("agents/second.json", '{"displayName": "Second"}')
+    response = _import(core, app_content=out.getvalue(), app_id="kept")
+    assert response.warnings == [
+        f"{target}/agents/root: its display name is {target}/agents/other's; left out."
+    ]
+    listed = core.call("list_agents", agent_pb2.ListAgentsRequest(parent=target, order_by="name"))
+    assert [a.name.rsplit("/", 1)[1] for a in listed.agents] == ["other", "second"]
+
+
+def test_the_app_of_a_name() -> None:
+    assert names.app_of(f"{APP}/evaluations/e/results/r") == APP
+    assert names.app_of(APP) == APP
+    assert names.app_of(f"{LOCATION}/operations/o") == ""
+    assert names.app_of("projects/p") == ""

@@ -36,6 +36,7 @@ __all__ = [
     "EVALUATION_RESULT",
     "WILDCARD",
     "ResourcePattern",
+    "app_of",
     "by_type",
     "foreign_id",
     "location_of",
@@ -214,6 +215,18 @@ DEFAULT_PERSONA = "default"
 def location_of(name: str) -> str:
     """The location a resource ``name`` lives in: the parent of the operations it starts."""
     return "/".join(name.split("/")[:4])
+
+
+_APP_SEGMENTS = len(APP.pattern.split("/"))
+
+
+def app_of(name: str) -> str:
+    """The app a resource ``name`` lives in (``projects/p/locations/l/apps/a``), or "" for a
+    name that is not inside an app."""
+    segments = name.split("/")
+    if len(segments) < _APP_SEGMENTS or segments[4] != "apps":
+        return ""
+    return "/".join(segments[:_APP_SEGMENTS])
 
 
 def owned(pattern: ResourcePattern) -> int:

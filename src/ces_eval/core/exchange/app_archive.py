@@ -271,7 +271,9 @@ async def import_app(
             if table is None:
                 continue
             imported = list(getattr(taken, field.name))
-            await versions.put_back(storage, table, app, imported, keep_others=not overwrite)
+            warnings.extend(
+                await versions.put_back(storage, table, app, imported, keep_others=not overwrite)
+            )
         await changelogs.record(context, "Import", before, settings, caller)
         return agent_service_pb2.ImportAppResponse(name=app, warnings=warnings)
 

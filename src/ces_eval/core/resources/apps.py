@@ -261,10 +261,8 @@ def _app_of(request: Message, field: tuple[str, ...]) -> str:
     value: Any = request
     for part in field:
         value = getattr(value, part)
-    segments = str(value).split("/")
-    if len(segments) < _APP_SEGMENTS or segments[4] != "apps":
-        return ""  # malformed: the method's own checks say what is wrong
-    return "/".join(segments[:_APP_SEGMENTS])
+    # A malformed name gives "": the method's own checks say what is wrong.
+    return names.app_of(str(value))
 
 
 async def _admit(context: Context, scope: _Scope, request: Message) -> None:

@@ -52,7 +52,6 @@ CHANGELOGS = standard.Resource(
 # The fields every write stamps: a change of them alone is no change worth naming.
 _STAMPS = frozenset({"update_time", "etag", "last_updated_by", "create_time", "created_by"})
 _NEWEST = OrderBy(SortKey.CREATE_TIME, descending=True)
-_APP_SEGMENTS = len(names.APP.pattern.split("/"))
 
 
 def _json(message: Message) -> struct_pb2.Struct:
@@ -106,7 +105,7 @@ async def record(
 ) -> None:
     """Append the change to its app's changelog (the module's docstring)."""
     entry = _entry(action, before, after, caller.user)
-    app = "/".join(entry.resource.split("/")[:_APP_SEGMENTS])
+    app = names.app_of(entry.resource)
     if action == "Delete" and entry.resource == app:
         return
     storage = context.storage

@@ -13,6 +13,7 @@ changelog (action ``Restore``, the app before and after). Runs record the versio
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -23,7 +24,15 @@ from ces_eval.core.resources import apps, changelogs
 from ces_eval.generated.google.cloud.ces.v1beta import agent_service_pb2, app_version_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.storage import tables
-from ces_eval.storage.base import Conflict, Cursor, ListQuery, Missing, OrderBy, SortKey
+from ces_eval.storage.base import (
+    Conflict,
+    Cursor,
+    EtagMismatch,
+    ListQuery,
+    Missing,
+    OrderBy,
+    SortKey,
+)
 
 if TYPE_CHECKING:
     from google.longrunning import operations_pb2
@@ -105,14 +114,17 @@ async def put_back(
     kept: list[Any],
     *,
     keep_others: bool = False,
-) -> None:
+) -> list[str]:
     """Make the resources of ``table`` under ``app`` those of ``kept`` (copies of stored
     ones, named under ``app``), each written over the one of its name; with ``keep_others``
-    the others stay, else they are deleted."""
+    the others stay, else they are deleted. Answers a warning for each resource not written:
+    one whose display name another resource kept here holds."""
     current: dict[str, _Kept] = {r.name: r for r in await _rows(storage, table, app)}
     wanted: dict[str, _Kept] = {r.name: r for r in kept}
     for name in set() if keep_others else current.keys() - wanted.keys():
-        await storage.delete_row(table, name, None)
+        with contextlib.suppress(Missing):  # deleted meanwhile
+            await storage.delete_row(table, name, None)
+    warnings: list[str] = []
     for name, resource in wanted.items():
         restored = table.message()
         restored.CopyFrom(resource)
@@ -123,13 +135,34 @@ async def put_back(
         if "create_time" in table.fields and not restored.HasField("create_time"):
             restored.create_time.CopyFrom(stamped)
         try:
-            if name in current:
-                await storage.replace_row(table, restored, current[name].etag)
-            else:
+            await _write(storage, table, restored, current.get(name))
+        except Conflict as conflict:
+            if conflict.field == "name":  # created meanwhile: the snapshot's version wins
+                with contextlib.suppress(Missing):
+                    await storage.delete_row(table, name, None)
                 await storage.insert_row(table, restored)
-        except (Missing, Conflict):  # changed meanwhile: the snapshot's version wins
-            await storage.delete_row(table, name, None)
-            await storage.insert_row(table, restored)
+            else:
+                warnings.append(f"{name}: its display name is {conflict.existing}'s; left out.")
+    return warnings
+
+
+async def _write(
+    storage: Storage,
+    table: tables.Table[Any],
+    restored: Any,  # noqa: ANN401 - a message of ``table``
+    current: _Kept | None,
+) -> None:
+    """Write ``restored`` over ``current`` (the version read), or as new when there was none
+    or it changed or went meanwhile (the snapshot's version wins)."""
+    if current is None:
+        await storage.insert_row(table, restored)
+        return
+    try:
+        await storage.replace_row(table, restored, current.etag)
+    except (Missing, EtagMismatch):
+        with contextlib.suppress(Missing):
+            await storage.delete_row(table, restored.name, None)
+        await storage.insert_row(table, restored)
 
 
 async def restore_app_version(
@@ -161,6 +194,7 @@ async def restore_app_version(
         for field in KINDS:
             table = table_of(field.message_type)
             if table is not None:
+                # Nothing else is kept: no other resource can hold a display name it needs.
                 await put_back(storage, table, app, list(getattr(version.snapshot, field.name)))
         await changelogs.record(context, "Restore", before, settings, caller)
         return agent_service_pb2.RestoreAppVersionResponse()
