@@ -120,8 +120,8 @@ def _serve_parser(
     serve_parser = commands.add_parser(
         "serve",
         help="run the gRPC and HTTP server",
-        description="Serve the EvaluationService over gRPC, REST and MCP until SIGTERM or "
-        "Ctrl-C. Exit status: 0 stopped, 1 failed (database, workers, unexpected error), "
+        description="Serve the CES EvaluationService and AgentService over gRPC, REST and MCP "
+        "until SIGTERM or Ctrl-C. Exit status: 0 stopped, 1 failed (database, workers, unexpected error), "
         "2 bad configuration, 3 a port cannot be bound.",
     )
     options.add_options(serve_parser, ServerConfig, environ)
