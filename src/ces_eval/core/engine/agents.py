@@ -16,6 +16,10 @@ what it answers is recorded and scored (:mod:`ces_eval.core.engine.agent_scoring
   and the conversation so far and answers the user's next input, or that the conversation is
   over (with whether the user's goal was met). The agent's tool calls are answered with the
   scenario's mock tool responses. Without a simulator, a scenario ends ERROR saying so.
+* Metrics the metrics config in force switches off are not computed
+  (:mod:`ces_eval.core.engine.metrics_config`): a turn's judge call is skipped when neither
+  its semantic similarity nor its hallucination is, and an agent response expectation whose
+  similarity is off takes no part in the turn's.
 * Each golden turn's latency is the time its calls took; tool latencies come from the agent's
   own trace (``diagnostic_info.root_span``: a span whose ``attributes.tool`` names a tool).
 
@@ -366,7 +370,7 @@ class Agent:
             replay.turn_latency.CopyFrom(latency)
             replay.tool_call_latencies.extend(latencies)
             budgets.result.spend(replay, _RECORD_OVERHEAD)
-            judged = await self._judge_turn(given.evaluation, index, turn, observed, messages)
+            judged = await self._judge_turn(given, index, turn, observed, messages)
             await off_loop(
                 is_heavy(turn),
                 functools.partial(
@@ -376,6 +380,7 @@ class Agent:
                     replay,
                     judged.get("semanticSimilarity"),
                     budget=budgets.result,
+                    switches=given.switches,
                 ),
             )
             if "hallucination" in judged:
@@ -389,22 +394,27 @@ class Agent:
 
     async def _judge_turn(
         self,
-        evaluation: _Evaluation,
+        given: outcomes.Play,
         index: int,
         turn: _Evaluation.GoldenTurn,
         observed: _Observed,
         messages: list[content_pb2.Message],
     ) -> dict[str, Any]:
         """The judge's answer for a turn with an agent response expectation ({} without a
-        judge or such an expectation), checked."""
-        expected = [
-            agent_scoring.text_of(e.agent_response)
-            for e in outcomes.expectations(turn)
-            if e.WhichOneof("condition") == "agent_response"
+        judge or such an expectation, or when the metrics config switches off both semantic
+        similarity and hallucination for the turn), checked. The expected text is that of the
+        expectations whose similarity is computed (of all, when none is)."""
+        evaluation = given.evaluation
+        switches = given.switches
+        answers = [
+            e for e in outcomes.expectations(turn) if e.WhichOneof("condition") == "agent_response"
         ]
         uri = self._endpoint.judge_uri
-        if not uri or not expected:
+        wanted = switches.turn_similarity(answers) or switches.turn_hallucination(answers)
+        if not uri or not answers or not wanted:
             return {}
+        compared = [answer for answer in answers if switches.similarity(answer)] or answers
+        expected = [agent_scoring.text_of(answer.agent_response) for answer in compared]
 
         def document() -> object:
             return {

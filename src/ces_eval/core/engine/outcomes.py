@@ -23,7 +23,10 @@ rule (:mod:`ces_eval.core.resources.outcome_rules`) that decides a repetition ch
   ``turn_latency`` too.
 
 The outcomes and ``evaluation_status`` then follow from the scores by the same threshold rules
-as RunEvaluationResultMetrics (:func:`ces_eval.core.engine.rerun.rerun`): one engine judges both.
+as RunEvaluationResultMetrics (:func:`ces_eval.core.engine.rerun.rerun`): one engine judges both,
+and clears the metrics the metrics config in force switches off
+(:mod:`ces_eval.core.engine.metrics_config`; a FAIL rule fails an expectation some metric
+computed judges).
 Pure: no I/O, the evaluation and the rule are not modified.
 """
 
@@ -35,7 +38,8 @@ from typing import TYPE_CHECKING
 
 from google.protobuf import duration_pb2, struct_pb2, timestamp_pb2
 
-from ces_eval.core.engine import rerun
+from ces_eval.core.engine import metrics_config, rerun
+from ces_eval.core.engine.metrics_config import Switches
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import (
     content_pb2,
@@ -66,6 +70,7 @@ _Evaluation = evaluation_pb2.Evaluation
 _Rule = emulator_pb2.OutcomeRule
 _Conversation = conversation_pb2.Conversation
 _ErrorInfo = evaluation_config_pb2.EvaluationErrorInfo
+_Settings = evaluation_config_pb2.EvaluationSettings
 _FULL_SIMILARITY, _FAILED_SIMILARITY = 4, 1
 _JUSTIFIED = 1
 _USER_GOAL_SATISFIED, _USER_GOAL_NOT_SATISFIED = 1, 0
@@ -91,6 +96,18 @@ class Play:
     persona: evaluation_config_pb2.EvaluationPersona | None = None
     # The app's thresholds, recorded in the result and judging it where nothing closer is set.
     thresholds: evaluation_config_pb2.EvaluationMetricsThresholds | None = None
+    # The app's evaluation settings (its metrics config).
+    settings: _Settings | None = None
+
+    @property
+    def metrics_config(self) -> evaluation_config_pb2.EvaluationMetricsConfig | None:
+        """The app's metrics config (None: it sets none)."""
+        return metrics_config.of_settings(self.settings)
+
+    @property
+    def switches(self) -> Switches:
+        """The metrics the evaluation computes but for its expectations' own overrides."""
+        return Switches.of(self.evaluation, self.metrics_config)
 
 
 @dataclass(frozen=True)
@@ -134,16 +151,18 @@ def expectations(turn: _Evaluation.GoldenTurn) -> list[_Evaluation.GoldenExpecta
     return [step.expectation for step in turn.steps if step.WhichOneof("step") == "expectation"]
 
 
-def _failing_position(evaluation: _Evaluation, rule: _Rule) -> tuple[int, int] | None:
+def _failing_position(
+    evaluation: _Evaluation, rule: _Rule, switches: Switches
+) -> tuple[int, int] | None:
     """The (turn, expectation) a FAIL rule fails in a golden: the one it names (``turn`` by
     default the first turn with a judged expectation, ``expectation`` by default 0) when that
-    expectation is judged (not skipped), else the first judged one of that turn, else the
-    first judged one; None when the golden judges none."""
+    expectation is judged (not skipped, and judged by a metric computed), else the first judged
+    one of that turn, else the first judged one; None when the golden judges none."""
     judged = [
         (index, position)
         for index, turn in enumerate(evaluation.golden.turns)
         for position, expectation in enumerate(expectations(turn))
-        if not expectation.skip_evaluation
+        if not expectation.skip_evaluation and switches.judges(expectation)
     ]
     if not judged:
         return None
@@ -271,7 +290,9 @@ def _tool_latencies(
 def _golden(play: Play) -> tuple[_Result.GoldenResult, list[_Conversation.Turn]]:
     rule = play.rule
     failing = rule if rule is not None and rule.outcome == _Rule.FAIL else None
-    fail_at = _failing_position(play.evaluation, failing) if failing is not None else None
+    fail_at = None
+    if failing is not None:
+        fail_at = _failing_position(play.evaluation, failing, play.switches)
     golden = _Result.GoldenResult()
     turns: list[_Conversation.Turn] = []
     for index, turn in enumerate(play.evaluation.golden.turns):
@@ -425,10 +446,10 @@ def _judged(given: Play) -> Played:
 
 def judged(result: _Result, given: Play) -> _Result:
     """``result`` judged (:func:`ces_eval.core.engine.rerun.rerun`) with the app's thresholds
-    of ``given`` recorded in it."""
+    of ``given`` recorded in it, under the metrics config in force."""
     if given.thresholds is not None:
         result.evaluation_metrics_thresholds.CopyFrom(given.thresholds)
-    return rerun.rerun(result, given.evaluation)
+    return rerun.rerun(result, given.evaluation, given.metrics_config)
 
 
 def _timed(judged: Played, given: Play) -> Played:
