@@ -346,6 +346,37 @@ def test_a_simulator_plays_the_user_of_a_scenario(server: RunningServer, agent: 
     assert made["response"]["golden"]["turns"], made
 
 
+def test_the_agent_starts_a_scenario_it_is_told_to_start(
+    server: RunningServer, agent: Agent
+) -> None:
+    """The app's scenario_conversation_initiator AGENT: the agent's session opens with the
+    "welcome" event, its greeting is the conversation's first turn and the simulator sees it."""
+    app = f"{PROJECT}/initiated"
+    Emulator(server.http_base).set_agent(
+        app,
+        agent.url + "/agent",
+        judge_uri=agent.url + "/judge",
+        simulator_uri=agent.url + "/simulator",
+    )
+    evaluation = _scenario(server, app)
+    settings = {"scenarioConversationInitiator": "AGENT"}
+    body = {"name": app, "displayName": "Initiated", "evaluationSettings": settings}
+    rest_call(server, "PATCH", f"/v1beta/{app}?updateMask=evaluationSettings", body)
+    before = len(agent.requests)
+    _, result = _played(server, app, evaluation)
+    assert result["executionState"] == "COMPLETED" and result["evaluationStatus"] == "PASS"
+    sent = agent.requests[before:]
+    assert [r["path"] for r in sent][:2] == ["/agent", "/simulator"]
+    assert sent[0]["inputs"] == [{"event": {"event": "welcome"}}]
+    [greeting] = sent[1]["conversation"]  # what the simulator is first sent
+    assert greeting["role"] == "agent"
+    assert greeting["chunks"] == [{"text": "Hello! Ask me about the weather."}]
+    conversation = rest_call(server, "GET", f"/v1beta/{result['scenarioResult']['conversation']}")
+    first, second = conversation["turns"][:2]
+    assert [m["role"] for m in first["messages"]] == ["agent"]
+    assert [m["role"] for m in second["messages"]] == ["user", "agent"]
+
+
 def test_a_failing_simulator_ends_the_result_error(server: RunningServer, agent: Agent) -> None:
     app = f"{PROJECT}/unsimulated"
     Emulator(server.http_base).set_agent(

@@ -2,7 +2,7 @@
 the core over a real SQLite file (src/ces_eval/core/engine/metrics_config.py, rerun.py,
 outcomes.py): the metrics config, resolved per metric from the expectation's override, the
 evaluation's, the app's, then the default (computed), applied alike by scripted play and by
-RunEvaluationResultMetrics."""
+RunEvaluationResultMetrics; and who starts a scripted scenario's conversation."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 from google.protobuf import field_mask_pb2
 
+from ces_eval.core.engine import outcomes
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import agent_service_pb2 as agent_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import (
@@ -224,3 +225,30 @@ def test_result_metrics_are_computed_again_under_the_config_in_force_now(core: A
     )
     assert stored.evaluation_status == PASS
     assert not _turn(stored).HasField("semantic_similarity_result")
+
+
+def _texts(core: Apps, result: Result) -> list[tuple[str, str]]:
+    conversation = core.call(
+        "get_conversation",
+        agent_pb2.GetConversationRequest(name=result.scenario_result.conversation),
+    )
+    stamps = [m.event_time.ToNanoseconds() for t in conversation.turns for m in t.messages]
+    assert stamps == sorted(stamps)
+    return [
+        (message.role, chunk.text)
+        for turn in conversation.turns
+        for message in turn.messages
+        for chunk in message.chunks
+    ]
+
+
+def test_a_scripted_scenario_the_agent_starts_opens_with_its_greeting(core: Apps) -> None:
+    scenario = running._scenario(core, "Ask")
+    task, answer = ("user", "Ask for order 42."), ("agent", "It has shipped.")
+    assert _texts(core, _played(core, scenario)) == [task, answer]
+    _app(core, scenario_conversation_initiator=Settings.AGENT)
+    played = _played(core, scenario)
+    assert played.evaluation_status == PASS
+    assert _texts(core, played) == [("agent", outcomes.GREETING), task, answer]
+    _app(core, scenario_conversation_initiator=Settings.USER)
+    assert _texts(core, _played(core, scenario)) == [task, answer]

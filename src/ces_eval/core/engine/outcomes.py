@@ -22,6 +22,9 @@ rule (:mod:`ces_eval.core.resources.outcome_rules`) that decides a repetition ch
 * PASS (or any rule): its scores apply to every turn, its ``hallucination_score`` and
   ``turn_latency`` too.
 
+A scenario the agent starts (the app's ``scenario_conversation_initiator`` AGENT) opens its
+conversation with the agent's :data:`GREETING`, before the user's task.
+
 The outcomes and ``evaluation_status`` then follow from the scores by the same threshold rules
 as RunEvaluationResultMetrics (:func:`ces_eval.core.engine.rerun.rerun`): one engine judges both,
 and clears the metrics the metrics config in force switches off
@@ -52,6 +55,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 __all__ = [
+    "GREETING",
     "Clock",
     "Play",
     "Played",
@@ -80,6 +84,9 @@ _USER = "user"
 _LATENCY_FLOOR_MS, _LATENCY_SPREAD_MS = 300, 900
 _FAILED_ARGUMENT = "ces_eval_observed"  # the argument a failing tool call adds by default
 _FAILED_TEXT = "(The agent answered something else.)"
+# What the agent says first in a scripted scenario the agent starts (scenario_conversation_initiator
+# AGENT; docs/semantics.md, "Evaluation runs").
+GREETING = "Hello! How can I help you today?"
 
 
 @dataclass(frozen=True)
@@ -96,7 +103,7 @@ class Play:
     persona: evaluation_config_pb2.EvaluationPersona | None = None
     # The app's thresholds, recorded in the result and judging it where nothing closer is set.
     thresholds: evaluation_config_pb2.EvaluationMetricsThresholds | None = None
-    # The app's evaluation settings (its metrics config).
+    # The app's evaluation settings: its metrics config and who starts a scenario.
     settings: _Settings | None = None
 
     @property
@@ -108,6 +115,15 @@ class Play:
     def switches(self) -> Switches:
         """The metrics the evaluation computes but for its expectations' own overrides."""
         return Switches.of(self.evaluation, self.metrics_config)
+
+    @property
+    def agent_starts(self) -> bool:
+        """Whether the agent speaks first in a scenario (``scenario_conversation_initiator``
+        AGENT; UNSPECIFIED is USER)."""
+        return (
+            self.settings is not None
+            and self.settings.scenario_conversation_initiator == _Settings.AGENT
+        )
 
 
 @dataclass(frozen=True)
@@ -354,6 +370,8 @@ def _scenario(play: Play) -> tuple[_Result.ScenarioResult, list[_Conversation.Tu
             ]
         )
     ]
+    if play.agent_starts:
+        turns.insert(0, _Conversation.Turn(messages=[_text_message(GREETING)]))
     for index, expectation in enumerate(scenario.scenario_expectations):
         fails = fail_at == index
         outcome = result.expectation_outcomes.add(
@@ -481,11 +499,14 @@ def _timed(judged: Played, given: Play) -> Played:
     elif result.execution_state != _Result.ERROR:
         scenario = result.scenario_result
         scenario.conversation = given.conversation_name
-        task, *answers = conversation.turns
-        task.messages[0].event_time.CopyFrom(clock.at)
-        for index, turn in enumerate(answers):
-            start, millis = clock.advance(_turn_latency(given, index))
+        answered = 0  # the agent's turns so far (its greeting, then its answers)
+        for turn in conversation.turns:
             [message] = turn.messages
+            if message.role == _USER:  # said at once
+                message.event_time.CopyFrom(clock.at)
+                continue
+            start, millis = clock.advance(_turn_latency(given, answered))
+            answered += 1
             message.event_time.CopyFrom(clock.at)
             scenario.tool_call_latencies.extend(_tool_latencies(message.chunks, start, millis))
     conversation.end_time.CopyFrom(clock.at)
