@@ -10,6 +10,7 @@ from typing import Any
 
 from google.protobuf import field_mask_pb2
 
+from ces_eval.core.aip.stamps import now
 from ces_eval.core.engine import outcomes
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import agent_service_pb2 as agent_pb2
@@ -252,3 +253,30 @@ def test_a_scripted_scenario_the_agent_starts_opens_with_its_greeting(core: Apps
     assert _texts(core, played) == [("agent", outcomes.GREETING), task, answer]
     _app(core, scenario_conversation_initiator=Settings.USER)
     assert _texts(core, _played(core, scenario)) == [task, answer]
+
+
+def _mode(own: int, app: int | None) -> int:
+    """The execution mode of a scenario whose own is ``own`` in an app whose is ``app``
+    (None: the app sets nothing)."""
+    evaluation = Evaluation()
+    evaluation.scenario.scenario_execution_mode = own  # type: ignore[assignment]
+    settings = None if app is None else Settings(scenario_execution_mode=app)  # type: ignore[arg-type]
+    play = outcomes.Play(
+        evaluation=evaluation,
+        repetition=0,
+        rule=None,
+        result_name=f"{APP}/evaluations/e/results/r",
+        conversation_name=f"{APP}/conversations/c",
+        started=now(),
+        settings=settings,
+    )
+    return play.execution_mode
+
+
+def test_a_scenarios_own_execution_mode_wins_over_the_apps() -> None:
+    quality, speed = Settings.QUALITY_OPTIMIZED, Settings.SPEED_OPTIMIZED
+    assert _mode(0, None) == quality  # UNSPECIFIED: QUALITY_OPTIMIZED
+    assert _mode(0, 0) == quality
+    assert _mode(0, speed) == speed
+    assert _mode(quality, speed) == quality
+    assert _mode(speed, None) == speed

@@ -12,8 +12,8 @@ what it answers is recorded and scored (:mod:`ces_eval.core.engine.agent_scoring
 * With a judge (``judge_uri``), each golden turn with an agent response expectation is also
   sent to it; its semantic similarity replaces the local one and its hallucination score is
   recorded (left unset without a judge). A scenario's rubrics are scored by the judge too.
-* A scenario is played with the user simulator (``simulator_uri``): it is sent the scenario
-  and the conversation so far, and answers the user's next
+* A scenario is played with the user simulator (``simulator_uri``): it is sent the scenario,
+  the conversation so far and the scenario's execution mode, and answers the user's next
   input, or that the conversation is over (with whether the user's goal was met). When the
   app's ``scenario_conversation_initiator`` is AGENT, the agent speaks first: its session
   opens with the event :data:`WELCOME_EVENT` and its answer is the conversation's first turn.
@@ -98,6 +98,7 @@ _Conversation = conversation_pb2.Conversation
 _ErrorInfo = evaluation_config_pb2.EvaluationErrorInfo
 _Latency = _Result.ToolCallLatency
 _Method = common_pb2.GoldenRunMethod
+_Settings = evaluation_config_pb2.EvaluationSettings
 _Observed = agent_scoring.Observed
 _Budget = agent_scoring.Budget
 _TOOL_ROUNDS = 8  # tool-response round trips at most in one turn
@@ -553,6 +554,7 @@ class Agent:
                 "evaluation": given.evaluation.name,
                 "scenario": _dict(given.evaluation.scenario),
                 "conversation": [_dict(m) for turn in conversation.turns for m in turn.messages],
+                "executionMode": _mode(given),
             }
             if given.persona is not None:
                 found["persona"] = _dict(given.persona)
@@ -586,7 +588,7 @@ class Agent:
             heavy, lambda: [_dict(m) for turn in conversation.turns for m in turn.messages]
         )
         for rubric in evaluation.scenario.rubrics:
-            document = functools.partial(_rubric, evaluation.name, rubric, messages)
+            document = functools.partial(_rubric, evaluation.name, rubric, messages, _mode(given))
             answer = await self._object(uri, document, "The judge", heavy=heavy)
             score = answer.get("score")
             if isinstance(score, bool) or not isinstance(score, int | float) or not 0 <= score <= 1:
@@ -859,9 +861,20 @@ class _Scene:
     sent: list[content_pb2.ToolResponse] = field(default_factory=list)
 
 
-def _rubric(evaluation: str, rubric: str, messages: list[dict[str, Any]]) -> object:
+def _rubric(evaluation: str, rubric: str, messages: list[dict[str, Any]], mode: str) -> object:
     """What the judge is sent for one rubric (docs/agents.md, "Judge")."""
-    return {"kind": "RUBRIC", "evaluation": evaluation, "rubric": rubric, "conversation": messages}
+    return {
+        "kind": "RUBRIC",
+        "evaluation": evaluation,
+        "rubric": rubric,
+        "conversation": messages,
+        "executionMode": mode,
+    }
+
+
+def _mode(given: outcomes.Play) -> str:
+    """The scenario's execution mode by name, as the simulator and the judge are sent it."""
+    return _Settings.ScenarioExecutionMode.Name(given.execution_mode)
 
 
 def _own_bytes(evaluation: _Evaluation) -> int:

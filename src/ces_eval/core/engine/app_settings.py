@@ -13,7 +13,8 @@
   ``config``), and the caching settings (SKIP_IF_UNCHANGED). The rest goes to the players with
   each repetition (:class:`ces_eval.core.engine.outcomes.Play`): the metrics config (which
   metrics are computed, after the evaluation's and the expectations' overrides:
-  :mod:`ces_eval.core.engine.metrics_config`) and who starts a scenario's conversation.
+  :mod:`ces_eval.core.engine.metrics_config`), who starts a scenario's conversation, and the
+  scenarios' execution mode (after their own).
 - The version: a run records the version it asks for or, when it asks for none, the app's
   newest version, if it has any. With ``--require-apps`` the version asked for must exist
   (NOT_FOUND); without, a name of no stored version is recorded as given, as before apps

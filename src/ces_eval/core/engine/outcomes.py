@@ -103,7 +103,8 @@ class Play:
     persona: evaluation_config_pb2.EvaluationPersona | None = None
     # The app's thresholds, recorded in the result and judging it where nothing closer is set.
     thresholds: evaluation_config_pb2.EvaluationMetricsThresholds | None = None
-    # The app's evaluation settings: its metrics config and who starts a scenario.
+    # The app's evaluation settings: its metrics config, who starts a scenario, and the
+    # scenarios' execution mode.
     settings: _Settings | None = None
 
     @property
@@ -124,6 +125,16 @@ class Play:
             self.settings is not None
             and self.settings.scenario_conversation_initiator == _Settings.AGENT
         )
+
+    @property
+    def execution_mode(self) -> _Settings.ScenarioExecutionMode.ValueType:
+        """A scenario's execution mode: its own, else the app's, else QUALITY_OPTIMIZED."""
+        own = self.evaluation.scenario.scenario_execution_mode
+        if own:
+            return own
+        if self.settings is not None and self.settings.scenario_execution_mode:
+            return self.settings.scenario_execution_mode
+        return _Settings.QUALITY_OPTIMIZED
 
 
 @dataclass(frozen=True)
