@@ -85,7 +85,7 @@ _LATENCY_FLOOR_MS, _LATENCY_SPREAD_MS = 300, 900
 _FAILED_ARGUMENT = "ces_eval_observed"  # the argument a failing tool call adds by default
 _FAILED_TEXT = "(The agent answered something else.)"
 # What the agent says first in a scripted scenario the agent starts (scenario_conversation_initiator
-# AGENT; docs/semantics.md, "Evaluation runs").
+# AGENT; docs/semantics.md, "Apps", "What a run takes from its app").
 GREETING = "Hello! How can I help you today?"
 
 
