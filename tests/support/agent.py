@@ -6,7 +6,9 @@ RunSessionResponse out), with a deterministic bug and paths that misbehave.
 the tool ``get_weather`` of the session's app with ``{"city": CITY}``; the tool's response is
 answered "It is {temperature} degrees in {city}." The bug: for Berlin it also sends ``"units":
 "fahrenheit"``. A text without a city is answered "Hello! Ask me about the weather." Each
-request is recorded (path, session, whether it had context, its Authorization header).
+request is recorded (path, session, whether it had context, its Authorization header, its
+inputs, and a simulator's or judge's execution mode and conversation). An event (a scenario the
+agent starts) is answered with that greeting too.
 
 ``/judge`` is a judge and ``/simulator`` a user simulator (docs/agents.md), both
 deterministic; ``/judge-wrong`` a judge answering a similarity out of range. ``/slow`` answers
@@ -196,6 +198,8 @@ def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
                     "context": len(config.get("historicalContexts", [])),
                     "authorization": self.headers.get("Authorization", ""),
                     "inputs": request.get("inputs", []),
+                    "executionMode": request.get("executionMode"),
+                    "conversation": request.get("conversation", []),
                 }
             )
             if self.path == "/agent":

@@ -1,11 +1,12 @@
 """The agent player's own pieces (core/engine/agents.py, core/resources/agent_endpoints.py): the
 trace walk, what an answer may hold, the scrubbing of header values, the server's own ports, the
-checks of an endpoint's URLs and headers, and the last resort that ends one result ERROR
-(docs/agents.md)."""
+checks of an endpoint's URLs and headers, the last resort that ends one result ERROR, and the
+judge calls the metrics config spares (docs/agents.md)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import socket
@@ -191,3 +192,51 @@ def test_a_large_answer_is_read_string_by_string() -> None:
             agents._json(long + b'"}')
     with pytest.raises(ValueError, match="NaN is not JSON"):
         agents._json(b'{"a": NaN, "pad": ' + json.dumps(["p" * 1_000_000] * 5).encode() + b"}")
+
+
+def _answered_golden(*expected: tuple[str, bool, bool]) -> outcomes.Play:
+    """A golden of one turn saying "Hi", expecting answers (text, whether its semantic
+    similarity and its hallucination are computed: the expectation's own overrides)."""
+    evaluation = evaluation_pb2.Evaluation(name="projects/p/locations/l/apps/a/evaluations/e")
+    turn = evaluation.golden.turns.add()
+    turn.steps.add().user_input.text = "Hi"
+    for text, similarity, hallucination in expected:
+        expectation = turn.steps.add().expectation
+        expectation.agent_response.chunks.add().text = text
+        if not similarity:
+            expectation.agent_response_semantic_similarity_metrics_config_override.SetInParent()
+        if not hallucination:
+            expectation.agent_response_hallucination_metrics_config_override.SetInParent()
+    return dataclasses.replace(golden_play("Hi"), evaluation=evaluation)
+
+
+def test_the_judge_compares_only_the_answers_whose_similarity_is_computed() -> None:
+    """An answer whose semantic similarity is switched off takes no part in the turn's score
+    (the judge is sent the others' text: the agent's greeting, exactly) and is SKIPPED; a turn
+    computing neither similarity nor hallucination is not sent to the judge at all."""
+    Result = evaluation_pb2.EvaluationResult
+    greeting = "Hello! Ask me about the weather."
+
+    async def play(url: str, given: outcomes.Play) -> outcomes.Played:
+        endpoint = _endpoint(url + "/agent", judge_uri=url + "/judge")
+        agent = agents.Agent(endpoint, (), HttpxAgents())
+        try:
+            return await agent.play(given, 0)
+        finally:
+            await agent.close()
+
+    with running_agent() as running:
+        mixed = _answered_golden((greeting, True, True), ("Something else entirely.", False, True))
+        played = asyncio.run(play(running.url, mixed)).result
+        [turn] = played.golden_result.turn_replay_results
+        assert turn.semantic_similarity_result.score == 4
+        assert [o.outcome for o in turn.expectation_outcome] == [Result.PASS, Result.SKIPPED]
+        assert played.evaluation_status == Result.PASS
+        assert [r["path"] for r in running.requests].count("/judge") == 1
+        before = len(running.requests)
+        off = _answered_golden(("Something else entirely.", False, False))
+        played = asyncio.run(play(running.url, off)).result
+        [turn] = played.golden_result.turn_replay_results
+        assert not turn.HasField("semantic_similarity_result")
+        assert not turn.HasField("hallucination_result")
+        assert [r["path"] for r in running.requests[before:]] == ["/agent"]

@@ -838,3 +838,52 @@ def test_input_not_mutated() -> None:
 def test_rerun_is_idempotent(case: Case) -> None:
     once = rerun(case.result, case.evaluation)
     _assert_same(rerun(once, case.evaluation), once)
+
+
+def test_switched_off_step_scores_leave_the_turns_check_and_stay_off() -> None:
+    """Step level tool correctness off: each call SKIPPED and its score cleared, the turn's
+    overall check still counted, on the first rerun and on a rerun of the rerun (where every
+    call is a recorded SKIPPED); a call the user skips holds the turn's check out."""
+    config = C()
+    step = config.golden_metrics_config.step_tool_correctness_metrics_config
+    step.enable_tool_correctness_metrics = False
+    result = _golden(
+        _turn(_tool_outcome(TOOL_LOOKUP, 0.5, PASS, PASS), overall=(0.5, PASS)), status=PASS
+    )
+    evaluation = _evaluation(_golden_turn(TOOL_LOOKUP))
+    once = rerun(result, evaluation, config)
+    [outcome] = once.golden_result.turn_replay_results[0].expectation_outcome
+    assert outcome.outcome == SKIPPED and not outcome.HasField("tool_invocation_result")
+    assert once.evaluation_status == FAIL  # the turn's 0.5 is below 1.0
+    _assert_same(rerun(once, evaluation, config), once)
+    skipped = _evaluation(_golden_turn(_tool_exp(LOOKUP, skip=True)))
+    assert rerun(once, skipped, config).evaluation_status == FAIL  # nothing counted: kept
+    assert rerun(result, skipped, config).evaluation_status == PASS  # nothing counted: kept
+
+
+def _all_off() -> C:
+    """A metrics config switching off every metric it has a message for."""
+    config = C()
+    golden = config.golden_metrics_config
+    golden.semantic_similarity_metrics_config.SetInParent()
+    golden.tool_correctness_metrics_config.SetInParent()
+    golden.step_tool_correctness_metrics_config.SetInParent()
+    config.scenario_metrics_config.user_goal_met_metrics_config.SetInParent()
+    config.scenario_metrics_config.expectations_met_metrics_config.SetInParent()
+    return config
+
+
+@pytest.mark.parametrize("case", ALL_CASES)
+def test_rerun_with_metrics_switched_off_is_idempotent_and_leaves_them_unset(case: Case) -> None:
+    once = rerun(case.result, case.evaluation, _all_off())
+    _assert_same(rerun(once, case.evaluation, _all_off()), once)
+    for turn in once.golden_result.turn_replay_results:
+        assert not turn.HasField("semantic_similarity_result")
+        assert not turn.HasField("overall_tool_invocation_result")
+        for outcome in turn.expectation_outcome:
+            assert not outcome.HasField("tool_invocation_result")
+            assert not outcome.HasField("semantic_similarity_result")
+    scenario = once.scenario_result
+    assert not scenario.HasField("user_goal_satisfaction_result")
+    assert not scenario.HasField("all_expectations_satisfied")
+    assert all(o.outcome == SKIPPED for o in scenario.expectation_outcomes)

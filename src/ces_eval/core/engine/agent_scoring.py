@@ -36,6 +36,7 @@ from rapidfuzz import fuzz, utils
 
 from ces_eval.contract.limits import MAX_REPEATED
 from ces_eval.core.engine import outcomes
+from ces_eval.core.engine.metrics_config import Switches
 from ces_eval.core.engine.rerun import DEFAULT_SEMANTIC_SIMILARITY_SUCCESS_THRESHOLD
 from ces_eval.generated.google.cloud.ces.v1beta import content_pb2, evaluation_pb2
 
@@ -206,6 +207,7 @@ class _Scores:
     calls: ByTool[content_pb2.ToolCall]
     said: str
     said_text: Text
+    switches: Switches
     tools: list[float] = field(default_factory=list)
     similarities: list[int] = field(default_factory=list)
 
@@ -217,12 +219,15 @@ def score_golden_turn(
     judged_similarity: int | None = None,
     *,
     budget: Budget | None = None,
+    switches: Switches | None = None,
 ) -> None:
     """Record the turn's expectation outcomes and scores from what the agent did;
     ``judged_similarity``: the judge's score, instead of the local one. Each outcome is spent
-    from ``budget`` as it is added."""
+    from ``budget`` as it is added. The turn's similarity is the lowest of the agent response
+    expectations that compute it (``switches``: the metrics config in force; all by
+    default)."""
     said = observed.said
-    scores = _Scores(ByTool(observed.calls), said, Text.of(said))
+    scores = _Scores(ByTool(observed.calls), said, Text.of(said), switches or Switches())
     expectations = outcomes.expectations(turn)
     extras = scores.calls.left
     for expectation in expectations:
@@ -268,8 +273,9 @@ def _judge(outcome: _Result.GoldenExpectationOutcome, observed: Observed, scores
         outcome.tool_invocation_result.parameter_correctness_score = score
         scores.tools.append(score)
     elif condition == "agent_response":
-        expected_text = Text.of(text_of(expectation.agent_response))
-        scores.similarities.append(similar(expected_text, scores.said_text))
+        if scores.switches.similarity(expectation):
+            expected_text = Text.of(text_of(expectation.agent_response))
+            scores.similarities.append(similar(expected_text, scores.said_text))
         outcome.observed_agent_response.CopyFrom(
             content_pb2.Message(role=_AGENT, chunks=[content_pb2.Chunk(text=scores.said)])
         )

@@ -12,10 +12,17 @@ what it answers is recorded and scored (:mod:`ces_eval.core.engine.agent_scoring
 * With a judge (``judge_uri``), each golden turn with an agent response expectation is also
   sent to it; its semantic similarity replaces the local one and its hallucination score is
   recorded (left unset without a judge). A scenario's rubrics are scored by the judge too.
-* A scenario is played with the user simulator (``simulator_uri``): it is sent the scenario
-  and the conversation so far and answers the user's next input, or that the conversation is
-  over (with whether the user's goal was met). The agent's tool calls are answered with the
-  scenario's mock tool responses. Without a simulator, a scenario ends ERROR saying so.
+* A scenario is played with the user simulator (``simulator_uri``): it is sent the scenario,
+  the conversation so far and the scenario's execution mode, and answers the user's next
+  input, or that the conversation is over (with whether the user's goal was met). When the
+  app's ``scenario_conversation_initiator`` is AGENT, the agent speaks first: its session
+  opens with the event :data:`WELCOME_EVENT` and its answer is the conversation's first turn.
+  The agent's tool calls are answered with the scenario's mock tool responses. Without a
+  simulator, a scenario ends ERROR saying so.
+* Metrics the metrics config in force switches off are not computed
+  (:mod:`ces_eval.core.engine.metrics_config`): a turn's judge call is skipped when neither
+  its semantic similarity nor its hallucination is, and an agent response expectation whose
+  similarity is off takes no part in the turn's.
 * Each golden turn's latency is the time its calls took; tool latencies come from the agent's
   own trace (``diagnostic_info.root_span``: a span whose ``attributes.tool`` names a tool).
 
@@ -52,7 +59,7 @@ import logging
 import re
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
@@ -82,7 +89,7 @@ if TYPE_CHECKING:
     from ces_eval.core.aip.ports import AgentHttp, HttpAnswer
     from ces_eval.core.resources.agent_endpoints import Endpoint
 
-__all__ = ["MESSAGE_CHARS", "SHOWN_CHARS", "Agent", "AgentFailure"]
+__all__ = ["MESSAGE_CHARS", "SHOWN_CHARS", "WELCOME_EVENT", "Agent", "AgentFailure"]
 
 _log = logging.getLogger(__name__)
 _Result = evaluation_pb2.EvaluationResult
@@ -91,6 +98,7 @@ _Conversation = conversation_pb2.Conversation
 _ErrorInfo = evaluation_config_pb2.EvaluationErrorInfo
 _Latency = _Result.ToolCallLatency
 _Method = common_pb2.GoldenRunMethod
+_Settings = evaluation_config_pb2.EvaluationSettings
 _Observed = agent_scoring.Observed
 _Budget = agent_scoring.Budget
 _TOOL_ROUNDS = 8  # tool-response round trips at most in one turn
@@ -107,6 +115,9 @@ _MAX_VALUES = limits.MAX_DECODED_ENTRIES  # JSON values of one answer parsed at 
 _RESERVE_BYTES = 64 * 1024
 _RECORD_OVERHEAD = 8  # bytes of a list entry's tag and length, spent with each
 _PARSED_CHARS = 4096  # characters of an output's text json_format reads (see Agent._taken)
+# The event that wakes the agent when it starts a scenario's conversation
+# (scenario_conversation_initiator AGENT; docs/agents.md, "Simulator").
+WELCOME_EVENT = "welcome"
 _INTERNAL = "The result could not be played: an unexpected failure (see the server log)."
 
 
@@ -366,7 +377,7 @@ class Agent:
             replay.turn_latency.CopyFrom(latency)
             replay.tool_call_latencies.extend(latencies)
             budgets.result.spend(replay, _RECORD_OVERHEAD)
-            judged = await self._judge_turn(given.evaluation, index, turn, observed, messages)
+            judged = await self._judge_turn(given, index, turn, observed, messages)
             await off_loop(
                 is_heavy(turn),
                 functools.partial(
@@ -376,6 +387,7 @@ class Agent:
                     replay,
                     judged.get("semanticSimilarity"),
                     budget=budgets.result,
+                    switches=given.switches,
                 ),
             )
             if "hallucination" in judged:
@@ -389,22 +401,27 @@ class Agent:
 
     async def _judge_turn(
         self,
-        evaluation: _Evaluation,
+        given: outcomes.Play,
         index: int,
         turn: _Evaluation.GoldenTurn,
         observed: _Observed,
         messages: list[content_pb2.Message],
     ) -> dict[str, Any]:
         """The judge's answer for a turn with an agent response expectation ({} without a
-        judge or such an expectation), checked."""
-        expected = [
-            agent_scoring.text_of(e.agent_response)
-            for e in outcomes.expectations(turn)
-            if e.WhichOneof("condition") == "agent_response"
+        judge or such an expectation, or when the metrics config switches off both semantic
+        similarity and hallucination for the turn), checked. The expected text is that of the
+        expectations whose similarity is computed (of all, when none is)."""
+        evaluation = given.evaluation
+        switches = given.switches
+        answers = [
+            e for e in outcomes.expectations(turn) if e.WhichOneof("condition") == "agent_response"
         ]
         uri = self._endpoint.judge_uri
-        if not uri or not expected:
+        wanted = switches.turn_similarity(answers) or switches.turn_hallucination(answers)
+        if not uri or not answers or not wanted:
             return {}
+        compared = [answer for answer in answers if switches.similarity(answer)] or answers
+        expected = [agent_scoring.text_of(answer.agent_response) for answer in compared]
 
         def document() -> object:
             return {
@@ -456,9 +473,10 @@ class Agent:
             if e.WhichOneof("expectation") == "tool_expectation"
             and e.tool_expectation.HasField("mock_tool_response")
         ]
-        everything = _Observed()
-        answers: list[content_pb2.Message] = []
-        sent: list[content_pb2.ToolResponse] = []
+        scene = _Scene(session, mocks, conversation, clock, budgets, result)
+        if given.agent_starts:  # the agent speaks first, woken by an event (docs/agents.md)
+            welcome = content_pb2.SessionInput(event=content_pb2.Event(event=WELCOME_EVENT))
+            await self._exchanged(scene, welcome, by_user=False)
         limit = min(scenario.max_turns or _SCENARIO_TURNS, _MAX_SCENARIO_TURNS)
         ending: dict[str, Any] = {}
         for _ in range(limit):
@@ -467,36 +485,20 @@ class Agent:
                 break
             user_input = content_pb2.SessionInput()
             self._parse(ending.get("userInput"), user_input, "The simulator", "userInput")
-            observed, latencies = await self._exchange(
-                session, [], [user_input], list(mocks), budget=budgets.conversation, sent=sent
-            )
-            start, _ = clock.advance(outcomes.duration(observed.millis))
-            user = content_pb2.Message(role=_USER, chunks=outcomes.input_chunks(user_input))
-            user.event_time.CopyFrom(start)
-            budgets.conversation.spend(user, _RECORD_OVERHEAD)
-            turn = conversation.turns.add(messages=[user])
-            if observed.chunks:
-                agent = turn.messages.add(role=_AGENT, chunks=observed.chunks)
-                agent.event_time.CopyFrom(clock.at)
-                answers.append(agent)
-            result.tool_call_latencies.extend(latencies)
-            budgets.result.count(len(result.tool_call_latencies), "tool call latencies")
-            for latency in latencies:
-                budgets.result.spend(latency, _RECORD_OVERHEAD)
-            _merge(everything, observed)
+            await self._exchanged(scene, user_input, by_user=True)
         await off_loop(
-            is_heavy(scenario) or is_heavy(*answers),
+            is_heavy(scenario) or is_heavy(*scene.answers),
             functools.partial(
                 agent_scoring.score_scenario,
                 scenario,
-                everything,
-                answers,
-                sent,
+                scene.everything,
+                scene.answers,
+                scene.sent,
                 result,
                 budget=budgets.result,
             ),
         )
-        await self._rubrics(given.evaluation, conversation, result, budgets.result)
+        await self._rubrics(given, conversation, result, budgets.result)
         if ending.get("done") and "userGoalSatisfied" in ending:
             met = ending["userGoalSatisfied"] is True
             satisfaction = result.user_goal_satisfaction_result
@@ -508,6 +510,41 @@ class Agent:
             result.task_completed = ending["taskCompleted"] is True
         return result
 
+    async def _exchanged(
+        self, scene: _Scene, sent_input: content_pb2.SessionInput, *, by_user: bool
+    ) -> None:
+        """One exchange of ``scene`` with the agent, recorded as a turn of its conversation:
+        the user's input (``by_user``; an event is no message) and the agent's answer."""
+        budgets = scene.budgets
+        observed, latencies = await self._exchange(
+            scene.session,
+            [],
+            [sent_input],
+            list(scene.mocks),
+            budget=budgets.conversation,
+            sent=scene.sent,
+        )
+        start, _ = scene.clock.advance(outcomes.duration(observed.millis))
+        messages = []
+        if by_user:
+            user = content_pb2.Message(role=_USER, chunks=outcomes.input_chunks(sent_input))
+            user.event_time.CopyFrom(start)
+            budgets.conversation.spend(user, _RECORD_OVERHEAD)
+            messages.append(user)
+        if observed.chunks:
+            agent = content_pb2.Message(role=_AGENT, chunks=observed.chunks)
+            agent.event_time.CopyFrom(scene.clock.at)
+            messages.append(agent)
+            scene.answers.append(agent)
+        if messages:
+            scene.conversation.turns.add(messages=messages)
+        result = scene.result
+        result.tool_call_latencies.extend(latencies)
+        budgets.result.count(len(result.tool_call_latencies), "tool call latencies")
+        for latency in latencies:
+            budgets.result.spend(latency, _RECORD_OVERHEAD)
+        _merge(scene.everything, observed)
+
     async def _simulated(self, given: outcomes.Play, conversation: _Conversation) -> dict[str, Any]:
         """The simulator's next move: ``{"userInput": SessionInput}`` or ``{"done": true,
         ...}``."""
@@ -517,6 +554,7 @@ class Agent:
                 "evaluation": given.evaluation.name,
                 "scenario": _dict(given.evaluation.scenario),
                 "conversation": [_dict(m) for turn in conversation.turns for m in turn.messages],
+                "executionMode": _mode(given),
             }
             if given.persona is not None:
                 found["persona"] = _dict(given.persona)
@@ -535,12 +573,13 @@ class Agent:
 
     async def _rubrics(
         self,
-        evaluation: _Evaluation,
+        given: outcomes.Play,
         conversation: _Conversation,
         result: _Result.ScenarioResult,
         budget: _Budget,
     ) -> None:
         """Score each rubric with the judge (none without one)."""
+        evaluation = given.evaluation
         uri = self._endpoint.judge_uri
         if not uri:
             return
@@ -549,7 +588,7 @@ class Agent:
             heavy, lambda: [_dict(m) for turn in conversation.turns for m in turn.messages]
         )
         for rubric in evaluation.scenario.rubrics:
-            document = functools.partial(_rubric, evaluation.name, rubric, messages)
+            document = functools.partial(_rubric, evaluation.name, rubric, messages, _mode(given))
             answer = await self._object(uri, document, "The judge", heavy=heavy)
             score = answer.get("score")
             if isinstance(score, bool) or not isinstance(score, int | float) or not 0 <= score <= 1:
@@ -805,9 +844,37 @@ class _Budgets:
         self.conversation = conversation
 
 
-def _rubric(evaluation: str, rubric: str, messages: list[dict[str, Any]]) -> object:
+@dataclass
+class _Scene:
+    """A scenario being played against the agent: its session, the mock tool responses, what
+    it records (its conversation, on its clock, within its budgets, and its result), and what
+    the agent did so far (everything observed, its answers, the responses it was sent)."""
+
+    session: str
+    mocks: list[content_pb2.ToolResponse]
+    conversation: _Conversation
+    clock: outcomes.Clock
+    budgets: _Budgets
+    result: _Result.ScenarioResult
+    everything: _Observed = field(default_factory=_Observed)
+    answers: list[content_pb2.Message] = field(default_factory=list)
+    sent: list[content_pb2.ToolResponse] = field(default_factory=list)
+
+
+def _rubric(evaluation: str, rubric: str, messages: list[dict[str, Any]], mode: str) -> object:
     """What the judge is sent for one rubric (docs/agents.md, "Judge")."""
-    return {"kind": "RUBRIC", "evaluation": evaluation, "rubric": rubric, "conversation": messages}
+    return {
+        "kind": "RUBRIC",
+        "evaluation": evaluation,
+        "rubric": rubric,
+        "conversation": messages,
+        "executionMode": mode,
+    }
+
+
+def _mode(given: outcomes.Play) -> str:
+    """The scenario's execution mode by name, as the simulator and the judge are sent it."""
+    return _Settings.ScenarioExecutionMode.Name(given.execution_mode)
 
 
 def _own_bytes(evaluation: _Evaluation) -> int:

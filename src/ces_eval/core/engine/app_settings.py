@@ -10,7 +10,11 @@
   app, by its ID. Any other is NOT_FOUND naming it.
 - ``evaluation_settings`` give the request's defaults where it leaves them unset: the golden run
   method, the tool-call behaviour of goldens and of scenarios (recorded in each result's
-  ``config``), and the caching settings (SKIP_IF_UNCHANGED).
+  ``config``), and the caching settings (SKIP_IF_UNCHANGED). The rest goes to the players with
+  each repetition (:class:`ces_eval.core.engine.outcomes.Play`): the metrics config (which
+  metrics are computed, after the evaluation's and the expectations' overrides:
+  :mod:`ces_eval.core.engine.metrics_config`), who starts a scenario's conversation, and the
+  scenarios' execution mode (after their own).
 - The version: a run records the version it asks for or, when it asks for none, the app's
   newest version, if it has any. With ``--require-apps`` the version asked for must exist
   (NOT_FOUND); without, a name of no stored version is recorded as given, as before apps
@@ -24,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ces_eval.core.aip.names import DEFAULT_PERSONA
+from ces_eval.core.engine import metrics_config
 from ces_eval.core.resources import apps, versions
 from ces_eval.errors import FieldViolation
 from ces_eval.generated.google.cloud.ces.v1beta import (
@@ -57,6 +62,11 @@ class AppDefaults:
     personas: Mapping[str, _Persona]  # by resource name, the default first
     settings: evaluation_config_pb2.EvaluationSettings
     newest_version: app_version_pb2.AppVersion | None
+
+    @property
+    def metrics_config(self) -> evaluation_config_pb2.EvaluationMetricsConfig | None:
+        """The app's metrics config (None: it sets none)."""
+        return metrics_config.of_settings(self.settings)
 
     @property
     def default_persona(self) -> str:

@@ -1,5 +1,8 @@
 """RunEvaluationResultMetrics: a stored result's metrics computed again by the engine's rules
-(:func:`ces_eval.core.engine.rerun.rerun`), in a long-running operation."""
+(:func:`ces_eval.core.engine.rerun.rerun`), in a long-running operation: under the thresholds
+the result recorded and the metrics config in force now (the evaluation's override and its
+app's ``evaluation_settings.metrics_config`` as stored when the operation works: no field of a
+result records the config a run played under)."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from ces_eval.contract import limits
 from ces_eval.core.aip import names, validation
 from ces_eval.core.aip.names import location_of
 from ces_eval.core.aip.stamps import new_etag
-from ces_eval.core.engine import rerun
+from ces_eval.core.engine import app_settings, rerun
 from ces_eval.core.resources.results import RESULTS
 from ces_eval.errors import ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
@@ -40,7 +43,8 @@ async def run_evaluation_result_metrics(
         evaluation = await storage.get_evaluation(name.rsplit("/results/", 1)[0])
         if result is None or evaluation is None:
             raise ServiceError.not_found(names.EVALUATION_RESULT.type, name)
-        updated = rerun.rerun(result, evaluation)
+        defaults = await app_settings.of_app(context, names.app_of(name))
+        updated = rerun.rerun(result, evaluation, defaults.metrics_config)
         # The rerun result is stored: held to the size every write is held to.
         validation.raise_if_invalid(
             limits.size_violations(updated, "evaluation_result_id"), "result"

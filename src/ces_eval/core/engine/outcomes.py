@@ -22,8 +22,14 @@ rule (:mod:`ces_eval.core.resources.outcome_rules`) that decides a repetition ch
 * PASS (or any rule): its scores apply to every turn, its ``hallucination_score`` and
   ``turn_latency`` too.
 
+A scenario the agent starts (the app's ``scenario_conversation_initiator`` AGENT) opens its
+conversation with the agent's :data:`GREETING`, before the user's task.
+
 The outcomes and ``evaluation_status`` then follow from the scores by the same threshold rules
-as RunEvaluationResultMetrics (:func:`ces_eval.core.engine.rerun.rerun`): one engine judges both.
+as RunEvaluationResultMetrics (:func:`ces_eval.core.engine.rerun.rerun`): one engine judges both,
+and clears the metrics the metrics config in force switches off
+(:mod:`ces_eval.core.engine.metrics_config`; a FAIL rule fails an expectation some metric
+computed judges).
 Pure: no I/O, the evaluation and the rule are not modified.
 """
 
@@ -35,7 +41,8 @@ from typing import TYPE_CHECKING
 
 from google.protobuf import duration_pb2, struct_pb2, timestamp_pb2
 
-from ces_eval.core.engine import rerun
+from ces_eval.core.engine import metrics_config, rerun
+from ces_eval.core.engine.metrics_config import Switches
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import (
     content_pb2,
@@ -48,6 +55,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
 __all__ = [
+    "GREETING",
     "Clock",
     "Play",
     "Played",
@@ -66,6 +74,7 @@ _Evaluation = evaluation_pb2.Evaluation
 _Rule = emulator_pb2.OutcomeRule
 _Conversation = conversation_pb2.Conversation
 _ErrorInfo = evaluation_config_pb2.EvaluationErrorInfo
+_Settings = evaluation_config_pb2.EvaluationSettings
 _FULL_SIMILARITY, _FAILED_SIMILARITY = 4, 1
 _JUSTIFIED = 1
 _USER_GOAL_SATISFIED, _USER_GOAL_NOT_SATISFIED = 1, 0
@@ -75,6 +84,9 @@ _USER = "user"
 _LATENCY_FLOOR_MS, _LATENCY_SPREAD_MS = 300, 900
 _FAILED_ARGUMENT = "ces_eval_observed"  # the argument a failing tool call adds by default
 _FAILED_TEXT = "(The agent answered something else.)"
+# What the agent says first in a scripted scenario the agent starts (scenario_conversation_initiator
+# AGENT; docs/semantics.md, "Apps", "What a run takes from its app").
+GREETING = "Hello! How can I help you today?"
 
 
 @dataclass(frozen=True)
@@ -91,6 +103,38 @@ class Play:
     persona: evaluation_config_pb2.EvaluationPersona | None = None
     # The app's thresholds, recorded in the result and judging it where nothing closer is set.
     thresholds: evaluation_config_pb2.EvaluationMetricsThresholds | None = None
+    # The app's evaluation settings: its metrics config, who starts a scenario, and the
+    # scenarios' execution mode.
+    settings: _Settings | None = None
+
+    @property
+    def metrics_config(self) -> evaluation_config_pb2.EvaluationMetricsConfig | None:
+        """The app's metrics config (None: it sets none)."""
+        return metrics_config.of_settings(self.settings)
+
+    @property
+    def switches(self) -> Switches:
+        """The metrics the evaluation computes but for its expectations' own overrides."""
+        return Switches.of(self.evaluation, self.metrics_config)
+
+    @property
+    def agent_starts(self) -> bool:
+        """Whether the agent speaks first in a scenario (``scenario_conversation_initiator``
+        AGENT; UNSPECIFIED is USER)."""
+        return (
+            self.settings is not None
+            and self.settings.scenario_conversation_initiator == _Settings.AGENT
+        )
+
+    @property
+    def execution_mode(self) -> _Settings.ScenarioExecutionMode.ValueType:
+        """A scenario's execution mode: its own, else the app's, else QUALITY_OPTIMIZED."""
+        own = self.evaluation.scenario.scenario_execution_mode
+        if own:
+            return own
+        if self.settings is not None and self.settings.scenario_execution_mode:
+            return self.settings.scenario_execution_mode
+        return _Settings.QUALITY_OPTIMIZED
 
 
 @dataclass(frozen=True)
@@ -134,16 +178,18 @@ def expectations(turn: _Evaluation.GoldenTurn) -> list[_Evaluation.GoldenExpecta
     return [step.expectation for step in turn.steps if step.WhichOneof("step") == "expectation"]
 
 
-def _failing_position(evaluation: _Evaluation, rule: _Rule) -> tuple[int, int] | None:
+def _failing_position(
+    evaluation: _Evaluation, rule: _Rule, switches: Switches
+) -> tuple[int, int] | None:
     """The (turn, expectation) a FAIL rule fails in a golden: the one it names (``turn`` by
     default the first turn with a judged expectation, ``expectation`` by default 0) when that
-    expectation is judged (not skipped), else the first judged one of that turn, else the
-    first judged one; None when the golden judges none."""
+    expectation is judged (not skipped, and judged by a metric computed), else the first judged
+    one of that turn, else the first judged one; None when the golden judges none."""
     judged = [
         (index, position)
         for index, turn in enumerate(evaluation.golden.turns)
         for position, expectation in enumerate(expectations(turn))
-        if not expectation.skip_evaluation
+        if not expectation.skip_evaluation and switches.judges(expectation)
     ]
     if not judged:
         return None
@@ -271,7 +317,9 @@ def _tool_latencies(
 def _golden(play: Play) -> tuple[_Result.GoldenResult, list[_Conversation.Turn]]:
     rule = play.rule
     failing = rule if rule is not None and rule.outcome == _Rule.FAIL else None
-    fail_at = _failing_position(play.evaluation, failing) if failing is not None else None
+    fail_at = None
+    if failing is not None:
+        fail_at = _failing_position(play.evaluation, failing, play.switches)
     golden = _Result.GoldenResult()
     turns: list[_Conversation.Turn] = []
     for index, turn in enumerate(play.evaluation.golden.turns):
@@ -333,6 +381,8 @@ def _scenario(play: Play) -> tuple[_Result.ScenarioResult, list[_Conversation.Tu
             ]
         )
     ]
+    if play.agent_starts:
+        turns.insert(0, _Conversation.Turn(messages=[_text_message(GREETING)]))
     for index, expectation in enumerate(scenario.scenario_expectations):
         fails = fail_at == index
         outcome = result.expectation_outcomes.add(
@@ -425,10 +475,10 @@ def _judged(given: Play) -> Played:
 
 def judged(result: _Result, given: Play) -> _Result:
     """``result`` judged (:func:`ces_eval.core.engine.rerun.rerun`) with the app's thresholds
-    of ``given`` recorded in it."""
+    of ``given`` recorded in it, under the metrics config in force."""
     if given.thresholds is not None:
         result.evaluation_metrics_thresholds.CopyFrom(given.thresholds)
-    return rerun.rerun(result, given.evaluation)
+    return rerun.rerun(result, given.evaluation, given.metrics_config)
 
 
 def _timed(judged: Played, given: Play) -> Played:
@@ -460,11 +510,14 @@ def _timed(judged: Played, given: Play) -> Played:
     elif result.execution_state != _Result.ERROR:
         scenario = result.scenario_result
         scenario.conversation = given.conversation_name
-        task, *answers = conversation.turns
-        task.messages[0].event_time.CopyFrom(clock.at)
-        for index, turn in enumerate(answers):
-            start, millis = clock.advance(_turn_latency(given, index))
+        answered = 0  # the agent's turns so far (its greeting, then its answers)
+        for turn in conversation.turns:
             [message] = turn.messages
+            if message.role == _USER:  # said at once
+                message.event_time.CopyFrom(clock.at)
+                continue
+            start, millis = clock.advance(_turn_latency(given, answered))
+            answered += 1
             message.event_time.CopyFrom(clock.at)
             scenario.tool_call_latencies.extend(_tool_latencies(message.chunks, start, millis))
     conversation.end_time.CopyFrom(clock.at)

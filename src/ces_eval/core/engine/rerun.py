@@ -127,6 +127,32 @@ Scenario results
     ``user_goal_satisfaction_result``, ``task_completed``, rubric and milestone results are
     copied unchanged (``task_completed`` folds in judgements that cannot be recomputed here).
 
+Metrics switched off (EvaluationMetricsConfig, :mod:`ces_eval.core.engine.metrics_config`)
+    The config in force is the expectation's own override, the evaluation's
+    ``evaluation_metrics_config_override`` and the app's ``evaluation_settings.metrics_config``
+    as they are NOW (no field of a result records it), metric by metric. A metric switched off
+    is not computed: its result is cleared (score, label, explanation, outcome), so it is
+    neither shown nor counted, and a check whose only metric is off is SKIPPED:
+
+    * semantic similarity: the turn's ``semantic_similarity_result`` when every agent response
+      expectation of the turn has it off (a turn without one: as the evaluation and the app
+      say), each expectation's deprecated one, and an agent response expectation compared by
+      it (``comparison_type`` unspecified or SEMANTIC_SIMILARITY) with it off is SKIPPED;
+    * turn level tool correctness: the turn's ``overall_tool_invocation_result`` (and the
+      deprecated ``tool_invocation_score``);
+    * step level tool correctness: each ``tool_invocation_result``; tool call expectations are
+      SKIPPED, and the turn's check is then held out only when every tool call expectation has
+      ``skip_evaluation``;
+    * hallucination: the turn's ``hallucination_result`` when every agent response expectation
+      of the turn (at least one) switches it off. It counts only when it is computed AND the
+      behaviour in force is ENABLED;
+    * user goal met: the scenario's ``user_goal_satisfaction_result``;
+    * expectations met: every scenario expectation outcome is SKIPPED and
+      ``all_expectations_satisfied`` unset.
+
+    A metric switched on again later comes back only with a new run: there is no score left to
+    judge.
+
 ``evaluation_status``
     Recomputed only when ``execution_state`` is COMPLETED ("Wird nur ausgefuellt, wenn
     execution_state den Wert COMPLETE hat.", 000/004); otherwise it keeps its recorded value,
@@ -163,6 +189,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ces_eval.core.engine.metrics_config import SEMANTIC_COMPARISONS, Metric, Switches
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_config_pb2, evaluation_pb2
 
 if TYPE_CHECKING:
@@ -185,11 +212,6 @@ _Thresholds = evaluation_config_pb2.EvaluationMetricsThresholds
 _TurnLevel = _Thresholds.GoldenEvaluationMetricsThresholds.TurnLevelMetricsThresholds
 _ExpectationLevel = _Thresholds.GoldenEvaluationMetricsThresholds.ExpectationLevelMetricsThresholds
 _Config = evaluation_config_pb2.EvaluationMetricsConfig
-
-# Agent responses compared this way are judged by the semantic similarity score.
-_SEMANTIC_COMPARISONS = frozenset(
-    {_Config.COMPARISON_TYPE_UNSPECIFIED, _Config.SEMANTIC_SIMILARITY}
-)
 # HallucinationResult.score: 1 justified, 0 not justified, -1 no claim to assess.
 _JUSTIFIED, _NOT_JUSTIFIED = 1, 0
 # UserGoalSatisfactionResult.score: 2 graceful handoff, 1 satisfied, 0 not satisfied, -1 unknown.
@@ -240,6 +262,8 @@ class _TurnRules:
     extra_tool_calls: _Thresholds.ToolMatchingSettings.ExtraToolCallBehavior.ValueType
     # The expectations of the matching GoldenTurn, in step order.
     expectations: tuple[_Evaluation.GoldenExpectation, ...]
+    # The metrics computed (EvaluationMetricsConfig in force).
+    switches: Switches
 
 
 def _at_least(score: float, threshold: float) -> _Result.Outcome.ValueType:
@@ -304,7 +328,9 @@ def _golden_turn(evaluation: _Evaluation, index: int) -> _Evaluation.GoldenTurn 
     return turns[index] if index < len(turns) else None
 
 
-def _turn_rules(turn: _Evaluation.GoldenTurn | None, sources: Sequence[_Thresholds]) -> _TurnRules:
+def _turn_rules(
+    turn: _Evaluation.GoldenTurn | None, sources: Sequence[_Thresholds], switches: Switches
+) -> _TurnRules:
     turn_levels = [
         source.golden_evaluation_metrics_thresholds.turn_level_metrics_thresholds
         for source in sources
@@ -329,6 +355,7 @@ def _turn_rules(turn: _Evaluation.GoldenTurn | None, sources: Sequence[_Threshol
         hallucination=_behavior(hallucination),
         extra_tool_calls=_extra_tool_call_behavior(sources),
         expectations=expectations,
+        switches=switches,
     )
 
 
@@ -366,6 +393,29 @@ def _expectations_in_force(
     return in_force
 
 
+def _switched_off(
+    outcome: _Result.GoldenExpectationOutcome,
+    in_force: _Evaluation.GoldenExpectation,
+    switches: Switches,
+) -> bool:
+    """Clears the results of the metrics ``switches`` turn off in ``outcome`` (a metric
+    switched off is not computed); True when its expectation's only check is one of them."""
+    condition = outcome.expectation.WhichOneof("condition")
+    if condition == "agent_response":
+        similarity_on = switches.similarity(in_force)
+    else:
+        similarity_on = switches.enabled(Metric.SEMANTIC_SIMILARITY)
+    if not similarity_on:
+        outcome.ClearField("semantic_similarity_result")
+    step_on = switches.enabled(Metric.STEP_TOOL_CORRECTNESS)
+    if not step_on:
+        outcome.ClearField("tool_invocation_result")
+    if condition == "tool_call":
+        return not step_on
+    semantic = outcome.expectation.comparison_type in SEMANTIC_COMPARISONS
+    return condition == "agent_response" and semantic and not similarity_on
+
+
 def _rerun_expectation(
     outcome: _Result.GoldenExpectationOutcome,
     in_force: _Evaluation.GoldenExpectation,
@@ -384,6 +434,7 @@ def _rerun_expectation(
             outcome.outcome = _Result.FAIL if fail else _Result.SKIPPED
         return
 
+    switched_off = _switched_off(outcome, in_force, rules.switches)
     tool_outcome: _Result.Outcome.ValueType | None = None
     tool = outcome.tool_invocation_result
     if tool.HasField("parameter_correctness_score"):
@@ -397,13 +448,13 @@ def _rerun_expectation(
         own_similarity = _at_least(similarity.score, rules.semantic_similarity_threshold)
         similarity.outcome = own_similarity
 
-    if in_force.skip_evaluation:
+    if in_force.skip_evaluation or switched_off:
         outcome.outcome = _Result.SKIPPED
     elif condition == "tool_call":
         if tool_outcome is not None:
             outcome.outcome = tool_outcome
     elif condition == "agent_response" and (
-        outcome.expectation.comparison_type in _SEMANTIC_COMPARISONS
+        outcome.expectation.comparison_type in SEMANTIC_COMPARISONS
     ):
         follow = turn_similarity if turn_similarity is not None else own_similarity
         if follow is not None:
@@ -419,6 +470,17 @@ def _all_skipped(outcomes: Sequence[_Result.GoldenExpectationOutcome], condition
 def _rerun_turn(
     turn: _Result.GoldenResult.TurnReplayResult, rules: _TurnRules, verdict: _Verdict
 ) -> None:
+    outcomes = turn.expectation_outcome
+    in_force = _expectations_in_force(outcomes, rules.expectations)
+    switches = rules.switches
+    if not switches.turn_similarity(in_force):
+        turn.ClearField("semantic_similarity_result")
+    if not switches.turn_hallucination(in_force):
+        turn.ClearField("hallucination_result")
+    if not switches.enabled(Metric.TOOL_CORRECTNESS):
+        turn.ClearField("overall_tool_invocation_result")
+        turn.ClearField("tool_invocation_score")
+
     similarity: _Result.Outcome.ValueType | None = None
     if turn.semantic_similarity_result.HasField("score"):
         similarity = _at_least(
@@ -434,15 +496,18 @@ def _rerun_turn(
         )
         turn.overall_tool_invocation_result.outcome = overall
 
-    outcomes = turn.expectation_outcome
-    in_force = _expectations_in_force(outcomes, rules.expectations)
     for outcome, expectation in zip(outcomes, in_force, strict=True):
         _rerun_expectation(outcome, expectation, rules, similarity)
         verdict.add_outcome(outcome.outcome)
 
     if similarity is not None and not _all_skipped(outcomes, "agent_response"):
         verdict.add_outcome(similarity)
-    if overall is not None and not _all_skipped(outcomes, "tool_call"):
+    if switches.enabled(Metric.STEP_TOOL_CORRECTNESS):
+        tools_held_out = _all_skipped(outcomes, "tool_call")
+    else:  # every tool call is SKIPPED: only the skip flags hold the turn's check out
+        calls = [e for e in in_force if e.WhichOneof("condition") == "tool_call"]
+        tools_held_out = bool(calls) and all(call.skip_evaluation for call in calls)
+    if overall is not None and not tools_held_out:
         verdict.add_outcome(overall)
     if rules.hallucination == _Thresholds.ENABLED:
         verdict.add_hallucination(turn.hallucination_result)
@@ -459,16 +524,27 @@ def _rerun_golden(
     golden: _Result.GoldenResult,
     evaluation: _Evaluation,
     sources: Sequence[_Thresholds],
+    switches: Switches,
     verdict: _Verdict,
 ) -> None:
     for index, turn in enumerate(golden.turn_replay_results):
-        _rerun_turn(turn, _turn_rules(_golden_turn(evaluation, index), sources), verdict)
+        rules = _turn_rules(_golden_turn(evaluation, index), sources, switches)
+        _rerun_turn(turn, rules, verdict)
     _add_expectation_results(golden.evaluation_expectation_results, verdict)
 
 
 def _rerun_scenario(
-    scenario: _Result.ScenarioResult, sources: Sequence[_Thresholds], verdict: _Verdict
+    scenario: _Result.ScenarioResult,
+    sources: Sequence[_Thresholds],
+    switches: Switches,
+    verdict: _Verdict,
 ) -> None:
+    if not switches.enabled(Metric.EXPECTATIONS_MET):
+        for expectation in scenario.expectation_outcomes:
+            expectation.outcome = _Result.SKIPPED
+        scenario.ClearField("all_expectations_satisfied")
+    if not switches.enabled(Metric.USER_GOAL_MET):
+        scenario.ClearField("user_goal_satisfaction_result")
     evaluated = [
         outcome.outcome
         for outcome in scenario.expectation_outcomes
@@ -495,12 +571,15 @@ def _rerun_scenario(
 
 
 def rerun(
-    result: evaluation_pb2.EvaluationResult, evaluation: evaluation_pb2.Evaluation
+    result: evaluation_pb2.EvaluationResult,
+    evaluation: evaluation_pb2.Evaluation,
+    metrics_config: _Config | None = None,
 ) -> evaluation_pb2.EvaluationResult:
     """Recomputes a stored result's outcomes from its recorded scores and today's thresholds.
 
     ``evaluation`` is the (current) evaluation the result belongs to; it supplies the threshold
-    overrides and skip flags. Returns a new EvaluationResult; neither argument is modified.
+    overrides, skip flags and metrics config overrides; ``metrics_config`` is the app's (None:
+    it sets none). Returns a new EvaluationResult; no argument is modified.
     """
     rerun_result = _Result()
     rerun_result.CopyFrom(result)
@@ -508,12 +587,13 @@ def rerun(
         evaluation.evaluation_metrics_threshold_override,
         result.evaluation_metrics_thresholds,
     )
+    switches = Switches.of(evaluation, metrics_config)
     verdict = _Verdict()
     kind = rerun_result.WhichOneof("result")
     if kind == "golden_result":
-        _rerun_golden(rerun_result.golden_result, evaluation, sources, verdict)
+        _rerun_golden(rerun_result.golden_result, evaluation, sources, switches, verdict)
     elif kind == "scenario_result":
-        _rerun_scenario(rerun_result.scenario_result, sources, verdict)
+        _rerun_scenario(rerun_result.scenario_result, sources, switches, verdict)
     if rerun_result.execution_state == _Result.COMPLETED:
         status = verdict.status()
         if status is not None:

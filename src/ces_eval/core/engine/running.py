@@ -595,6 +595,7 @@ class _Engine:
                 started=started,
                 persona=self._defaults.persona(task.persona) if task.persona else None,
                 thresholds=self._defaults.thresholds,
+                settings=self._defaults.settings,
             )
             if self._agent is not None and given.rule is None:
                 played = await self._agent.play(given, self._request.golden_run_method)
