@@ -121,8 +121,8 @@ def _serve_parser(
         "serve",
         help="run the gRPC and HTTP server",
         description="Serve the CES EvaluationService and AgentService over gRPC, REST and MCP "
-        "until SIGTERM or Ctrl-C. Exit status: 0 stopped, 1 failed (database, workers, unexpected error), "
-        "2 bad configuration, 3 a port cannot be bound.",
+        "until SIGTERM or Ctrl-C. Exit status: 0 stopped, 1 failed (database, workers, "
+        "unexpected error), 2 bad configuration, 3 a port cannot be bound.",
     )
     options.add_options(serve_parser, ServerConfig, environ)
     serve_parser.add_argument("--worker-of", type=int, help=argparse.SUPPRESS)
