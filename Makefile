@@ -106,7 +106,7 @@ unit: setup
 	$(VENV)/bin/pytest -m unit
 
 integration: setup build/third_party postgres browser
-	$(VENV)/bin/pytest -m "not unit"
+	$(VENV)/bin/pytest -m "not unit" --durations=20
 
 test: check-generated lint typecheck unit integration
 
