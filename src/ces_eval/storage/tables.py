@@ -57,6 +57,7 @@ __all__ = [
     "Table",
     "by_collection",
     "declare",
+    "of_message",
     "parent_of",
 ]
 
@@ -381,3 +382,12 @@ def by_collection(name: str) -> Table[Any] | None:
     """The generic table holding the resource ``name`` (by the collection it names), if any."""
     collection = name.rsplit("/", 2)[-2] if name.count("/") >= 2 else ""
     return _BY_COLLECTION.get(collection)
+
+
+def of_message(message: descriptor.Descriptor | type[Message] | None) -> Table[Any] | None:
+    """The generic table holding the resources of ``message`` (a message class or its
+    descriptor, as a field's ``message_type`` gives it), if one is declared."""
+    if message is None:
+        return None
+    wanted = message if isinstance(message, descriptor.Descriptor) else message.DESCRIPTOR
+    return next((t for t in TABLES if t.message.DESCRIPTOR is wanted), None)

@@ -33,6 +33,7 @@ from ces_eval.core.aip.retry import ATTEMPTS, Changed, rewrite
 from ces_eval.core.aip.stamps import new_etag, now
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.offload import is_heavy, off_loop
+from ces_eval.storage import tables
 from ces_eval.storage.base import (
     Conflict,
     Cursor,
@@ -51,7 +52,6 @@ if TYPE_CHECKING:
     from ces_eval.contract.encoded import Response
     from ces_eval.core.aip.context import Context, Rpc
     from ces_eval.storage.base import Storage
-    from ces_eval.storage.tables import Table
 
 __all__ = [
     "UNCONDITIONAL_ATTEMPTS",
@@ -101,7 +101,7 @@ class Store(Generic[M]):
     read: Callable[[Storage, str], Awaitable[bytes | None]] | None = None
 
     @classmethod
-    def of(cls, table: Table[M], *, updatable: bool = True) -> Store[M]:
+    def of(cls, table: tables.Table[M], *, updatable: bool = True) -> Store[M]:
         """The calls of a resource kept in a generic table (:mod:`ces_eval.storage.tables`);
         ``replace`` only for an ``updatable`` one."""
 
@@ -295,9 +295,23 @@ def conflict(error: Conflict, resource: Resource[M], message: Message) -> Servic
     )
 
 
+def _found_by(
+    context: Context, target: Resource[Any] | type[Message]
+) -> tuple[names.ResourcePattern, int, Callable[[str], Awaitable[object | None]]]:
+    """The name pattern of ``target``'s resources, the IDs of it this service assigns, and
+    how one is read."""
+    if isinstance(target, Resource):
+        return target.pattern, target.owned, partial(target.store.get, context.storage)
+    pattern = names.of(target)
+    table = tables.of_message(target)
+    if table is None:
+        raise AssertionError(f"{pattern.type} is kept in no declared table")  # a declaration fault
+    return pattern, names.owned(pattern), partial(context.storage.get_row, table)
+
+
 async def references(
     context: Context,
-    target: Resource[Any],
+    target: Resource[Any] | type[Message],
     values: Sequence[str],
     path: str,
     parent: str,
@@ -305,19 +319,23 @@ async def references(
     repeated: bool = True,
 ) -> list[FieldViolation]:
     """Violations of ``values``, names of ``target`` resources that must exist under
-    ``parent`` (the referring resource's own parent: references never leave the app): the
-    field ``path[i]`` (``path`` for a singular field) of each malformed, foreign or missing
-    one (reason NOT_FOUND)."""
+    ``parent`` (the referring resource's own parent, or the referring app: references never
+    leave the app): the field ``path[i]`` (``path`` for a singular field) of each malformed,
+    foreign or missing one (reason NOT_FOUND). ``target`` is the referenced resource's
+    declaration or, where the referring module cannot import the one declaring it (an app
+    names its agents and guardrails, whose module imports the apps'), its message class: its
+    resources are then read from the generic table holding that message."""
     violations = []
-    kind = target.pattern.type.rsplit("/", 1)[-1]
+    pattern, owned, read = _found_by(context, target)
+    kind = pattern.type.rsplit("/", 1)[-1]
     for index, value in enumerate(values):
         field = f"{path}[{index}]" if repeated else path
-        malformed = target.pattern.violation(value, field, owned=target.owned)
+        malformed = pattern.violation(value, field, owned=owned)
         if malformed is not None:
             violations.append(malformed)
-        elif target.parent.format(**target.pattern.parse(value, field)) != parent:
+        elif tables.parent_of(value) != parent:
             violations.append(FieldViolation(field, f"{value!r} is not a {kind} of {parent}."))
-        elif await target.store.get(context.storage, value) is None:
+        elif await read(value) is None:
             description = f"{kind} {value} does not exist."
             violations.append(FieldViolation(field, description, "NOT_FOUND"))
     return violations

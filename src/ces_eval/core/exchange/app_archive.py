@@ -31,9 +31,7 @@ from google.protobuf import json_format
 
 from ces_eval.contract import limits
 from ces_eval.core.aip import names, standard, validation
-from ces_eval.core.aip.names import location_of
 from ces_eval.core.aip.ports import ObjectError
-from ces_eval.core.aip.stamps import new_etag, now
 from ces_eval.core.exchange import document
 from ces_eval.core.exchange.errors import ExchangeError
 from ces_eval.core.exchange.imports import read_import
@@ -41,7 +39,7 @@ from ces_eval.core.exchange.stored import write_object
 from ces_eval.core.resources import apps, changelogs, versions
 from ces_eval.core.resources.locations import LOCATION
 from ces_eval.generated.google.cloud.ces.v1beta import agent_service_pb2, app_version_pb2
-from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from ces_eval.storage import tables
 
 if TYPE_CHECKING:
     from google.longrunning import operations_pb2
@@ -210,9 +208,7 @@ async def export_app(
         await write_object(context, target, data, "gcs_uri")
         return agent_service_pb2.ExportAppResponse(app_uri=target.uri)
 
-    return await context.runner.start(
-        location_of(app), "ExportApp", service_pb2.OperationMetadata(), work
-    )
+    return await context.operation(app, "ExportApp", work)
 
 
 async def import_app(
@@ -253,33 +249,19 @@ async def import_app(
 
     async def work() -> agent_service_pb2.ImportAppResponse:
         before = await storage.get_row(apps.TABLE, app)
-        stamped = now()
-        settings.name = app
-        settings.etag = new_etag()
-        settings.update_time.CopyFrom(stamped)
-        if before is None or apps.IMPLICIT in before.metadata:
-            settings.create_time.CopyFrom(before.create_time if before else stamped)
-            if before is not None:
-                await storage.delete_row(apps.TABLE, app, before.etag)
-            await storage.insert_row(apps.TABLE, settings)
-        else:
-            settings.create_time.CopyFrom(before.create_time)
-            settings.locked = before.locked
-            await storage.replace_row(apps.TABLE, settings, before.etag)
+        stored = await versions.put_app_back(storage, settings, app, before)
         for field in versions.KINDS:
-            table = versions.table_of(field.message_type)
+            table = tables.of_message(field.message_type)
             if table is None:
                 continue
             imported = list(getattr(taken, field.name))
             warnings.extend(
                 await versions.put_back(storage, table, app, imported, keep_others=not overwrite)
             )
-        await changelogs.record(context, "Import", before, settings, caller)
+        await changelogs.record(context, "Import", before, stored, caller)
         return agent_service_pb2.ImportAppResponse(name=app, warnings=warnings)
 
-    return await context.runner.start(
-        location_of(app), "ImportApp", service_pb2.OperationMetadata(), work
-    )
+    return await context.operation(app, "ImportApp", work)
 
 
 RPCS: dict[str, Rpc] = {"ExportApp": export_app, "ImportApp": import_app}

@@ -29,18 +29,21 @@ from typing import TYPE_CHECKING, Any
 
 from ces_eval.contract import schema
 from ces_eval.core.aip import names, standard
-from ces_eval.core.aip.names import location_of
 from ces_eval.core.aip.stamps import new_etag, now
 from ces_eval.core.resources import changelogs
 from ces_eval.core.resources.locations import LOCATION
 from ces_eval.errors import Code, FieldViolation, ServiceError
-from ces_eval.generated.google.cloud.ces.v1beta import agent_service_pb2, app_pb2
-from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import (
+    agent_pb2,
+    agent_service_pb2,
+    app_pb2,
+    guardrail_pb2,
+)
 from ces_eval.storage import tables
 from ces_eval.storage.base import Conflict, EtagMismatch, Missing
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable
 
     from google.longrunning import operations_pb2
     from google.protobuf import descriptor
@@ -75,27 +78,16 @@ def _delete(storage: Storage, name: str, etag: str) -> Awaitable[None]:
 
 async def _verify(context: Context, app: App) -> list[FieldViolation]:
     """An app's ``root_agent`` names a stored agent of the app, and each of its ``guardrails``
-    a stored guardrail of it (found by the tables their collections name: the resources' own
-    modules import this one)."""
-    named = [("app.root_agent", "agents", app.root_agent)] if app.root_agent else []
-    named += [
-        (f"app.guardrails[{index}]", "guardrails", guardrail)
-        for index, guardrail in enumerate(app.guardrails)
-    ]
+    a stored guardrail of it (the targets given by their messages: their declarations'
+    module imports this one)."""
     found = []
-    for field, collection, name in named:
-        parts = name.split("/")
-        table = tables.by_collection(name)
-        if (
-            name.startswith(f"{app.name}/")
-            and len(parts) == _APP_SEGMENTS + 2
-            and parts[-2] == collection
-            and table is not None
-            and await context.storage.get_row(table, name) is not None
-        ):
-            continue
-        description = f"{name!r} is not a stored {collection[:-1]} of {app.name}."
-        found.append(FieldViolation(field, description, "NOT_FOUND"))
+    if app.root_agent:
+        found += await standard.references(
+            context, agent_pb2.Agent, [app.root_agent], "app.root_agent", app.name, repeated=False
+        )
+    found += await standard.references(
+        context, guardrail_pb2.Guardrail, app.guardrails, "app.guardrails", app.name
+    )
     return found
 
 
@@ -135,12 +127,6 @@ def locked(app: str) -> ServiceError:
     )
 
 
-async def _operation(
-    context: Context, parent: str, method: str, work: Callable[[], Awaitable[Message]]
-) -> operations_pb2.Operation:
-    return await context.runner.start(parent, method, service_pb2.OperationMetadata(), work)
-
-
 async def _adopt(context: Context, request: agent_service_pb2.CreateAppRequest) -> bool:
     """Delete the implicit app the request's ID names, if that is what takes it."""
     name = f"{request.parent}/apps/{request.app_id}"
@@ -170,7 +156,7 @@ async def create_app(
     async def work() -> App:
         return app
 
-    return await _operation(context, request.parent, "CreateApp", work)
+    return await context.operation(request.parent, "CreateApp", work)
 
 
 async def update_app(
@@ -203,7 +189,7 @@ async def delete_app(
         finally:
             forget(context, request.name)
 
-    return await _operation(context, location_of(request.name), "DeleteApp", work)
+    return await context.operation(request.name, "DeleteApp", work)
 
 
 RPCS: dict[str, Rpc] = {

@@ -18,11 +18,9 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ces_eval.core.aip import names, standard
-from ces_eval.core.aip.names import location_of
 from ces_eval.core.aip.stamps import new_etag, now
 from ces_eval.core.resources import apps, changelogs
 from ces_eval.generated.google.cloud.ces.v1beta import agent_service_pb2, app_version_pb2
-from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.storage import tables
 from ces_eval.storage.base import (
     Conflict,
@@ -42,7 +40,7 @@ if TYPE_CHECKING:
     from ces_eval.core.aip.context import Context, Rpc
     from ces_eval.storage.base import Storage
 
-__all__ = ["KINDS", "RPCS", "VERSIONS", "AppVersion", "put_back", "snapshot", "table_of"]
+__all__ = ["KINDS", "RPCS", "VERSIONS", "AppVersion", "put_app_back", "put_back", "snapshot"]
 
 M = TypeVar("M", bound="Message")
 
@@ -56,11 +54,6 @@ TABLE = tables.declare(
 KINDS = tuple(f for f in AppSnapshot.DESCRIPTOR.fields if f.name != "app")
 _PAGE = 500
 _BY_NAME = OrderBy(SortKey.NAME, descending=False)
-
-
-def table_of(message: Any) -> tables.Table[Any] | None:  # noqa: ANN401 - a descriptor
-    """The generic table holding the resources of ``message`` (a descriptor), if declared."""
-    return next((t for t in tables.TABLES if t.message.DESCRIPTOR is message), None)
 
 
 async def _rows(storage: Storage, table: tables.Table[M], app: str) -> list[M]:
@@ -83,7 +76,7 @@ async def snapshot(storage: Storage, app: str) -> AppSnapshot:
     if stored is not None:
         taken.app.CopyFrom(stored)
     for field in KINDS:
-        table = table_of(field.message_type)
+        table = tables.of_message(field.message_type)
         if table is not None:
             getattr(taken, field.name).extend(await _rows(storage, table, app))
     return taken
@@ -165,6 +158,30 @@ async def _write(
         await storage.insert_row(table, restored)
 
 
+async def put_app_back(
+    storage: Storage, settings: apps.App, app: str, before: apps.App | None
+) -> apps.App:
+    """Store a copy of ``settings`` (a snapshot's or an archive's) as the app ``app`` over
+    ``before`` (the app as stored, None when there is none) and answer it: named ``app``,
+    newly stamped and tagged; its creation time and lock are ``before``'s unless ``before``
+    is an implicit app (docs/semantics.md, "Apps") or none, which the settings replace (a new
+    app is created now)."""
+    stamped = now()
+    stored = apps.App()
+    stored.CopyFrom(settings)
+    stored.name = app
+    stored.etag = new_etag()
+    stored.update_time.CopyFrom(stamped)
+    stored.create_time.CopyFrom(before.create_time if before is not None else stamped)
+    if before is not None and apps.IMPLICIT not in before.metadata:
+        stored.locked = before.locked
+    if before is None:
+        await storage.insert_row(apps.TABLE, stored)
+    else:
+        await storage.replace_row(apps.TABLE, stored, before.etag)
+    return stored
+
+
 async def restore_app_version(
     context: Context, request: agent_service_pb2.RestoreAppVersionRequest, caller: Caller
 ) -> operations_pb2.Operation:
@@ -179,29 +196,16 @@ async def restore_app_version(
 
     async def work() -> agent_service_pb2.RestoreAppVersionResponse:
         before = await storage.get_row(apps.TABLE, app)
-        stamped = now()
-        settings = apps.App()
-        settings.CopyFrom(version.snapshot.app)
-        settings.name = app
-        settings.locked = before.locked if before is not None else False
-        settings.create_time.CopyFrom(before.create_time if before is not None else stamped)
-        settings.update_time.CopyFrom(stamped)
-        settings.etag = new_etag()
-        if before is None:
-            await storage.insert_row(apps.TABLE, settings)
-        else:
-            await storage.replace_row(apps.TABLE, settings, before.etag)
+        settings = await put_app_back(storage, version.snapshot.app, app, before)
         for field in KINDS:
-            table = table_of(field.message_type)
+            table = tables.of_message(field.message_type)
             if table is not None:
                 # Nothing else is kept: no other resource can hold a display name it needs.
                 await put_back(storage, table, app, list(getattr(version.snapshot, field.name)))
         await changelogs.record(context, "Restore", before, settings, caller)
         return agent_service_pb2.RestoreAppVersionResponse()
 
-    return await context.runner.start(
-        location_of(app), "RestoreAppVersion", service_pb2.OperationMetadata(), work
-    )
+    return await context.operation(app, "RestoreAppVersion", work)
 
 
 RPCS: dict[str, Rpc] = {
