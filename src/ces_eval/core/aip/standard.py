@@ -148,7 +148,8 @@ class Resource(Generic[M]):
     ``run_filter`` the field filtering by the resource's runs. ``require_body``: a create
     without the resource is INVALID_ARGUMENT (results' create, an emulator seed, makes an empty
     one instead). ``defaults(message, parent, created)`` fills what a create leaves empty;
-    ``guard(context, current, request)`` refuses a delete; ``enrich(context, request, page,
+    ``guard(context, current, request, caller)`` refuses a delete (or makes it possible:
+    what a forced delete changes first is the caller's change); ``enrich(context, request, page,
     sizes)`` adds to a list's page and says how many items of it still fit.
     ``verify(context, message)`` checks what a create or update is about to store against
     other stored resources (names it refers to that must exist) once its own fields are valid:
@@ -169,7 +170,7 @@ class Resource(Generic[M]):
     run_filter: str = ""
     require_body: bool = True
     defaults: Callable[[M, Message | None, timestamp_pb2.Timestamp], None] | None = None
-    guard: Callable[[Context, M, Message], Awaitable[None]] | None = None
+    guard: Callable[[Context, M, Message, Caller | None], Awaitable[None]] | None = None
     enrich: Callable[[Context, Message, list[M | bytes], list[int]], Awaitable[int]] | None = None
     verify: Callable[[Context, M], Awaitable[list[FieldViolation]]] | None = None
     derive: Callable[[M, M | None, timestamp_pb2.Timestamp], None] | None = None
@@ -686,7 +687,7 @@ async def delete(
         if etag and etag != _etag(current):
             raise ServiceError.aborted_etag(kind, name)
         if resource.guard is not None:
-            await resource.guard(context, current, cast("Message", request))
+            await resource.guard(context, current, cast("Message", request), caller)
         try:
             await resource.store.delete(context.storage, name, _etag(current))
         except Missing as missing:

@@ -19,8 +19,12 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ces_eval.core.aip import names, standard
 from ces_eval.core.aip.stamps import new_etag, now
-from ces_eval.core.resources import apps, changelogs
-from ces_eval.generated.google.cloud.ces.v1beta import agent_service_pb2, app_version_pb2
+from ces_eval.core.resources import apps, changelogs, in_use
+from ces_eval.generated.google.cloud.ces.v1beta import (
+    agent_service_pb2,
+    app_version_pb2,
+    deployment_pb2,
+)
 from ces_eval.storage import tables
 from ces_eval.storage.base import (
     Conflict,
@@ -87,11 +91,21 @@ async def _insert(storage: Storage, version: AppVersion) -> None:
     await storage.insert_row(TABLE, version)
 
 
+def _deployed(deployment: deployment_pb2.Deployment) -> list[str]:
+    """The versions a deployment serves: its own and those its experiment sends traffic to."""
+    release = deployment.experiment_config.version_release
+    return [deployment.app_version, *(a.app_version for a in release.traffic_allocations)]
+
+
+# A version a deployment serves is not deleted (DeleteAppVersionRequest has no force).
+_DEPLOYMENTS = in_use.Referrer(deployment_pb2.Deployment, "app_version", _deployed, None)
+
 VERSIONS = standard.Resource(
     message=AppVersion,
     parent=names.APP,
     store=dataclasses.replace(standard.Store.of(TABLE, updatable=False), insert=_insert),
     journal=changelogs.record,
+    guard=in_use.guard(_DEPLOYMENTS),
 )
 
 
