@@ -412,3 +412,20 @@ def test_reset_project_empties_every_table(make_storage: Callable[[], Storage]) 
             assert await storage.get_row(table, kept) is not None
 
     run(make_storage, body)
+
+
+def test_rows_are_counted_per_parent_in_one_read(make_storage: Callable[[], Storage]) -> None:
+    """count_rows: each parent asked for, with 0 for one without rows (an app's
+    deployment_count is read so)."""
+
+    async def body(storage: Storage) -> None:
+        table = RUNS
+        for index in range(3):
+            await storage.insert_row(table, sample(table, f"r{index}", f"Run {index}", index))
+        await storage.insert_row(table, sample(table, "r9", "Other", 9, app=OTHER_APP))
+        empty = "projects/p1/locations/l/apps/empty"
+        counted = await storage.count_rows(table, [APP, empty, OTHER_APP])
+        assert counted == {APP: 3, empty: 0, OTHER_APP: 1}
+        assert await storage.count_rows(table, []) == {}
+
+    run(make_storage, body)

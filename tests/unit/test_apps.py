@@ -27,6 +27,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
     app_pb2,
     app_version_pb2,
     common_pb2,
+    deployment_pb2,
     evaluation_config_pb2,
     evaluation_pb2,
     tool_pb2,
@@ -565,3 +566,42 @@ def test_the_app_of_a_name() -> None:
     assert names.app_of(APP) == APP
     assert names.app_of(f"{LOCATION}/operations/o") == ""
     assert names.app_of("projects/p") == ""
+
+
+def test_deployment_count_is_counted_when_read_never_stored(core: Apps) -> None:
+    core.create_app("a", display_name="A")
+    other = core.create_app("b", display_name="B")
+
+    def deploy(deployment_id: str) -> Any:
+        body = deployment_pb2.Deployment(
+            display_name=deployment_id, channel_profile=common_pb2.ChannelProfile()
+        )
+        request = agent_pb2.CreateDeploymentRequest(
+            parent=APP, deployment_id=deployment_id, deployment=body
+        )
+        return core.call("create_deployment", request)
+
+    deployments = [deploy("web"), deploy("phone")]
+    assert core.get_app().deployment_count == 2
+    listed = core.call("list_apps", agent_pb2.ListAppsRequest(parent=LOCATION, order_by="name"))
+    assert [(a.name, a.deployment_count) for a in listed.apps] == [(APP, 2), (other.name, 0)]
+    updated = core.call(
+        "update_app",
+        agent_pb2.UpdateAppRequest(
+            app=app_pb2.App(name=APP, description="d", deployment_count=9),
+            update_mask=field_mask_pb2.FieldMask(paths=["description"]),
+        ),
+    )
+    assert updated.deployment_count == 2  # counted, not the caller's
+    version = core.call(
+        "create_app_version",
+        agent_pb2.CreateAppVersionRequest(parent=APP, app_version=app_version_pb2.AppVersion()),
+    )
+    assert not version.snapshot.app.deployment_count  # what the app's row holds: no count
+    for deployment in deployments:
+        core.call("delete_deployment", agent_pb2.DeleteDeploymentRequest(name=deployment.name))
+    assert core.get_app().deployment_count == 0  # nothing stored by the update above
+    core.finished(
+        core.call("restore_app_version", agent_pb2.RestoreAppVersionRequest(name=version.name))
+    )
+    assert core.get_app().deployment_count == 0

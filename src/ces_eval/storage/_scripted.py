@@ -186,6 +186,9 @@ class ScriptedStorage(abc.ABC):
     async def list_rows(self, table: Table[M], query: ListQuery) -> list[tuple[bytes, Cursor]]:
         return await self._query(partial(_scripts.list_rows, self._sql, table, query))
 
+    async def count_rows(self, table: Table[M], parents: Sequence[str]) -> dict[str, int]:
+        return await self._query(partial(_scripts.count_rows, self._sql, table, parents))
+
     async def replace_row(self, table: Table[M], message: M, expected_etag: str) -> None:
         await self._write(partial(_scripts.replace_row, self._sql, table, message, expected_etag))
 

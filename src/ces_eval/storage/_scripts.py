@@ -611,6 +611,15 @@ def list_rows(sql: Sql, table: Table[M], query: ListQuery) -> Script[list[tuple[
     return [(bytes(data), Cursor(value, name)) for data, name, value in rows]
 
 
+def count_rows(sql: Sql, table: Table[M], parents: Sequence[str]) -> Script[dict[str, int]]:
+    counted = dict.fromkeys(parents, 0)
+    if counted:
+        statement = Statement(sql.table(table).count(len(counted)), tuple(counted))
+        for parent, count in (yield statement).rows:
+            counted[str(parent)] = int(count)
+    return counted
+
+
 def replace_row(sql: Sql, table: Table[M], message: M, expected_etag: str) -> Script[None]:
     """One conditional UPDATE; when it changed nothing, whether the row exists tells
     EtagMismatch from Missing."""

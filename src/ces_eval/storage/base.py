@@ -262,6 +262,11 @@ class Storage(Protocol):
         """Up to ``query.limit`` rows of ``query.parent`` after ``query.after``, serialized
         as stored, each with its cursor."""
 
+    async def count_rows(self, table: Table[M], parents: Sequence[str]) -> dict[str, int]:
+        """How many resources of ``table`` each of ``parents`` holds (0 for none), read in
+        one statement: a count derived when read (an app's ``deployment_count``), never
+        stored."""
+
     async def replace_row(self, table: Table[M], message: M, expected_etag: str) -> None:
         """Overwrite the stored resource if its etag is still ``expected_etag``. Raises
         Missing, EtagMismatch or Conflict (display name)."""

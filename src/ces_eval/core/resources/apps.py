@@ -37,10 +37,11 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
     agent_pb2,
     agent_service_pb2,
     app_pb2,
+    deployment_pb2,
     guardrail_pb2,
 )
 from ces_eval.storage import tables
-from ces_eval.storage.base import Conflict, EtagMismatch, Missing
+from ces_eval.storage.base import Conflict, Cursor, EtagMismatch, ListQuery, Missing
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
@@ -53,7 +54,18 @@ if TYPE_CHECKING:
     from ces_eval.core.aip.context import Context, Rpc
     from ces_eval.storage.base import Storage
 
-__all__ = ["APPS", "IMPLICIT", "RPCS", "TABLE", "App", "forget", "gate", "implicit", "locked"]
+__all__ = [
+    "APPS",
+    "IMPLICIT",
+    "RPCS",
+    "TABLE",
+    "App",
+    "forget",
+    "gate",
+    "implicit",
+    "locked",
+    "stored_form",
+]
 
 App = app_pb2.App
 # The metadata entry of an app stored because it was used before anyone created it.
@@ -76,6 +88,55 @@ def _delete(storage: Storage, name: str, etag: str) -> Awaitable[None]:
     return storage.delete_tree(TABLE, name, etag)
 
 
+# -- deployment_count: derived when read ---------------------------------------------------------
+# Counted when apps are read, never stored: one grouped COUNT over the deployments' index on
+# parent per Get or List page, so no write of a deployment touches its app (its etag, the
+# app's writers' conflicts) and nothing that puts an app back (restore, import) can carry a
+# stale count. The stored bytes stay what is served: the count is appended to them as its
+# field's encoding (a field repeated later in the bytes wins, and the stored row never holds
+# it), so ListApps keeps answering stored bytes without a parse.
+
+
+def _deployments() -> tables.Table[Any]:
+    # By message: the deployments' declaration imports this module.
+    table = tables.of_message(deployment_pb2.Deployment)
+    if table is None:  # a declaration fault
+        raise AssertionError("Deployment is kept in no declared table")
+    return table
+
+
+def _with_count(data: bytes, count: int) -> bytes:
+    """A stored app's bytes as served: with its ``deployment_count`` (absent when 0)."""
+    return data + App(deployment_count=count).SerializeToString() if count else data
+
+
+async def _read(storage: Storage, name: str) -> bytes | None:
+    data = await storage.read_row(TABLE, name)
+    if data is None:
+        return None
+    counts = await storage.count_rows(_deployments(), [name])
+    return _with_count(data, counts[name])
+
+
+async def _get(storage: Storage, name: str) -> App | None:
+    data = await _read(storage, name)
+    return None if data is None else App.FromString(data)
+
+
+async def _list(storage: Storage, query: ListQuery) -> list[tuple[bytes, Cursor]]:
+    rows = await storage.list_rows(TABLE, query)
+    counts = await storage.count_rows(_deployments(), [cursor.name for _, cursor in rows])
+    return [(_with_count(data, counts[cursor.name]), cursor) for data, cursor in rows]
+
+
+def stored_form(app: App) -> App:
+    """A copy of ``app`` as its row holds it: without the fields derived when it is read."""
+    stored = App()
+    stored.CopyFrom(app)
+    stored.ClearField("deployment_count")
+    return stored
+
+
 async def _verify(context: Context, app: App) -> list[FieldViolation]:
     """An app's ``root_agent`` names a stored agent of the app, and each of its ``guardrails``
     a stored guardrail of it (the targets given by their messages: their declarations'
@@ -94,7 +155,15 @@ async def _verify(context: Context, app: App) -> list[FieldViolation]:
 APPS = standard.Resource(
     message=App,
     parent=LOCATION,
-    store=dataclasses.replace(standard.Store.of(TABLE), delete=_delete),
+    store=dataclasses.replace(
+        standard.Store.of(TABLE),
+        get=_get,
+        read=_read,
+        list=_list,
+        insert=lambda storage, app: storage.insert_row(TABLE, stored_form(app)),
+        replace=lambda storage, app, etag: storage.replace_row(TABLE, stored_form(app), etag),
+        delete=_delete,
+    ),
     journal=changelogs.record,
     verify=_verify,
 )

@@ -189,6 +189,7 @@ async def put_app_back(
     stored.create_time.CopyFrom(before.create_time if before is not None else stamped)
     if before is not None and apps.IMPLICIT not in before.metadata:
         stored.locked = before.locked
+    stored = apps.stored_form(stored)
     if before is None:
         await storage.insert_row(apps.TABLE, stored)
     else:
