@@ -605,3 +605,13 @@ def test_deployment_count_is_counted_when_read_never_stored(core: Apps) -> None:
         core.call("restore_app_version", agent_pb2.RestoreAppVersionRequest(name=version.name))
     )
     assert core.get_app().deployment_count == 0
+
+
+def test_an_adopted_app_answers_the_deployments_it_held(core: Apps) -> None:
+    body = deployment_pb2.Deployment(
+        display_name="Web", channel_profile=common_pb2.ChannelProfile()
+    )
+    core.call("create_deployment", agent_pb2.CreateDeploymentRequest(parent=APP, deployment=body))
+    assert IMPLICIT in core.get_app().metadata
+    adopted = core.create_app(APP.rsplit("/", 1)[1], display_name="Adopted")
+    assert adopted.deployment_count == 1 == core.get_app().deployment_count

@@ -220,6 +220,9 @@ async def create_app(
         if error.code is not Code.ALREADY_EXISTS or not await _adopt(context, request):
             raise
         app = await standard.create(context, APPS, request, caller)
+        # What the implicit app held stays: its deployments count.
+        counts = await context.storage.count_rows(_deployments(), [app.name])
+        app.deployment_count = counts[app.name]
     forget(context, app.name)
 
     async def work() -> App:
