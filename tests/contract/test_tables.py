@@ -429,3 +429,41 @@ def test_rows_are_counted_per_parent_in_one_read(make_storage: Callable[[], Stor
         assert await storage.count_rows(table, []) == {}
 
     run(make_storage, body)
+
+
+def test_a_fold_case_table_matches_has_ignoring_ascii_case_alone(
+    make_storage: Callable[[], Storage],
+) -> None:
+    """A table declared with ``fold_case`` (changelogs): ``:`` ignores ASCII case on its string
+    fields, and only ASCII case, on both engines alike; ``=`` stays exact; an alias filters
+    the field it names."""
+    changelogs = by_collection(f"{APP}/changelogs/c")
+    assert changelogs is not None and changelogs.fold_case
+
+    async def body(storage: Storage) -> None:
+        for index, (action, kind) in enumerate((("Update", "Agent"), ("Create", "Émile"))):
+            row = sample(changelogs, f"c{index}", "", index)
+            named = ("resource", f"{APP}/agents/a{index}")
+            for field, value in (("action", action), ("resource_type", kind), named):
+                setattr(row, field, value)
+            await storage.insert_row(changelogs, row)
+
+        async def ids(text: str) -> list[str]:
+            query = ListQuery(
+                parent=APP,
+                order=OrderBy(SortKey.NAME, descending=False),
+                limit=10,
+                filter=filtering.parse(text),
+            )
+            rows = await storage.list_rows(changelogs, query)
+            return [cursor.name.rsplit("/", 1)[1] for _, cursor in rows]
+
+        assert await ids("action:uPDATE") == ["c0"]
+        assert await ids('action="update"') == []
+        assert await ids("resource_type:AGE") == ["c0"]
+        assert await ids("resource_type:émile") == []  # not ASCII: not folded
+        assert await ids("resource_type:MILE") == ["c1"]
+        assert await ids(f'resource_name:"{APP}/agents/A1"') == ["c1"]
+        assert await ids(f'resourceName="{APP}/agents/a0"') == ["c0"]
+
+    run(make_storage, body)

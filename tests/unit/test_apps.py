@@ -615,3 +615,49 @@ def test_an_adopted_app_answers_the_deployments_it_held(core: Apps) -> None:
     assert IMPLICIT in core.get_app().metadata
     adopted = core.create_app(APP.rsplit("/", 1)[1], display_name="Adopted")
     assert adopted.deployment_count == 1 == core.get_app().deployment_count
+
+
+def test_changelogs_filter_as_list_changelogs_request_documents(core: Apps) -> None:
+    """Each example of ListChangelogsRequest.filter: ``:`` a case-insensitive partial match on
+    string fields, ``=`` exact, ``resource_name`` the stored ``resource``."""
+    core.create_app("a", display_name="A")
+    core.call(
+        "create_agent",
+        agent_pb2.CreateAgentRequest(
+            parent=APP, agent_id="my-agent", agent=agent_pb2_.Agent(display_name="Mine")
+        ),
+    )
+    core.call(
+        "create_tool",
+        agent_pb2.CreateToolRequest(
+            parent=APP,
+            tool_id="lookup",
+            tool=tool_pb2.Tool(python_function={"name": "lookup", "python_code": "pass"}),
+        ),
+    )
+    core.call(
+        "update_app",
+        agent_pb2.UpdateAppRequest(
+            app=app_pb2.App(name=APP, description="d"),
+            update_mask=field_mask_pb2.FieldMask(paths=["description"]),
+        ),
+    )
+
+    def found(text: str) -> list[tuple[str, str]]:
+        return [(e.action, e.resource_type) for e in changelog(core, filter=text)]
+
+    every = found("")
+    assert every == [("Update", "App"), ("Create", "Tool"), ("Create", "Agent"), ("Create", "App")]
+    middle = changelog(core)[1].create_time.ToJsonString()
+    assert found("action:update") == [("Update", "App")]
+    assert found("action:UPD") == [("Update", "App")]
+    assert found('action="Create"') == every[1:]
+    assert found('action="create"') == []  # "=" is exact
+    assert found("resource_type:agent") == [("Create", "Agent")]
+    assert found("resource_name:my-agent") == [("Create", "Agent")]
+    assert found("resourceName:MY-AGENT") == [("Create", "Agent")]
+    assert found(f'resource_name="{APP}"') == [("Update", "App"), ("Create", "App")]
+    assert found("author:me@example.com") == every
+    assert found("author:ME@EXAMPLE") == every
+    assert found(f'create_time > "{middle}"') == every[:1]
+    assert found(f'create_time <= "{middle}" AND resource_type:tool') == [("Create", "Tool")]
