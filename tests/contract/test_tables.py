@@ -23,10 +23,13 @@ from ces_eval import filtering
 from ces_eval.storage.base import (
     Conflict,
     Cursor,
+    Delete,
     EtagMismatch,
+    Insert,
     ListQuery,
     Missing,
     OrderBy,
+    Replace,
     SortKey,
     Storage,
 )
@@ -465,5 +468,50 @@ def test_a_fold_case_table_matches_has_ignoring_ascii_case_alone(
         assert await ids("resource_type:MILE") == ["c1"]
         assert await ids(f'resource_name:"{APP}/agents/A1"') == ["c1"]
         assert await ids(f'resourceName="{APP}/agents/a0"') == ["c0"]
+
+    run(make_storage, body)
+
+
+def test_inserts_replaces_and_deletes_are_written_together_or_not_at_all(
+    make_storage: Callable[[], Storage],
+) -> None:
+    """write_rows: one transaction over several tables. Any change refused (a stale etag, a
+    missing row, a taken name or display name) refuses them all; a display name passes from
+    a row deleted earlier in the batch to a row written later."""
+    agents = by_collection(f"{APP}/agents/a")
+    assert agents is not None and agents.unique_display_name
+
+    async def body(storage: Storage) -> None:
+        old = sample(agents, "old", "Root", 1)
+        kept = sample(agents, "kept", "Kept", 1)
+        schedule = sample(SCHEDULED_RUNS, "s1", "Schedule", 1)
+        for table, row in ((agents, old), (agents, kept), (SCHEDULED_RUNS, schedule)):
+            await storage.insert_row(table, row)
+        new = sample(agents, "new", "Root", 2)
+        renamed = sample(agents, "kept", "Renamed", 2, etag="e1")
+        named = sample(SCHEDULED_RUNS, "s1", "Schedule", 2, etag="e1", variant=1)
+        batch = [
+            Delete(agents, getattr(old, "name"), "e0"),  # noqa: B009
+            Insert(agents, new),
+            Replace(agents, renamed, "e0"),
+            Replace(SCHEDULED_RUNS, named, "e0"),
+        ]
+        refusals: list[tuple[Any, type[Exception]]] = [
+            (Replace(SCHEDULED_RUNS, named, "stale"), EtagMismatch),
+            (Delete(agents, f"{APP}/agents/gone", None), Missing),
+            (Insert(agents, sample(agents, "other", "Root", 3)), Conflict),  # display name
+            (Insert(agents, sample(agents, "kept", "Again", 3)), Conflict),  # name
+        ]
+        for last, refusal in refusals:
+            with pytest.raises(refusal):
+                await storage.write_rows([*batch[:-1], last])
+            assert await storage.get_row(agents, getattr(old, "name")) == old  # noqa: B009
+            assert await storage.get_row(agents, getattr(new, "name")) is None  # noqa: B009
+            assert await storage.get_row(agents, getattr(kept, "name")) == kept  # noqa: B009
+        await storage.write_rows(batch)
+        assert await storage.get_row(agents, getattr(old, "name")) is None  # noqa: B009
+        assert await storage.get_row(agents, getattr(new, "name")) == new  # noqa: B009
+        assert await storage.get_row(agents, getattr(kept, "name")) == renamed  # noqa: B009
+        assert await storage.get_row(SCHEDULED_RUNS, getattr(named, "name")) == named  # noqa: B009
 
     run(make_storage, body)
