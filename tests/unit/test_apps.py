@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import sqlite3
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +31,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
     deployment_pb2,
     evaluation_config_pb2,
     evaluation_pb2,
+    guardrail_pb2,
     tool_pb2,
 )
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
@@ -661,3 +663,109 @@ def test_changelogs_filter_as_list_changelogs_request_documents(core: Apps) -> N
     assert found("author:ME@EXAMPLE") == every
     assert found(f'create_time > "{middle}"') == every[:1]
     assert found(f'create_time <= "{middle}" AND resource_type:tool') == [("Create", "Tool")]
+
+
+def _refuse_guardrails(path: Path, refused: bool) -> None:
+    """Make the database itself refuse (or accept again) every new guardrail row: a fault of
+    the write, injected in the real file by another connection, as another program could."""
+    with sqlite3.connect(path) as connection:
+        if refused:
+            connection.execute(
+                "CREATE TRIGGER refuse_guardrails BEFORE INSERT ON guardrails "
+                "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"
+            )
+        else:
+            connection.execute("DROP TRIGGER refuse_guardrails")
+    connection.close()
+
+
+def test_a_restore_or_import_that_fails_leaves_nothing_half_written(
+    core: Apps, tmp_path: Path
+) -> None:
+    core.create_app("a", display_name="Original")
+
+    def create(method: str, field: str, resource_id: str, body: Any) -> Any:
+        request_class = getattr(agent_pb2, f"Create{type(body).__name__}Request")
+        request = request_class(parent=APP, **{f"{field}_id": resource_id, field: body})
+        return core.call(method, request)
+
+    create("create_agent", "agent", "root", agent_pb2_.Agent(display_name="Root"))
+    create("create_guardrail", "guardrail", "safe", guardrail_pb2.Guardrail(display_name="Safe"))
+    version = core.call(
+        "create_app_version",
+        agent_pb2.CreateAppVersionRequest(parent=APP, app_version=app_version_pb2.AppVersion()),
+    )
+    archive = _export(core).app_content
+    core.call(
+        "update_app",
+        agent_pb2.UpdateAppRequest(
+            app=app_pb2.App(name=APP, display_name="Changed"),
+            update_mask=field_mask_pb2.FieldMask(paths=["display_name"]),
+        ),
+    )
+    core.call("delete_agent", agent_pb2.DeleteAgentRequest(name=f"{APP}/agents/root"))
+    core.call("delete_guardrail", agent_pb2.DeleteGuardrailRequest(name=f"{APP}/guardrails/safe"))
+
+    def state() -> tuple[str, list[str], list[str]]:
+        agents = core.call("list_agents", agent_pb2.ListAgentsRequest(parent=APP)).agents
+        guardrails = core.call(
+            "list_guardrails", agent_pb2.ListGuardrailsRequest(parent=APP)
+        ).guardrails
+        return (
+            core.get_app().display_name,
+            [a.display_name for a in agents],
+            [g.display_name for g in guardrails],
+        )
+
+    changed = state()
+    assert changed == ("Changed", [], [])
+    path = tmp_path / "db.sqlite"
+    _refuse_guardrails(path, refused=True)
+    restore = agent_pb2.RestoreAppVersionRequest(name=version.name)
+    failed = core.finished(core.call("restore_app_version", restore))
+    assert failed.HasField("error"), failed
+    assert state() == changed  # not the app's settings, nor its agents
+    failed = core.finished(
+        core.call(
+            "import_app",
+            agent_pb2.ImportAppRequest(
+                parent=LOCATION,
+                app_id="a",
+                app_content=archive,
+                import_options=agent_pb2.ImportAppRequest.ImportOptions(
+                    conflict_resolution_strategy=_OVERWRITE
+                ),
+            ),
+        )
+    )
+    assert failed.HasField("error"), failed
+    assert state() == changed
+    _refuse_guardrails(path, refused=False)
+    core.finished(core.call("restore_app_version", restore))
+    assert state() == ("Original", ["Root"], ["Safe"])
+
+
+_OVERWRITE = agent_pb2.ImportAppRequest.ImportOptions.ConflictResolutionStrategy.OVERWRITE
+
+
+def test_a_written_back_app_may_swap_display_names(core: Apps) -> None:
+    """Restore and import write in one transaction, every row written over deleted first: two
+    resources exchanging their display names is no conflict."""
+    target = f"{LOCATION}/apps/swap"
+    core.create_app("swap", display_name="Swap")
+    for agent_id, shown in (("x", "First"), ("y", "Second")):
+        core.call(
+            "create_agent",
+            agent_pb2.CreateAgentRequest(
+                parent=target, agent_id=agent_id, agent=agent_pb2_.Agent(display_name=shown)
+            ),
+        )
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        archive.writestr("app.json", '{"displayName": "Swap"}')
+        archive.writestr("agents/x.json", '{"displayName": "Second"}')
+        archive.writestr("agents/y.json", '{"displayName": "First"}')
+    response = _import(core, app_content=out.getvalue(), app_id="swap")
+    assert not response.warnings
+    listed = core.call("list_agents", agent_pb2.ListAgentsRequest(parent=target, order_by="name"))
+    assert [a.display_name for a in listed.agents] == ["Second", "First"]
