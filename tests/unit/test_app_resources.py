@@ -460,3 +460,36 @@ def test_a_version_a_deployment_serves_is_not_deleted(core: Harness) -> None:
     core.call("delete_app_version", S.DeleteAppVersionRequest(name=unused.name))
     core.call("delete_deployment", S.DeleteDeploymentRequest(name=deployment.name))
     core.call("delete_app_version", S.DeleteAppVersionRequest(name=served.name))
+
+
+def test_transfers_and_deployed_versions_name_existing_resources(core: Harness) -> None:
+    absent_agent, absent_version = f"{APP}/agents/absent", f"{APP}/versions/absent"
+    rule = agent_transfers_pb2.TransferRule(
+        child_agent=absent_agent,
+        direction=agent_transfers_pb2.TransferRule.Direction.PARENT_TO_CHILD,
+    )
+    refused = core.error(
+        "create_agent",
+        S.CreateAgentRequest(
+            parent=APP, agent=agent_pb2.Agent(display_name="A", transfer_rules=[rule])
+        ),
+    )
+    assert violations(refused) == ["agent.transfer_rules[0].child_agent"]
+    action = common_pb2.TriggerAction(
+        transfer_agent=common_pb2.TriggerAction.TransferAgent(agent=absent_agent)
+    )
+    refused = core.error(
+        "create_guardrail",
+        S.CreateGuardrailRequest(
+            parent=APP, guardrail=guardrail_pb2.Guardrail(display_name="G", action=action)
+        ),
+    )
+    assert violations(refused) == ["guardrail.action.transfer_agent.agent"]
+    body = KIND["Deployment"].body("Live")
+    body.experiment_config.version_release.traffic_allocations.add(app_version=absent_version)
+    refused = core.error(
+        "create_deployment", S.CreateDeploymentRequest(parent=APP, deployment=body)
+    )
+    assert violations(refused) == [
+        "deployment.experiment_config.version_release.traffic_allocations[0].app_version"
+    ]

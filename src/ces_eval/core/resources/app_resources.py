@@ -11,7 +11,8 @@ sets (``python_function.name`` ...).
 
 References (docs/semantics.md, "Agents, tools and the app's other resources") never leave the
 app and are checked where they are written: an agent's ``tools``, ``toolsets[].toolset``,
-``child_agents`` and ``guardrails``, an example's ``entry_agent``. What the app, an agent, an
+``child_agents``, ``transfer_rules[].child_agent`` and ``guardrails``, an example's
+``entry_agent``, a guardrail's ``action.transfer_agent.agent``. What the app, an agent, an
 example or a guardrail names is not deleted (FAILED_PRECONDITION naming who names it) unless
 the delete request sets ``force``: then the references are removed from them first, as the
 delete requests' comments say (:mod:`.in_use`).
@@ -93,8 +94,23 @@ async def _verify_agent(context: Context, agent: Agent) -> list[FieldViolation]:
         path = f"agent.toolsets[{index}].toolset"
         found += await check(TOOLSETS, [toolset.toolset], path, repeated=False)
     found += await check(AGENTS, agent.child_agents, "agent.child_agents")
+    for index, rule in enumerate(agent.transfer_rules):
+        path = f"agent.transfer_rules[{index}].child_agent"
+        found += await check(AGENTS, [rule.child_agent], path, repeated=False)
     found += await check(GUARDRAILS, agent.guardrails, "agent.guardrails")
     return found
+
+
+async def _verify_guardrail(
+    context: Context, guardrail: guardrail_pb2.Guardrail
+) -> list[FieldViolation]:
+    """The agent a guardrail's action transfers to, when it has one, exists in its app."""
+    named = _transfer_target(guardrail)
+    if not named:
+        return []
+    path = "guardrail.action.transfer_agent.agent"
+    app = tables.parent_of(guardrail.name)
+    return await standard.references(context, AGENTS, named, path, app, repeated=False)
 
 
 async def _verify_example(context: Context, example: example_pb2.Example) -> list[FieldViolation]:
@@ -160,6 +176,7 @@ TOOLS = _resource(_TOOLS, derive=_derive_tool, guard=in_use.guard(in_use.listed_
 TOOLSETS = _resource(_TOOLSETS, guard=in_use.guard(_TOOLSETS_NAMED))
 GUARDRAILS = _resource(
     _GUARDRAILS,
+    verify=_verify_guardrail,
     guard=in_use.guard(
         in_use.listed_in(app_pb2.App, "guardrails", app=True),
         in_use.listed_in(Agent, "guardrails"),
@@ -182,17 +199,24 @@ EXAMPLES = _resource(_EXAMPLES, verify=_verify_example)
 async def _verify_deployment(
     context: Context, deployment: deployment_pb2.Deployment
 ) -> list[FieldViolation]:
-    """A deployment's ``app_version`` names a stored version of its app."""
-    if not deployment.app_version:
-        return []
-    return await standard.references(
-        context,
-        versions.VERSIONS,
-        [deployment.app_version],
-        "deployment.app_version",
-        tables.parent_of(deployment.name),
-        repeated=False,
-    )
+    """A deployment's ``app_version``, and each version its experiment sends traffic to,
+    names a stored version of its app."""
+    release = "deployment.experiment_config.version_release"
+    named = [("deployment.app_version", deployment.app_version)] if deployment.app_version else []
+    named += [
+        (f"{release}.traffic_allocations[{index}].app_version", allocation.app_version)
+        for index, allocation in enumerate(
+            deployment.experiment_config.version_release.traffic_allocations
+        )
+        if allocation.app_version
+    ]
+    app = tables.parent_of(deployment.name)
+    found: list[FieldViolation] = []
+    for path, version in named:
+        found += await standard.references(
+            context, versions.VERSIONS, [version], path, app, repeated=False
+        )
+    return found
 
 
 DEPLOYMENTS = _resource(  # ListDeploymentsRequest has no filter
