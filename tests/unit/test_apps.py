@@ -35,6 +35,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
     tool_pb2,
 )
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from tests.unit import test_official_routes as official_routes
 from tests.unit import test_running as running
 from tests.unit.test_core import APP, Harness
 
@@ -769,3 +770,27 @@ def test_a_written_back_app_may_swap_display_names(core: Apps) -> None:
     assert not response.warnings
     listed = core.call("list_agents", agent_pb2.ListAgentsRequest(parent=target, order_by="name"))
     assert [a.display_name for a in listed.agents] == ["Second", "First"]
+
+
+def test_deployment_count_over_rest_from_the_stored_bytes(tmp_path: Path) -> None:
+    """GetApp and ListApps answer stored bytes (the count appended): REST renders them so."""
+
+    async def scenario(client: Any) -> None:
+        created = await client.post(
+            f"/v1beta/{LOCATION}/apps", params={"appId": "a"}, json={"displayName": "A"}
+        )
+        assert created.status_code == 200, created.text
+        for deployment_id in ("web", "phone"):
+            response = await client.post(
+                f"/v1beta/{APP}/deployments",
+                params={"deploymentId": deployment_id},
+                json={"displayName": deployment_id, "channelProfile": {}},
+            )
+            assert response.status_code == 200, response.text
+        for _ in range(2):  # the second answered from what the first read kept
+            got = await client.get(f"/v1beta/{APP}")
+            assert got.json()["deploymentCount"] == 2, got.text
+            listed = await client.get(f"/v1beta/{LOCATION}/apps")
+            assert [a.get("deploymentCount") for a in listed.json()["apps"]] == [2]
+
+    official_routes.run(tmp_path, scenario)
