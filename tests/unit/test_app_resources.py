@@ -5,8 +5,10 @@ ignored), then what is theirs (references checked, delete guards and ``force``).
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -493,3 +495,22 @@ def test_transfers_and_deployed_versions_name_existing_resources(core: Harness) 
     assert violations(refused) == [
         "deployment.experiment_config.version_release.traffic_allocations[0].app_version"
     ]
+
+
+def test_a_forced_delete_removes_the_references_in_its_own_transaction(
+    core: Harness, tmp_path: Path
+) -> None:
+    """The referrers' rewrites and the delete are one transaction: a delete the database
+    refuses leaves the references where they were."""
+    tool = make(core, KIND["Tool"], "lookup", "lookup")
+    root = _agent(core, "Root", "root", tools=[tool.name])
+    with sqlite3.connect(tmp_path / "db.sqlite") as connection:
+        connection.execute(
+            "CREATE TRIGGER refuse BEFORE DELETE ON tools "
+            "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"
+        )
+    connection.close()
+    with pytest.raises(sqlite3.IntegrityError, match="refused by the test"):
+        core.call("delete_tool", S.DeleteToolRequest(name=tool.name, force=True))
+    assert core.call("get_agent", S.GetAgentRequest(name=root.name)) == root
+    assert [e.action for e in _changes(core, root.name)] == ["Create"]

@@ -5,9 +5,9 @@ A guard (:func:`guard`) is declared by its referrers (:class:`Referrer`): the re
 may name the one deleted, the field they name it in, how to read the names one holds and how
 one stops naming a name. Without ``force`` (or when the delete request has none) a named
 resource is FAILED_PRECONDITION, reason ``RESOURCE_IN_USE``, listing (up to ten of) its
-referrers and their fields. With ``force`` each referrer is first rewritten without the name
-(a new etag, recorded in the changelog as an update by the caller: each a write of its own,
-before the delete), then the resource is deleted.
+referrers and their fields. With ``force`` each referrer is rewritten without the name (a new
+etag) in the delete's transaction (a :class:`~ces_eval.core.aip.standard.Prelude`), and each
+rewrite is recorded in the changelog as an update by the caller once it is stored.
 
 Referrers are given by their message class, their table found when a delete needs it
 (:func:`ces_eval.storage.tables.of_message`): versions are guarded by deployments, whose
@@ -20,13 +20,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ces_eval.core.aip import names
-from ces_eval.core.aip.retry import Changed
+from ces_eval.core.aip import names, standard
 from ces_eval.core.aip.stamps import new_etag, now
 from ces_eval.core.resources import changelogs
 from ces_eval.errors import Code, ServiceError
 from ces_eval.storage import tables
-from ces_eval.storage.base import EtagMismatch, ListQuery, Missing, OrderBy, SortKey
+from ces_eval.storage.base import Change, ListQuery, OrderBy, Replace, SortKey
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message
@@ -107,7 +106,7 @@ def guard(*referrers: Referrer) -> Guard:
         current: Any,  # noqa: ANN401 - the resource deleted
         request: Message,
         caller: Caller | None,
-    ) -> None:
+    ) -> standard.Prelude | None:
         name = current.name
         app = names.app_of(name)
         naming: list[tuple[Referrer, Any]] = []
@@ -117,13 +116,11 @@ def guard(*referrers: Referrer) -> Guard:
                 for message in await referrer.rows(context, app)
                 if name in referrer.named(message)
             ]
+        if not naming:
+            return None
         forced = getattr(request, "force", False)
         if forced and all(referrer.drop is not None for referrer, _ in naming):
-            for referrer, message in naming:
-                await _forget(context, referrer, message, name, caller)
-            return
-        if not naming:
-            return
+            return _forgetting(context, naming, name, caller)
         listed = [f"{message.name} ({referrer.field})" for referrer, message in naming]
         more = ", ..." if len(listed) > _LISTED else ""
         how = (
@@ -145,25 +142,28 @@ def guard(*referrers: Referrer) -> Guard:
     return check
 
 
-async def _forget(
-    context: Context,
-    referrer: Referrer,
-    message: Any,  # noqa: ANN401 - a stored referrer
-    name: str,
-    caller: Caller | None,
-) -> None:
-    """``message`` rewritten without ``name`` and recorded in the changelog; a concurrent
-    change of it reruns the delete's round (Changed)."""
-    if referrer.drop is None:
-        raise AssertionError("only a referrer that can drop a name is forced")
-    before = type(message)()
-    before.CopyFrom(message)
-    referrer.drop(message, name)
-    message.update_time.CopyFrom(now())
-    message.etag = new_etag()
-    try:
-        await context.storage.replace_row(referrer.table, message, before.etag)
-    except (EtagMismatch, Missing) as changed:
-        raise Changed from changed
-    if caller is not None:
-        await changelogs.record(context, "Update", before, message, caller)
+def _forgetting(
+    context: Context, naming: list[tuple[Referrer, Any]], name: str, caller: Caller | None
+) -> standard.Prelude:
+    """The prelude of a forced delete of ``name``: each of ``naming`` (stored referrers)
+    rewritten without it, in the etag read (a concurrent change reruns the delete's round),
+    then recorded in the changelog."""
+    changes: list[Change] = []
+    rewritten: list[tuple[Any, Any]] = []
+    for referrer, message in naming:
+        if referrer.drop is None:
+            raise AssertionError("only a referrer that can drop a name is forced")
+        after = type(message)()
+        after.CopyFrom(message)
+        referrer.drop(after, name)
+        after.update_time.CopyFrom(now())
+        after.etag = new_etag()
+        changes.append(Replace(referrer.table, after, message.etag))
+        rewritten.append((message, after))
+
+    async def recorded() -> None:
+        if caller is not None:
+            for before, after in rewritten:
+                await changelogs.record(context, "Update", before, after, caller)
+
+    return standard.Prelude(changes, recorded)
