@@ -163,6 +163,7 @@ APPS = standard.Resource(
         insert=lambda storage, app: storage.insert_row(TABLE, stored_form(app)),
         replace=lambda storage, app, etag: storage.replace_row(TABLE, stored_form(app), etag),
         delete=_delete,
+        delete_after=None,  # an app's delete takes its tree; no guard writes before it
     ),
     journal=changelogs.record,
     verify=_verify,
