@@ -23,10 +23,13 @@ from ces_eval import filtering
 from ces_eval.storage.base import (
     Conflict,
     Cursor,
+    Delete,
     EtagMismatch,
+    Insert,
     ListQuery,
     Missing,
     OrderBy,
+    Replace,
     SortKey,
     Storage,
 )
@@ -410,5 +413,105 @@ def test_reset_project_empties_every_table(make_storage: Callable[[], Storage]) 
             assert await storage.get_row(table, f"{APP}/{collection(table)}/r1") is None
             kept = f"{OTHER_APP}/{collection(table)}/r1"
             assert await storage.get_row(table, kept) is not None
+
+    run(make_storage, body)
+
+
+def test_rows_are_counted_per_parent_in_one_read(make_storage: Callable[[], Storage]) -> None:
+    """count_rows: each parent asked for, with 0 for one without rows (an app's
+    deployment_count is read so)."""
+
+    async def body(storage: Storage) -> None:
+        table = RUNS
+        for index in range(3):
+            await storage.insert_row(table, sample(table, f"r{index}", f"Run {index}", index))
+        await storage.insert_row(table, sample(table, "r9", "Other", 9, app=OTHER_APP))
+        empty = "projects/p1/locations/l/apps/empty"
+        counted = await storage.count_rows(table, [APP, empty, OTHER_APP])
+        assert counted == {APP: 3, empty: 0, OTHER_APP: 1}
+        assert await storage.count_rows(table, []) == {}
+
+    run(make_storage, body)
+
+
+def test_a_fold_case_table_matches_has_ignoring_ascii_case_alone(
+    make_storage: Callable[[], Storage],
+) -> None:
+    """A table declared with ``fold_case`` (changelogs): ``:`` ignores ASCII case on its string
+    fields, and only ASCII case, on both engines alike; ``=`` stays exact; an alias filters
+    the field it names."""
+    changelogs = by_collection(f"{APP}/changelogs/c")
+    assert changelogs is not None and changelogs.fold_case
+
+    async def body(storage: Storage) -> None:
+        for index, (action, kind) in enumerate((("Update", "Agent"), ("Create", "Émile"))):
+            row = sample(changelogs, f"c{index}", "", index)
+            named = ("resource", f"{APP}/agents/a{index}")
+            for field, value in (("action", action), ("resource_type", kind), named):
+                setattr(row, field, value)
+            await storage.insert_row(changelogs, row)
+
+        async def ids(text: str) -> list[str]:
+            query = ListQuery(
+                parent=APP,
+                order=OrderBy(SortKey.NAME, descending=False),
+                limit=10,
+                filter=filtering.parse(text),
+            )
+            rows = await storage.list_rows(changelogs, query)
+            return [cursor.name.rsplit("/", 1)[1] for _, cursor in rows]
+
+        assert await ids("action:uPDATE") == ["c0"]
+        assert await ids('action="update"') == []
+        assert await ids("resource_type:AGE") == ["c0"]
+        assert await ids("resource_type:émile") == []  # not ASCII: not folded
+        assert await ids("resource_type:MILE") == ["c1"]
+        assert await ids(f'resource_name:"{APP}/agents/A1"') == ["c1"]
+        assert await ids(f'resourceName="{APP}/agents/a0"') == ["c0"]
+
+    run(make_storage, body)
+
+
+def test_inserts_replaces_and_deletes_are_written_together_or_not_at_all(
+    make_storage: Callable[[], Storage],
+) -> None:
+    """write_rows: one transaction over several tables. Any change refused (a stale etag, a
+    missing row, a taken name or display name) refuses them all; a display name passes from
+    a row deleted earlier in the batch to a row written later."""
+    agents = by_collection(f"{APP}/agents/a")
+    assert agents is not None and agents.unique_display_name
+
+    async def body(storage: Storage) -> None:
+        old = sample(agents, "old", "Root", 1)
+        kept = sample(agents, "kept", "Kept", 1)
+        schedule = sample(SCHEDULED_RUNS, "s1", "Schedule", 1)
+        for table, row in ((agents, old), (agents, kept), (SCHEDULED_RUNS, schedule)):
+            await storage.insert_row(table, row)
+        new = sample(agents, "new", "Root", 2)
+        renamed = sample(agents, "kept", "Renamed", 2, etag="e1")
+        named = sample(SCHEDULED_RUNS, "s1", "Schedule", 2, etag="e1", variant=1)
+        batch = [
+            Delete(agents, getattr(old, "name"), "e0"),  # noqa: B009
+            Insert(agents, new),
+            Replace(agents, renamed, "e0"),
+            Replace(SCHEDULED_RUNS, named, "e0"),
+        ]
+        refusals: list[tuple[Any, type[Exception]]] = [
+            (Replace(SCHEDULED_RUNS, named, "stale"), EtagMismatch),
+            (Delete(agents, f"{APP}/agents/gone", None), Missing),
+            (Insert(agents, sample(agents, "other", "Root", 3)), Conflict),  # display name
+            (Insert(agents, sample(agents, "kept", "Again", 3)), Conflict),  # name
+        ]
+        for last, refusal in refusals:
+            with pytest.raises(refusal):
+                await storage.write_rows([*batch[:-1], last])
+            assert await storage.get_row(agents, getattr(old, "name")) == old  # noqa: B009
+            assert await storage.get_row(agents, getattr(new, "name")) is None  # noqa: B009
+            assert await storage.get_row(agents, getattr(kept, "name")) == kept  # noqa: B009
+        await storage.write_rows(batch)
+        assert await storage.get_row(agents, getattr(old, "name")) is None  # noqa: B009
+        assert await storage.get_row(agents, getattr(new, "name")) == new  # noqa: B009
+        assert await storage.get_row(agents, getattr(kept, "name")) == renamed  # noqa: B009
+        assert await storage.get_row(SCHEDULED_RUNS, getattr(named, "name")) == named  # noqa: B009
 
     run(make_storage, body)

@@ -5,8 +5,10 @@ ignored), then what is theirs (references checked, delete guards and ``force``).
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +19,9 @@ from ces_eval.errors import Code
 from ces_eval.generated.google.cloud.ces.v1beta import (
     agent_pb2,
     agent_service_pb2,
+    agent_transfers_pb2,
+    app_pb2,
+    app_version_pb2,
     client_function_pb2,
     common_pb2,
     deployment_pb2,
@@ -353,3 +358,159 @@ def test_an_agent_an_example_enters_by_is_deleted_only_with_force(core: Harness)
     assert example.name in error.message
     core.call("delete_agent", S.DeleteAgentRequest(name=agent.name, force=True))
     assert not core.call("get_example", S.GetExampleRequest(name=example.name)).entry_agent
+
+
+def _changes(core: Harness, resource: str) -> list[Any]:
+    """The changelog entries of ``resource``, newest first."""
+    listed = core.call(
+        "list_changelogs", S.ListChangelogsRequest(parent=APP, filter=f'resource = "{resource}"')
+    )
+    return list(listed.changelogs)
+
+
+def test_what_the_app_names_is_deleted_only_with_force(core: Harness) -> None:
+    root = _agent(core, "Root", "root")
+    guardrail = make(core, KIND["Guardrail"], "Safe", "safe")
+    kept = make(core, KIND["Guardrail"], "Kept", "kept")
+    app = core.call(
+        "update_app",
+        S.UpdateAppRequest(
+            app=app_pb2.App(name=APP, root_agent=root.name, guardrails=[guardrail.name, kept.name]),
+            update_mask=field_mask_pb2.FieldMask(paths=["root_agent", "guardrails"]),
+        ),
+    )
+    for method, request, field in (
+        ("delete_agent", S.DeleteAgentRequest(name=root.name), "root_agent"),
+        ("delete_guardrail", S.DeleteGuardrailRequest(name=guardrail.name), "guardrails"),
+    ):
+        error = core.error(method, request)
+        assert (error.code, error.reason) == (Code.FAILED_PRECONDITION, "RESOURCE_IN_USE")
+        assert f"{APP} ({field})" in error.message and "force" in error.message
+    core.call("delete_guardrail", S.DeleteGuardrailRequest(name=guardrail.name, force=True))
+    core.call("delete_agent", S.DeleteAgentRequest(name=root.name, force=True))
+    after = core.call("get_app", S.GetAppRequest(name=APP))
+    assert (after.root_agent, list(after.guardrails)) == ("", [kept.name])
+    assert after.etag != app.etag
+    # Each removal is the caller's update of the app, in its changelog.
+    updates = [e for e in _changes(core, APP) if e.action == "Update"]
+    assert [e.description for e in updates[:2]] == [
+        "Updated App fields: root_agent.",
+        "Updated App fields: guardrails.",
+    ]
+    assert updates[0].author == "me@example.com"
+
+
+def test_an_agent_transfers_name_guard_its_delete(core: Harness) -> None:
+    target = _agent(core, "Target", "target")
+    rule = agent_transfers_pb2.TransferRule(
+        child_agent=target.name,
+        direction=agent_transfers_pb2.TransferRule.Direction.PARENT_TO_CHILD,
+    )
+    parent = _agent(core, "Parent", "parent", transfer_rules=[rule])
+    guardrail = core.call(
+        "create_guardrail",
+        S.CreateGuardrailRequest(
+            parent=APP,
+            guardrail=guardrail_pb2.Guardrail(
+                display_name="Hand over",
+                action=common_pb2.TriggerAction(
+                    transfer_agent=common_pb2.TriggerAction.TransferAgent(agent=target.name)
+                ),
+            ),
+        ),
+    )
+    error = core.error("delete_agent", S.DeleteAgentRequest(name=target.name))
+    assert f"{parent.name} (transfer_rules)" in error.message
+    assert f"{guardrail.name} (action.transfer_agent.agent)" in error.message
+    core.call("delete_agent", S.DeleteAgentRequest(name=target.name, force=True))
+    assert not core.call("get_agent", S.GetAgentRequest(name=parent.name)).transfer_rules
+    after = core.call("get_guardrail", S.GetGuardrailRequest(name=guardrail.name))
+    assert not after.action.HasField("transfer_agent")
+    assert [e.action for e in _changes(core, parent.name)] == ["Update", "Create"]
+
+
+def test_a_version_a_deployment_serves_is_not_deleted(core: Harness) -> None:
+    served = core.call(
+        "create_app_version",
+        S.CreateAppVersionRequest(
+            parent=APP, app_version_id="v1", app_version=app_version_pb2.AppVersion()
+        ),
+    )
+    trial = core.call(
+        "create_app_version",
+        S.CreateAppVersionRequest(
+            parent=APP, app_version_id="v2", app_version=app_version_pb2.AppVersion()
+        ),
+    )
+    unused = core.call(
+        "create_app_version",
+        S.CreateAppVersionRequest(
+            parent=APP, app_version_id="v3", app_version=app_version_pb2.AppVersion()
+        ),
+    )
+    body = KIND["Deployment"].body("Live")
+    body.app_version = served.name
+    body.experiment_config.version_release.traffic_allocations.add(app_version=trial.name)
+    deployment = core.call(
+        "create_deployment", S.CreateDeploymentRequest(parent=APP, deployment=body)
+    )
+    for version in (served, trial):
+        error = core.error("delete_app_version", S.DeleteAppVersionRequest(name=version.name))
+        assert (error.code, error.reason) == (Code.FAILED_PRECONDITION, "RESOURCE_IN_USE")
+        assert f"{deployment.name} (app_version)" in error.message
+        assert "force" not in error.message  # DeleteAppVersionRequest has none
+    core.call("delete_app_version", S.DeleteAppVersionRequest(name=unused.name))
+    core.call("delete_deployment", S.DeleteDeploymentRequest(name=deployment.name))
+    core.call("delete_app_version", S.DeleteAppVersionRequest(name=served.name))
+
+
+def test_transfers_and_deployed_versions_name_existing_resources(core: Harness) -> None:
+    absent_agent, absent_version = f"{APP}/agents/absent", f"{APP}/versions/absent"
+    rule = agent_transfers_pb2.TransferRule(
+        child_agent=absent_agent,
+        direction=agent_transfers_pb2.TransferRule.Direction.PARENT_TO_CHILD,
+    )
+    refused = core.error(
+        "create_agent",
+        S.CreateAgentRequest(
+            parent=APP, agent=agent_pb2.Agent(display_name="A", transfer_rules=[rule])
+        ),
+    )
+    assert violations(refused) == ["agent.transfer_rules[0].child_agent"]
+    action = common_pb2.TriggerAction(
+        transfer_agent=common_pb2.TriggerAction.TransferAgent(agent=absent_agent)
+    )
+    refused = core.error(
+        "create_guardrail",
+        S.CreateGuardrailRequest(
+            parent=APP, guardrail=guardrail_pb2.Guardrail(display_name="G", action=action)
+        ),
+    )
+    assert violations(refused) == ["guardrail.action.transfer_agent.agent"]
+    body = KIND["Deployment"].body("Live")
+    body.experiment_config.version_release.traffic_allocations.add(app_version=absent_version)
+    refused = core.error(
+        "create_deployment", S.CreateDeploymentRequest(parent=APP, deployment=body)
+    )
+    assert violations(refused) == [
+        "deployment.experiment_config.version_release.traffic_allocations[0].app_version"
+    ]
+
+
+def test_a_forced_delete_removes_the_references_in_its_own_transaction(
+    core: Harness, tmp_path: Path
+) -> None:
+    """The referrers' rewrites and the delete are one transaction: a delete the database
+    refuses leaves the references where they were."""
+    tool = make(core, KIND["Tool"], "lookup", "lookup")
+    root = _agent(core, "Root", "root", tools=[tool.name])
+    with sqlite3.connect(tmp_path / "db.sqlite") as connection:
+        connection.execute(
+            "CREATE TRIGGER refuse BEFORE DELETE ON tools "
+            "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"
+        )
+    connection.close()
+    with pytest.raises(sqlite3.IntegrityError, match="refused by the test"):
+        core.call("delete_tool", S.DeleteToolRequest(name=tool.name, force=True))
+    assert core.call("get_agent", S.GetAgentRequest(name=root.name)) == root
+    assert [e.action for e in _changes(core, root.name)] == ["Create"]

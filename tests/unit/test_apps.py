@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import sqlite3
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,11 +28,14 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
     app_pb2,
     app_version_pb2,
     common_pb2,
+    deployment_pb2,
     evaluation_config_pb2,
     evaluation_pb2,
+    guardrail_pb2,
     tool_pb2,
 )
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from tests.unit import test_official_routes as official_routes
 from tests.unit import test_running as running
 from tests.unit.test_core import APP, Harness
 
@@ -565,3 +569,228 @@ def test_the_app_of_a_name() -> None:
     assert names.app_of(APP) == APP
     assert names.app_of(f"{LOCATION}/operations/o") == ""
     assert names.app_of("projects/p") == ""
+
+
+def test_deployment_count_is_counted_when_read_never_stored(core: Apps) -> None:
+    core.create_app("a", display_name="A")
+    other = core.create_app("b", display_name="B")
+
+    def deploy(deployment_id: str) -> Any:
+        body = deployment_pb2.Deployment(
+            display_name=deployment_id, channel_profile=common_pb2.ChannelProfile()
+        )
+        request = agent_pb2.CreateDeploymentRequest(
+            parent=APP, deployment_id=deployment_id, deployment=body
+        )
+        return core.call("create_deployment", request)
+
+    deployments = [deploy("web"), deploy("phone")]
+    assert core.get_app().deployment_count == 2
+    listed = core.call("list_apps", agent_pb2.ListAppsRequest(parent=LOCATION, order_by="name"))
+    assert [(a.name, a.deployment_count) for a in listed.apps] == [(APP, 2), (other.name, 0)]
+    updated = core.call(
+        "update_app",
+        agent_pb2.UpdateAppRequest(
+            app=app_pb2.App(name=APP, description="d", deployment_count=9),
+            update_mask=field_mask_pb2.FieldMask(paths=["description"]),
+        ),
+    )
+    assert updated.deployment_count == 2  # counted, not the caller's
+    version = core.call(
+        "create_app_version",
+        agent_pb2.CreateAppVersionRequest(parent=APP, app_version=app_version_pb2.AppVersion()),
+    )
+    assert not version.snapshot.app.deployment_count  # what the app's row holds: no count
+    for deployment in deployments:
+        core.call("delete_deployment", agent_pb2.DeleteDeploymentRequest(name=deployment.name))
+    assert core.get_app().deployment_count == 0  # nothing stored by the update above
+    core.finished(
+        core.call("restore_app_version", agent_pb2.RestoreAppVersionRequest(name=version.name))
+    )
+    assert core.get_app().deployment_count == 0
+
+
+def test_an_adopted_app_answers_the_deployments_it_held(core: Apps) -> None:
+    body = deployment_pb2.Deployment(
+        display_name="Web", channel_profile=common_pb2.ChannelProfile()
+    )
+    core.call("create_deployment", agent_pb2.CreateDeploymentRequest(parent=APP, deployment=body))
+    assert IMPLICIT in core.get_app().metadata
+    adopted = core.create_app(APP.rsplit("/", 1)[1], display_name="Adopted")
+    assert adopted.deployment_count == 1 == core.get_app().deployment_count
+
+
+def test_changelogs_filter_as_list_changelogs_request_documents(core: Apps) -> None:
+    """Each example of ListChangelogsRequest.filter: ``:`` a case-insensitive partial match on
+    string fields, ``=`` exact, ``resource_name`` the stored ``resource``."""
+    core.create_app("a", display_name="A")
+    core.call(
+        "create_agent",
+        agent_pb2.CreateAgentRequest(
+            parent=APP, agent_id="my-agent", agent=agent_pb2_.Agent(display_name="Mine")
+        ),
+    )
+    core.call(
+        "create_tool",
+        agent_pb2.CreateToolRequest(
+            parent=APP,
+            tool_id="lookup",
+            tool=tool_pb2.Tool(python_function={"name": "lookup", "python_code": "pass"}),
+        ),
+    )
+    core.call(
+        "update_app",
+        agent_pb2.UpdateAppRequest(
+            app=app_pb2.App(name=APP, description="d"),
+            update_mask=field_mask_pb2.FieldMask(paths=["description"]),
+        ),
+    )
+
+    def found(text: str) -> list[tuple[str, str]]:
+        return [(e.action, e.resource_type) for e in changelog(core, filter=text)]
+
+    every = found("")
+    assert every == [("Update", "App"), ("Create", "Tool"), ("Create", "Agent"), ("Create", "App")]
+    middle = changelog(core)[1].create_time.ToJsonString()
+    assert found("action:update") == [("Update", "App")]
+    assert found("action:UPD") == [("Update", "App")]
+    assert found('action="Create"') == every[1:]
+    assert found('action="create"') == []  # "=" is exact
+    assert found("resource_type:agent") == [("Create", "Agent")]
+    assert found("resource_name:my-agent") == [("Create", "Agent")]
+    assert found("resourceName:MY-AGENT") == [("Create", "Agent")]
+    assert found(f'resource_name="{APP}"') == [("Update", "App"), ("Create", "App")]
+    assert found("author:me@example.com") == every
+    assert found("author:ME@EXAMPLE") == every
+    assert found(f'create_time > "{middle}"') == every[:1]
+    assert found(f'create_time <= "{middle}" AND resource_type:tool') == [("Create", "Tool")]
+
+
+def _refuse_guardrails(path: Path, refused: bool) -> None:
+    """Make the database itself refuse (or accept again) every new guardrail row: a fault of
+    the write, injected in the real file by another connection, as another program could."""
+    with sqlite3.connect(path) as connection:
+        if refused:
+            connection.execute(
+                "CREATE TRIGGER refuse_guardrails BEFORE INSERT ON guardrails "
+                "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"
+            )
+        else:
+            connection.execute("DROP TRIGGER refuse_guardrails")
+    connection.close()
+
+
+def test_a_restore_or_import_that_fails_leaves_nothing_half_written(
+    core: Apps, tmp_path: Path
+) -> None:
+    core.create_app("a", display_name="Original")
+
+    def create(method: str, field: str, resource_id: str, body: Any) -> Any:
+        request_class = getattr(agent_pb2, f"Create{type(body).__name__}Request")
+        request = request_class(parent=APP, **{f"{field}_id": resource_id, field: body})
+        return core.call(method, request)
+
+    create("create_agent", "agent", "root", agent_pb2_.Agent(display_name="Root"))
+    create("create_guardrail", "guardrail", "safe", guardrail_pb2.Guardrail(display_name="Safe"))
+    version = core.call(
+        "create_app_version",
+        agent_pb2.CreateAppVersionRequest(parent=APP, app_version=app_version_pb2.AppVersion()),
+    )
+    archive = _export(core).app_content
+    core.call(
+        "update_app",
+        agent_pb2.UpdateAppRequest(
+            app=app_pb2.App(name=APP, display_name="Changed"),
+            update_mask=field_mask_pb2.FieldMask(paths=["display_name"]),
+        ),
+    )
+    core.call("delete_agent", agent_pb2.DeleteAgentRequest(name=f"{APP}/agents/root"))
+    core.call("delete_guardrail", agent_pb2.DeleteGuardrailRequest(name=f"{APP}/guardrails/safe"))
+
+    def state() -> tuple[str, list[str], list[str]]:
+        agents = core.call("list_agents", agent_pb2.ListAgentsRequest(parent=APP)).agents
+        guardrails = core.call(
+            "list_guardrails", agent_pb2.ListGuardrailsRequest(parent=APP)
+        ).guardrails
+        return (
+            core.get_app().display_name,
+            [a.display_name for a in agents],
+            [g.display_name for g in guardrails],
+        )
+
+    changed = state()
+    assert changed == ("Changed", [], [])
+    path = tmp_path / "db.sqlite"
+    _refuse_guardrails(path, refused=True)
+    restore = agent_pb2.RestoreAppVersionRequest(name=version.name)
+    failed = core.finished(core.call("restore_app_version", restore))
+    assert failed.HasField("error"), failed
+    assert state() == changed  # not the app's settings, nor its agents
+    failed = core.finished(
+        core.call(
+            "import_app",
+            agent_pb2.ImportAppRequest(
+                parent=LOCATION,
+                app_id="a",
+                app_content=archive,
+                import_options=agent_pb2.ImportAppRequest.ImportOptions(
+                    conflict_resolution_strategy=_OVERWRITE
+                ),
+            ),
+        )
+    )
+    assert failed.HasField("error"), failed
+    assert state() == changed
+    _refuse_guardrails(path, refused=False)
+    core.finished(core.call("restore_app_version", restore))
+    assert state() == ("Original", ["Root"], ["Safe"])
+
+
+_OVERWRITE = agent_pb2.ImportAppRequest.ImportOptions.ConflictResolutionStrategy.OVERWRITE
+
+
+def test_a_written_back_app_may_swap_display_names(core: Apps) -> None:
+    """Restore and import write in one transaction, every row written over deleted first: two
+    resources exchanging their display names is no conflict."""
+    target = f"{LOCATION}/apps/swap"
+    core.create_app("swap", display_name="Swap")
+    for agent_id, shown in (("x", "First"), ("y", "Second")):
+        core.call(
+            "create_agent",
+            agent_pb2.CreateAgentRequest(
+                parent=target, agent_id=agent_id, agent=agent_pb2_.Agent(display_name=shown)
+            ),
+        )
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        archive.writestr("app.json", '{"displayName": "Swap"}')
+        archive.writestr("agents/x.json", '{"displayName": "Second"}')
+        archive.writestr("agents/y.json", '{"displayName": "First"}')
+    response = _import(core, app_content=out.getvalue(), app_id="swap")
+    assert not response.warnings
+    listed = core.call("list_agents", agent_pb2.ListAgentsRequest(parent=target, order_by="name"))
+    assert [a.display_name for a in listed.agents] == ["Second", "First"]
+
+
+def test_deployment_count_over_rest_from_the_stored_bytes(tmp_path: Path) -> None:
+    """GetApp and ListApps answer stored bytes (the count appended): REST renders them so."""
+
+    async def scenario(client: Any) -> None:
+        created = await client.post(
+            f"/v1beta/{LOCATION}/apps", params={"appId": "a"}, json={"displayName": "A"}
+        )
+        assert created.status_code == 200, created.text
+        for deployment_id in ("web", "phone"):
+            response = await client.post(
+                f"/v1beta/{APP}/deployments",
+                params={"deploymentId": deployment_id},
+                json={"displayName": deployment_id, "channelProfile": {}},
+            )
+            assert response.status_code == 200, response.text
+        for _ in range(2):  # the second answered from what the first read kept
+            got = await client.get(f"/v1beta/{APP}")
+            assert got.json()["deploymentCount"] == 2, got.text
+            listed = await client.get(f"/v1beta/{LOCATION}/apps")
+            assert [a.get("deploymentCount") for a in listed.json()["apps"]] == [2]
+
+    official_routes.run(tmp_path, scenario)

@@ -79,13 +79,16 @@ class FieldSpec:
     identifier; it comes from the service's field table, never from a request. ``enum_values`` maps
     each enum value name to its number (ENUM only). ``reference``: the field holds resource names
     (``google.api.resource_reference``), which ``:`` matches by the whole name or by the resource
-    ID alone (STRING and STRING_LIST only; see :mod:`._sql`).
+    ID alone (STRING and STRING_LIST only; see :mod:`._sql`). ``fold_case``: ``:`` on the field
+    (a STRING) matches ignoring ASCII case, where a resource's list documents it so (``=`` stays
+    exact).
     """
 
     column: str
     kind: FieldKind
     enum_values: Mapping[str, int] = field(default_factory=dict, hash=False)
     reference: bool = False
+    fold_case: bool = False
 
     def __post_init__(self) -> None:
         if not _IDENTIFIER.fullmatch(self.column):
@@ -94,6 +97,8 @@ class FieldSpec:
             raise ValueError(f"enum_values given for a {self.kind.value} field")
         if self.reference and self.kind not in (FieldKind.STRING, FieldKind.STRING_LIST):
             raise ValueError(f"reference given for a {self.kind.value} field")
+        if self.fold_case and self.kind is not FieldKind.STRING:
+            raise ValueError(f"fold_case given for a {self.kind.value} field")
 
 
 _INT64 = range(-(2**63), 2**63)

@@ -26,6 +26,7 @@ room for the service's own statement around the filter.
 
 from __future__ import annotations
 
+import string
 from dataclasses import dataclass, replace
 from itertools import chain
 from typing import TYPE_CHECKING, assert_never
@@ -65,6 +66,7 @@ _MAX_DEPTH = 3 * MAX_NESTING + 8
 _GROUP = 16
 
 _ORDERING = frozenset({Comparator.LT, Comparator.LE, Comparator.GT, Comparator.GE})
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 
 _SQL_OPERATORS = {
     Comparator.EQ: "=",
@@ -103,6 +105,9 @@ class Dialect:
     :attr:`pattern_operator`."""
     text_ordering_suffix: str
     """Appended to ``<``/``<=``/``>``/``>=`` on text so that both engines order by code point."""
+    ascii_lower: str
+    """The text ``{column}`` with its ASCII capitals made small, and nothing else changed (both
+    engines alike, whatever their collation or build: a ``fold_case`` field's ``:``)."""
     max_parser_stack: int | None = None
     """Most SQLite parser-stack symbols the condition may need at once (None: no limit)."""
     max_expression_height: int | None = None
@@ -124,6 +129,8 @@ SQLITE = Dialect(
     list_matches="EXISTS (SELECT 1 FROM json_each({column}) WHERE value GLOB {param})",
     # BINARY collation compares UTF-8 bytes, which is code point order.
     text_ordering_suffix="",
+    # SQLite's own lower() folds ASCII only (without the ICU extension, which Python's lacks).
+    ascii_lower="lower({column})",
     # Of the parser's 100 symbols, 36 are left for the statement around the condition (a
     # correlated EXISTS subquery with its own WHERE uses about 25).
     max_parser_stack=64,
@@ -147,6 +154,8 @@ POSTGRESQL = Dialect(
     ),
     # The database's collation may be locale-aware; "C" orders UTF-8 by code point, like SQLite.
     text_ordering_suffix=' COLLATE "C"',
+    # lower() would follow the database's locale; translate() changes exactly A-Z.
+    ascii_lower=f"translate({{column}}, '{string.ascii_uppercase}', '{string.ascii_lowercase}')",
 )
 
 
@@ -267,7 +276,7 @@ class _Compiler:
             if named is not None:
                 return named
         if spec.kind is FieldKind.STRING:
-            return self.string(restriction, column)
+            return self.string(restriction, column, fold_case=spec.fold_case)
         placeholder = self.dialect.placeholder
         if spec.kind is FieldKind.STRING_LIST:
             text = self.dialect.list_contains.format(column=column, param=placeholder)
@@ -322,9 +331,14 @@ class _Compiler:
             return f"{column} IS NOT NULL"
         return self.dialect.list_nonempty.format(column=column)
 
-    def string(self, restriction: Restriction, column: str) -> _Sql:
+    def string(self, restriction: Restriction, column: str, *, fold_case: bool = False) -> _Sql:
+        """A restriction of a STRING ``column``; with ``fold_case``, ``:`` ignores ASCII case
+        (:class:`FieldSpec`)."""
         comparator, value = restriction.comparator, restriction.value
         position = restriction.position
+        if comparator is Comparator.HAS and fold_case:
+            column = self.dialect.ascii_lower.format(column=column)
+            value = value.translate(_ASCII_LOWER)
         if comparator is Comparator.HAS:
             return self.pattern(column, value, (True, True, False), position)
         if comparator in (Comparator.EQ, Comparator.NE) and restriction.quoted:

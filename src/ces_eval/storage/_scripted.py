@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from google.rpc import status_pb2
 
     from ces_eval.storage._dialect import Sql
-    from ces_eval.storage.base import Cursor, ListQuery, Replacement, ResetCounts
+    from ces_eval.storage.base import Change, Cursor, ListQuery, Replacement, ResetCounts
     from ces_eval.storage.tables import Table
 
 __all__ = ["ScriptedStorage"]
@@ -186,8 +186,14 @@ class ScriptedStorage(abc.ABC):
     async def list_rows(self, table: Table[M], query: ListQuery) -> list[tuple[bytes, Cursor]]:
         return await self._query(partial(_scripts.list_rows, self._sql, table, query))
 
+    async def count_rows(self, table: Table[M], parents: Sequence[str]) -> dict[str, int]:
+        return await self._query(partial(_scripts.count_rows, self._sql, table, parents))
+
     async def replace_row(self, table: Table[M], message: M, expected_etag: str) -> None:
         await self._write(partial(_scripts.replace_row, self._sql, table, message, expected_etag))
+
+    async def write_rows(self, changes: Sequence[Change]) -> None:
+        await self._write(partial(_scripts.write_rows, self._sql, changes))
 
     async def replace_rows(self, changes: Sequence[Replacement]) -> None:
         await self._write(partial(_scripts.replace_rows, self._sql, changes))

@@ -40,7 +40,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.storage import _tables, tables
 from ces_eval.storage._migrations import pending
-from ces_eval.storage.base import Cursor, ListQuery, ResetCounts
+from ces_eval.storage.base import Cursor, Insert, ListQuery, Replace, ResetCounts
 from ces_eval.storage.derived import Tally, add_tally, contribution, render_tally
 from ces_eval.storage.errors import Conflict, EtagMismatch, Missing
 
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from google.rpc import status_pb2
 
     from ces_eval.storage._dialect import Sql
-    from ces_eval.storage.base import Replacement
+    from ces_eval.storage.base import Change, Replacement
     from ces_eval.storage.tables import Table
 
 __all__ = ["Rows", "Script", "Statement", "Taken", "drive", "drive_async"]
@@ -611,6 +611,15 @@ def list_rows(sql: Sql, table: Table[M], query: ListQuery) -> Script[list[tuple[
     return [(bytes(data), Cursor(value, name)) for data, name, value in rows]
 
 
+def count_rows(sql: Sql, table: Table[M], parents: Sequence[str]) -> Script[dict[str, int]]:
+    counted = dict.fromkeys(parents, 0)
+    if counted:
+        statement = Statement(sql.table(table).count(len(counted)), tuple(counted))
+        for parent, count in (yield statement).rows:
+            counted[str(parent)] = int(count)
+    return counted
+
+
 def replace_row(sql: Sql, table: Table[M], message: M, expected_etag: str) -> Script[None]:
     """One conditional UPDATE; when it changed nothing, whether the row exists tells
     EtagMismatch from Missing."""
@@ -625,10 +634,20 @@ def replace_row(sql: Sql, table: Table[M], message: M, expected_etag: str) -> Sc
     raise Missing(name)
 
 
+def write_rows(sql: Sql, changes: Sequence[Change]) -> Script[None]:
+    """The script of each change, in order, in the one transaction."""
+    for change in changes:
+        if isinstance(change, Insert):
+            yield from insert_row(sql, change.table, change.message)
+        elif isinstance(change, Replace):
+            yield from replace_row(sql, change.table, change.message, change.expected_etag)
+        else:
+            yield from delete_row(sql, change.table, change.name, change.expected_etag)
+
+
 def replace_rows(sql: Sql, changes: Sequence[Replacement]) -> Script[None]:
-    """:func:`replace_row` of each change, in order, in the one transaction."""
-    for table, message, expected_etag in changes:
-        yield from replace_row(sql, table, message, expected_etag)
+    """:func:`write_rows` of a :class:`Replace` per change."""
+    yield from write_rows(sql, [Replace(*change) for change in changes])
 
 
 def delete_row(sql: Sql, table: Table[M], name: str, expected_etag: str | None) -> Script[None]:

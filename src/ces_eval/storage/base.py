@@ -38,15 +38,52 @@ M = TypeVar("M", bound="Message")
 # A row to overwrite (Storage.replace_rows): its table, the message, the etag it must still have.
 Replacement = tuple["Table[Any]", "Message", str]
 
+
+@dataclass(frozen=True)
+class Insert:
+    """A change of :meth:`Storage.write_rows`: store ``message`` as a new row of ``table``
+    (:meth:`Storage.insert_row`)."""
+
+    table: Table[Any]
+    message: Message
+
+
+@dataclass(frozen=True)
+class Replace:
+    """A change of :meth:`Storage.write_rows`: overwrite the row of ``message``'s name if its
+    etag is still ``expected_etag`` (:meth:`Storage.replace_row`)."""
+
+    table: Table[Any]
+    message: Message
+    expected_etag: str
+
+
+@dataclass(frozen=True)
+class Delete:
+    """A change of :meth:`Storage.write_rows`: delete the row ``name`` of ``table``, only in
+    ``expected_etag`` when given (:meth:`Storage.delete_row`: the row alone, not its subtree)."""
+
+    table: Table[Any]
+    name: str
+    expected_etag: str | None
+
+
+# One change of a transactional batch (Storage.write_rows).
+Change = Insert | Replace | Delete
+
 __all__ = [
+    "Change",
     "Conflict",
     "Cursor",
+    "Delete",
     "EtagMismatch",
     "InUse",
+    "Insert",
     "InvalidFilter",
     "ListQuery",
     "Missing",
     "OrderBy",
+    "Replace",
     "Replacement",
     "ResetCounts",
     "SortKey",
@@ -262,14 +299,25 @@ class Storage(Protocol):
         """Up to ``query.limit`` rows of ``query.parent`` after ``query.after``, serialized
         as stored, each with its cursor."""
 
+    async def count_rows(self, table: Table[M], parents: Sequence[str]) -> dict[str, int]:
+        """How many resources of ``table`` each of ``parents`` holds (0 for none), read in
+        one statement: a count derived when read (an app's ``deployment_count``), never
+        stored."""
+
     async def replace_row(self, table: Table[M], message: M, expected_etag: str) -> None:
         """Overwrite the stored resource if its etag is still ``expected_etag``. Raises
         Missing, EtagMismatch or Conflict (display name)."""
 
+    async def write_rows(self, changes: Sequence[Change]) -> None:
+        """Each of ``changes`` (:class:`Insert`, :class:`Replace`, :class:`Delete`, over any
+        generic tables), in order, all in one transaction: when one raises (Conflict,
+        EtagMismatch, Missing, as the single-row methods do), none is stored, so no reader
+        sees some of them without the others. Uniqueness holds after each change: a display
+        name passes from one row to another by deleting the first before writing the second."""
+
     async def replace_rows(self, changes: Sequence[Replacement]) -> None:
-        """:meth:`replace_row` for each of ``changes`` (table, message, expected etag), all in
-        one transaction: when one raises, none is stored, so no reader sees some of them
-        without the others."""
+        """:meth:`write_rows` of one :class:`Replace` for each of ``changes`` (table, message,
+        expected etag)."""
 
     async def delete_row(self, table: Table[M], name: str, expected_etag: str | None) -> None:
         """Delete a resource of ``table``. Raises Missing or EtagMismatch."""

@@ -57,6 +57,7 @@ __all__ = [
     "Table",
     "by_collection",
     "declare",
+    "of_message",
     "parent_of",
 ]
 
@@ -151,7 +152,10 @@ class Table(Generic[M]):
     name (``filterable``, paths as :class:`Column` takes them; ``name``, ``display_name``,
     ``create_time`` and ``update_time`` are always among them when the message has them),
     whether display names are unique within the parent, the list orders of its own and the
-    field its create_time column holds (``created``)."""
+    field its create_time column holds (``created``). ``aliases``: other names a filter may
+    give a filterable field, (alias, field path) pairs, as a list request documents them (a
+    Changelog's ``resource`` is filtered as ``resource_name``); ``fold_case``: ``:`` on its
+    string fields ignores ASCII case, as a list request documents it (``=`` stays exact)."""
 
     name: str
     message: type[M]
@@ -161,6 +165,8 @@ class Table(Generic[M]):
     # The timestamp field filling the create_time column (and update_time's, for a message
     # without update_time): a Conversation, stamped by whoever recorded it, has a start_time.
     created: str = "create_time"
+    aliases: tuple[tuple[str, str], ...] = ()
+    fold_case: bool = False
 
     @cached_property
     def _descriptor(self) -> descriptor.Descriptor:
@@ -211,9 +217,15 @@ class Table(Generic[M]):
                 kind=column.kind,
                 enum_values=column.enum_values,
                 reference=column.reference,
+                fold_case=self.fold_case and column.kind is _K.STRING,
             )
             specs[column.path] = spec
             specs[column.json_path] = spec
+        for alias, path in self.aliases:
+            spec = specs[path]  # a KeyError here is a declaration fault: no such filter field
+            specs[alias] = spec
+            head, *rest = alias.split("_")
+            specs[head + "".join(word.title() for word in rest)] = spec
         return specs
 
     def row(self, message: M) -> tuple[object, ...]:
@@ -381,3 +393,12 @@ def by_collection(name: str) -> Table[Any] | None:
     """The generic table holding the resource ``name`` (by the collection it names), if any."""
     collection = name.rsplit("/", 2)[-2] if name.count("/") >= 2 else ""
     return _BY_COLLECTION.get(collection)
+
+
+def of_message(message: descriptor.Descriptor | type[Message] | None) -> Table[Any] | None:
+    """The generic table holding the resources of ``message`` (a message class or its
+    descriptor, as a field's ``message_type`` gives it), if one is declared."""
+    if message is None:
+        return None
+    wanted = message if isinstance(message, descriptor.Descriptor) else message.DESCRIPTOR
+    return next((t for t in TABLES if t.message.DESCRIPTOR is wanted), None)

@@ -13,9 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from ces_eval.core.aip.names import location_of
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2
 from ces_eval.storage.base import Unavailable
 
 if TYPE_CHECKING:
+    from google.longrunning import operations_pb2
+    from google.protobuf.message import Message
+
     from ces_eval.access import Caller
     from ces_eval.contract.encoded import Response
     from ces_eval.core.aip.pages import PageTokens
@@ -234,6 +239,17 @@ class Context:
         """Where ``gcs_uri`` is for ``resource``'s project; raises ObjectError."""
         namespace = resource.split("/", 2)[1] if self.settings.export_per_project else ""
         return self.objects.locate(gcs_uri, namespace)
+
+    async def operation(
+        self, resource: str, method: str, work: Callable[[], Awaitable[Message]]
+    ) -> operations_pb2.Operation:
+        """Start the long-running ``method`` about ``resource`` (a name; the operation lives
+        in its location) with the services' generic ``OperationMetadata``: the one metadata
+        of every operation whose method declares no metadata type of its own (AgentService's
+        CreateApp ... ImportApp, ExportEvaluations, BatchDeleteConversations). ``work``'s
+        answer becomes the operation's response (:meth:`Operations.start`)."""
+        metadata = evaluation_service_pb2.OperationMetadata()
+        return await self.runner.start(location_of(resource), method, metadata, work)
 
 
 # One RPC's implementation: its request is the RPC's own message type, hence Any here (a

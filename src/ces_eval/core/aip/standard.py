@@ -33,9 +33,12 @@ from ces_eval.core.aip.retry import ATTEMPTS, Changed, rewrite
 from ces_eval.core.aip.stamps import new_etag, now
 from ces_eval.errors import FieldViolation, ServiceError
 from ces_eval.offload import is_heavy, off_loop
+from ces_eval.storage import tables
 from ces_eval.storage.base import (
+    Change,
     Conflict,
     Cursor,
+    Delete,
     EtagMismatch,
     InvalidFilter,
     ListQuery,
@@ -51,10 +54,10 @@ if TYPE_CHECKING:
     from ces_eval.contract.encoded import Response
     from ces_eval.core.aip.context import Context, Rpc
     from ces_eval.storage.base import Storage
-    from ces_eval.storage.tables import Table
 
 __all__ = [
     "UNCONDITIONAL_ATTEMPTS",
+    "Prelude",
     "Resource",
     "StandardMethod",
     "Store",
@@ -90,7 +93,9 @@ class Store(Generic[M]):
     ``orders``: the list orders of its own (``order_by`` field → descending by default) the
     storage sorts by, besides name, create_time and update_time. ``read``: ``get``'s answer as
     its wire bytes, unparsed, for a resource the storage holds exactly as it is served (the Get
-    RPC then answers those bytes: :class:`~ces_eval.contract.encoded.Encoded`)."""
+    RPC then answers those bytes: :class:`~ces_eval.contract.encoded.Encoded`).
+    ``delete_after``: ``delete`` after other changes, all in one transaction (what a guard
+    lets a forced delete change first: :class:`Prelude`)."""
 
     get: Callable[[Storage, str], Awaitable[M | None]]
     insert: Callable[[Storage, M], Awaitable[None]]
@@ -99,14 +104,20 @@ class Store(Generic[M]):
     replace: Callable[[Storage, M, str], Awaitable[None]] | None = None
     orders: Mapping[str, bool] = field(default_factory=dict)
     read: Callable[[Storage, str], Awaitable[bytes | None]] | None = None
+    delete_after: Callable[[Storage, str, str, Sequence[Change]], Awaitable[None]] | None = None
 
     @classmethod
-    def of(cls, table: Table[M], *, updatable: bool = True) -> Store[M]:
+    def of(cls, table: tables.Table[M], *, updatable: bool = True) -> Store[M]:
         """The calls of a resource kept in a generic table (:mod:`ces_eval.storage.tables`);
         ``replace`` only for an ``updatable`` one."""
 
         def replace(storage: Storage, message: M, etag: str) -> Awaitable[None]:
             return storage.replace_row(table, message, etag)
+
+        def delete_after(
+            storage: Storage, name: str, etag: str, first: Sequence[Change]
+        ) -> Awaitable[None]:
+            return storage.write_rows([*first, Delete(table, name, etag)])
 
         return cls(
             get=lambda storage, name: storage.get_row(table, name),
@@ -116,6 +127,7 @@ class Store(Generic[M]):
             replace=replace if updatable else None,
             orders={order.field: order.descending for order in table.orders},
             read=lambda storage, name: storage.read_row(table, name),
+            delete_after=delete_after,
         )
 
 
@@ -126,6 +138,16 @@ Rules = Callable[[M, str, dict[str, str]], list[FieldViolation]]
 
 # What records a stored change: (context, action, before, after, caller).
 Journal = Callable[["Context", str, M | None, M | None, "Caller"], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Prelude:
+    """What a delete guard lets a forced delete do: ``changes`` written first, in the delete's
+    transaction (the references to the deleted resource removed from who holds them), and
+    ``after`` awaited once it is stored (their changelog)."""
+
+    changes: Sequence[Change]
+    after: Callable[[], Awaitable[None]]
 
 
 def descriptor_rules(message: Message, path: str, parts: dict[str, str]) -> list[FieldViolation]:
@@ -148,8 +170,10 @@ class Resource(Generic[M]):
     ``run_filter`` the field filtering by the resource's runs. ``require_body``: a create
     without the resource is INVALID_ARGUMENT (results' create, an emulator seed, makes an empty
     one instead). ``defaults(message, parent, created)`` fills what a create leaves empty;
-    ``guard(context, current, request)`` refuses a delete; ``enrich(context, request, page,
-    sizes)`` adds to a list's page and says how many items of it still fit.
+    ``guard(context, current, request, caller)`` refuses a delete, or answers the
+    :class:`Prelude` a forced one writes with it (the caller's changes);
+    ``enrich(context, request, page, sizes)`` adds to a list's page and says how many items of
+    it still fit.
     ``verify(context, message)`` checks what a create or update is about to store against
     other stored resources (names it refers to that must exist) once its own fields are valid:
     violations with paths under the resource's field. ``derive(message, previous, now)`` fills
@@ -169,7 +193,7 @@ class Resource(Generic[M]):
     run_filter: str = ""
     require_body: bool = True
     defaults: Callable[[M, Message | None, timestamp_pb2.Timestamp], None] | None = None
-    guard: Callable[[Context, M, Message], Awaitable[None]] | None = None
+    guard: Callable[[Context, M, Message, Caller | None], Awaitable[Prelude | None]] | None = None
     enrich: Callable[[Context, Message, list[M | bytes], list[int]], Awaitable[int]] | None = None
     verify: Callable[[Context, M], Awaitable[list[FieldViolation]]] | None = None
     derive: Callable[[M, M | None, timestamp_pb2.Timestamp], None] | None = None
@@ -295,9 +319,23 @@ def conflict(error: Conflict, resource: Resource[M], message: Message) -> Servic
     )
 
 
+def _found_by(
+    context: Context, target: Resource[Any] | type[Message]
+) -> tuple[names.ResourcePattern, int, Callable[[str], Awaitable[object | None]]]:
+    """The name pattern of ``target``'s resources, the IDs of it this service assigns, and
+    how one is read."""
+    if isinstance(target, Resource):
+        return target.pattern, target.owned, partial(target.store.get, context.storage)
+    pattern = names.of(target)
+    table = tables.of_message(target)
+    if table is None:
+        raise AssertionError(f"{pattern.type} is kept in no declared table")  # a declaration fault
+    return pattern, names.owned(pattern), partial(context.storage.get_row, table)
+
+
 async def references(
     context: Context,
-    target: Resource[Any],
+    target: Resource[Any] | type[Message],
     values: Sequence[str],
     path: str,
     parent: str,
@@ -305,19 +343,23 @@ async def references(
     repeated: bool = True,
 ) -> list[FieldViolation]:
     """Violations of ``values``, names of ``target`` resources that must exist under
-    ``parent`` (the referring resource's own parent: references never leave the app): the
-    field ``path[i]`` (``path`` for a singular field) of each malformed, foreign or missing
-    one (reason NOT_FOUND)."""
+    ``parent`` (the referring resource's own parent, or the referring app: references never
+    leave the app): the field ``path[i]`` (``path`` for a singular field) of each malformed,
+    foreign or missing one (reason NOT_FOUND). ``target`` is the referenced resource's
+    declaration or, where the referring module cannot import the one declaring it (an app
+    names its agents and guardrails, whose module imports the apps'), its message class: its
+    resources are then read from the generic table holding that message."""
     violations = []
-    kind = target.pattern.type.rsplit("/", 1)[-1]
+    pattern, owned, read = _found_by(context, target)
+    kind = pattern.type.rsplit("/", 1)[-1]
     for index, value in enumerate(values):
         field = f"{path}[{index}]" if repeated else path
-        malformed = target.pattern.violation(value, field, owned=target.owned)
+        malformed = pattern.violation(value, field, owned=owned)
         if malformed is not None:
             violations.append(malformed)
-        elif target.parent.format(**target.pattern.parse(value, field)) != parent:
+        elif tables.parent_of(value) != parent:
             violations.append(FieldViolation(field, f"{value!r} is not a {kind} of {parent}."))
-        elif await target.store.get(context.storage, value) is None:
+        elif await read(value) is None:
             description = f"{kind} {value} does not exist."
             violations.append(FieldViolation(field, description, "NOT_FOUND"))
     return violations
@@ -667,21 +709,45 @@ async def delete(
         current = await existing(context, resource, name)
         if etag and etag != _etag(current):
             raise ServiceError.aborted_etag(kind, name)
+        prelude = None
         if resource.guard is not None:
-            await resource.guard(context, current, cast("Message", request))
+            prelude = await resource.guard(context, current, cast("Message", request), caller)
         try:
-            await resource.store.delete(context.storage, name, _etag(current))
+            if prelude is None or not prelude.changes:
+                await resource.store.delete(context.storage, name, _etag(current))
+            else:
+                await _delete_after(context, resource, current, prelude.changes)
         except Missing as missing:
             raise ServiceError.not_found(kind, name) from missing
         except EtagMismatch as mismatch:
             if etag:
                 raise ServiceError.aborted_etag(kind, name) from mismatch
             raise Changed from mismatch
+        if prelude is not None:
+            await prelude.after()
         if resource.journal is not None and caller is not None:
             await resource.journal(context, "Delete", current, None, caller)
         return empty_pb2.Empty()
 
     return await rewrite(round_, partial(ServiceError.aborted_etag, kind, name))
+
+
+async def _delete_after(
+    context: Context, resource: Resource[M], current: M, first: Sequence[Change]
+) -> None:
+    """Delete ``current`` after ``first`` (a guard's :class:`Prelude`), in one transaction. A
+    change of ``first`` that found its resource changed or gone is :class:`Changed`: the
+    delete's round reads again (Missing and EtagMismatch stay the deleted resource's own)."""
+    delete_after = resource.store.delete_after
+    if delete_after is None:  # a declaration fault
+        raise AssertionError(f"{resource.pattern.type} has no delete after other changes")
+    name = cast("_Named", current).name
+    try:
+        await delete_after(context.storage, name, _etag(current), first)
+    except (Missing, EtagMismatch) as changed:
+        if changed.name != name:
+            raise Changed from changed
+        raise
 
 
 # -- the RPCs ------------------------------------------------------------------------------------

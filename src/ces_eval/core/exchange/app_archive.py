@@ -12,10 +12,12 @@ with ``gcs_uri``, as that object of the export folder (the path rules of the eva
 exports). ImportApp reads ``app_content`` or ``gcs_uri`` into a new app (``app_id`` or a new
 ID; ``display_name`` or the archive's) or into an existing one: REPLACE (the default) writes
 each archived resource over the one of its ID and keeps the others, OVERWRITE first deletes the
-app's resources of the archived kinds. A locked app is refused unless ``ignore_app_lock``. An
-entry that is not a valid resource is left out and named in ``warnings``. Bounds: the archive
-is at most the request limit, holds at most :data:`_MAX_ENTRIES` entries, and each entry at
-most the resource limit once uncompressed (read no further than that).
+app's resources of the archived kinds; either way in one transaction
+(:func:`ces_eval.core.resources.versions.put_back`). A locked app is refused unless
+``ignore_app_lock``. An entry that is not a valid resource is left out and named in
+``warnings``. Bounds: the archive is at most the request limit, holds at most
+:data:`_MAX_ENTRIES` entries, and each entry at most the resource limit once uncompressed
+(read no further than that).
 """
 
 from __future__ import annotations
@@ -31,9 +33,7 @@ from google.protobuf import json_format
 
 from ces_eval.contract import limits
 from ces_eval.core.aip import names, standard, validation
-from ces_eval.core.aip.names import location_of
 from ces_eval.core.aip.ports import ObjectError
-from ces_eval.core.aip.stamps import new_etag, now
 from ces_eval.core.exchange import document
 from ces_eval.core.exchange.errors import ExchangeError
 from ces_eval.core.exchange.imports import read_import
@@ -41,7 +41,6 @@ from ces_eval.core.exchange.stored import write_object
 from ces_eval.core.resources import apps, changelogs, versions
 from ces_eval.core.resources.locations import LOCATION
 from ces_eval.generated.google.cloud.ces.v1beta import agent_service_pb2, app_version_pb2
-from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 
 if TYPE_CHECKING:
     from google.longrunning import operations_pb2
@@ -210,9 +209,7 @@ async def export_app(
         await write_object(context, target, data, "gcs_uri")
         return agent_service_pb2.ExportAppResponse(app_uri=target.uri)
 
-    return await context.runner.start(
-        location_of(app), "ExportApp", service_pb2.OperationMetadata(), work
-    )
+    return await context.operation(app, "ExportApp", work)
 
 
 async def import_app(
@@ -249,37 +246,17 @@ async def import_app(
     violations = validation.resource_violations(settings, "app")
     validation.raise_if_invalid(violations, "app")
     overwrite = request.import_options.conflict_resolution_strategy == _Strategy.OVERWRITE
-    storage = context.storage
 
     async def work() -> agent_service_pb2.ImportAppResponse:
-        before = await storage.get_row(apps.TABLE, app)
-        stamped = now()
-        settings.name = app
-        settings.etag = new_etag()
-        settings.update_time.CopyFrom(stamped)
-        if before is None or apps.IMPLICIT in before.metadata:
-            settings.create_time.CopyFrom(before.create_time if before else stamped)
-            if before is not None:
-                await storage.delete_row(apps.TABLE, app, before.etag)
-            await storage.insert_row(apps.TABLE, settings)
-        else:
-            settings.create_time.CopyFrom(before.create_time)
-            settings.locked = before.locked
-            await storage.replace_row(apps.TABLE, settings, before.etag)
-        for field in versions.KINDS:
-            table = versions.table_of(field.message_type)
-            if table is None:
-                continue
-            imported = list(getattr(taken, field.name))
-            warnings.extend(
-                await versions.put_back(storage, table, app, imported, keep_others=not overwrite)
-            )
-        await changelogs.record(context, "Import", before, settings, caller)
+        taken.app.CopyFrom(settings)
+        before, stored, left = await versions.put_back(
+            context.storage, app, taken, keep_others=not overwrite
+        )
+        warnings.extend(left)
+        await changelogs.record(context, "Import", before, stored, caller)
         return agent_service_pb2.ImportAppResponse(name=app, warnings=warnings)
 
-    return await context.runner.start(
-        location_of(app), "ImportApp", service_pb2.OperationMetadata(), work
-    )
+    return await context.operation(app, "ImportApp", work)
 
 
 RPCS: dict[str, Rpc] = {"ExportApp": export_app, "ImportApp": import_app}

@@ -233,12 +233,7 @@ async def export_evaluations(
             response.evaluations_content = content
         return _readable(response)
 
-    return await context.runner.start(
-        location_of(request.parent),
-        "ExportEvaluations",
-        service_pb2.OperationMetadata(),
-        work,
-    )
+    return await context.operation(request.parent, "ExportEvaluations", work)
 
 
 async def _export_each(

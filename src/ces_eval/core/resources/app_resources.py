@@ -11,26 +11,23 @@ sets (``python_function.name`` ...).
 
 References (docs/semantics.md, "Agents, tools and the app's other resources") never leave the
 app and are checked where they are written: an agent's ``tools``, ``toolsets[].toolset``,
-``child_agents`` and ``guardrails``, an example's ``entry_agent``. What an agent or example
-names is not deleted (FAILED_PRECONDITION naming who names it) unless the delete request sets
-``force``: then the references are removed from them first (each a write of its own, before
-the delete), as the delete requests' comments say.
+``child_agents``, ``transfer_rules[].child_agent`` and ``guardrails``, an example's
+``entry_agent``, a guardrail's ``action.transfer_agent.agent``. What the app, an agent, an
+example or a guardrail names is not deleted (FAILED_PRECONDITION naming who names it) unless
+the delete request sets ``force``: then the references are removed from them first, as the
+delete requests' comments say (:mod:`.in_use`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ces_eval.core.aip import names, standard
-from ces_eval.core.aip.retry import Changed
-from ces_eval.core.aip.stamps import new_etag, now
-from ces_eval.core.resources import changelogs, versions
-from ces_eval.errors import Code, FieldViolation, ServiceError
+from ces_eval.core.resources import changelogs, in_use, versions
 from ces_eval.generated.google.cloud.ces.v1beta import (
     agent_pb2,
+    app_pb2,
     deployment_pb2,
     example_pb2,
     guardrail_pb2,
@@ -38,7 +35,6 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
     toolset_pb2,
 )
 from ces_eval.storage import tables
-from ces_eval.storage.base import EtagMismatch, ListQuery, Missing, OrderBy, SortKey
 from ces_eval.storage.tables import Table
 
 if TYPE_CHECKING:
@@ -46,6 +42,7 @@ if TYPE_CHECKING:
     from google.protobuf.message import Message
 
     from ces_eval.core.aip.context import Context, Rpc
+    from ces_eval.errors import FieldViolation
 
 __all__ = ["AGENTS", "DEPLOYMENTS", "EXAMPLES", "GUARDRAILS", "RPCS", "TOOLS", "TOOLSETS"]
 
@@ -97,8 +94,23 @@ async def _verify_agent(context: Context, agent: Agent) -> list[FieldViolation]:
         path = f"agent.toolsets[{index}].toolset"
         found += await check(TOOLSETS, [toolset.toolset], path, repeated=False)
     found += await check(AGENTS, agent.child_agents, "agent.child_agents")
+    for index, rule in enumerate(agent.transfer_rules):
+        path = f"agent.transfer_rules[{index}].child_agent"
+        found += await check(AGENTS, [rule.child_agent], path, repeated=False)
     found += await check(GUARDRAILS, agent.guardrails, "agent.guardrails")
     return found
+
+
+async def _verify_guardrail(
+    context: Context, guardrail: guardrail_pb2.Guardrail
+) -> list[FieldViolation]:
+    """The agent a guardrail's action transfers to, when it has one, exists in its app."""
+    named = _transfer_target(guardrail)
+    if not named:
+        return []
+    path = "guardrail.action.transfer_agent.agent"
+    app = tables.parent_of(guardrail.name)
+    return await standard.references(context, AGENTS, named, path, app, repeated=False)
 
 
 async def _verify_example(context: Context, example: example_pb2.Example) -> list[FieldViolation]:
@@ -112,120 +124,74 @@ async def _verify_example(context: Context, example: example_pb2.Example) -> lis
     )
 
 
-@dataclass(frozen=True)
-class _Referrer:
-    """Resources of ``table`` that name another in ``field``: the names one holds
-    (``named``) and how one stops naming a given name (``drop``)."""
-
-    table: Table[Any]
-    field: str
-    named: Callable[[Any], Sequence[str]]
-    drop: Callable[[Any, str], None]
-
-
-def _without(field: str) -> Callable[[Any, str], None]:
-    """Drop a name from the repeated string ``field``."""
-
-    def drop(message: Any, name: str) -> None:  # noqa: ANN401 - any referring message
-        kept = [value for value in getattr(message, field) if value != name]
-        message.ClearField(field)
-        getattr(message, field).extend(kept)
-
-    return drop
-
-
-def _list_referrer(table: Table[Any], field: str) -> _Referrer:
-    return _Referrer(table, field, lambda message: getattr(message, field), _without(field))
-
-
 def _drop_toolset(agent: Agent, name: str) -> None:
     kept = [toolset for toolset in agent.toolsets if toolset.toolset != name]
     agent.ClearField("toolsets")
     agent.toolsets.extend(kept)
 
 
+def _drop_transfer_rules(agent: Agent, name: str) -> None:
+    kept = [rule for rule in agent.transfer_rules if rule.child_agent != name]
+    agent.ClearField("transfer_rules")
+    agent.transfer_rules.extend(kept)
+
+
 def _drop_entry_agent(example: example_pb2.Example, name: str) -> None:
     example.entry_agent = ""
 
 
-# How many of the resources naming one a refused delete lists.
-_LISTED = 10
-_PAGE = 500
+def _drop_root_agent(app: app_pb2.App, name: str) -> None:
+    app.root_agent = ""
 
 
-async def _of_app(context: Context, table: Table[Any], app: str) -> list[Any]:
-    """Every resource of ``table`` in ``app``, by name."""
-    found: list[Any] = []
-    after = None
-    while True:
-        query = ListQuery(
-            parent=app, order=OrderBy(SortKey.NAME, descending=False), limit=_PAGE, after=after
-        )
-        page = await context.storage.list_rows(table, query)
-        found += [table.parse(data) if isinstance(data, bytes) else data for data, _ in page]
-        if len(page) < _PAGE:
-            return found
-        after = page[-1][1]
+def _transfer_target(guardrail: guardrail_pb2.Guardrail) -> list[str]:
+    action = guardrail.action
+    return [action.transfer_agent.agent] if action.HasField("transfer_agent") else []
 
 
-def _guard(*referrers: _Referrer) -> Callable[[Context, Any, Message], Any]:
-    """A delete guard: a resource that ``referrers`` name is not deleted without ``force``
-    (FAILED_PRECONDITION naming them); with it, they stop naming it first."""
-
-    async def guard(context: Context, current: Any, request: Message) -> None:  # noqa: ANN401
-        name = current.name
-        app = tables.parent_of(name)
-        naming: list[tuple[_Referrer, Any]] = []
-        for referrer in referrers:
-            naming += [
-                (referrer, message)
-                for message in await _of_app(context, referrer.table, app)
-                if name in referrer.named(message)
-            ]
-        if not naming:
-            return
-        if not getattr(request, "force", False):
-            listed = [f"{message.name} ({referrer.field})" for referrer, message in naming]
-            more = ", ..." if len(listed) > _LISTED else ""
-            kind = names.of(type(current)).type
-            raise ServiceError(
-                Code.FAILED_PRECONDITION,
-                f"{name} is named by {', '.join(listed[:_LISTED])}{more}; remove it from them "
-                "first or delete with force.",
-                "RESOURCE_IN_USE",
-                {"resource": name},
-                resource=(kind, name),
-            )
-        for referrer, message in naming:
-            await _forget(context, referrer, message, name)
-
-    return guard
+def _drop_transfer(guardrail: guardrail_pb2.Guardrail, name: str) -> None:
+    guardrail.action.ClearField("transfer_agent")
 
 
-async def _forget(context: Context, referrer: _Referrer, message: Any, name: str) -> None:  # noqa: ANN401
-    """``message`` (a stored referrer) rewritten without ``name``; a concurrent change
-    of it reruns the delete's round (Changed)."""
-    expected = message.etag
-    referrer.drop(message, name)
-    message.update_time.CopyFrom(now())
-    message.etag = new_etag()
-    try:
-        await context.storage.replace_row(referrer.table, message, expected)
-    except (EtagMismatch, Missing) as changed:
-        raise Changed from changed
-
-
-_TOOLSETS_NAMED = _Referrer(
-    _AGENTS, "toolsets", lambda agent: [t.toolset for t in agent.toolsets], _drop_toolset
+# Who names each kind: what its delete guard looks for (in_use).
+_TOOLSETS_NAMED = in_use.Referrer(
+    Agent, "toolsets", lambda agent: [t.toolset for t in agent.toolsets], _drop_toolset
 )
-_ENTRY_AGENT = _Referrer(_EXAMPLES, "entry_agent", lambda e: [e.entry_agent], _drop_entry_agent)
-TOOLS = _resource(_TOOLS, derive=_derive_tool, guard=_guard(_list_referrer(_AGENTS, "tools")))
-TOOLSETS = _resource(_TOOLSETS, guard=_guard(_TOOLSETS_NAMED))
-GUARDRAILS = _resource(_GUARDRAILS, guard=_guard(_list_referrer(_AGENTS, "guardrails")))
+_TRANSFER_RULES = in_use.Referrer(
+    Agent,
+    "transfer_rules",
+    lambda agent: [rule.child_agent for rule in agent.transfer_rules],
+    _drop_transfer_rules,
+)
+_ENTRY_AGENT = in_use.Referrer(
+    example_pb2.Example, "entry_agent", lambda e: [e.entry_agent], _drop_entry_agent
+)
+_TRANSFER_ACTION = in_use.Referrer(
+    guardrail_pb2.Guardrail, "action.transfer_agent.agent", _transfer_target, _drop_transfer
+)
+_ROOT_AGENT = in_use.Referrer(
+    app_pb2.App, "root_agent", lambda app: [app.root_agent], _drop_root_agent, app=True
+)
+TOOLS = _resource(_TOOLS, derive=_derive_tool, guard=in_use.guard(in_use.listed_in(Agent, "tools")))
+TOOLSETS = _resource(_TOOLSETS, guard=in_use.guard(_TOOLSETS_NAMED))
+GUARDRAILS = _resource(
+    _GUARDRAILS,
+    verify=_verify_guardrail,
+    guard=in_use.guard(
+        in_use.listed_in(app_pb2.App, "guardrails", app=True),
+        in_use.listed_in(Agent, "guardrails"),
+    ),
+)
 AGENTS = _resource(
     _AGENTS,
     verify=_verify_agent,
-    guard=_guard(_list_referrer(_AGENTS, "child_agents"), _ENTRY_AGENT),
+    guard=in_use.guard(
+        _ROOT_AGENT,
+        in_use.listed_in(Agent, "child_agents"),
+        _TRANSFER_RULES,
+        _ENTRY_AGENT,
+        _TRANSFER_ACTION,
+    ),
 )
 EXAMPLES = _resource(_EXAMPLES, verify=_verify_example)
 
@@ -233,17 +199,24 @@ EXAMPLES = _resource(_EXAMPLES, verify=_verify_example)
 async def _verify_deployment(
     context: Context, deployment: deployment_pb2.Deployment
 ) -> list[FieldViolation]:
-    """A deployment's ``app_version`` names a stored version of its app."""
-    if not deployment.app_version:
-        return []
-    return await standard.references(
-        context,
-        versions.VERSIONS,
-        [deployment.app_version],
-        "deployment.app_version",
-        tables.parent_of(deployment.name),
-        repeated=False,
-    )
+    """A deployment's ``app_version``, and each version its experiment sends traffic to,
+    names a stored version of its app."""
+    release = "deployment.experiment_config.version_release"
+    named = [("deployment.app_version", deployment.app_version)] if deployment.app_version else []
+    named += [
+        (f"{release}.traffic_allocations[{index}].app_version", allocation.app_version)
+        for index, allocation in enumerate(
+            deployment.experiment_config.version_release.traffic_allocations
+        )
+        if allocation.app_version
+    ]
+    app = tables.parent_of(deployment.name)
+    found: list[FieldViolation] = []
+    for path, version in named:
+        found += await standard.references(
+            context, versions.VERSIONS, [version], path, app, repeated=False
+        )
+    return found
 
 
 DEPLOYMENTS = _resource(  # ListDeploymentsRequest has no filter

@@ -29,18 +29,22 @@ from typing import TYPE_CHECKING, Any
 
 from ces_eval.contract import schema
 from ces_eval.core.aip import names, standard
-from ces_eval.core.aip.names import location_of
 from ces_eval.core.aip.stamps import new_etag, now
 from ces_eval.core.resources import changelogs
 from ces_eval.core.resources.locations import LOCATION
 from ces_eval.errors import Code, FieldViolation, ServiceError
-from ces_eval.generated.google.cloud.ces.v1beta import agent_service_pb2, app_pb2
-from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import (
+    agent_pb2,
+    agent_service_pb2,
+    app_pb2,
+    deployment_pb2,
+    guardrail_pb2,
+)
 from ces_eval.storage import tables
-from ces_eval.storage.base import Conflict, EtagMismatch, Missing
+from ces_eval.storage.base import Conflict, Cursor, EtagMismatch, ListQuery, Missing
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable
 
     from google.longrunning import operations_pb2
     from google.protobuf import descriptor
@@ -50,7 +54,18 @@ if TYPE_CHECKING:
     from ces_eval.core.aip.context import Context, Rpc
     from ces_eval.storage.base import Storage
 
-__all__ = ["APPS", "IMPLICIT", "RPCS", "TABLE", "App", "forget", "gate", "implicit", "locked"]
+__all__ = [
+    "APPS",
+    "IMPLICIT",
+    "RPCS",
+    "TABLE",
+    "App",
+    "forget",
+    "gate",
+    "implicit",
+    "locked",
+    "stored_form",
+]
 
 App = app_pb2.App
 # The metadata entry of an app stored because it was used before anyone created it.
@@ -73,36 +88,83 @@ def _delete(storage: Storage, name: str, etag: str) -> Awaitable[None]:
     return storage.delete_tree(TABLE, name, etag)
 
 
+# -- deployment_count: derived when read ---------------------------------------------------------
+# Counted when apps are read, never stored: one grouped COUNT over the deployments' index on
+# parent per Get or List page, so no write of a deployment touches its app (its etag, the
+# app's writers' conflicts) and nothing that puts an app back (restore, import) can carry a
+# stale count. The stored bytes stay what is served: the count is appended to them as its
+# field's encoding (a field repeated later in the bytes wins, and the stored row never holds
+# it), so ListApps keeps answering stored bytes without a parse.
+
+
+def _deployments() -> tables.Table[Any]:
+    # By message: the deployments' declaration imports this module.
+    table = tables.of_message(deployment_pb2.Deployment)
+    if table is None:  # a declaration fault
+        raise AssertionError("Deployment is kept in no declared table")
+    return table
+
+
+def _with_count(data: bytes, count: int) -> bytes:
+    """A stored app's bytes as served: with its ``deployment_count`` (absent when 0)."""
+    return data + App(deployment_count=count).SerializeToString() if count else data
+
+
+async def _read(storage: Storage, name: str) -> bytes | None:
+    data = await storage.read_row(TABLE, name)
+    if data is None:
+        return None
+    counts = await storage.count_rows(_deployments(), [name])
+    return _with_count(data, counts[name])
+
+
+async def _get(storage: Storage, name: str) -> App | None:
+    data = await _read(storage, name)
+    return None if data is None else App.FromString(data)
+
+
+async def _list(storage: Storage, query: ListQuery) -> list[tuple[bytes, Cursor]]:
+    rows = await storage.list_rows(TABLE, query)
+    counts = await storage.count_rows(_deployments(), [cursor.name for _, cursor in rows])
+    return [(_with_count(data, counts[cursor.name]), cursor) for data, cursor in rows]
+
+
+def stored_form(app: App) -> App:
+    """A copy of ``app`` as its row holds it: without the fields derived when it is read."""
+    stored = App()
+    stored.CopyFrom(app)
+    stored.ClearField("deployment_count")
+    return stored
+
+
 async def _verify(context: Context, app: App) -> list[FieldViolation]:
     """An app's ``root_agent`` names a stored agent of the app, and each of its ``guardrails``
-    a stored guardrail of it (found by the tables their collections name: the resources' own
-    modules import this one)."""
-    named = [("app.root_agent", "agents", app.root_agent)] if app.root_agent else []
-    named += [
-        (f"app.guardrails[{index}]", "guardrails", guardrail)
-        for index, guardrail in enumerate(app.guardrails)
-    ]
+    a stored guardrail of it (the targets given by their messages: their declarations'
+    module imports this one)."""
     found = []
-    for field, collection, name in named:
-        parts = name.split("/")
-        table = tables.by_collection(name)
-        if (
-            name.startswith(f"{app.name}/")
-            and len(parts) == _APP_SEGMENTS + 2
-            and parts[-2] == collection
-            and table is not None
-            and await context.storage.get_row(table, name) is not None
-        ):
-            continue
-        description = f"{name!r} is not a stored {collection[:-1]} of {app.name}."
-        found.append(FieldViolation(field, description, "NOT_FOUND"))
+    if app.root_agent:
+        found += await standard.references(
+            context, agent_pb2.Agent, [app.root_agent], "app.root_agent", app.name, repeated=False
+        )
+    found += await standard.references(
+        context, guardrail_pb2.Guardrail, app.guardrails, "app.guardrails", app.name
+    )
     return found
 
 
 APPS = standard.Resource(
     message=App,
     parent=LOCATION,
-    store=dataclasses.replace(standard.Store.of(TABLE), delete=_delete),
+    store=dataclasses.replace(
+        standard.Store.of(TABLE),
+        get=_get,
+        read=_read,
+        list=_list,
+        insert=lambda storage, app: storage.insert_row(TABLE, stored_form(app)),
+        replace=lambda storage, app, etag: storage.replace_row(TABLE, stored_form(app), etag),
+        delete=_delete,
+        delete_after=None,  # an app's delete takes its tree; no guard writes before it
+    ),
     journal=changelogs.record,
     verify=_verify,
 )
@@ -135,12 +197,6 @@ def locked(app: str) -> ServiceError:
     )
 
 
-async def _operation(
-    context: Context, parent: str, method: str, work: Callable[[], Awaitable[Message]]
-) -> operations_pb2.Operation:
-    return await context.runner.start(parent, method, service_pb2.OperationMetadata(), work)
-
-
 async def _adopt(context: Context, request: agent_service_pb2.CreateAppRequest) -> bool:
     """Delete the implicit app the request's ID names, if that is what takes it."""
     name = f"{request.parent}/apps/{request.app_id}"
@@ -165,12 +221,15 @@ async def create_app(
         if error.code is not Code.ALREADY_EXISTS or not await _adopt(context, request):
             raise
         app = await standard.create(context, APPS, request, caller)
+        # What the implicit app held stays: its deployments count.
+        counts = await context.storage.count_rows(_deployments(), [app.name])
+        app.deployment_count = counts[app.name]
     forget(context, app.name)
 
     async def work() -> App:
         return app
 
-    return await _operation(context, request.parent, "CreateApp", work)
+    return await context.operation(request.parent, "CreateApp", work)
 
 
 async def update_app(
@@ -203,7 +262,7 @@ async def delete_app(
         finally:
             forget(context, request.name)
 
-    return await _operation(context, location_of(request.name), "DeleteApp", work)
+    return await context.operation(request.name, "DeleteApp", work)
 
 
 RPCS: dict[str, Rpc] = {

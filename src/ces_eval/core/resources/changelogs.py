@@ -42,6 +42,9 @@ TABLE = tables.declare(
         Changelog,
         ("author", "resource", "resource_type", "action", "sequence_number"),
         unique_display_name=False,
+        # As ListChangelogsRequest.filter documents them.
+        aliases=(("resource_name", "resource"),),
+        fold_case=True,
     )
 )
 CHANGELOGS = standard.Resource(

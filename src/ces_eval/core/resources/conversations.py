@@ -502,9 +502,7 @@ async def batch_delete_conversations(
                 response.deleted_conversations.append(name)
         return response
 
-    return await context.runner.start(
-        location_of(parent), "BatchDeleteConversations", service_pb2.OperationMetadata(), work
-    )
+    return await context.operation(parent, "BatchDeleteConversations", work)
 
 
 RPCS: dict[str, Rpc] = {"GenerateEvaluation": generate_evaluation}

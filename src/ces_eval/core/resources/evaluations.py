@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from google.protobuf.message import Message
 
+    from ces_eval.access import Caller
     from ces_eval.core.aip.context import Context, Rpc
     from ces_eval.errors import FieldViolation
 
@@ -41,7 +42,10 @@ def _rules(
 
 
 async def _in_use(
-    context: Context, evaluation: evaluation_pb2.Evaluation, request: Message
+    context: Context,
+    evaluation: evaluation_pb2.Evaluation,
+    request: Message,
+    caller: Caller | None,
 ) -> None:
     """An evaluation that evaluation datasets hold is deleted only with ``force``."""
     delete = cast("service_pb2.DeleteEvaluationRequest", request)

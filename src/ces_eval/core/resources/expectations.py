@@ -24,6 +24,7 @@ from ces_eval.storage.base import ListQuery, OrderBy, SortKey
 if TYPE_CHECKING:
     from google.protobuf.message import Message
 
+    from ces_eval.access import Caller
     from ces_eval.core.aip.context import Context, Rpc
     from ces_eval.errors import FieldViolation
 
@@ -40,7 +41,9 @@ def _rules(expectation: Expectation, path: str, parts: dict[str, str]) -> list[F
 _LISTED = 10
 
 
-async def _named(context: Context, expectation: Expectation, request: Message) -> None:
+async def _named(
+    context: Context, expectation: Expectation, request: Message, caller: Caller | None
+) -> None:
     """An expectation that evaluations name is not deleted (docs/semantics.md)."""
     query = ListQuery(
         parent=tables.parent_of(expectation.name),
