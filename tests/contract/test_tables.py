@@ -186,9 +186,9 @@ def test_uniqueness_of_names_and_display_names(
 def test_rows_replaced_together_are_stored_together_or_not_at_all(
     make_storage: Callable[[], Storage],
 ) -> None:
-    """replace_rows: one transaction. A stale etag or a missing row in any change refuses
-    them all (the run engine relies on it: a run is COMPLETED only with its schedule naming
-    it)."""
+    """write_rows of replacements: one transaction. A stale etag or a missing row in any
+    change refuses them all (the run engine relies on it: a run is COMPLETED only with its
+    schedule naming it)."""
 
     async def body(storage: Storage) -> None:
         run_row = sample(RUNS, "r1", "Run", 1)
@@ -198,13 +198,19 @@ def test_rows_replaced_together_are_stored_together_or_not_at_all(
         completed = sample(RUNS, "r1", "Run", 1, variant=1)
         named = sample(SCHEDULED_RUNS, "s1", "Schedule", 1, etag="e1", variant=1)
         with pytest.raises(EtagMismatch) as stale:
-            await storage.replace_rows([(RUNS, completed, ""), (SCHEDULED_RUNS, named, "old")])
+            await storage.write_rows(
+                [Replace(RUNS, completed, ""), Replace(SCHEDULED_RUNS, named, "old")]
+            )
         assert stale.value.name == f"{APP}/{collection(SCHEDULED_RUNS)}/s1"
         gone = sample(SCHEDULED_RUNS, "gone", "Gone", 1)
         with pytest.raises(Missing):
-            await storage.replace_rows([(RUNS, completed, ""), (SCHEDULED_RUNS, gone, "e0")])
+            await storage.write_rows(
+                [Replace(RUNS, completed, ""), Replace(SCHEDULED_RUNS, gone, "e0")]
+            )
         assert await storage.get_row(RUNS, getattr(run_row, "name")) == run_row  # noqa: B009
-        await storage.replace_rows([(RUNS, completed, ""), (SCHEDULED_RUNS, named, "e0")])
+        await storage.write_rows(
+            [Replace(RUNS, completed, ""), Replace(SCHEDULED_RUNS, named, "e0")]
+        )
         assert await storage.get_row(RUNS, getattr(run_row, "name")) == completed  # noqa: B009
         assert await storage.get_row(SCHEDULED_RUNS, getattr(named, "name")) == named  # noqa: B009
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from google.rpc import status_pb2
 
     from ces_eval.storage._dialect import Sql
-    from ces_eval.storage.base import Change, Cursor, ListQuery, Replacement, ResetCounts
+    from ces_eval.storage.base import Change, Cursor, ListQuery, ResetCounts
     from ces_eval.storage.tables import Table
 
 __all__ = ["ScriptedStorage"]
@@ -194,9 +194,6 @@ class ScriptedStorage(abc.ABC):
 
     async def write_rows(self, changes: Sequence[Change]) -> None:
         await self._write(partial(_scripts.write_rows, self._sql, changes))
-
-    async def replace_rows(self, changes: Sequence[Replacement]) -> None:
-        await self._write(partial(_scripts.replace_rows, self._sql, changes))
 
     async def delete_row(self, table: Table[M], name: str, expected_etag: str | None) -> None:
         await self._write(partial(_scripts.delete_row, self._sql, table, name, expected_etag))

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     from google.rpc import status_pb2
 
     from ces_eval.storage._dialect import Sql
-    from ces_eval.storage.base import Change, Replacement
+    from ces_eval.storage.base import Change
     from ces_eval.storage.tables import Table
 
 __all__ = ["Rows", "Script", "Statement", "Taken", "drive", "drive_async"]
@@ -643,11 +643,6 @@ def write_rows(sql: Sql, changes: Sequence[Change]) -> Script[None]:
             yield from replace_row(sql, change.table, change.message, change.expected_etag)
         else:
             yield from delete_row(sql, change.table, change.name, change.expected_etag)
-
-
-def replace_rows(sql: Sql, changes: Sequence[Replacement]) -> Script[None]:
-    """:func:`write_rows` of a :class:`Replace` per change."""
-    yield from write_rows(sql, [Replace(*change) for change in changes])
 
 
 def delete_row(sql: Sql, table: Table[M], name: str, expected_etag: str | None) -> Script[None]:

@@ -35,8 +35,6 @@ if TYPE_CHECKING:
     from ces_eval.storage.tables import Table
 
 M = TypeVar("M", bound="Message")
-# A row to overwrite (Storage.replace_rows): its table, the message, the etag it must still have.
-Replacement = tuple["Table[Any]", "Message", str]
 
 
 @dataclass(frozen=True)
@@ -84,7 +82,6 @@ __all__ = [
     "Missing",
     "OrderBy",
     "Replace",
-    "Replacement",
     "ResetCounts",
     "SortKey",
     "Storage",
@@ -314,10 +311,6 @@ class Storage(Protocol):
         EtagMismatch, Missing, as the single-row methods do), none is stored, so no reader
         sees some of them without the others. Uniqueness holds after each change: a display
         name passes from one row to another by deleting the first before writing the second."""
-
-    async def replace_rows(self, changes: Sequence[Replacement]) -> None:
-        """:meth:`write_rows` of one :class:`Replace` for each of ``changes`` (table, message,
-        expected etag)."""
 
     async def delete_row(self, table: Table[M], name: str, expected_etag: str | None) -> None:
         """Delete a resource of ``table``. Raises Missing or EtagMismatch."""

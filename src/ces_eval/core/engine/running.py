@@ -63,7 +63,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
 )
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.storage import tables
-from ces_eval.storage.base import EtagMismatch, Missing, TooLarge
+from ces_eval.storage.base import EtagMismatch, Missing, Replace, TooLarge
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine, Sequence
@@ -509,8 +509,11 @@ class _Engine:
             schedule.last_completed_run = self._run.name
             schedule.etag = new_etag()
             try:
-                await storage.replace_rows(
-                    [(tables.RUNS, self._run, ""), (tables.SCHEDULED_RUNS, schedule, expected)]
+                await storage.write_rows(
+                    [
+                        Replace(tables.RUNS, self._run, ""),
+                        Replace(tables.SCHEDULED_RUNS, schedule, expected),
+                    ]
                 )
             except EtagMismatch as changed:
                 if changed.name != name:
