@@ -50,7 +50,7 @@ def _contended(tmp_path: Path, changes: int) -> tuple[Any, list[int]]:
         change()
         return []
 
-    async def guard(context: Context, current: Any, request: Any) -> None:
+    async def guard(context: Context, current: Any, request: Any, caller: Any) -> None:
         change()
 
     return dataclasses.replace(EVALUATIONS, verify=verify, guard=guard), rounds
