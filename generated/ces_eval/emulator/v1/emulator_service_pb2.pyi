@@ -78,6 +78,37 @@ class AgentEndpoint(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    class _RecordingMode:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _RecordingModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[AgentEndpoint._RecordingMode.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        RECORDING_MODE_UNSPECIFIED: AgentEndpoint._RecordingMode.ValueType  # 0
+        """Call the agent, the judge and the simulator; record nothing."""
+        RECORD: AgentEndpoint._RecordingMode.ValueType  # 1
+        """Call them and record every exchange (request and answer; never a header's value)."""
+        REPLAY: AgentEndpoint._RecordingMode.ValueType  # 2
+        """Answer every call from the recordings, calling nothing; a call with no recording ends its
+        result ERROR, saying which.
+        """
+        REPLAY_OR_RECORD: AgentEndpoint._RecordingMode.ValueType  # 3
+        """Answer a call from the recordings when one matches; otherwise call and record it."""
+
+    class RecordingMode(_RecordingMode, metaclass=_RecordingModeEnumTypeWrapper):
+        """What a run does with recordings of the app's exchanges."""
+
+    RECORDING_MODE_UNSPECIFIED: AgentEndpoint.RecordingMode.ValueType  # 0
+    """Call the agent, the judge and the simulator; record nothing."""
+    RECORD: AgentEndpoint.RecordingMode.ValueType  # 1
+    """Call them and record every exchange (request and answer; never a header's value)."""
+    REPLAY: AgentEndpoint.RecordingMode.ValueType  # 2
+    """Answer every call from the recordings, calling nothing; a call with no recording ends its
+    result ERROR, saying which.
+    """
+    REPLAY_OR_RECORD: AgentEndpoint.RecordingMode.ValueType  # 3
+    """Answer a call from the recordings when one matches; otherwise call and record it."""
+
     @_typing.final
     class HeadersEntry(_message.Message):
         DESCRIPTOR: _descriptor.Descriptor
@@ -108,6 +139,8 @@ class AgentEndpoint(_message.Message):
     SIMULATOR_URI_FIELD_NUMBER: _builtins.int
     UPDATE_TIME_FIELD_NUMBER: _builtins.int
     ETAG_FIELD_NUMBER: _builtins.int
+    MAX_CONCURRENT_SESSIONS_FIELD_NUMBER: _builtins.int
+    RECORDING_MODE_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """Identifier. Format: projects/{project}/locations/{location}/apps/{app}/agentEndpoint"""
     uri: _builtins.str
@@ -128,6 +161,17 @@ class AgentEndpoint(_message.Message):
     """
     etag: _builtins.str
     """The endpoint's version (AIP-154); an update giving it is applied only to that version."""
+    max_concurrent_sessions: _builtins.int
+    """How many sessions (repetitions) one run plays against the agent at once, its judge and
+    simulator calls included; fewer while the agent pushes back (docs/agents.md,
+    "Concurrency"). 16 when 0, at most 64; the server bounds the sessions of all runs together
+    too (`--agent-sessions`).
+    """
+    recording_mode: Global___AgentEndpoint.RecordingMode.ValueType
+    """Whether a run's exchanges with the agent, the judge and the simulator are recorded, or
+    answered from what was recorded instead of calling them (docs/agents.md, "Record and
+    replay").
+    """
     @_builtins.property
     def headers(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
         """Headers sent with every call to the agent, the judge and the simulator (an Authorization
@@ -161,10 +205,12 @@ class AgentEndpoint(_message.Message):
         simulator_uri: _builtins.str = ...,
         update_time: _timestamp_pb2.Timestamp | None = ...,
         etag: _builtins.str = ...,
+        max_concurrent_sessions: _builtins.int = ...,
+        recording_mode: Global___AgentEndpoint.RecordingMode.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["timeout", b"timeout", "update_time", b"update_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["etag", b"etag", "header_names", b"header_names", "headers", b"headers", "judge_uri", b"judge_uri", "max_response_bytes", b"max_response_bytes", "name", b"name", "simulator_uri", b"simulator_uri", "timeout", b"timeout", "update_time", b"update_time", "uri", b"uri"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["etag", b"etag", "header_names", b"header_names", "headers", b"headers", "judge_uri", b"judge_uri", "max_concurrent_sessions", b"max_concurrent_sessions", "max_response_bytes", b"max_response_bytes", "name", b"name", "recording_mode", b"recording_mode", "simulator_uri", b"simulator_uri", "timeout", b"timeout", "update_time", b"update_time", "uri", b"uri"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
