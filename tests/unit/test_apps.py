@@ -540,6 +540,10 @@ def test_an_evaluations_tools_follow_the_apps_tools_once_it_has_any(core: Apps) 
         "evaluation.golden.turns[0].steps[1].expectation.tool_call.tool"
     ]
     assert refused.violations[0].reason == "NOT_FOUND"
+    # What the app has is learnt once a second, and forgotten at once by a change of it: with
+    # its one tool deleted, any name goes again, within the same second.
+    core.call("delete_tool", agent_pb2.DeleteToolRequest(name=f"{APP}/tools/lookup"))
+    create(f"{APP}/tools/missing")
 
 
 def test_an_import_over_an_app_leaves_out_what_a_kept_display_name_holds(core: Apps) -> None:

@@ -29,3 +29,16 @@ def test_the_oldest_facts_go_first_past_the_bound() -> None:
     assert [recent.get(key) for key in ("b", "c", "d")] == ["again", None, "d"]
     recent.clear()
     assert recent.get("d") is None
+
+
+def test_forget_drops_every_fact_of_a_subject_and_no_other() -> None:
+    recent = Recent(ttl=60)
+    recent.put(("locked", "apps/a"), True)
+    recent.put(("tools", "apps/a"), (True, False))
+    recent.put(("locked", "apps/b"), False)
+    recent.put("apps/a", "a bare key is not a fact of the subject")
+    recent.forget("apps/a")
+    assert recent.get(("locked", "apps/a")) is None
+    assert recent.get(("tools", "apps/a")) is None
+    assert recent.get(("locked", "apps/b")) is False
+    assert recent.get("apps/a") == "a bare key is not a fact of the subject"

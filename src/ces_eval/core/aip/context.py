@@ -185,6 +185,13 @@ class Recent:
     def drop(self, key: Hashable) -> None:
         self._entries.pop(key, None)
 
+    def forget(self, subject: str) -> None:
+        """Drop every fact learnt of ``subject``: each one keyed by a tuple ending with it
+        (``(kind, app)``). Costs a pass over the facts: for rare changes (an app created,
+        deleted, updated or put back)."""
+        for key in [k for k in self._entries if isinstance(k, tuple) and k and k[-1] == subject]:
+            del self._entries[key]
+
     def clear(self) -> None:
         self._entries.clear()
 

@@ -252,6 +252,7 @@ async def import_app(
         before, stored, left = await versions.put_back(
             context.storage, app, taken, keep_others=not overwrite
         )
+        apps.forget(context, app)
         warnings.extend(left)
         await changelogs.record(context, "Import", before, stored, caller)
         return agent_service_pb2.ImportAppResponse(name=app, warnings=warnings)

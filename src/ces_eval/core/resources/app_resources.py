@@ -35,16 +35,27 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
     toolset_pb2,
 )
 from ces_eval.storage import tables
+from ces_eval.storage.base import ListQuery, OrderBy, SortKey
 from ces_eval.storage.tables import Table
 
 if TYPE_CHECKING:
     from google.protobuf import timestamp_pb2
     from google.protobuf.message import Message
 
+    from ces_eval.access import Caller
     from ces_eval.core.aip.context import Context, Rpc
     from ces_eval.errors import FieldViolation
 
-__all__ = ["AGENTS", "DEPLOYMENTS", "EXAMPLES", "GUARDRAILS", "RPCS", "TOOLS", "TOOLSETS"]
+__all__ = [
+    "AGENTS",
+    "DEPLOYMENTS",
+    "EXAMPLES",
+    "GUARDRAILS",
+    "RPCS",
+    "TOOLS",
+    "TOOLSETS",
+    "tool_kinds",
+]
 
 Agent = agent_pb2.Agent
 Tool = tool_pb2.Tool
@@ -56,16 +67,53 @@ def _derive_tool(tool: Tool, previous: Tool | None, stamp: timestamp_pb2.Timesta
     tool.display_name = str(getattr(getattr(tool, kind), "name", "")) if kind else ""
 
 
-def _resource(table: Table[Any], **policy: Any) -> standard.Resource[Any]:  # noqa: ANN401
+def _resource(
+    table: Table[Any],
+    journal: standard.Journal[Any] = changelogs.record,
+    **policy: Any,  # noqa: ANN401
+) -> standard.Resource[Any]:
     """The declaration of a resource of an app kept in ``table``, its changes in the app's
-    changelog."""
+    changelog (by ``journal``)."""
     return standard.Resource(
         message=table.message,
         parent=names.APP,
         store=standard.Store.of(table),
-        journal=changelogs.record,
+        journal=journal,
         **policy,
     )
+
+
+# Whether an app has tools, and whether it has toolsets (in Context.recent, trusted for its
+# second): an evaluation's tool and toolset names are checked only against a kind its app has
+# (docs/semantics.md, "Agents, tools and the app's other resources"), and most apps have
+# neither, so a create or update of an evaluation reads this instead of the two tables. A
+# create or delete of a tool or toolset in this process forgets it at once.
+_TOOL_KINDS = "app-tool-kinds"
+
+
+async def tool_kinds(context: Context, app: str) -> tuple[bool, bool]:
+    """Whether ``app`` has (tools, toolsets) (learnt within the last second)."""
+    key = (_TOOL_KINDS, app)
+    known = context.recent.get(key)
+    if isinstance(known, tuple):
+        return known[0], known[1]
+    first = ListQuery(parent=app, order=OrderBy(SortKey.NAME, descending=False), limit=1)
+    found = (
+        bool(await context.storage.list_rows(_TOOLS, first)),
+        bool(await context.storage.list_rows(_TOOLSETS, first)),
+    )
+    context.recent.put(key, found)
+    return found
+
+
+async def _journal_of_tools(
+    context: Context, action: str, before: Message | None, after: Message | None, caller: Caller
+) -> None:
+    """The changelog's entry; and what :func:`tool_kinds` knew of the app is forgotten."""
+    await changelogs.record(context, action, before, after, caller)
+    changed = after if after is not None else before
+    if changed is not None and action != "Update":
+        context.recent.drop((_TOOL_KINDS, names.app_of(getattr(changed, "name"))))  # noqa: B009
 
 
 def _table(name: str, message: type[Message], *filterable: str, unique: bool = True) -> Table[Any]:
@@ -172,8 +220,13 @@ _TRANSFER_ACTION = in_use.Referrer(
 _ROOT_AGENT = in_use.Referrer(
     app_pb2.App, "root_agent", lambda app: [app.root_agent], _drop_root_agent, app=True
 )
-TOOLS = _resource(_TOOLS, derive=_derive_tool, guard=in_use.guard(in_use.listed_in(Agent, "tools")))
-TOOLSETS = _resource(_TOOLSETS, guard=in_use.guard(_TOOLSETS_NAMED))
+TOOLS = _resource(
+    _TOOLS,
+    _journal_of_tools,
+    derive=_derive_tool,
+    guard=in_use.guard(in_use.listed_in(Agent, "tools")),
+)
+TOOLSETS = _resource(_TOOLSETS, _journal_of_tools, guard=in_use.guard(_TOOLSETS_NAMED))
 GUARDRAILS = _resource(
     _GUARDRAILS,
     verify=_verify_guardrail,

@@ -350,8 +350,9 @@ async def _admit(context: Context, scope: _Scope, request: Message) -> None:
 
 
 def forget(context: Context, app: str) -> None:
-    """Drop what the gate learnt of ``app`` (its lock changed, it was deleted or adopted)."""
-    context.recent.drop((_KNOWN, app))
+    """Drop what the core learnt of ``app`` (its lock changed, it was deleted, adopted or put
+    back): the gate's facts and every other one keyed by the app (Context.recent)."""
+    context.recent.forget(app)
 
 
 def gate(method: descriptor.MethodDescriptor, implementation: Rpc) -> Rpc:

@@ -19,7 +19,6 @@ from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import content_pb2, evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.offload import is_heavy, off_loop
-from ces_eval.storage.base import ListQuery, OrderBy, SortKey
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -73,6 +72,9 @@ async def _references(
     app = evaluation.name.rsplit("/evaluations/", 1)[0]
     path = f"evaluation.{inputs}.evaluation_expectations"
     found = await standard.references(context, EXPECTATIONS, listed, path, app)
+    kinds = await app_resources.tool_kinds(context, app)
+    if not any(kinds):
+        return found  # the app has neither tools nor toolsets: no name of them is checked
     by_kind: dict[int, list[tuple[str, str]]] = {}
     # The walk visits every message of the evaluation: off the event loop when it is large.
     walk = _tools_named(evaluation, "evaluation")
@@ -81,8 +83,7 @@ async def _references(
         by_kind.setdefault(kind, []).append((at, name))
     for kind, uses in by_kind.items():
         resource = _TOOL_KINDS[kind]
-        query = ListQuery(parent=app, order=OrderBy(SortKey.NAME, descending=False), limit=1)
-        if not await resource.store.list(context.storage, query):
+        if not kinds[kind]:
             continue  # the app has none of this kind: its names are not checked
         for at, name in uses:
             found += await standard.references(context, resource, [name], at, app, repeated=False)

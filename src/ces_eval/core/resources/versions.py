@@ -269,6 +269,7 @@ async def restore_app_version(
     async def work() -> agent_service_pb2.RestoreAppVersionResponse:
         # Nothing else is kept: no other resource can hold a display name it needs.
         before, settings, _ = await put_back(storage, app, version.snapshot)
+        apps.forget(context, app)
         await changelogs.record(context, "Restore", before, settings, caller)
         return agent_service_pb2.RestoreAppVersionResponse()
 
