@@ -70,6 +70,15 @@ class Apps(Harness):
         done.response.Unpack(app)
         return app
 
+    def create_lookup_tool(self) -> tool_pb2.Tool:
+        """The tool ``{APP}/tools/lookup``, a python function."""
+        request = agent_pb2.CreateToolRequest(
+            parent=APP,
+            tool_id="lookup",
+            tool=tool_pb2.Tool(python_function={"name": "lookup", "python_code": "pass"}),
+        )
+        return self.call("create_tool", request)  # type: ignore[no-any-return]
+
     def get_app(self, name: str = APP) -> app_pb2.App:
         return self.call("get_app", agent_pb2.GetAppRequest(name=name))  # type: ignore[no-any-return]
 
@@ -406,14 +415,7 @@ def _import(core: Apps, **fields: Any) -> agent_pb2.ImportAppResponse:
 
 def test_an_exported_app_imports_into_a_new_app_and_exports_the_same(core: Apps) -> None:
     core.create_app("a", display_name="Support", evaluation_metrics_thresholds=_thresholds(4))
-    tool = core.call(
-        "create_tool",
-        agent_pb2.CreateToolRequest(
-            parent=APP,
-            tool_id="lookup",
-            tool=tool_pb2.Tool(python_function={"name": "lookup", "python_code": "pass"}),
-        ),
-    )
+    tool = core.create_lookup_tool()
     core.call(
         "create_agent",
         agent_pb2.CreateAgentRequest(
@@ -522,14 +524,7 @@ def test_an_evaluations_tools_follow_the_apps_tools_once_it_has_any(core: Apps) 
         return core.call("create_evaluation", request)
 
     create(f"{APP}/tools/anything")  # an app without tools: any name
-    core.call(
-        "create_tool",
-        agent_pb2.CreateToolRequest(
-            parent=APP,
-            tool_id="lookup",
-            tool=tool_pb2.Tool(python_function={"name": "lookup", "python_code": "pass"}),
-        ),
-    )
+    core.create_lookup_tool()
     create(f"{APP}/tools/lookup")
     request = service_pb2.CreateEvaluationRequest(
         parent=APP, evaluation=golden(f"{APP}/tools/missing")
@@ -634,14 +629,7 @@ def test_changelogs_filter_as_list_changelogs_request_documents(core: Apps) -> N
             parent=APP, agent_id="my-agent", agent=agent_pb2_.Agent(display_name="Mine")
         ),
     )
-    core.call(
-        "create_tool",
-        agent_pb2.CreateToolRequest(
-            parent=APP,
-            tool_id="lookup",
-            tool=tool_pb2.Tool(python_function={"name": "lookup", "python_code": "pass"}),
-        ),
-    )
+    core.create_lookup_tool()
     core.call(
         "update_app",
         agent_pb2.UpdateAppRequest(
