@@ -4,7 +4,6 @@ it was, and writing back again completes it."""
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +20,7 @@ from ces_eval.storage.base import Storage
 from ces_eval.storage.postgresql import PostgresStorage
 from ces_eval.storage.sqlite import SqliteStorage
 from tests.contract.test_storage import ts
+from tests.contract.test_tables import run
 
 APP = "projects/p/locations/l/apps/a"
 AGENTS = tables.of_message(agent_pb2.Agent)
@@ -117,12 +117,4 @@ def test_a_write_back_refused_part_way_leaves_the_app_as_it_was(backend: Backend
         assert (before, after.display_name, warnings) == (changed, "Original", [])
         assert await state() == ("Original", True, True)
 
-    async def main() -> None:
-        storage = make_storage()
-        await storage.open()
-        try:
-            await body(storage)
-        finally:
-            await storage.close()
-
-    asyncio.run(main())
+    run(make_storage, body)
