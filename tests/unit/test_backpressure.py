@@ -210,16 +210,25 @@ def test_a_connection_always_reset_reads_as_a_closed_port(running: Agent) -> Non
     assert (pace.pushes, pace.answers) == (5, 0)
 
 
-def test_a_push_back_then_another_failure_says_both(running: Agent) -> None:
-    """A failure that is no push back ends the call at once, saying on which attempt."""
-    path = _push_back("mixed", status=429, times=2, then="/fail")
-    result, pace = _play(_endpoint(running, path))
+@pytest.mark.parametrize(
+    ("then", "said", "answers"),
+    [
+        ("/fail", "The agent answered HTTP 500: 'the agent broke'", 1),
+        ("/slow", "The agent did not answer within 0.3 seconds", 0),
+    ],
+)
+def test_a_push_back_then_another_failure_says_both(
+    running: Agent, then: str, said: str, answers: int
+) -> None:
+    """A failure that is no push back, a timeout included, ends the call at once, saying on
+    which attempt; a timeout is told to the pace as neither an answer nor a push back."""
+    path = _push_back(f"mixed{then.replace('/', '-')}", status=429, times=2, then=then)
+    result, pace = _play(_endpoint(running, path, timeout=0.3))
     assert running.count(path) == 3
     assert result.error_info.error_message == (
-        "The agent answered HTTP 500: 'the agent broke' (on attempt 3 of 5; the earlier ones "
-        "answered HTTP 429 twice)."
+        f"{said} (on attempt 3 of 5; the earlier ones answered HTTP 429 twice)."
     )
-    assert (pace.pushes, pace.answers) == (2, 1)
+    assert (pace.pushes, pace.answers) == (2, answers)
 
 
 @pytest.mark.parametrize(
