@@ -21,7 +21,14 @@ from ces_eval.contract.limits import MAX_REPEATED, MAX_RESOURCE_BYTES
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2
 from ces_eval.testing import Emulator
 from ces_eval.testing.server import RunningServer, start_server
-from tests.support.agent import Agent, refusal, rest_call, run_evaluations, violation_fields
+from tests.support.agent import (
+    Agent,
+    finished_run,
+    refusal,
+    rest_call,
+    start_run,
+    violation_fields,
+)
 from tests.support.stall import probing
 
 PROJECT = "projects/attack-project/locations/us-central1/apps"
@@ -79,18 +86,36 @@ def _attacked(
 ) -> tuple[Any, Any]:
     """Run ``evaluation`` once while probing the server's health: the run and its result,
     after the checks every attack shares (see the module)."""
+    [(run, result)] = _attacked_at_once(server, [(app, evaluation)], **request)
+    return run, result
+
+
+def _attacked_at_once(
+    server: RunningServer, plays: list[tuple[str, str]], **request: object
+) -> list[tuple[Any, Any]]:
+    """Run each ``(app, evaluation)`` of ``plays`` once, the runs at the same time, while
+    probing the server's health: each run and its result, after the checks every attack
+    shares (see the module)."""
     with probing(server) as probes:
-        run, results = run_evaluations(server, app, [evaluation], runCount=1, **request)
-    shown = [
-        (r["executionState"], r.get("errorInfo", {}).get("errorMessage", "")[:300]) for r in results
-    ]
-    print(f"\n{app}: {probes.line()}; run {run['state']} {run.get('errorInfo')}; results {shown}")
-    print(f"stored {_stored_bytes(server)}; traceback {'Traceback' in server.output()}")
+        operations = [
+            start_run(server, app, [evaluation], runCount=1, **request) for app, evaluation in plays
+        ]
+        played = [finished_run(server, operation) for operation in operations]
+    print(f"\n{probes.line()}")
     assert probes.slow() == []
-    assert run["state"] == "COMPLETED", run
-    [result] = results
-    assert result["executionState"] == "ERROR", str(result)[:2000]
-    assert len(result["errorInfo"]["errorMessage"]) <= EXCERPT
+    found = []
+    for (app, _), (run, results) in zip(plays, played, strict=True):
+        shown = [
+            (r["executionState"], r.get("errorInfo", {}).get("errorMessage", "")[:300])
+            for r in results
+        ]
+        print(f"{app}: run {run['state']} {run.get('errorInfo')}; results {shown}")
+        assert run["state"] == "COMPLETED", run
+        [result] = results
+        assert result["executionState"] == "ERROR", str(result)[:2000]
+        assert len(result["errorInfo"]["errorMessage"]) <= EXCERPT
+        found.append((run, result))
+    print(f"stored {_stored_bytes(server)}; traceback {'Traceback' in server.output()}")
     stored = _stored_bytes(server)
     assert stored["evaluation_results"] <= MAX_RESOURCE_BYTES
     assert stored["conversations"] <= MAX_RESOURCE_BYTES
@@ -98,7 +123,7 @@ def _attacked(
     assert "Traceback" not in output
     assert SECRET not in output
     assert _holding(server, SECRET) == []
-    return run, result
+    return found
 
 
 def test_a_long_answer_against_a_long_golden_stalls_nothing(
@@ -308,18 +333,26 @@ def _free_port() -> int:
 
 def test_refusals_and_connection_failures_read_alike(server: RunningServer, agent: Agent) -> None:
     """The server's own port (stored before it was refused), a closed port and an open port
-    that speaks no HTTP end their results with one text: no port scan through the errors."""
-    messages = {}
+    that speaks no HTTP end their results with one text, each tried as often
+    (docs/agents.md, "Back-pressure"): no port scan through the errors. The three runs play
+    at once, as each waits out its back-offs."""
     _, http_port = _own_ports(server)
     with _closing_port() as open_port:
-        for label, port in (("own", http_port), ("closed", _free_port()), ("open", open_port)):
+        ports = {"own": http_port, "closed": _free_port(), "open": open_port}
+        plays = []
+        for label, port in ports.items():
             app = f"{PROJECT}/scan-{label}"
             evaluation = _evaluation(server, app, [[{"userInput": {"text": "Hi"}}]])
             _set_agent(server, app, agent.url + "/agent")
             _stored_endpoint(server, app, uri=f"http://localhost:{port}/v1beta/projects/-:reset")
-            _, result = _attacked(server, app, evaluation)
-            messages[label] = result["errorInfo"]["errorMessage"].replace(str(port), "PORT")
+            plays.append((app, evaluation))
+        attacked = _attacked_at_once(server, plays)
+    messages = {
+        label: result["errorInfo"]["errorMessage"].replace(str(port), "PORT")
+        for (label, port), (_, result) in zip(ports.items(), attacked, strict=True)
+    }
     assert messages["own"] == messages["closed"] == messages["open"], messages
+    assert "(5 attempts in all)" in messages["own"]
 
 
 def test_stored_hostile_endpoints_end_their_result_error(

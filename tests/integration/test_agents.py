@@ -132,6 +132,42 @@ def test_every_failure_of_the_agent_ends_its_result_error(
     assert reason in result["errorInfo"]["errorMessage"]
 
 
+@pytest.mark.parametrize(
+    ("label", "query", "calls", "reason"),
+    [
+        ("pushed-429", "status=429&times=1&retry-after=0", 2, None),
+        ("pushed-reset", "status=reset&times=1", 2, None),
+        (
+            "pushed-503",
+            "status=503&retry-after=0",
+            5,
+            "The agent answered HTTP 503 5 times (5 attempts in all); last: HTTP 503: 'busy",
+        ),
+    ],
+    ids=["429-then-200", "reset-then-200", "always-503"],
+)
+def test_a_pushed_back_call_is_tried_again(
+    server: RunningServer, agent: Agent, label: str, query: str, calls: int, reason: str | None
+) -> None:
+    """docs/agents.md, "Back-pressure": a 429 or a reset connection, then an answer, completes;
+    a call always answered 503 is made 5 times in all and ends its result ERROR saying so.
+    (Retry-After 0, or one reset: the server's back-offs wait at most half a second here.)"""
+    app = f"{PROJECT}/{label}"
+    path = f"/push-back?key={label}&{query}"
+    evaluation = _golden(server, app)
+    Emulator(server.http_base).set_agent(app, agent.url + path)
+    run, result = _played(server, app, evaluation)
+    assert run["state"] == "COMPLETED"
+    assert agent.count(path) == calls
+    if reason is None:
+        assert result["executionState"] == "COMPLETED", result
+        assert result["evaluationStatus"] == "PASS"
+    else:
+        assert result["executionState"] == "ERROR"
+        assert result["errorInfo"]["errorType"] == "RUNTIME_FAILURE"
+        assert result["errorInfo"]["errorMessage"].startswith(reason)
+
+
 def test_a_scenario_needs_a_simulator(server: RunningServer, agent: Agent) -> None:
     app = f"{PROJECT}/scenarios"
     Emulator(server.http_base).set_agent(app, agent.url + "/agent")

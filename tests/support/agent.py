@@ -16,6 +16,13 @@ after :attr:`Agent.slow` seconds; ``/fail`` HTTP 500; ``/huge`` 2 MB of
 JSON; ``/malformed`` text that is not JSON; ``/shape`` JSON that is no RunSessionResponse;
 ``/redirect`` a 302 to ``/agent``.
 
+Back-pressure (docs/agents.md, "Back-pressure"): ``/push-back?status=S&times=N&retry-after=R
+&then=P`` pushes back the first N calls made to that very URL (every one when ``times`` is
+absent) and answers the next ones as path P does (``/agent`` when absent): with HTTP S (503
+when absent; ``Retry-After: R`` when given) or, for ``status=reset``, by resetting the
+connection without an answer. Each URL counts its own calls (:attr:`Agent.calls`): give each
+test its own, with a ``key`` parameter say.
+
 Hostile paths (tests/integration/test_agent_attacks.py), each answering bytes built once, so
 that the agent's own work (in the test process) stays cheap: ``/long`` one text of 4.1 MB;
 ``/huge-text`` one of 60 MB (under the largest answer limit, 64 MiB);
@@ -29,11 +36,15 @@ once across the 200th character).
 
 from __future__ import annotations
 
+import collections
 import json
 import re
+import socket
+import struct
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -61,6 +72,13 @@ class Agent:
     url: str
     requests: list[dict[str, Any]] = field(default_factory=list)
     slow: float = 3.0
+    calls: collections.Counter[str] = field(default_factory=collections.Counter)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def count(self, path: str) -> int:
+        """How many calls ``path`` (with its query) was sent."""
+        with self.lock:
+            return self.calls[path]
 
 
 def _outputs(session: str, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -187,6 +205,33 @@ def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
+        def _pushed_back(self) -> str | None:
+            """A ``/push-back`` call (see the module): None once pushed back, else the path
+            it is answered as."""
+            query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+            with agent.lock:
+                agent.calls[self.path] += 1
+                count = agent.calls[self.path]
+            if "times" in query and count > int(query["times"][0]):
+                return query.get("then", ["/agent"])[0]
+            status = query.get("status", ["503"])[0]
+            if status == "reset":  # closed at once, unanswered: a TCP reset (no linger)
+                self.connection.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                )
+                self.connection.close()
+                self.close_connection = True
+                return None
+            body = b"busy, come back later"
+            self.send_response(int(status))
+            if "retry-after" in query:
+                self.send_header("Retry-After", query["retry-after"][0])
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return None
+
         def do_POST(self) -> None:
             size = int(self.headers.get("Content-Length", "0"))
             request = json.loads(self.rfile.read(size) or b"{}")
@@ -202,34 +247,40 @@ def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
                     "conversation": request.get("conversation", []),
                 }
             )
-            if self.path == "/agent":
+            path = self.path
+            if path.startswith("/push-back"):
+                then = self._pushed_back()
+                if then is None:
+                    return
+                path = then
+            if path == "/agent":
                 outputs = _outputs(config.get("session", ""), request.get("inputs", []))
                 body = json.dumps({"outputs": outputs})
                 self._send(200, body.encode())
-            elif self.path == "/judge":
+            elif path == "/judge":
                 self._send(200, json.dumps(_judged(request)).encode())
-            elif self.path == "/judge-wrong":
+            elif path == "/judge-wrong":
                 self._send(200, b'{"semanticSimilarity": 9}')
-            elif self.path == "/simulator":
+            elif path == "/simulator":
                 self._send(200, json.dumps(_simulated(request)).encode())
-            elif self.path == "/slow":
+            elif path == "/slow":
                 time.sleep(agent.slow)
                 self._send(200, b'{"outputs": []}')
-            elif self.path == "/fail":
+            elif path == "/fail":
                 self._send(500, b"the agent broke", "text/plain")
-            elif self.path == "/huge":
+            elif path == "/huge":
                 self._send(200, json.dumps({"outputs": [{"text": "x" * 2_000_000}]}).encode())
-            elif self.path == "/malformed":
+            elif path == "/malformed":
                 self._send(200, b"this is not JSON {", "text/plain")
-            elif self.path == "/shape":
+            elif path == "/shape":
                 self._send(200, b'{"outputs": "not a list of outputs"}')
-            elif self.path in _HOSTILE or self.path == "/deep":
-                self._send(200, _hostile(self.path))
-            elif self.path == "/echo":
+            elif path in _HOSTILE or path == "/deep":
+                self._send(200, _hostile(path))
+            elif path == "/echo":
                 secret = self.headers.get("Authorization", "")
                 echoed = f"authorization={secret}; " + "x" * (190 - 16 - len(secret)) + secret
                 self._send(500, echoed.encode(), "text/plain")
-            elif self.path == "/redirect":
+            elif path == "/redirect":
                 self.send_response(302)
                 self.send_header("Location", "/agent")
                 self.send_header("Content-Length", "0")
@@ -277,8 +328,17 @@ def run_evaluations(
 ) -> tuple[Any, list[Any]]:
     """RunEvaluation of ``evaluations`` (with ``request``'s other fields) to its end: the run
     and its results."""
+    return finished_run(server, start_run(server, app, evaluations, **request))
+
+
+def start_run(server: RunningServer, app: str, evaluations: list[str], **request: object) -> Any:
+    """RunEvaluation of ``evaluations`` (with ``request``'s other fields): its operation."""
     body = {"app": app, "evaluations": evaluations, **request}
-    operation = rest_call(server, "POST", f"/v1beta/{app}:runEvaluation", body)
+    return rest_call(server, "POST", f"/v1beta/{app}:runEvaluation", body)
+
+
+def finished_run(server: RunningServer, operation: Any) -> tuple[Any, list[Any]]:
+    """The run of RunEvaluation's ``operation`` once ended, and its results."""
     done = Emulator(server.http_base).wait(operation, timeout=300)
     run = rest_call(server, "GET", f"/v1beta/{done['metadata']['evaluationRun']}")
     return run, [

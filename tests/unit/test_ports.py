@@ -29,6 +29,7 @@ from ces_eval.core.aip.ports import (
     PathRefused,
 )
 from ces_eval.core.engine import agents, outcomes
+from ces_eval.core.engine.backoff import BACKOFF, Backoff
 from ces_eval.core.io.agent_http import HttpxAgents
 from ces_eval.core.io.objects import ExportFolder
 from ces_eval.core.resources.agent_endpoints import Endpoint
@@ -186,6 +187,9 @@ class ScriptedAgent:
         pass
 
 
+_QUICK = Backoff(base=BACKOFF.base / 1000, cap=BACKOFF.cap / 1000)
+
+
 def _play(http: AgentHttp, server_ports: tuple[int, ...] = ()) -> outcomes.Played:
     given = golden_play("Where is my refund?")
     endpoint = Endpoint(
@@ -199,7 +203,8 @@ def _play(http: AgentHttp, server_ports: tuple[int, ...] = ()) -> outcomes.Playe
     )
 
     async def play() -> outcomes.Played:
-        agent = agents.Agent(endpoint, ("agent.example",), http)
+        # Back-offs a thousand times shorter than the server's: a push back is tried again.
+        agent = agents.Agent(endpoint, ("agent.example",), http, backoff=_QUICK)
         try:
             return await agent.play(given, 0)
         finally:
@@ -231,6 +236,8 @@ def test_the_ports_errors_are_the_results_errors() -> None:
     def unreachable(uri: str, request: dict[str, object]) -> bytes:
         raise AgentUnreachable
 
-    played = _play(ScriptedAgent(unreachable))
+    http = ScriptedAgent(unreachable)
+    played = _play(http)
     assert played.result.execution_state == evaluation_pb2.EvaluationResult.ERROR
     assert "could not be reached (no HTTP answer)" in played.result.error_info.error_message
+    assert len(http.posted) == BACKOFF.attempts  # no HTTP answer is a push back

@@ -29,7 +29,11 @@ what it answers is recorded and scored (:mod:`ces_eval.core.engine.agent_scoring
 Any failure of a call (a refused host, no answer within the timeout, an HTTP error or redirect,
 an answer too large, not JSON, nested too deeply, not the expected shape) ends that result ERROR
 with the reason; the run goes on. So does any unexpected failure while one result is played
-(the last resort in :meth:`Agent.play`: logged by its kind and place, never its text).
+(the last resort in :meth:`Agent.play`: logged by its kind and place, never its text). A call
+pushed back (HTTP 429 or 503, or no HTTP answer) is first made again, a bounded number of
+times, after back-offs waited out through the run's :class:`~ces_eval.core.engine.pace.Pace`
+(:mod:`ces_eval.core.engine.backoff`; docs/agents.md, "Back-pressure"); what still fails says
+how often it was tried and how it was pushed back.
 
 Bounds (docs/agents.md, "Bounds"): what a result and its conversation record is spent from a
 :class:`~ces_eval.core.engine.agent_scoring.Budget` as it is recorded, so that neither is ever built
@@ -52,6 +56,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import collections
 import functools
 import json
 import json.scanner
@@ -69,6 +74,8 @@ from ces_eval.contract import limits
 from ces_eval.core.aip import names
 from ces_eval.core.aip.ports import AgentUnreachable, AgentUnreadable
 from ces_eval.core.engine import agent_scoring, outcomes
+from ces_eval.core.engine.backoff import BACKOFF, PUSH_BACK_STATUSES, Backoff
+from ces_eval.core.engine.pace import UNPACED
 from ces_eval.core.resources.agent_endpoints import header_refusal, host_refusal, reaches_server
 from ces_eval.generated.google.cloud.ces.v1beta import (
     common_pb2,
@@ -87,6 +94,7 @@ if TYPE_CHECKING:
     from google.protobuf.message import Message
 
     from ces_eval.core.aip.ports import AgentHttp, HttpAnswer
+    from ces_eval.core.engine.pace import Pace
     from ces_eval.core.resources.agent_endpoints import Endpoint
 
 __all__ = ["MESSAGE_CHARS", "SHOWN_CHARS", "WELCOME_EVENT", "Agent", "AgentFailure"]
@@ -164,10 +172,22 @@ class Agent:
     """An app's agent for one run: one HTTP session of the context's
     (:class:`~ces_eval.core.aip.ports.AgentHttp`, which connects to no address of the server's
     own ports: :func:`~ces_eval.core.resources.agent_endpoints.reaches_server`) and the
-    endpoint's headers, timeout and answer size limit."""
+    endpoint's headers, timeout and answer size limit. Each call's answer and push back is
+    told to the run's ``pace``, through which it waits out its back-offs, as ``backoff``
+    says (:mod:`ces_eval.core.engine.backoff`; the server's :data:`BACKOFF` unless a test
+    gives another)."""
 
-    def __init__(self, endpoint: Endpoint, allowed: Sequence[str], http: AgentHttp) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        allowed: Sequence[str],
+        http: AgentHttp,
+        pace: Pace = UNPACED,
+        backoff: Backoff = BACKOFF,
+    ) -> None:
         self._endpoint = endpoint
+        self._pace = pace
+        self._backoff = backoff
         self._allowed = tuple(allowed)
         own_ports = endpoint.server_ports
         self._session = http.session(
@@ -686,13 +706,36 @@ class Agent:
     async def _call(
         self, uri: str, document: Callable[[], object], who: str, *, heavy: bool
     ) -> _Body:
-        """POST ``document()`` as JSON to ``uri`` (encoded off the loop when ``heavy``); the
-        body answered (see :meth:`_read`)."""
-        endpoint = self._endpoint
+        """POST ``document()`` as JSON to ``uri`` (encoded once, off the loop when ``heavy``);
+        the body answered (see :meth:`_read`). A call pushed back is made again, the same
+        bytes, as the agent's :class:`~ces_eval.core.engine.backoff.Backoff` says, each
+        back-off waited out in the run's pace (docs/agents.md, "Back-pressure"); what still
+        fails says how often it was tried."""
         refusal = host_refusal(uri, self._allowed)
         if refusal is not None:
             raise AgentFailure(f"{who} at {self._shown(uri)!r} was not called: {refusal}")
         body = await off_loop(heavy, _encoded, document)
+        backoff = self._backoff
+        pushes: list[_PushedBack] = []
+        while True:
+            try:
+                return await self._attempt(uri, body, who)
+            except _PushedBack as pushed:
+                pushes.append(pushed)
+            except AgentFailure as failure:
+                if not pushes:
+                    raise
+                raise AgentFailure(f"{str(failure).rstrip('.')} {self._after(pushes)}") from None
+            if len(pushes) >= backoff.attempts:
+                raise AgentFailure(self._exhausted(uri, who, pushes))
+            # Cancellable: a run cancelled meanwhile ends here (docs/agents.md).
+            await self._pace.pause(backoff.delay(len(pushes), pushes[-1].retry_after))
+
+    async def _attempt(self, uri: str, body: bytes, who: str) -> _Body:
+        """One POST of ``body`` to ``uri``, told to the run's pace (an answer, or a push
+        back): the body answered; :class:`_PushedBack` when pushed back, AgentFailure for
+        every other failure."""
+        endpoint = self._endpoint
         # Compressed answers are not read (a small one can inflate past any bound in one step).
         headers = {
             **endpoint.headers,
@@ -704,22 +747,48 @@ class Agent:
                 asyncio.timeout(endpoint.timeout),
                 self._session.post(uri, body, headers) as answer,
             ):
+                if answer.status not in PUSH_BACK_STATUSES:
+                    self._pace.answered()
                 return await self._read(answer, endpoint.max_response_bytes, who)
         except TimeoutError:
+            # Not tried again: it waited its timeout already (ces_eval.core.engine.backoff).
             raise AgentFailure(
                 f"{who} did not answer within {endpoint.timeout:g} seconds."
             ) from None
+        except _PushedBack:
+            self._pace.pushed_back()
+            raise
         except AgentUnreachable:
-            # One text for a refused address, a closed port and an open one that spoke no HTTP.
-            raise AgentFailure(
-                f"{who} at {self._shown(uri)!r} could not be reached (no HTTP answer)."
-            ) from None
+            # One kind for a refused address, a closed port, a reset and an open port that
+            # spoke no HTTP: tried alike, said alike (docs/agents.md, "Safety").
+            self._pace.pushed_back()
+            raise _PushedBack(None) from None
         except AgentUnreadable:
             raise AgentFailure(f"{who} answered something that could not be read.") from None
 
+    def _exhausted(self, uri: str, who: str, pushes: Sequence[_PushedBack]) -> str:
+        """Why a call pushed back on every attempt failed: how often each way, and the last
+        answer's excerpt."""
+        last = pushes[-1]
+        at = f" at {self._shown(uri)!r}" if any(p.status is None for p in pushes) else ""
+        kinds = _kinds(pushes)
+        if last.status is not None:
+            tail = f"; last: HTTP {last.status}: {last.excerpt!r}"
+        else:
+            tail = "; last: no HTTP answer." if len(kinds) > 1 else "."
+        return f"{who}{at} {', '.join(kinds)} ({len(pushes)} attempts in all){tail}"
+
+    def _after(self, pushes: Sequence[_PushedBack]) -> str:
+        """What a failure after push backs adds: which attempt failed, and how the earlier
+        ones were pushed back."""
+        attempt = len(pushes) + 1
+        told = ", ".join(_kinds(pushes))
+        return f"(on attempt {attempt} of {self._backoff.attempts}; the earlier ones {told})."
+
     async def _read(self, response: HttpAnswer, limit: int, who: str) -> _Body:
-        """The body of a 2xx answer of at most ``limit`` bytes; AgentFailure for anything else
-        (an error's body quoted at most :data:`SHOWN_CHARS` long, scrubbed)."""
+        """The body of a 2xx answer of at most ``limit`` bytes; :class:`_PushedBack` for a
+        push back (HTTP 429 or 503, compressed or not), AgentFailure for anything else (an
+        error's body quoted at most :data:`SHOWN_CHARS` long, scrubbed)."""
         status = response.status
         if 300 <= status < 400:
             location = self._shown(response.header("location"))
@@ -728,7 +797,7 @@ class Agent:
                 "followed."
             )
         encoding = response.header("content-encoding").strip().lower()
-        if encoding not in ("", "identity"):
+        if encoding not in ("", "identity") and status not in PUSH_BACK_STATUSES:
             raise AgentFailure(
                 f"{who} answered a compressed body ({self._shown(encoding)!r}); only "
                 "uncompressed ones are read."
@@ -745,6 +814,8 @@ class Agent:
         if status >= 300:
             data = b"".join(parts)[: self._window]
             shown = self._shown(data.decode("utf-8", "replace").strip())
+            if status in PUSH_BACK_STATUSES:
+                raise _PushedBack(status, shown, response.header("retry-after"))
             raise AgentFailure(f"{who} answered HTTP {status}: {shown!r}")
         return _Body(parts, size)
 
@@ -785,6 +856,36 @@ class Agent:
             raise AgentFailure(
                 f"{who}'s answer is not a {what}: {self._shown(str(error))}"
             ) from None
+
+
+class _PushedBack(Exception):
+    """An attempt that was pushed back (:mod:`ces_eval.core.engine.backoff`): the status
+    answered and the excerpt of its body (as :meth:`Agent._shown` cut it) and its
+    ``Retry-After`` ("" when absent); status None when no HTTP answer came."""
+
+    def __init__(self, status: int | None, excerpt: str = "", retry_after: str = "") -> None:
+        super().__init__(status)
+        self.status = status
+        self.excerpt = excerpt
+        self.retry_after = retry_after
+
+    @property
+    def kind(self) -> str:
+        """How it was pushed back, as a message says it."""
+        if self.status is None:
+            return "could not be reached (no HTTP answer)"
+        return f"answered HTTP {self.status}"
+
+
+def _kinds(pushes: Iterable[_PushedBack]) -> list[str]:
+    """Each way of ``pushes`` and how often, in the order they came ("answered HTTP 503
+    twice")."""
+    counted = collections.Counter(pushed.kind for pushed in pushes)
+    return [f"{kind} {_times(count)}" for kind, count in counted.items()]
+
+
+def _times(count: int) -> str:
+    return {1: "once", 2: "twice"}.get(count, f"{count} times")
 
 
 @dataclass(frozen=True)
