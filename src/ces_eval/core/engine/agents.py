@@ -68,7 +68,7 @@ from google.protobuf import json_format
 from ces_eval.contract import limits
 from ces_eval.core.aip import names
 from ces_eval.core.aip.ports import AgentUnreachable, AgentUnreadable
-from ces_eval.core.engine import agent_scoring, outcomes
+from ces_eval.core.engine import agent_scoring, outcomes, recording
 from ces_eval.core.resources.agent_endpoints import header_refusal, host_refusal, reaches_server
 from ces_eval.generated.google.cloud.ces.v1beta import (
     common_pb2,
@@ -164,10 +164,18 @@ class Agent:
     """An app's agent for one run: one HTTP session of the context's
     (:class:`~ces_eval.core.aip.ports.AgentHttp`, which connects to no address of the server's
     own ports: :func:`~ces_eval.core.resources.agent_endpoints.reaches_server`) and the
-    endpoint's headers, timeout and answer size limit."""
+    endpoint's headers, timeout and answer size limit; with a ``recorder``, its calls are
+    recorded or replayed (:mod:`ces_eval.core.engine.recording`)."""
 
-    def __init__(self, endpoint: Endpoint, allowed: Sequence[str], http: AgentHttp) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        allowed: Sequence[str],
+        http: AgentHttp,
+        recorder: recording.Recorder | None = None,
+    ) -> None:
         self._endpoint = endpoint
+        self._recorder = recorder
         self._allowed = tuple(allowed)
         own_ports = endpoint.server_ports
         self._session = http.session(
@@ -232,6 +240,7 @@ class Agent:
         """Play ``given`` against the agent: its result (judged, named, timed) and the
         conversation it recorded; ERROR with the reason when a call failed, what was recorded
         would pass its bound, or anything else went wrong playing it."""
+        recording.begin(given.evaluation.name, given.repetition)
         result = _Result(name=given.result_name)
         result.create_time.CopyFrom(given.started)
         conversation = _Conversation(
@@ -623,7 +632,7 @@ class Agent:
         heavy = is_heavy(config)
         for _ in range(_TOOL_ROUNDS + 1):
             request = session_service_pb2.RunSessionRequest(config=config, inputs=given)
-            body = await self._call(
+            body = await self._answered(
                 self._endpoint.uri, functools.partial(_dict, request), "The agent", heavy=heavy
             )
             heavy = is_heavy() or body.size > limits.LOOP_BYTES
@@ -678,10 +687,29 @@ class Agent:
         self, uri: str, document: Callable[[], object], who: str, *, heavy: bool
     ) -> dict[str, Any]:
         """POST ``document()`` as JSON to ``uri``; the JSON object answered."""
-        body = await self._call(uri, document, who, heavy=heavy)
+        body = await self._answered(uri, document, who, heavy=heavy)
         return await off_loop(
             heavy or is_heavy() or body.size > limits.LOOP_BYTES, self._loaded, body, who
         )
+
+    async def _answered(
+        self, uri: str, document: Callable[[], object], who: str, *, heavy: bool
+    ) -> _Body:
+        """:meth:`_call`, or its recording: recorded, or replayed without calling, as the
+        endpoint's recording mode says (:mod:`ces_eval.core.engine.recording`)."""
+        recorder = self._recorder
+        if recorder is None:
+            return await self._call(uri, document, who, heavy=heavy)
+
+        async def call(built: Callable[[], object]) -> bytes:
+            body = await self._call(uri, built, who, heavy=heavy)
+            return await off_loop(body.size > limits.LOOP_BYTES, b"".join, body.parts)
+
+        try:
+            answer = await recorder.answer(who, document, call, heavy=heavy)
+        except recording.Unrecorded as unrecorded:
+            raise AgentFailure(str(unrecorded)) from None
+        return _Body([answer], len(answer))
 
     async def _call(
         self, uri: str, document: Callable[[], object], who: str, *, heavy: bool
