@@ -103,8 +103,11 @@ def _create(core: Harness, document: dict[str, Any], app: str, evaluation_id: st
     return str(core.call("create_evaluation", request).name)
 
 
-def _endpoint(core: Harness, url: str, mode: int, app: str = APP, path: str = "/agent") -> None:
+def _endpoint(
+    core: Harness, url: str, mode: int, app: str = APP, path: str = "/agent", **fields: Any
+) -> None:
     endpoint = E.AgentEndpoint(
+        **fields,
         name=f"{app}/agentEndpoint",
         uri=url + path,
         judge_uri=url + "/judge",
@@ -245,6 +248,19 @@ def test_a_replay_without_a_recording_ends_that_result_error(core: Harness) -> N
     assert "The agent was not called" in message
     assert f"call 0 (0 is the first) of repetition 1 of {paris}" in message
     assert f"{APP}/agentRecordings/r" in message
+
+
+def test_a_replayed_answer_is_held_to_the_answer_size_limit(core: Harness) -> None:
+    with running_agent() as agent:
+        paris = _weather(core, "Paris", 21)
+        _endpoint(core, agent.url, Mode.RECORD)
+        _run(core, [paris], runs=1)
+    _endpoint(core, agent.url, Mode.REPLAY, max_response_bytes=20)
+    [result] = _run(core, [paris], runs=1)
+    assert result.execution_state == result.ERROR
+    assert "The agent answered more than 20 bytes (its recorded answer" in (
+        result.error_info.error_message
+    )
 
 
 def test_replay_or_record_calls_only_for_what_is_missing(core: Harness) -> None:

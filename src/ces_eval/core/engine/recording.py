@@ -95,23 +95,18 @@ def _forms(values: Mapping[str, str]) -> tuple[bytes, ...]:
 
 
 class Recorder:
-    """The recordings of one run of ``app`` in ``mode`` (not UNSPECIFIED): looked up,
-    written in batches; ``headers``: the endpoint's, whose values are never recorded."""
+    """The recordings of one ``run`` played against ``endpoint``, in its recording mode (not
+    UNSPECIFIED): looked up, written in batches. Its headers' values are never recorded, and
+    a replayed answer is held to its max_response_bytes as a call's is."""
 
-    def __init__(
-        self,
-        context: Context,
-        app: str,
-        run: str,
-        mode: _Mode.ValueType,
-        headers: Mapping[str, str],
-    ) -> None:
+    def __init__(self, context: Context, run: str, endpoint: Endpoint) -> None:
         self._storage = context.storage
         self._context = context
-        self._app = app
+        self._app = run.rsplit("/evaluationRuns/", 1)[0]
         self._run = run
-        self._mode = mode
-        self._secrets = _forms(headers)
+        self._mode = endpoint.recording_mode
+        self._secrets = _forms(endpoint.headers)
+        self._limit = endpoint.max_response_bytes
         self._pending: list[_Recording] = []
         self._pending_bytes = 0
         self._held: int | None = None  # the app's recordings, once counted
@@ -146,6 +141,11 @@ class Recorder:
         if self._mode in (_Mode.REPLAY, _Mode.REPLAY_OR_RECORD):
             stored = await self._storage.get_row(agent_recordings.TABLE, name)
             if stored is not None:
+                if len(stored.answer) > self._limit:  # as the call would be refused now
+                    raise Unrecorded(
+                        f"{who} answered more than {self._limit} bytes (its recorded answer; "
+                        "the endpoint's max_response_bytes)."
+                    )
                 return stored.answer
             if self._mode == _Mode.REPLAY:
                 raise Unrecorded(
@@ -218,5 +218,4 @@ def of_run(context: Context, run: str, endpoint: Endpoint) -> Recorder | None:
     """The recorder of ``run`` played against ``endpoint`` (None: its mode records nothing)."""
     if endpoint.recording_mode == _Mode.RECORDING_MODE_UNSPECIFIED:
         return None
-    app = run.rsplit("/evaluationRuns/", 1)[0]
-    return Recorder(context, app, run, endpoint.recording_mode, endpoint.headers)
+    return Recorder(context, run, endpoint)
