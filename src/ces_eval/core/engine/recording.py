@@ -110,6 +110,9 @@ class Recorder:
         self._pending: list[_Recording] = []
         self._pending_bytes = 0
         self._held: int | None = None  # the app's recordings, once counted
+        # Whether what it records is likely new: a miss of REPLAY_OR_RECORD is, and so is
+        # everything of an app that held no recordings when the run began to record.
+        self._fresh = self._mode == _Mode.REPLAY_OR_RECORD
 
     @property
     def mode(self) -> _Mode.ValueType:
@@ -192,6 +195,7 @@ class Recorder:
         """Keep ``recording`` to write with its batch, within the app's bound."""
         if self._held is None:
             self._held = await agent_recordings.count(self._context, self._app)
+            self._fresh = self._fresh or self._held == 0
         if self._held + len(self._pending) >= limits.MAX_APP_RECORDINGS:
             raise Unrecorded(
                 f"The app holds {limits.MAX_APP_RECORDINGS} recordings, as many as it may; "
@@ -205,7 +209,7 @@ class Recorder:
     async def flush(self) -> None:
         """Write the recordings kept so far (one transaction)."""
         batch, self._pending, self._pending_bytes = self._pending, [], 0
-        added = await agent_recordings.store(self._storage, batch)
+        added = await agent_recordings.store(self._storage, batch, fresh=self._fresh)
         if self._held is not None:
             self._held += added
 

@@ -138,19 +138,22 @@ async def count(context: Context, app: str) -> int:
     return (await context.storage.count_rows(TABLE, [app]))[app]
 
 
-async def store(storage: Storage, recordings: Sequence[AgentRecording]) -> int:
+async def store(
+    storage: Storage, recordings: Sequence[AgentRecording], *, fresh: bool = True
+) -> int:
     """Store ``recordings`` in one transaction, each replacing a stored recording of its
-    exchange; how many were new. Inserted at once when none is stored yet (a run's usual
-    batch), else each one's current etag is read first (and read again when another writer
-    changed it meanwhile)."""
+    exchange; how many were new. When they are likely ``fresh`` (none stored yet), inserted
+    at once; else (or when one was stored after all) each one's current etag is read first,
+    and read again when another writer changed it meanwhile."""
     if not recordings:
         return 0
-    try:
-        await storage.write_rows([Insert(TABLE, recording) for recording in recordings])
-    except Conflict:
-        pass
-    else:
-        return len(recordings)
+    if fresh:
+        try:
+            await storage.write_rows([Insert(TABLE, recording) for recording in recordings])
+        except Conflict:
+            pass
+        else:
+            return len(recordings)
     for attempt in range(ATTEMPTS):
         changes: list[Change] = []
         new = 0
