@@ -1,7 +1,8 @@
 """Record and replay through the real server (docs/agents.md, "Record and replay"): a run
 recorded against the shared test agent (tests/support/agent.py), then replayed with the agent
 stopped, gives results equal to the recorded run's, names and times aside; the recordings go
-to a file under the export folder and come back from it after a project reset."""
+to a file under the export folder and come back from it after a project reset. On SQLite and
+PostgreSQL."""
 
 from __future__ import annotations
 
@@ -25,9 +26,11 @@ TOKEN = "Bearer rec-s3cret-5d1e"  # noqa: S105 - made up
 _ASIDE = frozenset({"name", "createTime", "displayName", "evaluationRun", "turnLatency"})
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    running = start_server(tmp_path_factory.mktemp("recordings") / "db.sqlite")
+@pytest.fixture(params=["sqlite", "postgresql"])
+def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunningServer]:
+    """The real server on either backend (the recordings' generic table on both)."""
+    url = request.getfixturevalue("postgres_url") if request.param == "postgresql" else None
+    running = start_server(tmp_path / "db.sqlite", database_url=url)
     yield running
     running.stop()
 
@@ -76,9 +79,7 @@ def _compared(results: list[Any]) -> list[str]:
     return sorted(json.dumps(kept(result), sort_keys=True) for result in results)
 
 
-def test_a_recorded_run_replays_equal_with_the_agent_stopped(
-    server: RunningServer, tmp_path: Path
-) -> None:
+def test_a_recorded_run_replays_equal_with_the_agent_stopped(server: RunningServer) -> None:
     emulator = Emulator(server.http_base)
     evaluations = [_golden(server, "Paris", 21), _golden(server, "Berlin", 15)]
     with running_agent() as agent:
