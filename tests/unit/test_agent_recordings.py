@@ -361,6 +361,16 @@ def test_recordings_are_exported_imported_and_replayed_after_a_reset(core: Harne
         r.name.rsplit("/", 1)[-1] for r in stored
     )
     assert {r.evaluation for r in moved} == {f"{OTHER_APP}/evaluations/paris"}
+    # Its answers name the other app's tool, as the agent would answer there: a replay there
+    # gives the results of the recorded run, but for the app's name.
+    assert all(APP.encode() not in r.answer for r in moved)
+    assert any(f"{OTHER_APP}/tools/get_weather".encode() in r.answer for r in moved)
+    elsewhere = _weather(core, "Paris", 21, app=OTHER_APP, evaluation_id="paris")
+    _endpoint(core, "http://127.0.0.1:9", Mode.REPLAY, app=OTHER_APP)
+    replayed_there = _run(core, [elsewhere], app=OTHER_APP, runs=2)
+    assert [text.replace(OTHER_APP, APP) for text in _compared(replayed_there)] == _compared(
+        recorded
+    )
     # A project reset clears them; the file brings them back, and a replay answers from them.
     core.call("reset_project", E.ResetProjectRequest(name="projects/p"))
     assert _recordings(core) == [] and _recordings(core, OTHER_APP) == []

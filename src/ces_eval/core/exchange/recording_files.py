@@ -8,12 +8,15 @@ An export is answered inline, or written atomically into a new file
 of the export root, all or nothing. Both hold at most :data:`limits.MAX_RECORDINGS_FILE_BYTES`
 (a filter exports fewer). An imported recording is renamed into the app, its evaluation too
 (by the evaluation's ID), its ID the key's there: a recording of the same exchange is replaced.
+Recorded in another app, its answer's names of that app's resources (a tool's) become the app's
+(:func:`_moved`), as its request is keyed without the app's name.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import TYPE_CHECKING
 
 from google.protobuf import json_format
@@ -101,6 +104,15 @@ async def export_agent_recordings(
     return emulator_pb2.ExportAgentRecordingsResponse(uri=location.uri, exported_count=len(lines))
 
 
+def _moved(answer: bytes, recorded_in: str, app: str) -> bytes:
+    """``answer`` with the names of resources of the app it was recorded in
+    (``recorded_in/...``, such as a tool's) made names of ``app``'s, as the agent would answer
+    there: a request is keyed without its app's name, so an answer must not keep it."""
+    pattern = re.compile(re.escape(recorded_in.encode()) + rb'(?=[/"])')
+    target = app.encode()
+    return pattern.sub(lambda _: target, answer)
+
+
 def _parsed(data: bytes, source: str, app: str) -> tuple[list[_Recording], list[FieldViolation]]:
     """The recordings of the JSON Lines document ``data`` (request field ``source``), renamed
     into ``app`` (one per exchange: the last of a key), and what is wrong with them."""
@@ -135,6 +147,9 @@ def _parsed(data: bytes, source: str, app: str) -> tuple[list[_Recording], list[
         if not recording.request:
             refuse(index, "request is required.", "REQUIRED")
             continue
+        recorded_in = names.app_of(recording.name) or names.app_of(recording.evaluation)
+        if recorded_in and recorded_in != app:
+            recording.answer = _moved(recording.answer, recorded_in, app)
         recording.evaluation = f"{app}/evaluations/{evaluation}"
         recording.name = agent_recordings.name_of(app, recording)
         recording.etag = new_etag()
