@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from google.protobuf import json_format
 
+from ces_eval.contract import limits
 from ces_eval.contract.encoded import message_of
 from ces_eval.core.resources import agent_recordings
 from ces_eval.errors import Code
@@ -289,6 +290,19 @@ def test_an_exchange_holding_a_header_value_is_not_recorded(core: Harness) -> No
     message = result.error_info.error_message
     assert "was not recorded: the exchange holds a value of the endpoint's headers" in message
     assert TOKEN not in message
+    assert _recordings(core) == []
+
+
+def test_an_exchange_larger_than_a_resource_is_not_recorded(core: Harness) -> None:
+    with running_agent() as agent:
+        paris = _weather(core, "Paris", 21)
+        # /spans answers 11 MB: within this answer limit, past what one recording may take.
+        _endpoint(core, agent.url, Mode.RECORD, path="/spans", max_response_bytes=16 * 2**20)
+        [result] = _run(core, [paris], runs=1)
+    assert result.execution_state == result.ERROR
+    message = result.error_info.error_message
+    assert "The agent's answer to call 0 was not recorded: the exchange takes about" in message
+    assert f"more than the {limits.MAX_RESOURCE_BYTES} a recording may" in message
     assert _recordings(core) == []
 
 
