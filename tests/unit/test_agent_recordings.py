@@ -264,6 +264,18 @@ def test_a_replayed_answer_is_held_to_the_answer_size_limit(core: Harness) -> No
     )
 
 
+def test_a_scenario_replayed_without_recordings_ends_in_a_simulation_failure(
+    core: Harness,
+) -> None:
+    rome = _scenario(core)
+    _endpoint(core, "http://127.0.0.1:9", Mode.REPLAY)
+    [result] = _run(core, [rome], runs=1)
+    assert result.execution_state == result.ERROR
+    info = result.error_info
+    assert info.error_type == info.USER_SIMULATION_FAILURE
+    assert info.error_message.startswith("The simulator was not called")
+
+
 def test_replay_or_record_calls_only_for_what_is_missing(core: Harness) -> None:
     with running_agent() as agent:
         paris = _weather(core, "Paris", 21)
