@@ -47,6 +47,11 @@ EMULATOR_BINDINGS = {
     "PATCH /emulator/v1/{agent_endpoint.name=projects/*/locations/*/apps/*/agentEndpoint} "
     "ces_eval.emulator.v1.EmulatorService.UpdateAgentEndpoint",
     *(
+        f"POST /emulator/v1/{{parent=projects/*/locations/*/apps/*}}/agentRecordings:{verb} "
+        f"ces_eval.emulator.v1.EmulatorService.{rpc}AgentRecordings"
+        for verb, rpc in (("purge", "Purge"), ("export", "Export"), ("import", "Import"))
+    ),
+    *(
         f"{route.verb} {route.template} ces_eval.emulator.v1.EmulatorService.{route.rpc}"
         for route in standard_routes()
         if route.service == "EmulatorService"

@@ -268,7 +268,23 @@ def _seed_the_rest(server: RunningServer, found: Owned) -> None:
         getattr(request, resource.field).CopyFrom(body)
         found.others.append(_call(server, method, request, ALICE))
         seeded.add(resource.message.DESCRIPTOR)
-    # A resource no caller creates (an app's changelog entries): the first its List gives.
+    # Agent recordings come from runs and imports: one imported (docs/agents.md).
+    recording = emulator_pb2.AgentRecording(
+        callee=emulator_pb2.AgentRecording.AGENT,
+        evaluation=found.evaluation.name,
+        request="{}",
+        answer=b"{}",
+    )
+    _call(
+        server,
+        _method("ImportAgentRecordings"),
+        emulator_pb2.ImportAgentRecordingsRequest(
+            parent=APP_A, content=json_format.MessageToJson(recording, indent=None).encode()
+        ),
+        ALICE,
+    )
+    # A resource no caller creates (an app's changelog entries, agent recordings): the first
+    # its List gives.
     for path, rpc in RPCS.items():
         resource = rpc.resource if isinstance(rpc, StandardMethod) else None
         if resource is None or rpc.verb != "List" or resource.message.DESCRIPTOR in seeded:

@@ -31,7 +31,8 @@ that the agent's own work (in the test process) stays cheap: ``/long`` one text 
 ``/judge-huge`` a judge's similarity that is an array of 4 MB; ``/nested-args`` a tool call
 whose arguments nest 31 levels deep (more than any write accepts); ``/deep`` JSON nested
 100,000 deep; ``/echo`` HTTP 500 repeating the request's Authorization header (once whole,
-once across the 200th character).
+once across the 200th character); ``/echo-ok`` a 200 whose text repeats it (an answer no
+recording may keep).
 """
 
 from __future__ import annotations
@@ -280,6 +281,10 @@ def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
                 secret = self.headers.get("Authorization", "")
                 echoed = f"authorization={secret}; " + "x" * (190 - 16 - len(secret)) + secret
                 self._send(500, echoed.encode(), "text/plain")
+            elif path == "/echo-ok":
+                secret = self.headers.get("Authorization", "")
+                body = json.dumps({"outputs": [{"text": f"Your token is {secret}."}]})
+                self._send(200, body.encode())
             elif path == "/redirect":
                 self.send_response(302)
                 self.send_header("Location", "/agent")

@@ -129,7 +129,7 @@ def _play(
     pace = Watched()
 
     async def play() -> outcomes.Played:
-        agent = agents.Agent(endpoint, (), HttpxAgents(), pace, backoff)
+        agent = agents.Agent(endpoint, (), HttpxAgents(), pace=pace, backoff=backoff)
         try:
             return await agent.play(given or golden_play("Hi"), 0)
         finally:
@@ -304,7 +304,7 @@ def test_a_cancel_during_a_back_off_ends_the_call_at_once(running: Agent) -> Non
 
     async def cancelled() -> float:
         pace = Watched()
-        agent = agents.Agent(_endpoint(running, path), (), HttpxAgents(), pace)
+        agent = agents.Agent(_endpoint(running, path), (), HttpxAgents(), pace=pace)
         try:
             task = asyncio.create_task(agent.play(golden_play("Hi"), 0))
             await asyncio.wait_for(pace.pausing.wait(), 30)

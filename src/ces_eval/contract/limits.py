@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CLIENT_RECEIVE_BYTES",
     "LIMITS",
+    "MAX_APP_RECORDINGS",
     "MAX_DISPLAY_NAME",
     "MAX_GOLDEN_TURNS",
     "MAX_IMPORT_EVALUATIONS",
@@ -54,6 +55,7 @@ __all__ = [
     "MAX_PAGE_BYTES",
     "MAX_PAGE_SIZE",
     "MAX_PROBLEM_CHARS",
+    "MAX_RECORDINGS_FILE_BYTES",
     "MAX_REPEATED",
     "MAX_REQUEST_BYTES",
     "MAX_RESOURCE_BYTES",
@@ -153,6 +155,13 @@ MAX_PROBLEM_CHARS = 1_000
 # Evaluations one emulator ImportEvaluations imports at most: its answer names each of them
 # (a name is 486 characters at most), and must stay within MAX_RESOURCE_BYTES.
 MAX_IMPORT_EVALUATIONS = 8_000
+# Recorded exchanges one app holds at most (docs/agents.md, "Record and replay"): each is one
+# resource (MAX_RESOURCE_BYTES at most), so that an app's recordings stay within what a disk
+# holds (a run of 10,000 three-turn sessions with a judge makes about 60,000).
+MAX_APP_RECORDINGS = 100_000
+# One file (or inline document) of recordings, ExportAgentRecordings and ImportAgentRecordings:
+# it is built and read in memory. More are exported by filter (an evaluation, a run) per file.
+MAX_RECORDINGS_FILE_BYTES = 64 * 1024 * 1024
 
 # -- work on the event loop (ces_eval.offload) ---------------------------------------------------
 

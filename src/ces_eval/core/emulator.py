@@ -11,7 +11,10 @@ ResetProject
 deletes a project's evaluations, results and operations; ImportEvaluations reads an export
 document (:mod:`ces_eval.core.exchange.document`), given as content or as a ``gs://`` object of
 the export root, into an app, all or nothing (with the readers of the official import,
-:mod:`ces_eval.core.exchange.imports`, which imports what it can and reports the rest).
+:mod:`ces_eval.core.exchange.imports`, which imports what it can and reports the rest); the
+agent recordings are listed, deleted, purged
+(:mod:`ces_eval.core.resources.agent_recordings`), exported and imported
+(:mod:`ces_eval.core.exchange.recording_files`).
 """
 
 from __future__ import annotations
@@ -25,8 +28,8 @@ from ces_eval.core.aip import names, standard
 from ces_eval.core.aip.standard import invalid
 from ces_eval.core.aip.validation import raise_if_invalid
 from ces_eval.core.engine import scheduler
-from ces_eval.core.exchange import imports
-from ces_eval.core.resources import agent_endpoints, conversations, outcome_rules
+from ces_eval.core.exchange import imports, recording_files
+from ces_eval.core.resources import agent_endpoints, agent_recordings, conversations, outcome_rules
 from ces_eval.core.resources.results import RESULTS
 from ces_eval.core.resources.runs import RUNS
 from ces_eval.errors import FieldViolation, ServiceError
@@ -140,6 +143,10 @@ RPCS: dict[str, Rpc] = {
     **scheduler.RPCS,
     # GetAgentEndpoint, UpdateAgentEndpoint: the team's own agent that runs play against
     **agent_endpoints.RPCS,
+    # Get/List/DeleteAgentRecording(s), PurgeAgentRecordings, Export/ImportAgentRecordings: the
+    # recorded exchanges runs replay (docs/agents.md, "Record and replay")
+    **agent_recordings.RPCS,
+    **recording_files.RPCS,
     "ResetProject": reset_project,
     "ImportEvaluations": import_evaluations,
 }

@@ -143,12 +143,15 @@ class Emulator:
         max_response_bytes: int | None = None,
         judge_uri: str = "",
         simulator_uri: str = "",
+        recording_mode: str = "",
     ) -> Document:
         """Play ``app``'s evaluations against the agent at ``uri`` (docs/agents.md): it is
         POSTed CES's session JSON with ``headers``; a call may take ``timeout`` seconds and
         answer ``max_response_bytes``; a judge at ``judge_uri`` scores agent responses and
         rubrics, a simulator at ``simulator_uri`` plays scenarios' users. An empty ``uri`` goes
-        back to scripted outcomes."""
+        back to scripted outcomes. ``recording_mode`` (``RECORD``, ``REPLAY``,
+        ``REPLAY_OR_RECORD``) records the runs' exchanges or replays them instead of calling
+        (docs/agents.md, "Record and replay")."""
         endpoint: Document = {
             "name": f"{app}/agentEndpoint",
             "uri": uri,
@@ -161,11 +164,43 @@ class Emulator:
             endpoint["timeout"] = _seconds(timeout)
         if max_response_bytes is not None:
             endpoint["maxResponseBytes"] = str(max_response_bytes)
+        if recording_mode:
+            endpoint["recordingMode"] = recording_mode
         return self._call("PATCH", f"/emulator/v1/{app}/agentEndpoint", endpoint)
 
     def agent(self, app: str) -> Document:
         """``app``'s agent endpoint (its header names, never their values)."""
         return self._call("GET", f"/emulator/v1/{app}/agentEndpoint")
+
+    def agent_recordings(self, app: str, filter: str = "") -> list[Document]:
+        """Every recorded exchange of ``app`` (those ``filter`` matches), newest first."""
+        path = f"/emulator/v1/{app}/agentRecordings"
+        return list(self._pages(path, "agentRecordings", {"filter": filter} if filter else {}))
+
+    def purge_agent_recordings(self, app: str, filter: str = "") -> int:
+        """Delete ``app``'s recordings (those ``filter`` matches); how many."""
+        body = {"filter": filter, "force": True}
+        purged = self._call("POST", f"/emulator/v1/{app}/agentRecordings:purge", body)
+        return int(purged.get("purgeCount", 0))
+
+    def export_agent_recordings(self, app: str, gcs_uri: str = "") -> bytes | str:
+        """``app``'s recordings as JSON Lines: the document, or with ``gcs_uri`` (a folder
+        under the server's ``--export-dir``) the ``gs://`` URI of the file written."""
+        body = {"gcsUri": gcs_uri} if gcs_uri else {}
+        answer = self._call("POST", f"/emulator/v1/{app}/agentRecordings:export", body)
+        if gcs_uri:
+            return str(answer["uri"])
+        return base64.b64decode(answer.get("content", ""))
+
+    def import_agent_recordings(self, app: str, source: bytes | str) -> int:
+        """Import recordings into ``app`` from a JSON Lines document (its bytes) or a ``gs://``
+        file under the server's ``--export-dir``; how many."""
+        if isinstance(source, str):
+            body: Document = {"gcsUri": source}
+        else:
+            body = {"content": base64.b64encode(source).decode("ascii")}
+        answer = self._call("POST", f"/emulator/v1/{app}/agentRecordings:import", body)
+        return int(answer.get("importedCount", 0))
 
     # -- time ----------------------------------------------------------------------------------
 
@@ -210,10 +245,13 @@ class Emulator:
 
     # -- HTTP ----------------------------------------------------------------------------------
 
-    def _pages(self, path: str, key: str) -> Iterator[Document]:
+    def _pages(
+        self, path: str, key: str, query: Mapping[str, str] | None = None
+    ) -> Iterator[Document]:
         token = ""
         while True:
-            page = self._call("GET", path, query={"pageToken": token} if token else None)
+            asked = {**(query or {}), **({"pageToken": token} if token else {})}
+            page = self._call("GET", path, query=asked or None)
             yield from page.get(key, [])
             token = page.get("nextPageToken", "")
             if not token:

@@ -87,13 +87,18 @@ class AgentEndpoint(_message.Message):
         RECORDING_MODE_UNSPECIFIED: AgentEndpoint._RecordingMode.ValueType  # 0
         """Call the agent, the judge and the simulator; record nothing."""
         RECORD: AgentEndpoint._RecordingMode.ValueType  # 1
-        """Call them and record every exchange (request and answer; never a header's value)."""
+        """Call them and record every exchange (request and answer; never a header's value),
+        replacing an earlier recording of the same exchange; an exchange that cannot be recorded
+        ends its result ERROR, saying why.
+        """
         REPLAY: AgentEndpoint._RecordingMode.ValueType  # 2
         """Answer every call from the recordings, calling nothing; a call with no recording ends its
         result ERROR, saying which.
         """
         REPLAY_OR_RECORD: AgentEndpoint._RecordingMode.ValueType  # 3
-        """Answer a call from the recordings when one matches; otherwise call and record it."""
+        """Answer a call from the recordings when one matches; otherwise call and record it (as
+        RECORD does).
+        """
 
     class RecordingMode(_RecordingMode, metaclass=_RecordingModeEnumTypeWrapper):
         """What a run does with recordings of the app's exchanges."""
@@ -101,13 +106,18 @@ class AgentEndpoint(_message.Message):
     RECORDING_MODE_UNSPECIFIED: AgentEndpoint.RecordingMode.ValueType  # 0
     """Call the agent, the judge and the simulator; record nothing."""
     RECORD: AgentEndpoint.RecordingMode.ValueType  # 1
-    """Call them and record every exchange (request and answer; never a header's value)."""
+    """Call them and record every exchange (request and answer; never a header's value),
+    replacing an earlier recording of the same exchange; an exchange that cannot be recorded
+    ends its result ERROR, saying why.
+    """
     REPLAY: AgentEndpoint.RecordingMode.ValueType  # 2
     """Answer every call from the recordings, calling nothing; a call with no recording ends its
     result ERROR, saying which.
     """
     REPLAY_OR_RECORD: AgentEndpoint.RecordingMode.ValueType  # 3
-    """Answer a call from the recordings when one matches; otherwise call and record it."""
+    """Answer a call from the recordings when one matches; otherwise call and record it (as
+    RECORD does).
+    """
 
     @_typing.final
     class HeadersEntry(_message.Message):
@@ -669,7 +679,7 @@ class ResetProjectResponse(_message.Message):
     def deleted_resources(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
         """How many of the other resources were deleted, by collection ID (evaluationExpectations,
         evaluationDatasets, scheduledEvaluationRuns, evaluationRuns, conversations,
-        outcomeRules, projectClocks, agentEndpoints).
+        outcomeRules, projectClocks, agentEndpoints, agentRecordings).
         """
 
     def __init__(
@@ -1103,3 +1113,388 @@ class ReleaseOutcomeRuleRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReleaseOutcomeRuleRequest: _TypeAlias = ReleaseOutcomeRuleRequest  # noqa: Y015
+
+@_typing.final
+class AgentRecording(_message.Message):
+    """One exchange of a run with an app's agent, judge or simulator, recorded while its agent
+    endpoint's recording_mode was RECORD or REPLAY_OR_RECORD, and answered instead of calling
+    them in REPLAY (docs/agents.md, "Record and replay"). Its ID is derived from the exchange's
+    key (who was called, the evaluation's ID, the repetition, the call's position and the
+    request as keyed): a later run making the same call finds it by that ID. Never holds a
+    header's value.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _Callee:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _CalleeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[AgentRecording._Callee.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        CALLEE_UNSPECIFIED: AgentRecording._Callee.ValueType  # 0
+        """Not specified."""
+        AGENT: AgentRecording._Callee.ValueType  # 1
+        """The agent (the endpoint's uri): a RunSessionRequest."""
+        JUDGE: AgentRecording._Callee.ValueType  # 2
+        """The judge (judge_uri)."""
+        SIMULATOR: AgentRecording._Callee.ValueType  # 3
+        """The user simulator (simulator_uri)."""
+
+    class Callee(_Callee, metaclass=_CalleeEnumTypeWrapper):
+        """Who was called."""
+
+    CALLEE_UNSPECIFIED: AgentRecording.Callee.ValueType  # 0
+    """Not specified."""
+    AGENT: AgentRecording.Callee.ValueType  # 1
+    """The agent (the endpoint's uri): a RunSessionRequest."""
+    JUDGE: AgentRecording.Callee.ValueType  # 2
+    """The judge (judge_uri)."""
+    SIMULATOR: AgentRecording.Callee.ValueType  # 3
+    """The user simulator (simulator_uri)."""
+
+    NAME_FIELD_NUMBER: _builtins.int
+    CALLEE_FIELD_NUMBER: _builtins.int
+    EVALUATION_FIELD_NUMBER: _builtins.int
+    REPETITION_FIELD_NUMBER: _builtins.int
+    POSITION_FIELD_NUMBER: _builtins.int
+    REQUEST_FIELD_NUMBER: _builtins.int
+    ANSWER_FIELD_NUMBER: _builtins.int
+    EVALUATION_RUN_FIELD_NUMBER: _builtins.int
+    CREATE_TIME_FIELD_NUMBER: _builtins.int
+    ETAG_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """Identifier. Format:
+    projects/{project}/locations/{location}/apps/{app}/agentRecordings/{agent_recording}
+    """
+    callee: Global___AgentRecording.Callee.ValueType
+    """Who was called."""
+    evaluation: _builtins.str
+    """The evaluation whose repetition made the call."""
+    repetition: _builtins.int
+    """Which repetition of the evaluation in its run (0 is the first)."""
+    position: _builtins.int
+    """The call's position among the calls its repetition made (0 is the first): its turn and
+    round.
+    """
+    request: _builtins.str
+    """The request as keyed: the JSON document sent, with what differs from run to run taken out
+    (session, conversation, result and run IDs, the app's name, event times), keys sorted.
+    """
+    answer: _builtins.bytes
+    """The answer's body, as received (a 2xx answer; a failed call is not recorded)."""
+    evaluation_run: _builtins.str
+    """The evaluation run that recorded it (empty for an imported one whose run is elsewhere)."""
+    etag: _builtins.str
+    """Checksum of the recording (AIP-154)."""
+    @_builtins.property
+    def create_time(self) -> _timestamp_pb2.Timestamp:
+        """When it was recorded."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        callee: Global___AgentRecording.Callee.ValueType = ...,
+        evaluation: _builtins.str = ...,
+        repetition: _builtins.int = ...,
+        position: _builtins.int = ...,
+        request: _builtins.str = ...,
+        answer: _builtins.bytes = ...,
+        evaluation_run: _builtins.str = ...,
+        create_time: _timestamp_pb2.Timestamp | None = ...,
+        etag: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["answer", b"answer", "callee", b"callee", "create_time", b"create_time", "etag", b"etag", "evaluation", b"evaluation", "evaluation_run", b"evaluation_run", "name", b"name", "position", b"position", "repetition", b"repetition", "request", b"request"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AgentRecording: _TypeAlias = AgentRecording  # noqa: Y015
+
+@_typing.final
+class GetAgentRecordingRequest(_message.Message):
+    """Request of EmulatorService.GetAgentRecording."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The recording to read."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetAgentRecordingRequest: _TypeAlias = GetAgentRecordingRequest  # noqa: Y015
+
+@_typing.final
+class ListAgentRecordingsRequest(_message.Message):
+    """Request of EmulatorService.ListAgentRecordings."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARENT_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    FILTER_FIELD_NUMBER: _builtins.int
+    ORDER_BY_FIELD_NUMBER: _builtins.int
+    parent: _builtins.str
+    """The app whose recordings to list."""
+    page_size: _builtins.int
+    """At most this many recordings per page (50 when unset, 1000 at most); fewer when they are
+    large.
+    """
+    page_token: _builtins.str
+    """The next_page_token of the previous page."""
+    filter: _builtins.str
+    """An AIP-160 filter over callee, evaluation, evaluation_run and repetition."""
+    order_by: _builtins.str
+    """`name` or `create_time`, optionally followed by ` desc`."""
+    def __init__(
+        self,
+        *,
+        parent: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+        filter: _builtins.str = ...,
+        order_by: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "order_by", b"order_by", "page_size", b"page_size", "page_token", b"page_token", "parent", b"parent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAgentRecordingsRequest: _TypeAlias = ListAgentRecordingsRequest  # noqa: Y015
+
+@_typing.final
+class ListAgentRecordingsResponse(_message.Message):
+    """Response of EmulatorService.ListAgentRecordings."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_RECORDINGS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """The token of the next page; empty on the last."""
+    @_builtins.property
+    def agent_recordings(self) -> _containers.RepeatedCompositeFieldContainer[Global___AgentRecording]:
+        """The recordings of this page."""
+
+    def __init__(
+        self,
+        *,
+        agent_recordings: _abc.Iterable[Global___AgentRecording] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_recordings", b"agent_recordings", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListAgentRecordingsResponse: _TypeAlias = ListAgentRecordingsResponse  # noqa: Y015
+
+@_typing.final
+class DeleteAgentRecordingRequest(_message.Message):
+    """Request of EmulatorService.DeleteAgentRecording."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    ETAG_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """The recording to delete."""
+    etag: _builtins.str
+    """When set, the recording is deleted only if its etag is still this one."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        etag: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["etag", b"etag", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeleteAgentRecordingRequest: _TypeAlias = DeleteAgentRecordingRequest  # noqa: Y015
+
+@_typing.final
+class PurgeAgentRecordingsRequest(_message.Message):
+    """Request of EmulatorService.PurgeAgentRecordings."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARENT_FIELD_NUMBER: _builtins.int
+    FILTER_FIELD_NUMBER: _builtins.int
+    FORCE_FIELD_NUMBER: _builtins.int
+    parent: _builtins.str
+    """The app whose recordings to delete."""
+    filter: _builtins.str
+    """An AIP-160 filter, as ListAgentRecordings takes it; every recording of the app when empty."""
+    force: _builtins.bool
+    """Delete them; when false, only count them."""
+    def __init__(
+        self,
+        *,
+        parent: _builtins.str = ...,
+        filter: _builtins.str = ...,
+        force: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "force", b"force", "parent", b"parent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PurgeAgentRecordingsRequest: _TypeAlias = PurgeAgentRecordingsRequest  # noqa: Y015
+
+@_typing.final
+class PurgeAgentRecordingsResponse(_message.Message):
+    """Response of EmulatorService.PurgeAgentRecordings."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PURGE_COUNT_FIELD_NUMBER: _builtins.int
+    purge_count: _builtins.int
+    """How many recordings were deleted (with force), or would be."""
+    def __init__(
+        self,
+        *,
+        purge_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["purge_count", b"purge_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PurgeAgentRecordingsResponse: _TypeAlias = PurgeAgentRecordingsResponse  # noqa: Y015
+
+@_typing.final
+class ExportAgentRecordingsRequest(_message.Message):
+    """Request of EmulatorService.ExportAgentRecordings."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARENT_FIELD_NUMBER: _builtins.int
+    FILTER_FIELD_NUMBER: _builtins.int
+    GCS_URI_FIELD_NUMBER: _builtins.int
+    parent: _builtins.str
+    """The app whose recordings to export."""
+    filter: _builtins.str
+    """An AIP-160 filter, as ListAgentRecordings takes it; every recording of the app when empty."""
+    gcs_uri: _builtins.str
+    """A folder of the export root (`gs://bucket/path`) to write the file into; inline content
+    when empty.
+    """
+    def __init__(
+        self,
+        *,
+        parent: _builtins.str = ...,
+        filter: _builtins.str = ...,
+        gcs_uri: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["filter", b"filter", "gcs_uri", b"gcs_uri", "parent", b"parent"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExportAgentRecordingsRequest: _TypeAlias = ExportAgentRecordingsRequest  # noqa: Y015
+
+@_typing.final
+class ExportAgentRecordingsResponse(_message.Message):
+    """Response of EmulatorService.ExportAgentRecordings."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONTENT_FIELD_NUMBER: _builtins.int
+    URI_FIELD_NUMBER: _builtins.int
+    EXPORTED_COUNT_FIELD_NUMBER: _builtins.int
+    content: _builtins.bytes
+    """The JSON Lines document, when no gcs_uri was given."""
+    uri: _builtins.str
+    """The file written under gcs_uri."""
+    exported_count: _builtins.int
+    """How many recordings were exported."""
+    def __init__(
+        self,
+        *,
+        content: _builtins.bytes = ...,
+        uri: _builtins.str = ...,
+        exported_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "destination", b"destination", "uri", b"uri"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "destination", b"destination", "exported_count", b"exported_count", "uri", b"uri"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_destination: _TypeAlias = _typing.Literal["content", "uri"]  # noqa: Y015
+    _WhichOneofArgType_destination: _TypeAlias = _typing.Literal["destination", b"destination"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_destination) -> _WhichOneofReturnType_destination | None: ...
+
+Global___ExportAgentRecordingsResponse: _TypeAlias = ExportAgentRecordingsResponse  # noqa: Y015
+
+@_typing.final
+class ImportAgentRecordingsRequest(_message.Message):
+    """Request of EmulatorService.ImportAgentRecordings."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARENT_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    GCS_URI_FIELD_NUMBER: _builtins.int
+    parent: _builtins.str
+    """The app to import the recordings into."""
+    content: _builtins.bytes
+    """The document itself."""
+    gcs_uri: _builtins.str
+    """A file of the export root (`gs://bucket/path/file.jsonl`)."""
+    def __init__(
+        self,
+        *,
+        parent: _builtins.str = ...,
+        content: _builtins.bytes = ...,
+        gcs_uri: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "gcs_uri", b"gcs_uri", "source", b"source"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "gcs_uri", b"gcs_uri", "parent", b"parent", "source", b"source"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_source: _TypeAlias = _typing.Literal["content", "gcs_uri"]  # noqa: Y015
+    _WhichOneofArgType_source: _TypeAlias = _typing.Literal["source", b"source"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_source) -> _WhichOneofReturnType_source | None: ...
+
+Global___ImportAgentRecordingsRequest: _TypeAlias = ImportAgentRecordingsRequest  # noqa: Y015
+
+@_typing.final
+class ImportAgentRecordingsResponse(_message.Message):
+    """Response of EmulatorService.ImportAgentRecordings."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IMPORTED_COUNT_FIELD_NUMBER: _builtins.int
+    imported_count: _builtins.int
+    """How many recordings were imported (new or replacing one of the same exchange)."""
+    def __init__(
+        self,
+        *,
+        imported_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["imported_count", b"imported_count"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ImportAgentRecordingsResponse: _TypeAlias = ImportAgentRecordingsResponse  # noqa: Y015

@@ -112,6 +112,36 @@ class EmulatorServiceStub:
                 request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.UpdateAgentEndpointRequest.SerializeToString,
                 response_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.AgentEndpoint.FromString,
                 _registered_method=True)
+        self.GetAgentRecording = channel.unary_unary(
+                '/ces_eval.emulator.v1.EmulatorService/GetAgentRecording',
+                request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.GetAgentRecordingRequest.SerializeToString,
+                response_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.AgentRecording.FromString,
+                _registered_method=True)
+        self.ListAgentRecordings = channel.unary_unary(
+                '/ces_eval.emulator.v1.EmulatorService/ListAgentRecordings',
+                request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ListAgentRecordingsRequest.SerializeToString,
+                response_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ListAgentRecordingsResponse.FromString,
+                _registered_method=True)
+        self.DeleteAgentRecording = channel.unary_unary(
+                '/ces_eval.emulator.v1.EmulatorService/DeleteAgentRecording',
+                request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.DeleteAgentRecordingRequest.SerializeToString,
+                response_deserializer=google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+                _registered_method=True)
+        self.PurgeAgentRecordings = channel.unary_unary(
+                '/ces_eval.emulator.v1.EmulatorService/PurgeAgentRecordings',
+                request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.PurgeAgentRecordingsRequest.SerializeToString,
+                response_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.PurgeAgentRecordingsResponse.FromString,
+                _registered_method=True)
+        self.ExportAgentRecordings = channel.unary_unary(
+                '/ces_eval.emulator.v1.EmulatorService/ExportAgentRecordings',
+                request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ExportAgentRecordingsRequest.SerializeToString,
+                response_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ExportAgentRecordingsResponse.FromString,
+                _registered_method=True)
+        self.ImportAgentRecordings = channel.unary_unary(
+                '/ces_eval.emulator.v1.EmulatorService/ImportAgentRecordings',
+                request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ImportAgentRecordingsRequest.SerializeToString,
+                response_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ImportAgentRecordingsResponse.FromString,
+                _registered_method=True)
         self.FireScheduledEvaluationRun = channel.unary_unary(
                 '/ces_eval.emulator.v1.EmulatorService/FireScheduledEvaluationRun',
                 request_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.FireScheduledEvaluationRunRequest.SerializeToString,
@@ -254,6 +284,55 @@ class EmulatorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetAgentRecording(self, request, context):
+        """Reads one recorded exchange of an app's runs with its agent, judge or simulator
+        (docs/agents.md, "Record and replay").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAgentRecordings(self, request, context):
+        """Lists the recorded exchanges of an app (AIP-132: filter, order_by, pages); newest first by
+        default.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteAgentRecording(self, request, context):
+        """Deletes one recorded exchange.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PurgeAgentRecordings(self, request, context):
+        """Deletes every recorded exchange of an app that the filter matches (all without one), when
+        `force` is set; without it, only counts them (AIP-165).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExportAgentRecordings(self, request, context):
+        """Writes an app's recorded exchanges (those the filter matches) as JSON Lines, one
+        AgentRecording a line: inline in the response, or atomically into a new file under the
+        folder `gcs_uri` names (as evaluation exports do).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ImportAgentRecordings(self, request, context):
+        """Reads recorded exchanges written by ExportAgentRecordings (given inline or as a file under
+        the export folder) into an app, all or nothing; a recording of the same exchange is
+        replaced.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def FireScheduledEvaluationRun(self, request, context):
         """Fires a scheduled evaluation run now, whatever its schedule says (inactive too): a run
         starts with its stored request, counted in its total_executions; its next scheduled
@@ -350,6 +429,36 @@ def add_EmulatorServiceServicer_to_server(servicer, server):
                     servicer.UpdateAgentEndpoint,
                     request_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.UpdateAgentEndpointRequest.FromString,
                     response_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.AgentEndpoint.SerializeToString,
+            ),
+            'GetAgentRecording': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetAgentRecording,
+                    request_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.GetAgentRecordingRequest.FromString,
+                    response_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.AgentRecording.SerializeToString,
+            ),
+            'ListAgentRecordings': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAgentRecordings,
+                    request_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ListAgentRecordingsRequest.FromString,
+                    response_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ListAgentRecordingsResponse.SerializeToString,
+            ),
+            'DeleteAgentRecording': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteAgentRecording,
+                    request_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.DeleteAgentRecordingRequest.FromString,
+                    response_serializer=google_dot_protobuf_dot_empty__pb2.Empty.SerializeToString,
+            ),
+            'PurgeAgentRecordings': grpc.unary_unary_rpc_method_handler(
+                    servicer.PurgeAgentRecordings,
+                    request_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.PurgeAgentRecordingsRequest.FromString,
+                    response_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.PurgeAgentRecordingsResponse.SerializeToString,
+            ),
+            'ExportAgentRecordings': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExportAgentRecordings,
+                    request_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ExportAgentRecordingsRequest.FromString,
+                    response_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ExportAgentRecordingsResponse.SerializeToString,
+            ),
+            'ImportAgentRecordings': grpc.unary_unary_rpc_method_handler(
+                    servicer.ImportAgentRecordings,
+                    request_deserializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ImportAgentRecordingsRequest.FromString,
+                    response_serializer=ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ImportAgentRecordingsResponse.SerializeToString,
             ),
             'FireScheduledEvaluationRun': grpc.unary_unary_rpc_method_handler(
                     servicer.FireScheduledEvaluationRun,
@@ -748,6 +857,168 @@ class EmulatorService:
             '/ces_eval.emulator.v1.EmulatorService/UpdateAgentEndpoint',
             ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.UpdateAgentEndpointRequest.SerializeToString,
             ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.AgentEndpoint.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetAgentRecording(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ces_eval.emulator.v1.EmulatorService/GetAgentRecording',
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.GetAgentRecordingRequest.SerializeToString,
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.AgentRecording.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAgentRecordings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ces_eval.emulator.v1.EmulatorService/ListAgentRecordings',
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ListAgentRecordingsRequest.SerializeToString,
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ListAgentRecordingsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteAgentRecording(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ces_eval.emulator.v1.EmulatorService/DeleteAgentRecording',
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.DeleteAgentRecordingRequest.SerializeToString,
+            google_dot_protobuf_dot_empty__pb2.Empty.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PurgeAgentRecordings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ces_eval.emulator.v1.EmulatorService/PurgeAgentRecordings',
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.PurgeAgentRecordingsRequest.SerializeToString,
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.PurgeAgentRecordingsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportAgentRecordings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ces_eval.emulator.v1.EmulatorService/ExportAgentRecordings',
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ExportAgentRecordingsRequest.SerializeToString,
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ExportAgentRecordingsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ImportAgentRecordings(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ces_eval.emulator.v1.EmulatorService/ImportAgentRecordings',
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ImportAgentRecordingsRequest.SerializeToString,
+            ces__eval_dot_emulator_dot_v1_dot_emulator__service__pb2.ImportAgentRecordingsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -99,6 +99,30 @@ class EmulatorServiceStub:
     """Sets an app's agent endpoint: the fields update_mask names, or every field without one.
     Runs started afterwards play against it; an empty uri goes back to scripted outcomes.
     """
+    GetAgentRecording: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.GetAgentRecordingRequest, _emulator_service_pb2.AgentRecording]
+    """Reads one recorded exchange of an app's runs with its agent, judge or simulator
+    (docs/agents.md, "Record and replay").
+    """
+    ListAgentRecordings: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.ListAgentRecordingsRequest, _emulator_service_pb2.ListAgentRecordingsResponse]
+    """Lists the recorded exchanges of an app (AIP-132: filter, order_by, pages); newest first by
+    default.
+    """
+    DeleteAgentRecording: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.DeleteAgentRecordingRequest, _empty_pb2.Empty]
+    """Deletes one recorded exchange."""
+    PurgeAgentRecordings: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.PurgeAgentRecordingsRequest, _emulator_service_pb2.PurgeAgentRecordingsResponse]
+    """Deletes every recorded exchange of an app that the filter matches (all without one), when
+    `force` is set; without it, only counts them (AIP-165).
+    """
+    ExportAgentRecordings: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.ExportAgentRecordingsRequest, _emulator_service_pb2.ExportAgentRecordingsResponse]
+    """Writes an app's recorded exchanges (those the filter matches) as JSON Lines, one
+    AgentRecording a line: inline in the response, or atomically into a new file under the
+    folder `gcs_uri` names (as evaluation exports do).
+    """
+    ImportAgentRecordings: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.ImportAgentRecordingsRequest, _emulator_service_pb2.ImportAgentRecordingsResponse]
+    """Reads recorded exchanges written by ExportAgentRecordings (given inline or as a file under
+    the export folder) into an app, all or nothing; a recording of the same exchange is
+    replaced.
+    """
     FireScheduledEvaluationRun: _grpc.UnaryUnaryMultiCallable[_emulator_service_pb2.FireScheduledEvaluationRunRequest, _operations_pb2.Operation]
     """Fires a scheduled evaluation run now, whatever its schedule says (inactive too): a run
     starts with its stored request, counted in its total_executions; its next scheduled
@@ -176,6 +200,30 @@ class EmulatorServiceAsyncStub(EmulatorServiceStub):
     UpdateAgentEndpoint: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.UpdateAgentEndpointRequest, _emulator_service_pb2.AgentEndpoint]  # type: ignore[assignment]
     """Sets an app's agent endpoint: the fields update_mask names, or every field without one.
     Runs started afterwards play against it; an empty uri goes back to scripted outcomes.
+    """
+    GetAgentRecording: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.GetAgentRecordingRequest, _emulator_service_pb2.AgentRecording]  # type: ignore[assignment]
+    """Reads one recorded exchange of an app's runs with its agent, judge or simulator
+    (docs/agents.md, "Record and replay").
+    """
+    ListAgentRecordings: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.ListAgentRecordingsRequest, _emulator_service_pb2.ListAgentRecordingsResponse]  # type: ignore[assignment]
+    """Lists the recorded exchanges of an app (AIP-132: filter, order_by, pages); newest first by
+    default.
+    """
+    DeleteAgentRecording: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.DeleteAgentRecordingRequest, _empty_pb2.Empty]  # type: ignore[assignment]
+    """Deletes one recorded exchange."""
+    PurgeAgentRecordings: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.PurgeAgentRecordingsRequest, _emulator_service_pb2.PurgeAgentRecordingsResponse]  # type: ignore[assignment]
+    """Deletes every recorded exchange of an app that the filter matches (all without one), when
+    `force` is set; without it, only counts them (AIP-165).
+    """
+    ExportAgentRecordings: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.ExportAgentRecordingsRequest, _emulator_service_pb2.ExportAgentRecordingsResponse]  # type: ignore[assignment]
+    """Writes an app's recorded exchanges (those the filter matches) as JSON Lines, one
+    AgentRecording a line: inline in the response, or atomically into a new file under the
+    folder `gcs_uri` names (as evaluation exports do).
+    """
+    ImportAgentRecordings: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.ImportAgentRecordingsRequest, _emulator_service_pb2.ImportAgentRecordingsResponse]  # type: ignore[assignment]
+    """Reads recorded exchanges written by ExportAgentRecordings (given inline or as a file under
+    the export folder) into an app, all or nothing; a recording of the same exchange is
+    replaced.
     """
     FireScheduledEvaluationRun: _aio.UnaryUnaryMultiCallable[_emulator_service_pb2.FireScheduledEvaluationRunRequest, _operations_pb2.Operation]  # type: ignore[assignment]
     """Fires a scheduled evaluation run now, whatever its schedule says (inactive too): a run
@@ -335,6 +383,66 @@ class EmulatorServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_emulator_service_pb2.AgentEndpoint, _abc.Awaitable[_emulator_service_pb2.AgentEndpoint]]:
         """Sets an app's agent endpoint: the fields update_mask names, or every field without one.
         Runs started afterwards play against it; an empty uri goes back to scripted outcomes.
+        """
+
+    @_abc_1.abstractmethod
+    def GetAgentRecording(
+        self,
+        request: _emulator_service_pb2.GetAgentRecordingRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_emulator_service_pb2.AgentRecording, _abc.Awaitable[_emulator_service_pb2.AgentRecording]]:
+        """Reads one recorded exchange of an app's runs with its agent, judge or simulator
+        (docs/agents.md, "Record and replay").
+        """
+
+    @_abc_1.abstractmethod
+    def ListAgentRecordings(
+        self,
+        request: _emulator_service_pb2.ListAgentRecordingsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_emulator_service_pb2.ListAgentRecordingsResponse, _abc.Awaitable[_emulator_service_pb2.ListAgentRecordingsResponse]]:
+        """Lists the recorded exchanges of an app (AIP-132: filter, order_by, pages); newest first by
+        default.
+        """
+
+    @_abc_1.abstractmethod
+    def DeleteAgentRecording(
+        self,
+        request: _emulator_service_pb2.DeleteAgentRecordingRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_empty_pb2.Empty, _abc.Awaitable[_empty_pb2.Empty]]:
+        """Deletes one recorded exchange."""
+
+    @_abc_1.abstractmethod
+    def PurgeAgentRecordings(
+        self,
+        request: _emulator_service_pb2.PurgeAgentRecordingsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_emulator_service_pb2.PurgeAgentRecordingsResponse, _abc.Awaitable[_emulator_service_pb2.PurgeAgentRecordingsResponse]]:
+        """Deletes every recorded exchange of an app that the filter matches (all without one), when
+        `force` is set; without it, only counts them (AIP-165).
+        """
+
+    @_abc_1.abstractmethod
+    def ExportAgentRecordings(
+        self,
+        request: _emulator_service_pb2.ExportAgentRecordingsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_emulator_service_pb2.ExportAgentRecordingsResponse, _abc.Awaitable[_emulator_service_pb2.ExportAgentRecordingsResponse]]:
+        """Writes an app's recorded exchanges (those the filter matches) as JSON Lines, one
+        AgentRecording a line: inline in the response, or atomically into a new file under the
+        folder `gcs_uri` names (as evaluation exports do).
+        """
+
+    @_abc_1.abstractmethod
+    def ImportAgentRecordings(
+        self,
+        request: _emulator_service_pb2.ImportAgentRecordingsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_emulator_service_pb2.ImportAgentRecordingsResponse, _abc.Awaitable[_emulator_service_pb2.ImportAgentRecordingsResponse]]:
+        """Reads recorded exchanges written by ExportAgentRecordings (given inline or as a file under
+        the export folder) into an app, all or nothing; a recording of the same exchange is
+        replaced.
         """
 
     @_abc_1.abstractmethod

@@ -73,7 +73,7 @@ from google.protobuf import json_format
 from ces_eval.contract import limits
 from ces_eval.core.aip import names
 from ces_eval.core.aip.ports import AgentUnreachable, AgentUnreadable
-from ces_eval.core.engine import agent_scoring, outcomes
+from ces_eval.core.engine import agent_scoring, outcomes, recording
 from ces_eval.core.engine.backoff import BACKOFF, PUSH_BACK_STATUSES, Backoff
 from ces_eval.core.engine.pace import UNPACED
 from ces_eval.core.resources.agent_endpoints import header_refusal, host_refusal, reaches_server
@@ -175,19 +175,23 @@ class Agent:
     endpoint's headers, timeout and answer size limit. Each call's answer and push back is
     told to the run's ``pace``, through which it waits out its back-offs, as ``backoff``
     says (:mod:`ces_eval.core.engine.backoff`; the server's :data:`BACKOFF` unless a test
-    gives another)."""
+    gives another); with a ``recorder``, its calls are recorded or replayed
+    (:mod:`ces_eval.core.engine.recording`)."""
 
     def __init__(
         self,
         endpoint: Endpoint,
         allowed: Sequence[str],
         http: AgentHttp,
+        *,
         pace: Pace = UNPACED,
         backoff: Backoff = BACKOFF,
+        recorder: recording.Recorder | None = None,
     ) -> None:
         self._endpoint = endpoint
         self._pace = pace
         self._backoff = backoff
+        self._recorder = recorder
         self._allowed = tuple(allowed)
         own_ports = endpoint.server_ports
         self._session = http.session(
@@ -252,6 +256,7 @@ class Agent:
         """Play ``given`` against the agent: its result (judged, named, timed) and the
         conversation it recorded; ERROR with the reason when a call failed, what was recorded
         would pass its bound, or anything else went wrong playing it."""
+        recording.begin(given.evaluation.name, given.repetition)
         result = _Result(name=given.result_name)
         result.create_time.CopyFrom(given.started)
         conversation = _Conversation(
@@ -643,7 +648,7 @@ class Agent:
         heavy = is_heavy(config)
         for _ in range(_TOOL_ROUNDS + 1):
             request = session_service_pb2.RunSessionRequest(config=config, inputs=given)
-            body = await self._call(
+            body = await self._answered(
                 self._endpoint.uri, functools.partial(_dict, request), "The agent", heavy=heavy
             )
             heavy = is_heavy() or body.size > limits.LOOP_BYTES
@@ -698,10 +703,29 @@ class Agent:
         self, uri: str, document: Callable[[], object], who: str, *, heavy: bool
     ) -> dict[str, Any]:
         """POST ``document()`` as JSON to ``uri``; the JSON object answered."""
-        body = await self._call(uri, document, who, heavy=heavy)
+        body = await self._answered(uri, document, who, heavy=heavy)
         return await off_loop(
             heavy or is_heavy() or body.size > limits.LOOP_BYTES, self._loaded, body, who
         )
+
+    async def _answered(
+        self, uri: str, document: Callable[[], object], who: str, *, heavy: bool
+    ) -> _Body:
+        """:meth:`_call`, or its recording: recorded, or replayed without calling, as the
+        endpoint's recording mode says (:mod:`ces_eval.core.engine.recording`)."""
+        recorder = self._recorder
+        if recorder is None:
+            return await self._call(uri, document, who, heavy=heavy)
+
+        async def call(built: Callable[[], object]) -> bytes:
+            body = await self._call(uri, built, who, heavy=heavy)
+            return await off_loop(body.size > limits.LOOP_BYTES, b"".join, body.parts)
+
+        try:
+            answer = await recorder.answer(who, document, call, heavy=heavy)
+        except recording.Unrecorded as unrecorded:
+            raise AgentFailure(str(unrecorded)) from None
+        return _Body([answer], len(answer))
 
     async def _call(
         self, uri: str, document: Callable[[], object], who: str, *, heavy: bool

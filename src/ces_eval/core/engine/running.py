@@ -51,7 +51,7 @@ from ces_eval.core.aip import names, standard, validation
 from ces_eval.core.aip.names import DEFAULT_PERSONA, location_of
 from ces_eval.core.aip.retry import Changed, rewrite
 from ces_eval.core.aip.stamps import new_etag, now
-from ces_eval.core.engine import agents, app_settings, outcomes
+from ces_eval.core.engine import agents, app_settings, outcomes, recording
 from ces_eval.core.resources import agent_endpoints, outcome_rules, versions
 from ces_eval.core.resources.datasets import DATASETS
 from ces_eval.core.resources.evaluations import EVALUATIONS
@@ -443,15 +443,22 @@ class _Engine:
         self._run.state = Run.RUNNING
         await self._settled(self._replace(self._run))
         endpoint = await agent_endpoints.of_app(self._context, self._app)
+        recorder = None
         if endpoint is not None:
+            recorder = recording.of_run(self._context, self._run.name, endpoint)
             self._agent = agents.Agent(
-                endpoint, self._context.settings.agent_allow_hosts, self._context.agents
+                endpoint,
+                self._context.settings.agent_allow_hosts,
+                self._context.agents,
+                recorder=recorder,
             )
         try:
             await self._tasks_played()
         finally:
             if self._agent is not None:
                 await self._agent.close()
+            if recorder is not None:
+                await recorder.close()
         self._run.state = Run.COMPLETED
         if self._request.generate_latency_report:
             self._run.latency_report.CopyFrom(self._latencies.report())

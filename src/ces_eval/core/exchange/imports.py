@@ -75,23 +75,30 @@ M = TypeVar("M", "evaluation_pb2.Evaluation", "evaluation_pb2.EvaluationResult")
 # -- the readers both imports share -----------------------------------------------------------
 
 
-async def read_import(context: Context, gcs_uri: str, parent: str) -> bytes:
+async def read_import(
+    context: Context,
+    gcs_uri: str,
+    parent: str,
+    limit: int = limits.MAX_REQUEST_BYTES,
+    what: str = "evaluations",
+) -> bytes:
     """The bytes of the object ``gcs_uri`` names for ``parent``'s project (field ``gcs_uri``
-    in both import requests)."""
+    in both import requests, and in ImportAgentRecordings'), at most ``limit`` (by default as
+    large as a document given as content may be: the request size limit); a larger one says
+    to export fewer of ``what`` per file."""
     try:
         location = context.locate(gcs_uri, parent)
     except ObjectError as error:
         raise invalid("gcs_uri", error.message) from error
     try:
-        # As large as a document given as content may be (the request size limit).
-        return await asyncio.to_thread(context.objects.read, location, limits.MAX_REQUEST_BYTES)
+        return await asyncio.to_thread(context.objects.read, location, limit)
     except ObjectTooLarge as error:
         # INVALID_ARGUMENT: the object is this call's input, as content would be, and Google
         # answers input over a size limit so (Cloud Logging's "Log entry with size … exceeds
         # maximum size"); this method answers so for the other objects it cannot import (a
         # folder, a FIFO, a document it cannot read). Not FAILED_PRECONDITION: no change of
         # the server's state makes this object importable; the caller must name another.
-        description = f"{error.message} Export fewer evaluations per file."
+        description = f"{error.message} Export fewer {what} per file."
         raise ServiceError(
             Code.INVALID_ARGUMENT,
             f"gcs_uri: {description}",

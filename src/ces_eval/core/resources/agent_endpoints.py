@@ -72,6 +72,8 @@ class Endpoint:
     simulator_uri: str
     # The server's own listening ports, which no call may reach (reaches_server).
     server_ports: tuple[int, ...] = ()
+    # Whether calls are recorded or replayed (docs/agents.md, "Record and replay").
+    recording_mode: AgentEndpoint.RecordingMode.ValueType = AgentEndpoint.RECORDING_MODE_UNSPECIFIED
 
 
 def host_refusal(uri: str, allowed: Sequence[str]) -> str | None:
@@ -190,6 +192,7 @@ async def of_app(context: Context, app: str) -> Endpoint | None:
         judge_uri=stored.judge_uri,
         simulator_uri=stored.simulator_uri,
         server_ports=context.settings.own_ports,
+        recording_mode=stored.recording_mode,
     )
 
 
