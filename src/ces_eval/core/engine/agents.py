@@ -69,6 +69,7 @@ from ces_eval.contract import limits
 from ces_eval.core.aip import names
 from ces_eval.core.aip.ports import AgentUnreachable, AgentUnreadable
 from ces_eval.core.engine import agent_scoring, outcomes
+from ces_eval.core.engine.pace import UNPACED
 from ces_eval.core.resources.agent_endpoints import header_refusal, host_refusal, reaches_server
 from ces_eval.generated.google.cloud.ces.v1beta import (
     common_pb2,
@@ -87,6 +88,7 @@ if TYPE_CHECKING:
     from google.protobuf.message import Message
 
     from ces_eval.core.aip.ports import AgentHttp, HttpAnswer
+    from ces_eval.core.engine.pace import Pace
     from ces_eval.core.resources.agent_endpoints import Endpoint
 
 __all__ = ["MESSAGE_CHARS", "SHOWN_CHARS", "WELCOME_EVENT", "Agent", "AgentFailure"]
@@ -166,8 +168,11 @@ class Agent:
     own ports: :func:`~ces_eval.core.resources.agent_endpoints.reaches_server`) and the
     endpoint's headers, timeout and answer size limit."""
 
-    def __init__(self, endpoint: Endpoint, allowed: Sequence[str], http: AgentHttp) -> None:
+    def __init__(
+        self, endpoint: Endpoint, allowed: Sequence[str], http: AgentHttp, pace: Pace = UNPACED
+    ) -> None:
         self._endpoint = endpoint
+        self._pace = pace  # the run's (docs/agents.md, "Concurrency")
         self._allowed = tuple(allowed)
         own_ports = endpoint.server_ports
         self._session = http.session(
