@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import importlib.util
 import socket
 import ssl
+import sys
 from typing import TYPE_CHECKING, Any
 
 import httpcore
@@ -25,6 +27,14 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 
 __all__ = ["HttpxAgents"]
+
+# httpcore imports sniffio on every request to learn its event loop's library
+# (httpcore._synchronization.current_async_library), and takes asyncio when it is not installed;
+# it is no dependency of ours, and each failed import searches sys.path again: a fifth of the
+# engine's time per call against an agent that answers at once (bench/engine.py). Marked
+# missing here, the import fails at once, with the same outcome.
+if importlib.util.find_spec("sniffio") is None:
+    sys.modules.setdefault("sniffio", None)  # type: ignore[arg-type]
 
 
 class _Connector(httpcore.AsyncNetworkBackend):
