@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 Run = evaluation_pb2.EvaluationRun
 Result = evaluation_pb2.EvaluationResult
+Rule = emulator_pb2.OutcomeRule
 CANCEL_BOUND = 5.0  # seconds; the agent would take 60 (docs/agents.md: "at once")
 
 
@@ -205,3 +206,37 @@ def test_sessions_in_flight_stop_at_once(core: Harness, agent: Agent, how: str) 
         assert done.done and done.error.code == code_pb2.UNAVAILABLE
         assert run.state == Run.ERROR and "shut down" in run.error_info.error_message
         assert not _results(core, run.name)
+
+
+def test_rules_hold_and_decide_their_own_repetitions_only(core: Harness, agent: Agent) -> None:
+    """Beside sessions played at once, a RUNNING hold waits for its own evaluation only and a
+    rule's outcome scripts its own repetition (docs/semantics.md, "Evaluation runs")."""
+    greeting = "Hello! Ask me about the weather."  # what the agent answers: PASS
+    held = _golden(core, "Held", "Hello there", expected=greeting)
+    scripted = _golden(core, "Scripted", "Hello there", expected=greeting)
+    played = _golden(core, "Played", "Hello there", expected=greeting)
+    hold = core.call(
+        "create_outcome_rule",
+        emulator_pb2.CreateOutcomeRuleRequest(
+            parent=APP, outcome_rule=Rule(evaluation=held, hold=Rule.RUNNING)
+        ),
+    )
+    core.call(
+        "create_outcome_rule",
+        emulator_pb2.CreateOutcomeRuleRequest(
+            parent=APP, outcome_rule=Rule(evaluation=scripted, outcome=Rule.FAIL)
+        ),
+    )
+    _endpoint(core, agent, 2)
+    operation = _start(core, evaluations=[held, scripted, played])
+    name = _run_of(operation)
+    _until(core, lambda: _get(core, name).progress.completed_count == 2)
+    assert agent.requests and len(agent.requests) == 1  # the played one only, so far
+    core.call("release_outcome_rule", emulator_pb2.ReleaseOutcomeRuleRequest(name=hold.name))
+    assert not _wait(core, operation).HasField("error")
+    run = _get(core, name)
+    assert run.state == Run.COMPLETED and run.progress.completed_count == 3
+    statuses = {r.name.rsplit("/results/", 1)[0]: r.evaluation_status for r in _results(core, name)}
+    assert statuses[scripted] == Result.FAIL
+    assert statuses[held] == statuses[played] == Result.PASS
+    assert len(agent.requests) == 2  # the held one, once released
