@@ -12,6 +12,8 @@ listeners (:func:`reaches_server`: its gRPC and HTTP ports at any address of thi
 checked when the endpoint is set and, on the addresses its host resolves to then, at every
 connection. The headers (tokens) are stored but never answered: ``header_names`` lists them;
 their values are visible ASCII (what HTTP/1.1 sends as is), and no violation repeats one.
+``max_concurrent_sessions`` is how many sessions a run plays at once (docs/agents.md,
+"Concurrency"): :data:`DEFAULT_SESSIONS` when 0, at most :data:`MAX_SESSIONS`.
 """
 
 from __future__ import annotations
