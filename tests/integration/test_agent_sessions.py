@@ -1,7 +1,8 @@
 """A run playing several sessions at once against a slow agent (docs/agents.md,
 "Concurrency"), its server stopped mid-run: with SIGTERM the sessions in flight stop at once
-and the run ends ERROR; with SIGKILL the next start ends it ERROR. Either way no run stays
-RUNNING and no repetition is stored twice."""
+and the run ends ERROR; with SIGKILL the next start ends it ERROR, or on PostgreSQL another
+replica once the lease ran out. Either way no run stays RUNNING and no repetition is stored
+twice."""
 
 from __future__ import annotations
 
@@ -105,3 +106,26 @@ def test_a_server_stopped_mid_run_leaves_no_run_running_and_no_result_twice(
         _ended(second, run, "shut down" if stop == signal.SIGTERM else "stopped")
     finally:
         second.stop()
+
+
+def test_a_replica_killed_mid_run_leaves_its_run_to_another(
+    tmp_path: Path, postgres_url: str, agent: Agent
+) -> None:
+    """PostgreSQL replicas: the survivor ends the killed replica's run once its lease ran
+    out, each stored result once."""
+    agent.slow = 60
+
+    def replica(label: str) -> RunningServer:
+        return start_server(
+            tmp_path / label / "unused.db", "--operation-lease", "1", database_url=postgres_url
+        )
+
+    doomed, survivor = replica("a"), replica("b")
+    try:
+        run = _started(doomed, agent)
+        doomed.kill()  # SIGKILL
+        _until(lambda: rest_call(survivor, "GET", f"/v1beta/{run}")["state"] != "RUNNING")
+        _ended(survivor, run, "stopped")
+    finally:
+        doomed.kill()
+        survivor.kill()
