@@ -17,6 +17,7 @@ ceil(goldens / N) x turns x delay; then the results per second of ``goldens`` x 
 repetitions against an agent answering at once.
 
     python -m bench.engine [--database URL] [--evaluations 200] [--repetitions 5] [--agent]
+                           [--server-cpu 0] [--agent-cpu 1]
 """
 
 from __future__ import annotations
@@ -256,16 +257,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--evaluations", type=int, default=200)
     parser.add_argument("--repetitions", type=int, default=5)
     parser.add_argument("--agent", action="store_true", help="also the runs against a local agent")
+    parser.add_argument("--server-cpu", type=int, help="pin ces-eval serve to this CPU")
+    parser.add_argument("--agent-cpu", type=int, help="pin the local agent to this CPU")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="ces-eval-engine-") as folder:
         work = Path(folder)
         url = args.database or f"sqlite:///{work / 'engine.db'}"
         found = measure_engine(
-            url, work, evaluations=args.evaluations, repetitions=args.repetitions
+            url,
+            work,
+            evaluations=args.evaluations,
+            repetitions=args.repetitions,
+            server_cpu=args.server_cpu,
         )
         if args.agent:
             agent_url = args.database or f"sqlite:///{work / 'agent.db'}"
-            found["agent"] = measure_agent(agent_url, work, goldens=args.evaluations)
+            found["agent"] = measure_agent(
+                agent_url,
+                work,
+                goldens=args.evaluations,
+                server_cpu=args.server_cpu,
+                agent_cpu=args.agent_cpu,
+            )
     print(json.dumps(found, indent=2))
     return 0
 
