@@ -240,3 +240,31 @@ def test_rules_hold_and_decide_their_own_repetitions_only(core: Harness, agent: 
     assert statuses[scripted] == Result.FAIL
     assert statuses[held] == statuses[played] == Result.PASS
     assert len(agent.requests) == 2  # the held one, once released
+
+
+def test_a_failure_stops_the_other_sessions_at_once(core: Harness, agent: Agent) -> None:
+    """An evaluation deleted while the run plays it ends the run ERROR when its result is
+    stored, and the sessions still in flight are stopped then, not awaited."""
+    agent.slow = 60
+    doomed = _golden(core, "Doomed", "Hello there")
+    waiting = _golden(core, "Waiting", "Please wait")
+    quick = _golden(core, "Quick", "Hello there")
+    hold = core.call(
+        "create_outcome_rule",
+        emulator_pb2.CreateOutcomeRuleRequest(
+            parent=APP, outcome_rule=Rule(evaluation=doomed, hold=Rule.RUNNING)
+        ),
+    )
+    _endpoint(core, agent, 3)
+    operation = _start(core, evaluations=[doomed, waiting, quick])
+    name = _run_of(operation)
+    _until(core, lambda: _get(core, name).progress.completed_count == 1 and agent.at_once == 1)
+    core.call("delete_evaluation", service_pb2.DeleteEvaluationRequest(name=doomed))
+    started = time.monotonic()
+    core.call("release_outcome_rule", emulator_pb2.ReleaseOutcomeRuleRequest(name=hold.name))
+    done = _wait(core, operation)
+    assert time.monotonic() - started < CANCEL_BOUND
+    assert done.error.code == code_pb2.FAILED_PRECONDITION, done.error
+    run = _get(core, name)
+    assert run.state == Run.ERROR and doomed in run.error_info.error_message
+    assert run.progress.completed_count == 1  # what was stored before stays
