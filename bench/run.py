@@ -16,7 +16,8 @@ Steps (see bench/README.md for the details and the reasoning):
    replaying the real responses' bytes, under the same load;
 5. after the creates, every acknowledged create is looked up in the database;
 6. the run engine: results produced per second by one RunEvaluation of 200 evaluations x 5
-   (bench/engine.py), on SQLite and on PostgreSQL;
+   (bench/engine.py), on SQLite and on PostgreSQL; runs against a local agent answering in
+   250 ms (single-turn and 3-turn goldens, as ratios of the ideal concurrent time) and in 0 s;
 7. the request log's cost: the same reads against two ces-eval servers on the SMALL data, the
    request log on (the default, as in step 3) and off, alternated, ``--log-repeats`` rounds;
 8. ``<output>/latest.json`` (every number) and ``<output>/latest.md`` (tables and targets).
@@ -46,7 +47,7 @@ from typing import Any
 from google.protobuf import json_format
 
 from bench import data
-from bench.engine import measure_engine
+from bench.engine import measure_agent, measure_engine
 from bench.loadgen import grpc_creates, h2load, wrk
 from bench.options import BENCH, ROOT, Options
 from bench.report import (
@@ -630,6 +631,19 @@ def engine(options: Options, work: Path) -> dict[str, Any]:
     )
     found["sqlite"] = measured(f"sqlite:///{folder / 'engine.db'}", folder)
     _log(f"engine on SQLite: {found['sqlite']['results_per_s']} results/s")
+    agent = found["agent"] = measure_agent(
+        f"sqlite:///{folder / 'agent.db'}",
+        folder,
+        goldens=options.engine_evaluations,
+        server_cpu=options.server_cpu,
+        agent_cpu=options.client_cpu,
+    )
+    _log(
+        f"engine against a {agent['agent_delay_s']} s agent at {agent['concurrency']} sessions: "
+        f"{agent['single_turn']['ratio_to_ideal']}x ideal (1 turn), "
+        f"{agent['three_turns']['ratio_to_ideal']}x (3 turns); against a 0 s agent "
+        f"{agent['zero_latency']['results_per_s']} results/s"
+    )
     if options.database is not None and options.database.startswith("postgresql"):
         found["postgresql"] = measured(options.database, folder, label="engine-pg")
     else:

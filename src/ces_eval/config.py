@@ -222,6 +222,14 @@ class ServerConfig:
         parse=_host_names,
         metavar="NAME",
     )
+    # Sessions played against agents at once by all runs of the process (docs/agents.md).
+    agent_sessions: int = option(
+        _CORE.agent_sessions,
+        "sessions all runs of a process play against agents at once, together (each run "
+        "plays at most its endpoint's max_concurrent_sessions; docs/agents.md)",
+        parse=bounded("a session count", 1, 10_000),
+        metavar="N",
+    )
     allow_origin: tuple[str, ...] = repeated(
         (),
         "let web pages of ORIGIN (http(s)://host[:port]) call the server (CORS); other "

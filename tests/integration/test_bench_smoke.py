@@ -174,6 +174,13 @@ def test_harness_runs_every_scenario_without_errors(tmp_path: Path) -> None:
         assert engine["results"] == 20 and engine["run_checked"], (backend, engine)
         assert engine["results_per_s"] > 0 and engine["server_exit"] == 0, (backend, engine)
         assert engine["server_log_problems"] == [], (backend, engine)
+    # Against the local agent: 10 single-turn and 10 3-turn goldens, then 10 x 5 at once.
+    agent = report["engine"]["agent"]
+    assert agent["concurrency"] == 16 and agent["server_exit"] == 0, agent
+    assert agent["server_log_problems"] == [], agent
+    for key, sessions in (("single_turn", 10), ("three_turns", 10), ("zero_latency", 50)):
+        assert agent[key]["sessions"] == sessions and agent[key]["run_checked"], agent
+    assert agent["single_turn"]["ideal_seconds"] == 0.25 and agent["single_turn"]["ratio_to_ideal"]
     assert set(report["machine"]) >= MACHINE_FIELDS
     assert set(report["options"]) >= OPTION_FIELDS
     assert set(report["data_sets"]) == {"small", "large"}
@@ -246,8 +253,8 @@ def test_harness_runs_every_scenario_without_errors(tmp_path: Path) -> None:
     assert all(s["server_exit"] == 0 and s["server_log_problems"] == [] for s in servers.values())
 
     targets = report["targets"]
-    # 20 of reads and creates (issue 19), 2: the engine on both databases
-    assert len(targets) == 20 + len(LOG_WORKLOADS) + 2
+    # 20 of reads and creates (issue 19), 2: the engine on both databases, 3: against an agent
+    assert len(targets) == 20 + len(LOG_WORKLOADS) + 2 + 3
     assert all({"target", "value", "threshold", "unit", "met"} <= set(t) for t in targets)
     assert targets[-1]["target"] == "every request succeeded" and targets[-1]["met"]
 

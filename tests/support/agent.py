@@ -8,7 +8,10 @@ answered "It is {temperature} degrees in {city}." The bug: for Berlin it also se
 "fahrenheit"``. A text without a city is answered "Hello! Ask me about the weather." Each
 request is recorded (path, session, whether it had context, its Authorization header, its
 inputs, and a simulator's or judge's execution mode and conversation). An event (a scenario the
-agent starts) is answered with that greeting too.
+agent starts) is answered with that greeting too. Each ``/agent`` call waits :attr:`Agent.delay`
+seconds first (0: none), or :attr:`Agent.slow` when a user text says "wait", and the agent counts
+the most calls it answered at once (:attr:`Agent.most_at_once`: the run's concurrency). A call
+still waiting when the agent stops answers then.
 
 ``/judge`` is a judge and ``/simulator`` a user simulator (docs/agents.md), both
 deterministic; ``/judge-wrong`` a judge answering a similarity out of range. ``/slow`` answers
@@ -43,7 +46,6 @@ import re
 import socket
 import struct
 import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -74,12 +76,23 @@ class Agent:
     requests: list[dict[str, Any]] = field(default_factory=list)
     slow: float = 3.0
     calls: collections.Counter[str] = field(default_factory=collections.Counter)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    # Seconds each /agent call takes before it answers (sessions then overlap), and the most
+    # /agent calls it was answering at once.
+    delay: float = 0.0
+    most_at_once: int = 0
+    at_once: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # Set when the agent stops: a call still waiting (``/slow``, a user text saying "wait")
+    # answers then.
+    released: threading.Event = field(default_factory=threading.Event, repr=False)
 
     def count(self, path: str) -> int:
         """How many calls ``path`` (with its query) was sent."""
         with self.lock:
             return self.calls[path]
+
+    def _wait(self, seconds: float) -> None:
+        self.released.wait(seconds)
 
 
 def _outputs(session: str, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -200,11 +213,14 @@ def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
             return
 
         def _send(self, status: int, body: bytes, kind: str = "application/json") -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                return  # the caller gave up (a run cancelled): nobody reads the answer
 
         def _pushed_back(self) -> str | None:
             """A ``/push-back`` call (see the module): None once pushed back, else the path
@@ -255,6 +271,15 @@ def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
                     return
                 path = then
             if path == "/agent":
+                with agent.lock:
+                    agent.at_once += 1
+                    agent.most_at_once = max(agent.most_at_once, agent.at_once)
+                try:
+                    texts = [given.get("text", "") for given in request.get("inputs", [])]
+                    agent._wait(agent.slow if any("wait" in t for t in texts) else agent.delay)
+                finally:
+                    with agent.lock:
+                        agent.at_once -= 1
                 outputs = _outputs(config.get("session", ""), request.get("inputs", []))
                 body = json.dumps({"outputs": outputs})
                 self._send(200, body.encode())
@@ -265,7 +290,7 @@ def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
             elif path == "/simulator":
                 self._send(200, json.dumps(_simulated(request)).encode())
             elif path == "/slow":
-                time.sleep(agent.slow)
+                agent._wait(agent.slow)
                 self._send(200, b'{"outputs": []}')
             elif path == "/fail":
                 self._send(500, b"the agent broke", "text/plain")
@@ -308,6 +333,7 @@ def running_agent() -> Iterator[Agent]:
     try:
         yield agent
     finally:
+        agent.released.set()
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)

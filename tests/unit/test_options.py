@@ -115,6 +115,7 @@ def test_a_worker_is_given_every_option_of_its_supervisor() -> None:
         allow_unauthenticated=True,
         allow_host=("a.example",),
         agent_allow_hosts=("agents.example", "10.0.0.1"),
+        agent_sessions=5,
         allow_origin=("https://partner.example",),
         max_concurrent_requests=7,
         max_connections=9,
@@ -144,6 +145,7 @@ def test_the_core_receives_its_options_as_one_settings() -> None:
         locations=("l1",),
         scheduler=False,
         agent_allow_hosts=("h",),
+        agent_sessions=3,
         auth_tokens=Path("tokens.yaml"),
     )
     assert configured.core(own_ports=(1, 2)) == Settings(
@@ -151,6 +153,7 @@ def test_the_core_receives_its_options_as_one_settings() -> None:
         locations=("l1",),
         scheduler=False,
         agent_allow_hosts=("h",),
+        agent_sessions=3,
         export_per_project=True,
         own_ports=(1, 2),
     )

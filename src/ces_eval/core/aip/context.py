@@ -212,6 +212,9 @@ class Settings:
     # ``--agent-allow-hosts``: the hosts besides loopback that agent endpoints may name
     # (ces_eval.core.resources.agent_endpoints).
     agent_allow_hosts: tuple[str, ...] = ()
+    # ``--agent-sessions``: sessions this process plays against agents at once, all runs
+    # together (ces_eval.core.engine.sessions).
+    agent_sessions: int = 64
     # With ``--auth-tokens`` every project has a bucket namespace of its own (docs/security.md):
     # gs://b/p of project P is <export root>/P/b/p, so no token reaches another project's files.
     export_per_project: bool = False

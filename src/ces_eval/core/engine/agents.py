@@ -189,7 +189,7 @@ class Agent:
         recorder: recording.Recorder | None = None,
     ) -> None:
         self._endpoint = endpoint
-        self._pace = pace
+        self._pace = pace  # the run's (docs/agents.md, "Concurrency")
         self._backoff = backoff
         self._recorder = recorder
         self._allowed = tuple(allowed)

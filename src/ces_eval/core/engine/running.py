@@ -16,10 +16,14 @@ RunEvaluationOperationMetadata) whose work plays the run:
   decides the repetition (:mod:`ces_eval.core.engine.agents`, docs/agents.md), else by
   :func:`ces_eval.core.engine.outcomes.play` under the outcome rule that decides it, after the
   longest delay of the matching rules, and not while an unreleased RUNNING hold matches its
-  evaluation.
-  Results are stored in batches, each with the run's progress, summaries and result list in one
-  transaction (Storage.record_run): progress never counts a result that is not stored, and each
-  evaluation's derived fields follow.
+  evaluation. Against the agent, several repetitions play at once (docs/agents.md,
+  "Concurrency": the endpoint's ``max_concurrent_sessions``, fewer while the agent pushes
+  back, and the server's ``--agent-sessions`` across runs), in a fixed pool of workers each
+  taking the plan's next repetition; a delay or a hold waits in its worker only. Without an
+  agent the plan is played in order, one repetition after another.
+  Results are stored in batches as they land (in the order they end), each with the run's
+  progress, summaries and result list in one transaction (Storage.record_run): progress
+  never counts a result that is not stored, and each evaluation's derived fields follow.
 * The run's byte budget (:data:`limits.MAX_RUN_BYTES`: its results and conversations as
   stored): a plan whose repetitions cannot fit, each at least what its result repeats of its
   evaluation, is refused at the request (:func:`plan_violations` for schedules); while
@@ -27,7 +31,8 @@ RunEvaluationOperationMetadata) whose work plays the run:
   was played before it is, and the run ends ERROR saying so (an agent's answers may make
   results larger than their evaluations).
 * The run ends COMPLETED, with its latency report when asked. Cancelled (CancelOperation):
-  every repetition not stored yet is stored CANCELLED and the run is CANCELLED. Stopped with
+  every session in flight is stopped at once (its calls aborted), every repetition not
+  stored yet is stored CANCELLED and the run is CANCELLED. Stopped with
   the server: the run ends ERROR and its operation UNAVAILABLE; a server that died mid-run
   leaves both to the next start (or another replica), which ends them in the same way. A
   failure of the work itself (an evaluation deleted meanwhile, a result too large to store)
@@ -51,7 +56,7 @@ from ces_eval.core.aip import names, standard, validation
 from ces_eval.core.aip.names import DEFAULT_PERSONA, location_of
 from ces_eval.core.aip.retry import Changed, rewrite
 from ces_eval.core.aip.stamps import new_etag, now
-from ces_eval.core.engine import agents, app_settings, outcomes, recording
+from ces_eval.core.engine import agents, app_settings, outcomes, recording, sessions
 from ces_eval.core.resources import agent_endpoints, outcome_rules, versions
 from ces_eval.core.resources.datasets import DATASETS
 from ces_eval.core.resources.evaluations import EVALUATIONS
@@ -414,14 +419,20 @@ class _Engine:
         self._app = tables.parent_of(run.name)
         self._run_id = run.name.rsplit("/", 1)[-1]
         self._stored = 0  # tasks whose results are stored
+        # Which: with sessions played at once, the stored tasks are not the plan's first ones.
+        self._stored_tasks = bytearray(len(tasks))
         self._pending: list[_Result] = []
+        self._pending_tasks: list[int] = []  # the plan's indexes of the pending results
         self._conversations: list[Conversation] = []
-        self._stored_bytes = 0  # of the results and conversations stored (the budget)
+        self._kept_bytes = 0  # of the results and conversations stored or pending (the budget)
         self._pending_bytes = 0
+        self._flushing = asyncio.Lock()  # one batch written at a time (see _flush)
+        self._flushed = time.monotonic()
         self._rules: list[_Rule] = []
         self._latencies = _Latencies()
         self._player = outcomes.Player()
         self._agent: agents.Agent | None = None  # the app's own agent (docs/agents.md)
+        self._pace: sessions.RunPace | None = None  # and how many sessions play at once
 
     async def queued(self) -> None:
         """Return once no QUEUED hold matches the run's evaluations (the operation's
@@ -446,10 +457,14 @@ class _Engine:
         recorder = None
         if endpoint is not None:
             recorder = recording.of_run(self._context, self._run.name, endpoint)
+            settings = self._context.settings
+            server = sessions.server_slots(self._context.agents, settings.agent_sessions)
+            self._pace = sessions.RunPace(endpoint.max_concurrent_sessions, server)
             self._agent = agents.Agent(
                 endpoint,
-                self._context.settings.agent_allow_hosts,
+                settings.agent_allow_hosts,
                 self._context.agents,
+                pace=self._pace,
                 recorder=recorder,
             )
         try:
@@ -465,29 +480,66 @@ class _Engine:
         await self._settled(self._completed())
 
     async def _tasks_played(self) -> None:
-        flushed = time.monotonic()
-        for task in self._tasks:
-            if not self._pending:  # a batch begins: the rules as they are now
-                self._rules = await outcome_rules.of_app(self._context, self._app)
-            await self._before(task)
-            result, conversation = await self._result(task)
-            size = result.ByteSize() + (0 if conversation is None else conversation.ByteSize())
-            if self._stored_bytes + self._pending_bytes + size > limits.MAX_RUN_BYTES:
-                await self._flush()  # what fits is kept
-                over = self._over_budget(task)
-                raise ServiceError.invalid_argument(over.description, [over])
-            self._pending.append(result)
-            if conversation is not None:
-                self._conversations.append(conversation)
-            self._pending_bytes += size
-            if (
-                len(self._pending) >= _BATCH
-                or self._pending_bytes >= _BATCH_BYTES
-                or time.monotonic() - flushed >= _FLUSH_EVERY
-            ):
-                await self._flush()
-                flushed = time.monotonic()
+        """Play the plan: one task after another without an agent (scripted outcomes cost no
+        more than their play), else in a fixed pool of workers, as many as sessions may play
+        at once, each taking the plan's next task (docs/agents.md, "Concurrency")."""
+        if self._pace is None:
+            for index, task in enumerate(self._tasks):
+                await self._task_played(index, task)
+        else:
+            await self._concurrently(min(self._pace.limit, len(self._tasks)))
         await self._flush()
+
+    async def _concurrently(self, workers: int) -> None:
+        """Play the plan in ``workers`` workers, and store what landed at least every
+        :data:`_FLUSH_EVERY` seconds meanwhile, even while every worker waits for its agent."""
+        plan = iter(enumerate(self._tasks))
+        finished = asyncio.Event()
+
+        async def worker() -> None:
+            for index, task in plan:
+                await self._task_played(index, task)
+
+        async def played() -> None:
+            try:
+                await _together([worker() for _ in range(workers)])
+            finally:
+                finished.set()
+
+        async def ticking() -> None:
+            while not finished.is_set():
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(_FLUSH_EVERY):
+                        await finished.wait()
+                if not finished.is_set() and time.monotonic() - self._flushed >= _FLUSH_EVERY:
+                    await self._flush()
+
+        await _together([played(), ticking()])
+
+    async def _task_played(self, index: int, task: _Task) -> None:
+        """Play ``task``, the plan's ``index``-th, and keep its result for the next batch
+        (stored at once when the batch is full or old)."""
+        if not self._pending:  # a batch begins: the rules as they are now
+            self._rules = await outcome_rules.of_app(self._context, self._app)
+        await self._before(task)
+        result, conversation = await self._result(task)
+        size = result.ByteSize() + (0 if conversation is None else conversation.ByteSize())
+        if self._kept_bytes + size > limits.MAX_RUN_BYTES:
+            await self._flush()  # what fits is kept
+            over = self._over_budget(task)
+            raise ServiceError.invalid_argument(over.description, [over])
+        self._pending.append(result)
+        self._pending_tasks.append(index)
+        if conversation is not None:
+            self._conversations.append(conversation)
+        self._pending_bytes += size
+        self._kept_bytes += size
+        if (
+            len(self._pending) >= _BATCH
+            or self._pending_bytes >= _BATCH_BYTES
+            or time.monotonic() - self._flushed >= _FLUSH_EVERY
+        ):
+            await self._flush()
 
     def _over_budget(self, task: _Task) -> FieldViolation:
         """Why the run stops before ``task``: its results would pass the budget."""
@@ -587,35 +639,41 @@ class _Engine:
         conversation it recorded (none for a reused result): by the app's agent when it has
         one and no outcome rule decides the repetition, else scripted."""
         evaluation = task.evaluation
-        started = now()
-        result_name = f"{evaluation.name}/results/{names.new_id()}"
         conversation = None
         if task.reuse is not None:
             result = _Result()
             result.CopyFrom(task.reuse)
-            result.name = result_name
-            result.create_time.CopyFrom(started)
+            result.name = f"{evaluation.name}/results/{names.new_id()}"
+            result.create_time.CopyFrom(now())
         else:
-            given = outcomes.Play(
-                evaluation=evaluation,
-                repetition=task.repetition,
-                rule=outcome_rules.deciding(self._rules, evaluation, task.repetition),
-                result_name=result_name,
-                conversation_name=f"{self._app}/conversations/{names.new_id()}",
-                started=started,
-                persona=self._defaults.persona(task.persona) if task.persona else None,
-                thresholds=self._defaults.thresholds,
-                settings=self._defaults.settings,
-            )
-            if self._agent is not None and given.rule is None:
-                played = await self._agent.play(given, self._request.golden_run_method)
+            rule = outcome_rules.deciding(self._rules, evaluation, task.repetition)
+            if self._agent is not None and self._pace is not None and rule is None:
+                # Timed from when the session has its slot.
+                async with self._pace.session():
+                    given = self._given(task, rule)
+                    played = await self._agent.play(given, self._request.golden_run_method)
             else:
-                played = self._player.play(given)
+                played = self._player.play(self._given(task, rule))
             result = played.result
             conversation = played.conversation
         self._stamp(result, task)
         self._latencies.add(result)
         return result, conversation
+
+    def _given(self, task: _Task, rule: _Rule | None) -> outcomes.Play:
+        """What a player is given to play ``task`` under ``rule`` (None: the agent), now."""
+        evaluation = task.evaluation
+        return outcomes.Play(
+            evaluation=evaluation,
+            repetition=task.repetition,
+            rule=rule,
+            result_name=f"{evaluation.name}/results/{names.new_id()}",
+            conversation_name=f"{self._app}/conversations/{names.new_id()}",
+            started=now(),
+            persona=self._defaults.persona(task.persona) if task.persona else None,
+            thresholds=self._defaults.thresholds,
+            settings=self._defaults.settings,
+        )
 
     def _stamp(self, result: _Result, task: _Task) -> None:
         run = self._run
@@ -663,38 +721,43 @@ class _Engine:
     async def _flush(self) -> None:
         """Store the results played since the last flush with the run counting them; the
         engine counts them stored once the write succeeded, which it always waits for (see
-        :meth:`_settled`). (Playing the next batch during the write gains nothing: the GIL
+        :meth:`_settled`). One flush at a time: each counts its batch into the run the last
+        one stored; sessions playing meanwhile keep their results for the next batch.
+        (Without an agent, playing the next batch during the write gains nothing: the GIL
         serializes the two, and the bench's server has one core.)"""
-        if not self._pending:
-            return
-        batch = self._pending
-        run = self._counted(batch)
-        conversations = self._conversations
-
-        async def write() -> None:
-            await self._context.storage.record_run(
-                run,
-                batch,
-                conversations,
-                new_etag(),
-                max_evaluation_bytes=limits.MAX_RESOURCE_BYTES,
-            )
-            self._run = run
-            self._stored += len(batch)
-            self._stored_bytes += self._pending_bytes
-            self._pending = []
-            self._conversations = []
+        async with self._flushing:
+            if not self._pending:
+                return
+            batch, indexes, conversations = self._pending, self._pending_tasks, self._conversations
+            self._pending, self._pending_tasks, self._conversations = [], [], []
             self._pending_bytes = 0
+            run = self._counted(batch)
 
-        await self._settled(write())
+            async def write() -> None:
+                await self._context.storage.record_run(
+                    run,
+                    batch,
+                    conversations,
+                    new_etag(),
+                    max_evaluation_bytes=limits.MAX_RESOURCE_BYTES,
+                )
+                self._run = run
+                self._stored += len(batch)
+                for index in indexes:
+                    self._stored_tasks[index] = 1
+
+            await self._settled(write())
+            self._flushed = time.monotonic()
 
     async def _cancel(self) -> None:
-        """Store every repetition not stored yet as CANCELLED, and the run CANCELLED."""
-        self._pending = []
-        self._conversations = []
+        """Store every repetition not stored yet as CANCELLED, and the run CANCELLED (every
+        session was stopped first: the run's work is awaited to its end before this)."""
+        self._pending, self._pending_tasks, self._conversations = [], [], []
         self._pending_bytes = 0
         cancelled = []
-        for task in self._tasks[self._stored :]:
+        left = [index for index, stored in enumerate(self._stored_tasks) if not stored]
+        for index in left:
+            task = self._tasks[index]
             result = _Result(
                 name=f"{task.evaluation.name}/results/{names.new_id()}",
                 create_time=now(),
@@ -709,6 +772,7 @@ class _Engine:
             cancelled.append(result)
         for start in range(0, len(cancelled), _BATCH):
             self._pending = cancelled[start : start + _BATCH]
+            self._pending_tasks = left[start : start + _BATCH]
             await self._flush()
         self._run.state = Run.CANCELLED
         await self._replace(self._run)
@@ -733,6 +797,26 @@ class _Engine:
         finally:
             if not task.done():
                 await asyncio.wait([task])
+
+
+async def _together(works: Sequence[Coroutine[Any, Any, None]]) -> None:
+    """Await ``works`` at once, each in a task of its own. The first that fails, or a
+    cancellation of this, cancels the others, whose ends are awaited (what they store is
+    known: :meth:`_Engine._settled`); then the failure, or the cancellation, is raised."""
+    tasks = [asyncio.ensure_future(work) for work in works]
+    if not tasks:
+        return
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.wait(tasks)
+        # Retrieved whatever ends this (asyncio logs a failure nobody retrieved).
+        failures = [task.exception() for task in tasks if not task.cancelled()]
+    for failure in failures:
+        if failure is not None:
+            raise failure
 
 
 async def _evaluations_of(

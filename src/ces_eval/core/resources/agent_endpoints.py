@@ -12,6 +12,8 @@ listeners (:func:`reaches_server`: its gRPC and HTTP ports at any address of thi
 checked when the endpoint is set and, on the addresses its host resolves to then, at every
 connection. The headers (tokens) are stored but never answered: ``header_names`` lists them;
 their values are visible ASCII (what HTTP/1.1 sends as is), and no violation repeats one.
+``max_concurrent_sessions`` is how many sessions a run plays at once (docs/agents.md,
+"Concurrency"): :data:`DEFAULT_SESSIONS` when 0, at most :data:`MAX_SESSIONS`.
 """
 
 from __future__ import annotations
@@ -50,6 +52,10 @@ DEFAULT_TIMEOUT_SECONDS = 30.0
 MAX_TIMEOUT_SECONDS = 600.0
 DEFAULT_MAX_RESPONSE_BYTES = 4 * 2**20
 MAX_RESPONSE_BYTES = 64 * 2**20
+# Sessions one run plays against the agent at once (docs/agents.md, "Concurrency"): when
+# max_concurrent_sessions is 0, and at most.
+DEFAULT_SESSIONS = 16
+MAX_SESSIONS = 64
 # RFC 9110 field names (tokens); values of visible ASCII characters, spaces and tabs only: the
 # HTTP client sends header values as ASCII (RFC 9110's obs-text, 0x80-0xFF, it cannot encode).
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -70,6 +76,8 @@ class Endpoint:
     max_response_bytes: int
     judge_uri: str
     simulator_uri: str
+    # Sessions a run plays at once, at most (fewer while the agent pushes back).
+    max_concurrent_sessions: int = DEFAULT_SESSIONS
     # The server's own listening ports, which no call may reach (reaches_server).
     server_ports: tuple[int, ...] = ()
     # Whether calls are recorded or replayed (docs/agents.md, "Record and replay").
@@ -191,6 +199,7 @@ async def of_app(context: Context, app: str) -> Endpoint | None:
         max_response_bytes=stored.max_response_bytes or DEFAULT_MAX_RESPONSE_BYTES,
         judge_uri=stored.judge_uri,
         simulator_uri=stored.simulator_uri,
+        max_concurrent_sessions=stored.max_concurrent_sessions or DEFAULT_SESSIONS,
         server_ports=context.settings.own_ports,
         recording_mode=stored.recording_mode,
     )
@@ -238,6 +247,15 @@ def _violations(endpoint: AgentEndpoint, allowed: tuple[str, ...]) -> list[Field
         found.append(
             FieldViolation(
                 f"{path}.max_response_bytes", f"Must be between 0 and {MAX_RESPONSE_BYTES}."
+            )
+        )
+    if not 0 <= endpoint.max_concurrent_sessions <= MAX_SESSIONS:
+        found.append(
+            FieldViolation(
+                f"{path}.max_concurrent_sessions",
+                f"Must be between 0 ({DEFAULT_SESSIONS} sessions) and {MAX_SESSIONS}; got "
+                f"{endpoint.max_concurrent_sessions}.",
+                "OUT_OF_RANGE",
             )
         )
     return found
