@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ces_eval.testing import Emulator
 from ces_eval.testing.server import start_server
 from tests.support.agent import rest_call, running_agent
 
@@ -53,12 +54,10 @@ def _until(check: Any) -> None:
 def _started(server: RunningServer, agent: Agent) -> str:
     """A run of 2 quick goldens and 6 that wait, 4 sessions at once, once 4 wait and a
     result is stored: its name."""
-    endpoint: dict[str, Any] = {
-        "name": f"{APP}/agentEndpoint",
-        "uri": agent.url + "/agent",
-        "maxConcurrentSessions": 4,
-    }
-    rest_call(server, "PATCH", f"/emulator/v1/{APP}/agentEndpoint", endpoint)
+    set_to = Emulator(server.http_base).set_agent(
+        APP, agent.url + "/agent", max_concurrent_sessions=4
+    )
+    assert set_to["maxConcurrentSessions"] == 4
     names = [_golden(server, f"Quick {index}", "Hello there") for index in range(2)]
     names += [_golden(server, f"Waiting {index}", "Please wait") for index in range(6)]
     operation = rest_call(server, "POST", f"/v1beta/{APP}:runEvaluation", {"evaluations": names})

@@ -144,6 +144,7 @@ class Emulator:
         judge_uri: str = "",
         simulator_uri: str = "",
         recording_mode: str = "",
+        max_concurrent_sessions: int | None = None,
     ) -> Document:
         """Play ``app``'s evaluations against the agent at ``uri`` (docs/agents.md): it is
         POSTed CES's session JSON with ``headers``; a call may take ``timeout`` seconds and
@@ -151,7 +152,8 @@ class Emulator:
         rubrics, a simulator at ``simulator_uri`` plays scenarios' users. An empty ``uri`` goes
         back to scripted outcomes. ``recording_mode`` (``RECORD``, ``REPLAY``,
         ``REPLAY_OR_RECORD``) records the runs' exchanges or replays them instead of calling
-        (docs/agents.md, "Record and replay")."""
+        (docs/agents.md, "Record and replay"). A run plays up to ``max_concurrent_sessions``
+        sessions at once (16 when unset; docs/agents.md, "Concurrency")."""
         endpoint: Document = {
             "name": f"{app}/agentEndpoint",
             "uri": uri,
@@ -166,6 +168,8 @@ class Emulator:
             endpoint["maxResponseBytes"] = str(max_response_bytes)
         if recording_mode:
             endpoint["recordingMode"] = recording_mode
+        if max_concurrent_sessions is not None:
+            endpoint["maxConcurrentSessions"] = max_concurrent_sessions
         return self._call("PATCH", f"/emulator/v1/{app}/agentEndpoint", endpoint)
 
     def agent(self, app: str) -> Document:
