@@ -6,14 +6,19 @@ PostgreSQL."""
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
 from ces_eval.testing import Emulator
 from ces_eval.testing.server import RunningServer, start_server
-from tests.support.agent import rest_call, run_evaluations, running_agent
+from tests.support.agent import (
+    compared_results,
+    rest_call,
+    run_evaluations,
+    running_agent,
+    weather_golden,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -22,8 +27,6 @@ if TYPE_CHECKING:
 PROJECT = "projects/rec-project"
 APP = f"{PROJECT}/locations/us-central1/apps/recorded"
 TOKEN = "Bearer rec-s3cret-5d1e"  # noqa: S105 - made up
-# What differs between two runs of the same evaluations: names, times, the turns' latencies.
-_ASIDE = frozenset({"name", "createTime", "displayName", "evaluationRun", "turnLatency"})
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -36,47 +39,11 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RunningSe
 
 
 def _golden(server: RunningServer, city: str, degrees: int) -> str:
-    tool = f"{APP}/tools/get_weather"
-    steps: list[Any] = [
-        {"userInput": {"text": f"What is the weather in {city}?"}},
-        {"expectation": {"toolCall": {"tool": tool, "args": {"city": city}}}},
-        {
-            "expectation": {
-                "toolResponse": {"tool": tool, "response": {"city": city, "temperature": degrees}}
-            }
-        },
-        {
-            "expectation": {
-                "agentResponse": {
-                    "role": "agent",
-                    "chunks": [{"text": f"It is {degrees} degrees in {city}."}],
-                }
-            }
-        },
-    ]
-    evaluation = {
-        "displayName": f"Weather in {city}",
-        "golden": {"turns": [{"steps": [{"userInput": {"text": "Hi"}}]}, {"steps": steps}]},
-    }
+    evaluation = weather_golden(APP, city, degrees, greeting=True)
     body = rest_call(
         server, "POST", f"/v1beta/{APP}/evaluations?evaluationId={city.lower()}", evaluation
     )
     return str(body["name"])
-
-
-def _compared(results: list[Any]) -> list[str]:
-    def kept(value: object) -> object:
-        if isinstance(value, dict):
-            return {
-                key: kept(item)
-                for key, item in value.items()
-                if key not in _ASIDE and not (key == "conversation" and isinstance(item, str))
-            }
-        if isinstance(value, list):
-            return [kept(item) for item in value]
-        return value
-
-    return sorted(json.dumps(kept(result), sort_keys=True) for result in results)
 
 
 def test_a_recorded_run_replays_equal_with_the_agent_stopped(server: RunningServer) -> None:
@@ -102,7 +69,7 @@ def test_a_recorded_run_replays_equal_with_the_agent_stopped(server: RunningServ
         APP, agent.url + "/agent", judge_uri=agent.url + "/judge", recording_mode="REPLAY"
     )
     _, replayed = run_evaluations(server, APP, evaluations, runCount=2)
-    assert _compared(replayed) == _compared(recorded)
+    assert compared_results(replayed) == compared_results(recorded)
     # To a file under the export folder, and back after a reset.
     uri = emulator.export_agent_recordings(APP, gcs_uri="gs://bucket/recordings")
     assert isinstance(uri, str) and uri.startswith("gs://bucket/recordings/agent-recordings-")
@@ -119,5 +86,5 @@ def test_a_recorded_run_replays_equal_with_the_agent_stopped(server: RunningServ
         APP, nowhere + "/agent", judge_uri=nowhere + "/judge", recording_mode="REPLAY"
     )
     _, again = run_evaluations(server, APP, evaluations, runCount=2)
-    assert _compared(again) == _compared(recorded)
+    assert compared_results(again) == compared_results(recorded)
     assert TOKEN.split()[1] not in server.output()

@@ -20,7 +20,14 @@ import pytest
 from ces_eval.testing import Emulator, EmulatorError
 from ces_eval.testing.server import RunningServer, start_server
 from tests.support import contract
-from tests.support.agent import Agent, refusal, rest_call, run_evaluations, violation_fields
+from tests.support.agent import (
+    Agent,
+    refusal,
+    rest_call,
+    run_evaluations,
+    violation_fields,
+    weather_golden,
+)
 from tests.support.official import run_official
 
 pytestmark = pytest.mark.external
@@ -238,36 +245,7 @@ def test_an_allowed_host_may_be_named(tmp_path: Path) -> None:
 
 
 def _weather_golden(server: RunningServer, app: str, city: str, degrees: int) -> str:
-    tool = f"{app}/tools/get_weather"
-    evaluation = {
-        "displayName": f"Weather in {city}",
-        "golden": {
-            "turns": [
-                {
-                    "steps": [
-                        {"userInput": {"text": f"What is the weather in {city}?"}},
-                        {"expectation": {"toolCall": {"tool": tool, "args": {"city": city}}}},
-                        {
-                            "expectation": {
-                                "toolResponse": {
-                                    "tool": tool,
-                                    "response": {"city": city, "temperature": degrees},
-                                }
-                            }
-                        },
-                        {
-                            "expectation": {
-                                "agentResponse": {
-                                    "role": "agent",
-                                    "chunks": [{"text": f"It is {degrees} degrees in {city}."}],
-                                }
-                            }
-                        },
-                    ]
-                }
-            ]
-        },
-    }
+    evaluation = weather_golden(app, city, degrees)
     return str(rest_call(server, "POST", f"/v1beta/{app}/evaluations", evaluation)["name"])
 
 

@@ -415,3 +415,53 @@ def golden_play(text: str) -> outcomes.Play:
         conversation_name="projects/p/locations/l/apps/a/conversations/c",
         started=now(),
     )
+
+
+def weather_golden(app: str, city: str, degrees: int, *, greeting: bool = False) -> dict[str, Any]:
+    """A golden (as REST JSON) asking ``city``'s weather: the tool ``{app}/tools/get_weather``
+    is called with the city and answers ``degrees``, which the agent then says; with
+    ``greeting``, a turn saying "Hi" comes first. The test agent plays it as expected."""
+    tool = f"{app}/tools/get_weather"
+    steps: list[Any] = [
+        {"userInput": {"text": f"What is the weather in {city}?"}},
+        {"expectation": {"toolCall": {"tool": tool, "args": {"city": city}}}},
+        {
+            "expectation": {
+                "toolResponse": {"tool": tool, "response": {"city": city, "temperature": degrees}}
+            }
+        },
+        {
+            "expectation": {
+                "agentResponse": {
+                    "role": "agent",
+                    "chunks": [{"text": f"It is {degrees} degrees in {city}."}],
+                }
+            }
+        },
+    ]
+    turns = [{"steps": [{"userInput": {"text": "Hi"}}]}] if greeting else []
+    return {"displayName": f"Weather in {city}", "golden": {"turns": [*turns, {"steps": steps}]}}
+
+
+# What differs between two runs of the same evaluations: names, times, the run, and the
+# latencies of calls that a replay answers at once.
+_ASIDE = frozenset({"name", "createTime", "displayName", "evaluationRun", "turnLatency"})
+
+
+def compared_results(results: list[dict[str, Any]]) -> list[str]:
+    """``results`` (as REST JSON) field by field, what differs between runs set aside
+    (:data:`_ASIDE`, and the conversation each names), sorted: equal for two runs that played
+    alike."""
+
+    def kept(value: object) -> object:
+        if isinstance(value, dict):
+            return {
+                key: kept(item)
+                for key, item in value.items()
+                if key not in _ASIDE and not (key == "conversation" and isinstance(item, str))
+            }
+        if isinstance(value, list):
+            return [kept(item) for item in value]
+        return value
+
+    return sorted(json.dumps(kept(result), sort_keys=True) for result in results)

@@ -20,7 +20,7 @@ from ces_eval.errors import Code
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
-from tests.support.agent import running_agent
+from tests.support.agent import compared_results, running_agent, weather_golden
 from tests.unit.test_core import APP, Harness, core, violations
 from tests.unit.test_runs import finished
 
@@ -39,37 +39,7 @@ OTHER_APP = "projects/p/locations/l/apps/other"
 def _weather(
     core: Harness, city: str, degrees: int, app: str = APP, evaluation_id: str = ""
 ) -> str:
-    tool = f"{app}/tools/get_weather"
-    document = {
-        "displayName": f"Weather in {city}",
-        "golden": {
-            "turns": [
-                {"steps": [{"userInput": {"text": "Hi"}}]},
-                {
-                    "steps": [
-                        {"userInput": {"text": f"What is the weather in {city}?"}},
-                        {"expectation": {"toolCall": {"tool": tool, "args": {"city": city}}}},
-                        {
-                            "expectation": {
-                                "toolResponse": {
-                                    "tool": tool,
-                                    "response": {"city": city, "temperature": degrees},
-                                }
-                            }
-                        },
-                        {
-                            "expectation": {
-                                "agentResponse": {
-                                    "role": "agent",
-                                    "chunks": [{"text": f"It is {degrees} degrees in {city}."}],
-                                }
-                            }
-                        },
-                    ]
-                },
-            ]
-        },
-    }
+    document = weather_golden(app, city, degrees, greeting=True)
     return _create(core, document, app, evaluation_id)
 
 
@@ -141,26 +111,8 @@ def _run(
 
 # What differs between two runs of the same evaluations: names, times, and the turns' latencies
 # (a replayed call takes no time).
-_ASIDE = frozenset({"name", "createTime", "displayName", "evaluationRun", "turnLatency"})
-
-
 def _compared(results: list[evaluation_pb2.EvaluationResult]) -> list[str]:
-    """``results`` field by field, what differs between runs aside, sorted."""
-
-    def kept(value: object) -> object:
-        if isinstance(value, dict):
-            return {
-                key: kept(item)
-                for key, item in value.items()
-                if key not in _ASIDE and not (key == "conversation" and isinstance(item, str))
-            }
-        if isinstance(value, list):
-            return [kept(item) for item in value]
-        return value
-
-    return sorted(
-        json.dumps(kept(json_format.MessageToDict(result)), sort_keys=True) for result in results
-    )
+    return compared_results([json_format.MessageToDict(result) for result in results])
 
 
 def _recordings(core: Harness, app: str = APP, **fields: Any) -> list[Recording]:
