@@ -35,7 +35,7 @@ __all__ = ["HttpxAgents"]
 # engine's time per call against an agent that answers at once (bench/engine.py). Marked
 # missing here, the import fails at once, with the same outcome.
 if importlib.util.find_spec("sniffio") is None:
-    sys.modules.setdefault("sniffio", None)  # type: ignore[arg-type]
+    sys.modules.setdefault("sniffio", None)  # type: ignore[arg-type]  # None: "not importable"
 
 
 class _Connector(httpcore.AsyncNetworkBackend):
