@@ -72,7 +72,7 @@ from google.protobuf import json_format
 
 from ces_eval.contract import limits
 from ces_eval.core.aip import names
-from ces_eval.core.aip.ports import AgentUnreachable, AgentUnreadable
+from ces_eval.core.aip.ports import AgentUnreachable, AgentUnreadable, AgentUntrusted
 from ces_eval.core.engine import agent_scoring, outcomes, recording
 from ces_eval.core.engine.backoff import BACKOFF, PUSH_BACK_STATUSES, Backoff
 from ces_eval.core.engine.pace import UNPACED
@@ -782,6 +782,11 @@ class Agent:
         except _PushedBack:
             self._pace.pushed_back()
             raise
+        except AgentUntrusted:
+            raise AgentFailure(
+                f"{who}'s TLS certificate could not be verified: the server verifies https "
+                "against --agent-ca-file's authorities, or the default set without it."
+            ) from None
         except AgentUnreachable:
             # One kind for a refused address, a closed port, a reset and an open port that
             # spoke no HTTP: tried alike, said alike (docs/agents.md, "Safety").
