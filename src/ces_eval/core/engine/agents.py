@@ -212,6 +212,12 @@ class Agent:
             None,
         )
         self._rooms: dict[str, int] = {}
+        # The run's URLs that answered a call (an HTTP status, whatever it is), and for the
+        # others, how many calls found no HTTP answer on any attempt (docs/agents.md,
+        # "Back-pressure": a URL that never answered is called :attr:`Backoff.unanswered`
+        # times, then no more in this run).
+        self._heard: set[str] = set()
+        self._unanswered: dict[str, int] = {}
 
     async def close(self) -> None:
         await self._session.close()
@@ -739,8 +745,15 @@ class Agent:
         refusal = host_refusal(uri, self._allowed)
         if refusal is not None:
             raise AgentFailure(f"{who} at {self._shown(uri)!r} was not called: {refusal}")
-        body = await off_loop(heavy, _encoded, document)
         backoff = self._backoff
+        unanswered = self._unanswered.get(uri, 0)
+        if unanswered >= backoff.unanswered and uri not in self._heard:
+            raise AgentFailure(
+                f"{who} at {self._shown(uri)!r} was not called: {unanswered} of this run's "
+                f"calls to it got no HTTP answer in {backoff.attempts} attempts each, and none "
+                "was ever answered."
+            )
+        body = await off_loop(heavy, _encoded, document)
         pushes: list[_PushedBack] = []
         while True:
             try:
@@ -752,6 +765,8 @@ class Agent:
                     raise
                 raise AgentFailure(f"{str(failure).rstrip('.')} {self._after(pushes)}") from None
             if len(pushes) >= backoff.attempts:
+                if all(push.status is None for push in pushes):
+                    self._unanswered[uri] = self._unanswered.get(uri, 0) + 1
                 raise AgentFailure(self._exhausted(uri, who, pushes))
             # Cancellable: a run cancelled meanwhile ends here (docs/agents.md).
             await self._pace.pause(backoff.delay(len(pushes), pushes[-1].retry_after))
@@ -772,6 +787,7 @@ class Agent:
                 asyncio.timeout(endpoint.timeout),
                 self._session.post(uri, body, headers) as answer,
             ):
+                self._heard.add(uri)
                 if answer.status not in PUSH_BACK_STATUSES:
                     self._pace.answered()
                 return await self._read(answer, endpoint.max_response_bytes, who)
