@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import inspect
 import json
 import sys
 from concurrent import futures
@@ -34,7 +35,13 @@ import grpc
 DISTRIBUTION = "google-cloud-ces"
 CLIENT_MODULE = "google.cloud.ces_v1beta"
 # The official services whose routes are recorded: the client's module of each, and its name.
-SERVICES = (("evaluation_service", "EvaluationService"), ("agent_service", "AgentService"))
+SERVICES = (
+    ("evaluation_service", "EvaluationService"),
+    ("agent_service", "AgentService"),
+    ("session_service", "SessionService"),
+    ("tool_service", "ToolService"),
+    ("widget_service", "WidgetService"),
+)
 
 
 def _client_modules(module: str = SERVICES[0][0]) -> tuple[Any, Any, Any, Any]:
@@ -77,6 +84,19 @@ def _rpc_attributes(client_class: Any, transport_class: Any) -> list[str]:  # no
     )
 
 
+def _call_once(method: Any) -> None:  # noqa: ANN401 - a client method
+    """One call of a client ``method``: a client-streaming one (its parameter is
+    ``requests``) with no message, and a streamed answer read to its end (a stream's call is
+    made when it is read)."""
+    if "requests" in inspect.signature(method).parameters:
+        answer = method(requests=iter(()), retry=None, timeout=30)
+    else:
+        answer = method(request=None, retry=None, timeout=30)
+    if answer is not None and hasattr(answer, "__next__"):
+        for _ in answer:
+            pass
+
+
 def recorded_paths(service: tuple[str, str] = SERVICES[0]) -> dict[str, str]:
     """Client method name → the gRPC path it calls, as a real server received it: every RPC
     method of the client of ``service`` (an entry of :data:`SERVICES`; its mixins' too)."""
@@ -95,7 +115,7 @@ def recorded_paths(service: tuple[str, str] = SERVICES[0]) -> dict[str, str]:
             for attribute in _rpc_attributes(client_class, transport_class):
                 before = len(recorder.paths)
                 with contextlib.suppress(exceptions.MethodNotImplemented):
-                    getattr(client, attribute)(request=None, retry=None, timeout=30)
+                    _call_once(getattr(client, attribute))
                 if len(recorder.paths) != before + 1:
                     raise RuntimeError(f"{attribute} did not make exactly one gRPC call")
                 paths[attribute] = recorder.paths[-1]
@@ -108,7 +128,7 @@ def _http_bindings(rest_base: Any, name: str, rpc: str) -> list[dict[str, str]]:
     """The REST transport's bindings of ``rpc`` of the service ``name`` (none when the client
     has no REST form)."""
     base = getattr(getattr(rest_base, f"_Base{name}RestTransport"), f"_Base{rpc}", None)
-    if base is None:
+    if base is None or not hasattr(base, "_get_http_options"):  # (BidiRunSession: gRPC alone)
         return []
     return [
         {

@@ -8,25 +8,25 @@ Facts come from the client's runtime objects, not from its text or a list kept h
 - the RPCs and their gRPC paths: every RPC stub of the gRPC transport is called once through the
   client against a real in-process gRPC server that records the path it receives
   (``tools/official_routes.py``'s ``recorded_paths``); the RPCs of each service of its
-  ``SERVICES`` (EvaluationService, AgentService) are dumped, keyed ``Service.Rpc``, the
-  Operations and Locations mixins are not;
-- request/response types: the client methods' type annotations (``google.longrunning.Operation``
-  for long-running methods, ``google.protobuf.Empty`` for methods annotated ``None``);
-- HTTP rules: the REST transport's ``_get_http_options``;
+  ``SERVICES`` (the whole v1beta API: EvaluationService, AgentService, SessionService,
+  ToolService, WidgetService) are dumped, keyed ``Service.Rpc``, the Operations and Locations
+  mixins are not;
+- request/response types and streaming: the client methods' type annotations
+  (``google.longrunning.Operation`` for long-running methods, ``google.protobuf.Empty`` for
+  methods annotated ``None``; an iterator of requests, ``requests``, streams from the client,
+  an iterable returned streams from the server);
+- HTTP rules: the REST transport's ``_get_http_options`` (none for a method without a REST
+  form, BidiRunSession);
 - long-running response and metadata types: fixed by the client's ``operation.from_gapic`` calls
   (``services/<service>/client.py``). ``LRO_TYPES`` states them; the dump
   fails unless they are exactly what those calls name, one entry per method returning an
-  operation, and each is found in the dumped descriptors;
-- two named roots beside the services': the request and response of
-  SessionService.RunSession, the session JSON the run engine exchanges with a team's own agent.
-  ces-eval does not serve SessionService; ``SESSION_RPCS`` names the RPC and the dump reads its
-  types from the annotations of the SessionService client's method, as it does for the
-  services' (they are dumped under ``session_rpcs``, not ``rpcs``).
+  operation, and each is found in the dumped descriptors.
 """
 
 from __future__ import annotations
 
 import ast
+import collections.abc
 import base64
 import importlib
 import inspect
@@ -85,6 +85,9 @@ LRO_TYPES = {
             f"{V1BETA}.RunEvaluationResultMetricsOperationMetadata",
         ),
     },
+    "SessionService": {},
+    "ToolService": {},
+    "WidgetService": {},
     "AgentService": {
         "CreateApp": (f"{V1BETA}.App", f"{V1BETA}.OperationMetadata"),
         "DeleteApp": ("google.protobuf.Empty", f"{V1BETA}.OperationMetadata"),
@@ -105,9 +108,6 @@ LRO_TYPES = {
     },
 }
 
-# SessionService RPC → its client method: named roots whose request and response types the dump
-# reads from that method's annotations (the run engine speaks them to a team's own agent).
-SESSION_RPCS = {"RunSession": "run_session"}
 
 
 def _message_descriptor(cls: Any) -> Any:
@@ -132,11 +132,32 @@ def _files(roots: list[Any]) -> descriptor_pb2.FileDescriptorSet:
     return out
 
 
-def _types(client_method: str, client: Any) -> tuple[Any, Any]:
+def _streamed(hint: Any) -> Any | None:  # noqa: ANN401 - a typing form
+    """X of ``Iterable[X]`` or ``Iterator[X]`` (a stream of messages), else None."""
+    origin = typing.get_origin(hint)
+    if origin in (collections.abc.Iterable, collections.abc.Iterator):
+        (item,) = typing.get_args(hint)
+        return item
+    return None
+
+
+def _types(client_method: str, client: Any) -> tuple[Any, Any, bool, bool]:
+    """The request and response descriptors of a client method, and whether the client
+    streams its requests (its parameter ``requests``, an iterator) and the server its
+    responses (an iterable returned)."""
     hints = typing.get_type_hints(getattr(client, client_method))
-    request = next(a for a in typing.get_args(hints["request"]) if hasattr(a, "pb"))
+    client_streaming = "requests" in hints
+    if client_streaming:
+        request = next(
+            _streamed(a) for a in typing.get_args(hints["requests"]) if _streamed(a) is not None
+        )
+    else:
+        request = next(a for a in typing.get_args(hints["request"]) if hasattr(a, "pb"))
     returned = hints["return"]
-    if returned is type(None):
+    server_streaming = _streamed(returned) is not None
+    if server_streaming:
+        response: Any = _streamed(returned)
+    elif returned is type(None):
         response: Any = empty_pb2.Empty
     elif returned is operation.Operation:
         response = operations_pb2.Operation
@@ -144,7 +165,12 @@ def _types(client_method: str, client: Any) -> tuple[Any, Any]:
         response = typing.get_type_hints(returned.__init__)["response"]
     else:
         response = returned
-    return _message_descriptor(request), _message_descriptor(response)
+    return (
+        _message_descriptor(request),
+        _message_descriptor(response),
+        client_streaming,
+        server_streaming,
+    )
 
 
 def _evaluate(node: ast.expr, module: Any) -> Any:
@@ -209,14 +235,18 @@ def _service_rpcs(module: str, name: str, roots: list[Any]) -> dict[str, Any]:
     lro_types = LRO_TYPES[name]
     rpcs: dict[str, Any] = {}
     for rpc, (attribute, path) in sorted(paths.items()):
-        request, response = _types(attribute, client)
+        request, response, client_streaming, server_streaming = _types(attribute, client)
+        base = getattr(rest, f"_Base{rpc}")
         rpcs[f"{name}.{rpc}"] = {
             "service": service,
             "path": path,
             "client_method": attribute,
             "request": request.full_name,
             "response": response.full_name,
-            "http": getattr(rest, f"_Base{rpc}")._get_http_options(),
+            "client_streaming": client_streaming,
+            "server_streaming": server_streaming,
+            # BidiRunSession has no REST form: its base declares no HTTP options.
+            "http": base._get_http_options() if hasattr(base, "_get_http_options") else [],
             "lro": list(lro_types.get(rpc, ())),
         }
         roots += [request, response]
@@ -243,11 +273,6 @@ def main() -> int:
     roots: list[Any] = []
     for module, name in SERVICES:
         rpcs |= _service_rpcs(module, name, roots)
-    session_rpcs: dict[str, Any] = {}
-    for rpc, attribute in sorted(SESSION_RPCS.items()):
-        request, response = _types(attribute, ces_v1beta.SessionServiceClient)
-        session_rpcs[rpc] = {"request": request.full_name, "response": response.full_name}
-        roots += [request, response]
     files = _files(roots)
     dumped = descriptor_pool.DescriptorPool()
     for file in files.file:
@@ -270,7 +295,6 @@ def main() -> int:
             "rpcs": rpcs,
             "operations_http": operations_http,
             "locations_http": locations_http,
-            "session_rpcs": session_rpcs,
             "roots": sorted({r.full_name for r in roots}),
             "file_descriptor_set": base64.b64encode(files.SerializeToString()).decode(),
         },

@@ -23,8 +23,17 @@ ROOT = Path(__file__).resolve().parents[2]
 DESCRIPTOR_SET = ROOT / "generated" / "descriptor_set.binpb"
 OFFICIAL_ROUTES = ROOT / "generated" / "official_routes.json"
 CLIENT_PYTHON = Path(os.environ.get("CES_CLIENT_PYTHON", ROOT / ".venv-client" / "bin" / "python"))
-# The official services ces-eval serves, compared RPC by RPC with the client.
-SERVICES = ("google.cloud.ces.v1beta.EvaluationService", "google.cloud.ces.v1beta.AgentService")
+# The official services ces-eval serves, compared RPC by RPC with the client: the whole API.
+SERVICES = tuple(
+    f"google.cloud.ces.v1beta.{name}"
+    for name in (
+        "EvaluationService",
+        "AgentService",
+        "SessionService",
+        "ToolService",
+        "WidgetService",
+    )
+)
 
 
 @dataclass(frozen=True)
@@ -33,8 +42,6 @@ class Official:
     rpcs: dict[str, dict[str, Any]]
     operations_http: dict[str, list[dict[str, str]]]
     locations_http: dict[str, list[dict[str, str]]]
-    # SessionService RPC → its request and response full names: roots of the dump, not our RPCs.
-    session_rpcs: dict[str, dict[str, str]]
     roots: list[str]
     files: descriptor_pb2.FileDescriptorSet
     pool: descriptor_pool.DescriptorPool
@@ -74,7 +81,6 @@ def official() -> Official:
         rpcs=data["rpcs"],
         operations_http=data["operations_http"],
         locations_http=data["locations_http"],
-        session_rpcs=data["session_rpcs"],
         roots=data["roots"],
         files=files,
         pool=load_pool(files),

@@ -23,16 +23,19 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.api import annotations_pb2 as google_dot_api_dot_annotations__pb2
+from google.api import client_pb2 as google_dot_api_dot_client__pb2
 from google.api import field_behavior_pb2 as google_dot_api_dot_field__behavior__pb2
 from google.api import resource_pb2 as google_dot_api_dot_resource__pb2
 from . import common_pb2 as google_dot_cloud_dot_ces_dot_v1beta_dot_common__pb2
 from . import content_pb2 as google_dot_cloud_dot_ces_dot_v1beta_dot_content__pb2
+from . import mocks_pb2 as google_dot_cloud_dot_ces_dot_v1beta_dot_mocks__pb2
 from . import search_suggestions_pb2 as google_dot_cloud_dot_ces_dot_v1beta_dot_search__suggestions__pb2
 from google.protobuf import any_pb2 as google_dot_protobuf_dot_any__pb2
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n-google/cloud/ces/v1beta/session_service.proto\x12\x17google.cloud.ces.v1beta\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a$google/cloud/ces/v1beta/common.proto\x1a%google/cloud/ces/v1beta/content.proto\x1a\x30google/cloud/ces/v1beta/search_suggestions.proto\x1a\x19google/protobuf/any.proto\x1a\x1cgoogle/protobuf/struct.proto\"\x8e\x07\n\rSessionConfig\x12\x34\n\x07session\x18\x01 \x01(\tB#\xe2\x41\x01\x02\xfa\x41\x1c\n\x1a\x63\x65s.googleapis.com/Session\x12K\n\x12input_audio_config\x18\x02 \x01(\x0b\x32).google.cloud.ces.v1beta.InputAudioConfigB\x04\xe2\x41\x01\x01\x12M\n\x13output_audio_config\x18\x03 \x01(\x0b\x32*.google.cloud.ces.v1beta.OutputAudioConfigB\x04\xe2\x41\x01\x01\x12\x43\n\x13historical_contexts\x18\x05 \x03(\x0b\x32 .google.cloud.ces.v1beta.MessageB\x04\xe2\x41\x01\x01\x12\x36\n\x0b\x65ntry_agent\x18\x0c \x01(\tB!\xe2\x41\x01\x01\xfa\x41\x1a\n\x18\x63\x65s.googleapis.com/Agent\x12\x18\n\ndeployment\x18\x08 \x01(\tB\x04\xe2\x41\x01\x01\x12\x17\n\ttime_zone\x18\x0b \x01(\tB\x04\xe2\x41\x01\x01\x12\x1c\n\x0euse_tool_fakes\x18\x0e \x01(\x08\x42\x04\xe2\x41\x01\x01\x12x\n\"remote_dialogflow_query_parameters\x18\x0f \x01(\x0b\x32\x46.google.cloud.ces.v1beta.SessionConfig.RemoteDialogflowQueryParametersB\x04\xe2\x41\x01\x01\x12#\n\x15\x65nable_text_streaming\x18\x12 \x01(\x08\x42\x04\xe2\x41\x01\x01\x1a\xbd\x02\n\x1fRemoteDialogflowQueryParameters\x12y\n\x0fwebhook_headers\x18\x01 \x03(\x0b\x32Z.google.cloud.ces.v1beta.SessionConfig.RemoteDialogflowQueryParameters.WebhookHeadersEntryB\x04\xe2\x41\x01\x01\x12.\n\x07payload\x18\x02 \x01(\x0b\x32\x17.google.protobuf.StructB\x04\xe2\x41\x01\x01\x12\x38\n\x11\x65nd_user_metadata\x18\x03 \x01(\x0b\x32\x17.google.protobuf.StructB\x04\xe2\x41\x01\x01\x1a\x35\n\x13WebhookHeadersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"H\n\tToolCalls\x12;\n\ntool_calls\x18\x01 \x03(\x0b\x32!.google.cloud.ces.v1beta.ToolCallB\x04\xe2\x41\x01\x01\"\xa6\x01\n\tCitations\x12\x43\n\x0c\x63ited_chunks\x18\x01 \x03(\x0b\x32-.google.cloud.ces.v1beta.Citations.CitedChunk\x1aT\n\nCitedChunk\x12\x0b\n\x03uri\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x1c\n\x14requires_attribution\x18\x04 \x01(\x08\"\x92\x05\n\rSessionOutput\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12\x0f\n\x05\x61udio\x18\x02 \x01(\x0cH\x00\x12\x38\n\ntool_calls\x18\x03 \x01(\x0b\x32\".google.cloud.ces.v1beta.ToolCallsH\x00\x12\x37\n\tcitations\x18\x08 \x01(\x0b\x32\".google.cloud.ces.v1beta.CitationsH\x00\x12U\n\x19google_search_suggestions\x18\n \x01(\x0b\x32\x30.google.cloud.ces.v1beta.GoogleSearchSuggestionsH\x00\x12:\n\x0b\x65nd_session\x18\t \x01(\x0b\x32#.google.cloud.ces.v1beta.EndSessionH\x00\x12*\n\x07payload\x18\x0b \x01(\x0b\x32\x17.google.protobuf.StructH\x00\x12\x12\n\nturn_index\x18\x06 \x01(\x05\x12\x16\n\x0eturn_completed\x18\x04 \x01(\x08\x12T\n\x0f\x64iagnostic_info\x18\x07 \x01(\x0b\x32\x35.google.cloud.ces.v1beta.SessionOutput.DiagnosticInfoB\x04\xe2\x41\x01\x01\x12%\n\x07\x63ontext\x18\x0c \x03(\x0b\x32\x14.google.protobuf.Any\x1av\n\x0e\x44iagnosticInfo\x12\x32\n\x08messages\x18\x01 \x03(\x0b\x32 .google.cloud.ces.v1beta.Message\x12\x30\n\troot_span\x18\x03 \x01(\x0b\x32\x1d.google.cloud.ces.v1beta.SpanB\r\n\x0boutput_type\"=\n\nEndSession\x12/\n\x08metadata\x18\x01 \x01(\x0b\x32\x17.google.protobuf.StructB\x04\xe2\x41\x01\x01\"\x8e\x01\n\x11RunSessionRequest\x12<\n\x06\x63onfig\x18\x01 \x01(\x0b\x32&.google.cloud.ces.v1beta.SessionConfigB\x04\xe2\x41\x01\x02\x12;\n\x06inputs\x18\x03 \x03(\x0b\x32%.google.cloud.ces.v1beta.SessionInputB\x04\xe2\x41\x01\x02\"M\n\x12RunSessionResponse\x12\x37\n\x07outputs\x18\x01 \x03(\x0b\x32&.google.cloud.ces.v1beta.SessionOutputBf\xea\x41\x63\n\x1a\x63\x65s.googleapis.com/Session\x12\x45projects/{project}/locations/{location}/apps/{app}/sessions/{session}b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n-google/cloud/ces/v1beta/session_service.proto\x12\x17google.cloud.ces.v1beta\x1a\x1cgoogle/api/annotations.proto\x1a\x17google/api/client.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x19google/api/resource.proto\x1a$google/cloud/ces/v1beta/common.proto\x1a%google/cloud/ces/v1beta/content.proto\x1a#google/cloud/ces/v1beta/mocks.proto\x1a\x30google/cloud/ces/v1beta/search_suggestions.proto\x1a\x19google/protobuf/any.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xa8\x02\n\nMockConfig\x12H\n\x11mocked_tool_calls\x18\x01 \x03(\x0b\x32\'.google.cloud.ces.v1beta.MockedToolCallB\x04\xe2\x41\x01\x01\x12i\n\x1cunmatched_tool_call_behavior\x18\x02 \x01(\x0e\x32=.google.cloud.ces.v1beta.MockConfig.UnmatchedToolCallBehaviorB\x04\xe2\x41\x01\x02\"e\n\x19UnmatchedToolCallBehavior\x12,\n(UNMATCHED_TOOL_CALL_BEHAVIOR_UNSPECIFIED\x10\x00\x12\x08\n\x04\x46\x41IL\x10\x01\x12\x10\n\x0cPASS_THROUGH\x10\x02\"\x8e\x07\n\rSessionConfig\x12\x34\n\x07session\x18\x01 \x01(\tB#\xe2\x41\x01\x02\xfa\x41\x1c\n\x1a\x63\x65s.googleapis.com/Session\x12K\n\x12input_audio_config\x18\x02 \x01(\x0b\x32).google.cloud.ces.v1beta.InputAudioConfigB\x04\xe2\x41\x01\x01\x12M\n\x13output_audio_config\x18\x03 \x01(\x0b\x32*.google.cloud.ces.v1beta.OutputAudioConfigB\x04\xe2\x41\x01\x01\x12\x43\n\x13historical_contexts\x18\x05 \x03(\x0b\x32 .google.cloud.ces.v1beta.MessageB\x04\xe2\x41\x01\x01\x12\x36\n\x0b\x65ntry_agent\x18\x0c \x01(\tB!\xe2\x41\x01\x01\xfa\x41\x1a\n\x18\x63\x65s.googleapis.com/Agent\x12\x18\n\ndeployment\x18\x08 \x01(\tB\x04\xe2\x41\x01\x01\x12\x17\n\ttime_zone\x18\x0b \x01(\tB\x04\xe2\x41\x01\x01\x12\x1c\n\x0euse_tool_fakes\x18\x0e \x01(\x08\x42\x04\xe2\x41\x01\x01\x12x\n\"remote_dialogflow_query_parameters\x18\x0f \x01(\x0b\x32\x46.google.cloud.ces.v1beta.SessionConfig.RemoteDialogflowQueryParametersB\x04\xe2\x41\x01\x01\x12#\n\x15\x65nable_text_streaming\x18\x12 \x01(\x08\x42\x04\xe2\x41\x01\x01\x1a\xbd\x02\n\x1fRemoteDialogflowQueryParameters\x12y\n\x0fwebhook_headers\x18\x01 \x03(\x0b\x32Z.google.cloud.ces.v1beta.SessionConfig.RemoteDialogflowQueryParameters.WebhookHeadersEntryB\x04\xe2\x41\x01\x01\x12.\n\x07payload\x18\x02 \x01(\x0b\x32\x17.google.protobuf.StructB\x04\xe2\x41\x01\x01\x12\x38\n\x11\x65nd_user_metadata\x18\x03 \x01(\x0b\x32\x17.google.protobuf.StructB\x04\xe2\x41\x01\x01\x1a\x35\n\x13WebhookHeadersEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"H\n\tToolCalls\x12;\n\ntool_calls\x18\x01 \x03(\x0b\x32!.google.cloud.ces.v1beta.ToolCallB\x04\xe2\x41\x01\x01\"\xa6\x01\n\tCitations\x12\x43\n\x0c\x63ited_chunks\x18\x01 \x03(\x0b\x32-.google.cloud.ces.v1beta.Citations.CitedChunk\x1aT\n\nCitedChunk\x12\x0b\n\x03uri\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x1c\n\x14requires_attribution\x18\x04 \x01(\x08\"\x92\x05\n\rSessionOutput\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12\x0f\n\x05\x61udio\x18\x02 \x01(\x0cH\x00\x12\x38\n\ntool_calls\x18\x03 \x01(\x0b\x32\".google.cloud.ces.v1beta.ToolCallsH\x00\x12\x37\n\tcitations\x18\x08 \x01(\x0b\x32\".google.cloud.ces.v1beta.CitationsH\x00\x12U\n\x19google_search_suggestions\x18\n \x01(\x0b\x32\x30.google.cloud.ces.v1beta.GoogleSearchSuggestionsH\x00\x12:\n\x0b\x65nd_session\x18\t \x01(\x0b\x32#.google.cloud.ces.v1beta.EndSessionH\x00\x12*\n\x07payload\x18\x0b \x01(\x0b\x32\x17.google.protobuf.StructH\x00\x12\x12\n\nturn_index\x18\x06 \x01(\x05\x12\x16\n\x0eturn_completed\x18\x04 \x01(\x08\x12T\n\x0f\x64iagnostic_info\x18\x07 \x01(\x0b\x32\x35.google.cloud.ces.v1beta.SessionOutput.DiagnosticInfoB\x04\xe2\x41\x01\x01\x12%\n\x07\x63ontext\x18\x0c \x03(\x0b\x32\x14.google.protobuf.Any\x1av\n\x0e\x44iagnosticInfo\x12\x32\n\x08messages\x18\x01 \x03(\x0b\x32 .google.cloud.ces.v1beta.Message\x12\x30\n\troot_span\x18\x03 \x01(\x0b\x32\x1d.google.cloud.ces.v1beta.SpanB\r\n\x0boutput_type\"=\n\nEndSession\x12/\n\x08metadata\x18\x01 \x01(\x0b\x32\x17.google.protobuf.StructB\x04\xe2\x41\x01\x01\"\x8e\x01\n\x11RunSessionRequest\x12<\n\x06\x63onfig\x18\x01 \x01(\x0b\x32&.google.cloud.ces.v1beta.SessionConfigB\x04\xe2\x41\x01\x02\x12;\n\x06inputs\x18\x03 \x03(\x0b\x32%.google.cloud.ces.v1beta.SessionInputB\x04\xe2\x41\x01\x02\"M\n\x12RunSessionResponse\x12\x37\n\x07outputs\x18\x01 \x03(\x0b\x32&.google.cloud.ces.v1beta.SessionOutput\"-\n\x11RecognitionResult\x12\x18\n\ntranscript\x18\x01 \x01(\tB\x04\xe2\x41\x01\x01\"&\n\x12InterruptionSignal\x12\x10\n\x08\x62\x61rge_in\x18\x01 \x01(\x08\"\x08\n\x06GoAway\"\xb1\x01\n\x18\x42idiSessionClientMessage\x12>\n\x06\x63onfig\x18\x01 \x01(\x0b\x32&.google.cloud.ces.v1beta.SessionConfigB\x04\xe2\x41\x01\x01H\x00\x12\x45\n\x0erealtime_input\x18\x02 \x01(\x0b\x32%.google.cloud.ces.v1beta.SessionInputB\x04\xe2\x41\x01\x01H\x00\x42\x0e\n\x0cmessage_type\"\x90\x03\n\x18\x42idiSessionServerMessage\x12\x46\n\x0esession_output\x18\x01 \x01(\x0b\x32&.google.cloud.ces.v1beta.SessionOutputB\x04\xe2\x41\x01\x01H\x00\x12N\n\x12recognition_result\x18\x02 \x01(\x0b\x32*.google.cloud.ces.v1beta.RecognitionResultB\x04\xe2\x41\x01\x01H\x00\x12P\n\x13interruption_signal\x18\x03 \x01(\x0b\x32+.google.cloud.ces.v1beta.InterruptionSignalB\x04\xe2\x41\x01\x01H\x00\x12@\n\x0b\x65nd_session\x18\x05 \x01(\x0b\x32#.google.cloud.ces.v1beta.EndSessionB\x04\xe2\x41\x01\x01H\x00\x12\x38\n\x07go_away\x18\x06 \x01(\x0b\x32\x1f.google.cloud.ces.v1beta.GoAwayB\x04\xe2\x41\x01\x01H\x00\x42\x0e\n\x0cmessage_type2\xe6\x04\n\x0eSessionService\x12\xbe\x01\n\nRunSession\x12*.google.cloud.ces.v1beta.RunSessionRequest\x1a+.google.cloud.ces.v1beta.RunSessionResponse\"W\x82\xd3\xe4\x93\x02Q\"L/v1beta/{config.session=projects/*/locations/*/apps/*/sessions/*}:runSession:\x01*\x12\xcc\x01\n\x10StreamRunSession\x12*.google.cloud.ces.v1beta.RunSessionRequest\x1a+.google.cloud.ces.v1beta.RunSessionResponse\"]\x82\xd3\xe4\x93\x02W\"R/v1beta/{config.session=projects/*/locations/*/apps/*/sessions/*}:streamRunSession:\x01*0\x01\x12|\n\x0e\x42idiRunSession\x12\x31.google.cloud.ces.v1beta.BidiSessionClientMessage\x1a\x31.google.cloud.ces.v1beta.BidiSessionServerMessage\"\x00(\x01\x30\x01\x1a\x46\xca\x41\x12\x63\x65s.googleapis.com\xd2\x41.https://www.googleapis.com/auth/cloud-platformBf\xea\x41\x63\n\x1a\x63\x65s.googleapis.com/Session\x12\x45projects/{project}/locations/{location}/apps/{app}/sessions/{session}b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,6 +43,10 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'google.cloud.ces.v1beta.ses
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\352Ac\n\032ces.googleapis.com/Session\022Eprojects/{project}/locations/{location}/apps/{app}/sessions/{session}'
+  _globals['_MOCKCONFIG'].fields_by_name['mocked_tool_calls']._loaded_options = None
+  _globals['_MOCKCONFIG'].fields_by_name['mocked_tool_calls']._serialized_options = b'\342A\001\001'
+  _globals['_MOCKCONFIG'].fields_by_name['unmatched_tool_call_behavior']._loaded_options = None
+  _globals['_MOCKCONFIG'].fields_by_name['unmatched_tool_call_behavior']._serialized_options = b'\342A\001\002'
   _globals['_SESSIONCONFIG_REMOTEDIALOGFLOWQUERYPARAMETERS_WEBHOOKHEADERSENTRY']._loaded_options = None
   _globals['_SESSIONCONFIG_REMOTEDIALOGFLOWQUERYPARAMETERS_WEBHOOKHEADERSENTRY']._serialized_options = b'8\001'
   _globals['_SESSIONCONFIG_REMOTEDIALOGFLOWQUERYPARAMETERS'].fields_by_name['webhook_headers']._loaded_options = None
@@ -78,26 +85,64 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RUNSESSIONREQUEST'].fields_by_name['config']._serialized_options = b'\342A\001\002'
   _globals['_RUNSESSIONREQUEST'].fields_by_name['inputs']._loaded_options = None
   _globals['_RUNSESSIONREQUEST'].fields_by_name['inputs']._serialized_options = b'\342A\001\002'
-  _globals['_SESSIONCONFIG']._serialized_start=319
-  _globals['_SESSIONCONFIG']._serialized_end=1229
-  _globals['_SESSIONCONFIG_REMOTEDIALOGFLOWQUERYPARAMETERS']._serialized_start=912
-  _globals['_SESSIONCONFIG_REMOTEDIALOGFLOWQUERYPARAMETERS']._serialized_end=1229
-  _globals['_SESSIONCONFIG_REMOTEDIALOGFLOWQUERYPARAMETERS_WEBHOOKHEADERSENTRY']._serialized_start=1176
-  _globals['_SESSIONCONFIG_REMOTEDIALOGFLOWQUERYPARAMETERS_WEBHOOKHEADERSENTRY']._serialized_end=1229
-  _globals['_TOOLCALLS']._serialized_start=1231
-  _globals['_TOOLCALLS']._serialized_end=1303
-  _globals['_CITATIONS']._serialized_start=1306
-  _globals['_CITATIONS']._serialized_end=1472
-  _globals['_CITATIONS_CITEDCHUNK']._serialized_start=1388
-  _globals['_CITATIONS_CITEDCHUNK']._serialized_end=1472
-  _globals['_SESSIONOUTPUT']._serialized_start=1475
-  _globals['_SESSIONOUTPUT']._serialized_end=2133
-  _globals['_SESSIONOUTPUT_DIAGNOSTICINFO']._serialized_start=2000
-  _globals['_SESSIONOUTPUT_DIAGNOSTICINFO']._serialized_end=2118
-  _globals['_ENDSESSION']._serialized_start=2135
-  _globals['_ENDSESSION']._serialized_end=2196
-  _globals['_RUNSESSIONREQUEST']._serialized_start=2199
-  _globals['_RUNSESSIONREQUEST']._serialized_end=2341
-  _globals['_RUNSESSIONRESPONSE']._serialized_start=2343
-  _globals['_RUNSESSIONRESPONSE']._serialized_end=2420
+  _globals['_RECOGNITIONRESULT'].fields_by_name['transcript']._loaded_options = None
+  _globals['_RECOGNITIONRESULT'].fields_by_name['transcript']._serialized_options = b'\342A\001\001'
+  _globals['_BIDISESSIONCLIENTMESSAGE'].fields_by_name['config']._loaded_options = None
+  _globals['_BIDISESSIONCLIENTMESSAGE'].fields_by_name['config']._serialized_options = b'\342A\001\001'
+  _globals['_BIDISESSIONCLIENTMESSAGE'].fields_by_name['realtime_input']._loaded_options = None
+  _globals['_BIDISESSIONCLIENTMESSAGE'].fields_by_name['realtime_input']._serialized_options = b'\342A\001\001'
+  _globals['_BIDISESSIONSERVERMESSAGE'].fields_by_name['session_output']._loaded_options = None
+  _globals['_BIDISESSIONSERVERMESSAGE'].fields_by_name['session_output']._serialized_options = b'\342A\001\001'
+  _globals['_BIDISESSIONSERVERMESSAGE'].fields_by_name['recognition_result']._loaded_options = None
+  _globals['_BIDISESSIONSERVERMESSAGE'].fields_by_name['recognition_result']._serialized_options = b'\342A\001\001'
+  _globals['_BIDISESSIONSERVERMESSAGE'].fields_by_name['interruption_signal']._loaded_options = None
+  _globals['_BIDISESSIONSERVERMESSAGE'].fields_by_name['interruption_signal']._serialized_options = b'\342A\001\001'
+  _globals['_BIDISESSIONSERVERMESSAGE'].fields_by_name['end_session']._loaded_options = None
+  _globals['_BIDISESSIONSERVERMESSAGE'].fields_by_name['end_session']._serialized_options = b'\342A\001\001'
+  _globals['_BIDISESSIONSERVERMESSAGE'].fields_by_name['go_away']._loaded_options = None
+  _globals['_BIDISESSIONSERVERMESSAGE'].fields_by_name['go_away']._serialized_options = b'\342A\001\001'
+  _globals['_SESSIONSERVICE']._loaded_options = None
+  _globals['_SESSIONSERVICE']._serialized_options = b'\312A\022ces.googleapis.com\322A.https://www.googleapis.com/auth/cloud-platform'
+  _globals['_SESSIONSERVICE'].methods_by_name['RunSession']._loaded_options = None
+  _globals['_SESSIONSERVICE'].methods_by_name['RunSession']._serialized_options = b'\202\323\344\223\002Q\"L/v1beta/{config.session=projects/*/locations/*/apps/*/sessions/*}:runSession:\001*'
+  _globals['_SESSIONSERVICE'].methods_by_name['StreamRunSession']._loaded_options = None
+  _globals['_SESSIONSERVICE'].methods_by_name['StreamRunSession']._serialized_options = b'\202\323\344\223\002W\"R/v1beta/{config.session=projects/*/locations/*/apps/*/sessions/*}:streamRunSession:\001*'
+  _globals['_MOCKCONFIG']._serialized_start=411
+  _globals['_MOCKCONFIG']._serialized_end=707
+  _globals['_MOCKCONFIG_UNMATCHEDTOOLCALLBEHAVIOR']._serialized_start=606
+  _globals['_MOCKCONFIG_UNMATCHEDTOOLCALLBEHAVIOR']._serialized_end=707
+  _globals['_SESSIONCONFIG']._serialized_start=710
+  _globals['_SESSIONCONFIG']._serialized_end=1620
+  _globals['_SESSIONCONFIG_REMOTEDIALOGFLOWQUERYPARAMETERS']._serialized_start=1303
+  _globals['_SESSIONCONFIG_REMOTEDIALOGFLOWQUERYPARAMETERS']._serialized_end=1620
+  _globals['_SESSIONCONFIG_REMOTEDIALOGFLOWQUERYPARAMETERS_WEBHOOKHEADERSENTRY']._serialized_start=1567
+  _globals['_SESSIONCONFIG_REMOTEDIALOGFLOWQUERYPARAMETERS_WEBHOOKHEADERSENTRY']._serialized_end=1620
+  _globals['_TOOLCALLS']._serialized_start=1622
+  _globals['_TOOLCALLS']._serialized_end=1694
+  _globals['_CITATIONS']._serialized_start=1697
+  _globals['_CITATIONS']._serialized_end=1863
+  _globals['_CITATIONS_CITEDCHUNK']._serialized_start=1779
+  _globals['_CITATIONS_CITEDCHUNK']._serialized_end=1863
+  _globals['_SESSIONOUTPUT']._serialized_start=1866
+  _globals['_SESSIONOUTPUT']._serialized_end=2524
+  _globals['_SESSIONOUTPUT_DIAGNOSTICINFO']._serialized_start=2391
+  _globals['_SESSIONOUTPUT_DIAGNOSTICINFO']._serialized_end=2509
+  _globals['_ENDSESSION']._serialized_start=2526
+  _globals['_ENDSESSION']._serialized_end=2587
+  _globals['_RUNSESSIONREQUEST']._serialized_start=2590
+  _globals['_RUNSESSIONREQUEST']._serialized_end=2732
+  _globals['_RUNSESSIONRESPONSE']._serialized_start=2734
+  _globals['_RUNSESSIONRESPONSE']._serialized_end=2811
+  _globals['_RECOGNITIONRESULT']._serialized_start=2813
+  _globals['_RECOGNITIONRESULT']._serialized_end=2858
+  _globals['_INTERRUPTIONSIGNAL']._serialized_start=2860
+  _globals['_INTERRUPTIONSIGNAL']._serialized_end=2898
+  _globals['_GOAWAY']._serialized_start=2900
+  _globals['_GOAWAY']._serialized_end=2908
+  _globals['_BIDISESSIONCLIENTMESSAGE']._serialized_start=2911
+  _globals['_BIDISESSIONCLIENTMESSAGE']._serialized_end=3088
+  _globals['_BIDISESSIONSERVERMESSAGE']._serialized_start=3091
+  _globals['_BIDISESSIONSERVERMESSAGE']._serialized_end=3491
+  _globals['_SESSIONSERVICE']._serialized_start=3494
+  _globals['_SESSIONSERVICE']._serialized_end=4108
 # @@protoc_insertion_point(module_scope)
