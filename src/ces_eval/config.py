@@ -243,6 +243,14 @@ class ServerConfig:
         parse=_ca_file,
         metavar="FILE",
     )
+    # Whether ExecuteTool runs the team's Python code (docs/tools.md).
+    run_tool_fakes: bool = option(
+        _CORE.run_tool_fakes,
+        "on: ExecuteTool runs the team's own Python code (tool fakes and Python function "
+        "tools) in a separate bounded process (docs/tools.md); off: it refuses to run any",
+        parse=on_off,
+        metavar="on|off",
+    )
     # Sessions played against agents at once by all runs of the process (docs/agents.md).
     agent_sessions: int = option(
         _CORE.agent_sessions,

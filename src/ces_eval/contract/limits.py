@@ -63,6 +63,7 @@ __all__ = [
     "MAX_STRING_CHARS",
     "MAX_STRUCT_DEPTH",
     "MAX_STRUCT_ENTRIES",
+    "MAX_TOOL_ANSWER_BYTES",
     "MAX_VIOLATIONS",
     "SEED_COUNTS",
     "SEED_LENGTHS",
@@ -164,6 +165,9 @@ MAX_APP_RECORDINGS = 100_000
 # One file (or inline document) of recordings, ExportAgentRecordings and ImportAgentRecordings:
 # it is built and read in memory. More are exported by filter (an evaluation, a run) per file.
 MAX_RECORDINGS_FILE_BYTES = 64 * 1024 * 1024
+# What ExecuteTool reads of an OpenAPI tool's answer, and of a tool's code's answer (docs/tools.md):
+# its response then fits a client's 4 MiB receive limit with room to spare.
+MAX_TOOL_ANSWER_BYTES = 1024 * 1024
 
 # -- work on the event loop (ces_eval.offload) ---------------------------------------------------
 

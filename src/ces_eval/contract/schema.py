@@ -18,7 +18,11 @@ from google.cloud.location import locations_pb2
 from google.longrunning import operations_proto_pb2
 
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2
-from ces_eval.generated.google.cloud.ces.v1beta import agent_service_pb2, evaluation_service_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import (
+    agent_service_pb2,
+    evaluation_service_pb2,
+    tool_service_pb2,
+)
 
 if TYPE_CHECKING:
     from google.protobuf import descriptor
@@ -108,6 +112,7 @@ def services() -> tuple[descriptor.ServiceDescriptor, ...]:
     return (
         evaluation_service_pb2.DESCRIPTOR.services_by_name["EvaluationService"],
         agent_service_pb2.DESCRIPTOR.services_by_name["AgentService"],
+        tool_service_pb2.DESCRIPTOR.services_by_name["ToolService"],
         operations_proto_pb2.DESCRIPTOR.services_by_name["Operations"],
         locations_pb2.DESCRIPTOR.services_by_name["Locations"],
         emulator_service_pb2.DESCRIPTOR.services_by_name["EmulatorService"],

@@ -20,11 +20,12 @@ from ces_eval.core import emulator
 from ces_eval.core.aip import standard
 from ces_eval.core.aip.context import Context, Rpc, Settings
 from ces_eval.core.aip.names import snake_case
-from ces_eval.core.engine import metrics, running, scheduled_runs
+from ces_eval.core.engine import metrics, running, scheduled_runs, tools
 from ces_eval.core.exchange import app_archive, exports, imports, media
 from ces_eval.core.io.agent_http import HttpxAgents
 from ces_eval.core.io.objects import ExportFolder
 from ces_eval.core.io.operations import OperationRunner
+from ces_eval.core.io.tool_sandbox import Sandbox
 from ces_eval.core.resources import (
     app_resources,
     apps,
@@ -93,6 +94,7 @@ _SERVICES: dict[str, dict[str, Rpc]] = {
         **security_settings.RPCS,
         **model_methods.RPCS,
     },
+    "google.cloud.ces.v1beta.ToolService": tools.RPCS,
     "google.longrunning.Operations": longrunning.RPCS,
     "google.cloud.location.Locations": locations.RPCS,
     "ces_eval.emulator.v1.EmulatorService": emulator.RPCS,
@@ -145,7 +147,13 @@ class Core:
         runner = runner or OperationRunner(storage)
         objects = ExportFolder(settings.export_dir)
         self.context = Context(
-            storage, tokens, runner, objects, HttpxAgents(settings.agent_ca_file), settings
+            storage,
+            tokens,
+            runner,
+            objects,
+            HttpxAgents(settings.agent_ca_file),
+            settings,
+            code=Sandbox() if settings.run_tool_fakes else None,
         )
 
     def handler(self, path: str) -> Handler:

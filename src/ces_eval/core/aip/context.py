@@ -24,7 +24,13 @@ if TYPE_CHECKING:
     from ces_eval.access import Caller
     from ces_eval.contract.encoded import Response
     from ces_eval.core.aip.pages import PageTokens
-    from ces_eval.core.aip.ports import AgentHttp, ObjectLocation, ObjectStore, Operations
+    from ces_eval.core.aip.ports import (
+        AgentHttp,
+        CodeRunner,
+        ObjectLocation,
+        ObjectStore,
+        Operations,
+    )
     from ces_eval.storage.base import Storage
 
 __all__ = [
@@ -228,6 +234,9 @@ class Settings:
     # The server's own listening ports (gRPC, HTTP), which no agent, judge or simulator may be
     # called at (ces_eval.core.resources.agent_endpoints.reaches_server).
     own_ports: tuple[int, ...] = ()
+    # ``--run-tool-fakes``: whether ExecuteTool runs the team's Python code (tool fakes and
+    # Python function tools) in a bounded child process (ces_eval.core.engine.tools).
+    run_tool_fakes: bool = False
 
 
 @dataclass(frozen=True)
@@ -247,6 +256,8 @@ class Context:
     hot: HotReads = field(default_factory=HotReads, compare=False, repr=False)
     # Facts learnt lately, trusted for a second (the apps' gate).
     recent: Recent = field(default_factory=Recent, compare=False, repr=False)
+    # Where the team's Python code runs (ExecuteTool); None unless ``--run-tool-fakes``.
+    code: CodeRunner | None = None
 
     def locate(self, gcs_uri: str, resource: str) -> ObjectLocation:
         """Where ``gcs_uri`` is for ``resource``'s project; raises ObjectError."""

@@ -27,6 +27,8 @@ __all__ = [
     "AgentHttp",
     "AgentUnreachable",
     "AgentUnreadable",
+    "CodeFailed",
+    "CodeRunner",
     "Guard",
     "HttpAnswer",
     "HttpSession",
@@ -228,6 +230,13 @@ class HttpSession(Protocol):
         TimeoutError (the session's timeout per step)."""
         ...
 
+    def send(
+        self, method: str, uri: str, body: bytes | None, headers: Mapping[str, str]
+    ) -> AbstractAsyncContextManager[HttpAnswer]:
+        """As :meth:`post`, with any HTTP ``method`` (an OpenAPI tool's operation), and no
+        body when ``body`` is None."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -245,4 +254,35 @@ class AgentHttp(Protocol):
         step bounded by ``timeout`` seconds. Each connection resolves its host itself and
         connects to none of the addresses ``refused(address, port)`` names, so that no second
         resolution between the check and the connection can name another."""
+        ...
+
+
+class CodeFailed(Exception):
+    """Code that could not give an answer: it ran out of a bound (time, memory, output), died,
+    or answered what cannot be read. ``message`` says which, in a sentence."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class CodeRunner(Protocol):
+    """Runs a team's Python code (a tool's fake, a Python function tool) apart from the
+    server: in another process, without the server's environment, within time, memory and
+    output bounds (docs/tools.md, "Running the team's code")."""
+
+    async def call(
+        self,
+        code: str,
+        functions: Sequence[str],
+        convention: str,
+        call: Mapping[str, Any],
+    ) -> Mapping[str, Any]:
+        """Define ``code`` and call the first of ``functions`` it defines, as ``convention``
+        says: ``"fake"`` calls ``f(tool, input, callback_context)`` with ``call["tool"]``,
+        ``call["input"]`` and a context whose ``variables`` start as ``call["variables"]``;
+        ``"function"`` calls ``f(**call["input"])``. The answer is ``{"function": name,
+        "value": <JSON>, "variables": {...}}``, ``{"function": name, "error": "..."}`` for an
+        exception the code raised, or ``{}`` when it defines none of ``functions``. Raises
+        :class:`CodeFailed`."""
         ...

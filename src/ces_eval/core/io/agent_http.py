@@ -193,12 +193,17 @@ class _Session:
     def __init__(self, client: httpx.AsyncClient) -> None:
         self._client = client
 
-    @contextlib.asynccontextmanager
-    async def post(
+    def post(
         self, uri: str, body: bytes, headers: Mapping[str, str]
+    ) -> contextlib.AbstractAsyncContextManager[_Answer]:
+        return self.send("POST", uri, body, headers)
+
+    @contextlib.asynccontextmanager
+    async def send(
+        self, method: str, uri: str, body: bytes | None, headers: Mapping[str, str]
     ) -> AsyncIterator[_Answer]:
         with _translated():
-            request = self._client.build_request("POST", uri, content=body, headers=headers)
+            request = self._client.build_request(method, uri, content=body, headers=headers)
             response = await self._client.send(request, stream=True)
         try:
             yield _Answer(response)
