@@ -30,6 +30,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import ces_v1beta
 from google.cloud.ces_v1beta.services.agent_service.transports import grpc as agent_grpc
 from google.cloud.ces_v1beta.services.evaluation_service.transports import grpc as grpc_transport
+from google.cloud.ces_v1beta.services.tool_service.transports import grpc as tool_grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 from google.rpc import error_details_pb2
 
@@ -124,6 +125,7 @@ _CLIENTS: dict[str, tuple[Any, Any]] = {
         grpc_transport.EvaluationServiceGrpcTransport,
     ),
     "AgentService": (ces_v1beta.AgentServiceClient, agent_grpc.AgentServiceGrpcTransport),
+    "ToolService": (ces_v1beta.ToolServiceClient, tool_grpc.ToolServiceGrpcTransport),
 }
 
 

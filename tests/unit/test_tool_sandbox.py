@@ -82,6 +82,11 @@ def test_a_sleep_is_stopped_by_the_wall_clock() -> None:
     assert message == "The code ran longer than 3 seconds and was stopped."
 
 
+def test_closing_its_pipes_does_not_escape_the_wall_clock() -> None:
+    message = _failure("import os\nos.close(1)\nos.close(2)\nwhile True:\n    pass\n")
+    assert "seconds" in message
+
+
 def test_an_allocation_past_the_memory_bound_fails() -> None:
     answer = _call("def f():\n    return len(bytearray(512 * 2**20))\n")
     assert answer["error"].startswith("MemoryError")

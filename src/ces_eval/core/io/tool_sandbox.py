@@ -23,9 +23,12 @@ import asyncio
 import contextlib
 import json
 import os
+import selectors
 import signal
+import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -146,60 +149,31 @@ class Sandbox:
             {"code": code, "functions": list(functions), "convention": convention, "call": call}
         ).encode()
         bounds = self._bounds
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + bounds.wall_seconds
         try:
             async with asyncio.timeout(bounds.wall_seconds):
-                async with self._slots:
-                    return await self._run(request)
+                await self._slots.acquire()
         except TimeoutError:
-            raise CodeFailed(
-                f"The code ran longer than {bounds.wall_seconds:g} seconds and was stopped."
-            ) from None
-
-    async def _run(self, request: bytes) -> Mapping[str, Any]:
-        bounds = self._bounds
-        settings = json.dumps(
-            {"cpu": bounds.cpu_seconds, "memory": bounds.memory_bytes, "mark": _MARK.hex()}
-        )
-        with tempfile.TemporaryDirectory(prefix="ces-eval-tool-") as folder:
-            child = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-I",
-                "-S",
-                "-c",
-                _CHILD,
-                settings,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env={},
-                cwd=folder,
-                start_new_session=True,
-                close_fds=True,
-            )
-            try:
-                return await self._exchange(child, request)
-            finally:
-                _kill(child)
-                await child.wait()
-
-    async def _exchange(
-        self, child: asyncio.subprocess.Process, request: bytes
-    ) -> Mapping[str, Any]:
-        assert child.stdin is not None and child.stdout is not None and child.stderr is not None
-        limit = self._bounds.output_bytes
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            child.stdin.write(request)
-            await child.stdin.drain()
-            child.stdin.close()
-        output, _ = await asyncio.gather(
-            _bounded(child, child.stdout, limit), _bounded(child, child.stderr, limit)
-        )
-        status = await child.wait()
+            raise CodeFailed(_late(bounds)) from None
+        try:
+            # The child is started and watched from a thread: subprocess.Popen starts it with
+            # vfork, which runs no fork handler of the server's libraries (gRPC's crash the
+            # child of a process whose threads are inside gRPC), and its pipes are read with
+            # the deadline and the output bound there.
+            seconds = max(deadline - loop.time(), 0.1)
+            output, status = await asyncio.to_thread(_exchange, request, bounds, seconds)
+        finally:
+            self._slots.release()
         if output is None:
-            raise CodeFailed(f"The code printed more than {limit} bytes and was stopped.")
+            raise CodeFailed(
+                f"The code printed more than {bounds.output_bytes} bytes and was stopped."
+            )
+        if status is None:
+            raise CodeFailed(_late(bounds))
         _, marked, answer = output.rpartition(_MARK)
         if not marked:
-            raise CodeFailed(_death(status, self._bounds))
+            raise CodeFailed(_death(status, bounds))
         try:
             loaded = json.loads(answer)
         except ValueError:
@@ -209,23 +183,94 @@ class Sandbox:
         return loaded
 
 
-async def _bounded(
-    child: asyncio.subprocess.Process, stream: asyncio.StreamReader, limit: int
-) -> bytes | None:
-    """What ``stream`` carries until its end, or None once it passes ``limit`` bytes (the
-    child is killed then: it would wait on a full pipe)."""
-    parts: list[bytes] = []
-    size = 0
-    while chunk := await stream.read(65536):
-        size += len(chunk)
-        if size > limit:
+def _late(bounds: Bounds) -> str:
+    return f"The code ran longer than {bounds.wall_seconds:g} seconds and was stopped."
+
+
+def _exchange(request: bytes, bounds: Bounds, seconds: float) -> tuple[bytes | None, int | None]:
+    """Run the child on ``request`` for at most ``seconds``: (its stdout, or None past the
+    output bound; its exit status, or None when the deadline ended it). Blocking."""
+    settings = json.dumps(
+        {"cpu": bounds.cpu_seconds, "memory": bounds.memory_bytes, "mark": _MARK.hex()}
+    )
+    deadline = time.monotonic() + seconds
+    with tempfile.TemporaryDirectory(prefix="ces-eval-tool-") as folder:
+        child = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _CHILD, settings],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={},
+            cwd=folder,
+            start_new_session=True,
+            close_fds=True,
+        )
+        try:
+            output = _pipes(child, request, bounds.output_bytes, deadline)
+            if output is _LATE:
+                return b"", None
+            if not isinstance(output, bytes):
+                return None, None  # past the bound: killed below, never waited on
+            try:  # a child may close its pipes and go on: the deadline still holds
+                return output, child.wait(max(deadline - time.monotonic(), 0))
+            except subprocess.TimeoutExpired:
+                return b"", None
+        finally:
             _kill(child)
-            return None
-        parts.append(chunk)
-    return b"".join(parts)
+            child.wait()
+            for pipe in (child.stdin, child.stdout, child.stderr):
+                if pipe is not None:
+                    pipe.close()
 
 
-def _kill(child: asyncio.subprocess.Process) -> None:
+_LATE = object()
+
+
+def _pipes(
+    child: subprocess.Popen[bytes], request: bytes, limit: int, deadline: float
+) -> bytes | object | None:
+    """Write ``request`` to the child and read its stdout (and drain its stderr) until both
+    end: the stdout, None once either passes ``limit`` bytes, :data:`_LATE` at the deadline."""
+    assert child.stdin is not None
+    assert child.stdout is not None
+    assert child.stderr is not None
+    pending = memoryview(request)
+    sizes = {child.stdout.fileno(): 0, child.stderr.fileno(): 0}
+    kept: list[bytes] = []
+    with selectors.DefaultSelector() as selector:
+        os.set_blocking(child.stdin.fileno(), False)
+        selector.register(child.stdin, selectors.EVENT_WRITE)
+        selector.register(child.stdout, selectors.EVENT_READ)
+        selector.register(child.stderr, selectors.EVENT_READ)
+        while len(selector.get_map()) > 0:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return _LATE
+            for key, _ in selector.select(left):
+                if key.fileobj is child.stdin:
+                    try:
+                        written = os.write(child.stdin.fileno(), pending[:65536])
+                    except (BrokenPipeError, ConnectionResetError):
+                        written = len(pending)  # the child ended: its status says why
+                    pending = pending[written:]
+                    if not pending:
+                        selector.unregister(child.stdin)
+                        child.stdin.close()
+                    continue
+                fd = key.fd
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                    continue
+                sizes[fd] += len(chunk)
+                if sizes[fd] > limit:
+                    return None
+                if fd == child.stdout.fileno():
+                    kept.append(chunk)
+    return b"".join(kept)
+
+
+def _kill(child: subprocess.Popen[bytes]) -> None:
     """End the child and anything it started (its own process group)."""
     if child.returncode is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -234,7 +279,7 @@ def _kill(child: asyncio.subprocess.Process) -> None:
 
 def _death(status: int, bounds: Bounds) -> str:
     """Why a child that gave no answer ended, as far as its status tells."""
-    if status == -signal.SIGXCPU or status == -signal.SIGKILL:
+    if status in (-signal.SIGXCPU, -signal.SIGKILL):
         return f"The code used more than {bounds.cpu_seconds} seconds of CPU time and was stopped."
     if status == -signal.SIGXFSZ:
         return "The code wrote to a file, which a tool's code may not do."

@@ -1,0 +1,82 @@
+"""Google's official Python client drives ToolService over gRPC and REST
+(tests/official/tools_scenario.py; docs/tools.md): schemas retrieved, an OpenAPI toolset's tools
+listed and one of them called on a real HTTP API in a thread, ExecuteTool answered by a mock and
+by a Python fake on a server started with ``CES_EVAL_RUN_TOOL_FAKES=on``, and the refusals."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ces_eval.testing.server import RunningServer, start_server
+from tests.support.official import run_official
+
+pytestmark = pytest.mark.external
+
+
+class _Orders(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        data = json.dumps({"path": self.path, "status": "shipped"}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+        pass
+
+
+@pytest.fixture(scope="module")
+def api() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Orders)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/api"
+    server.shutdown()
+    server.server_close()
+    thread.join()
+
+
+@pytest.fixture(scope="module")
+def faking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    database = Path(tmp_path_factory.mktemp("tools")) / "ces-eval.db"
+    running = start_server(database, env={"CES_EVAL_RUN_TOOL_FAKES": "on"})
+    try:
+        yield running
+    finally:
+        running.kill()
+
+
+@pytest.mark.parametrize("transport", ["grpc", "rest"])
+def test_tools_through_the_official_client(
+    faking: RunningServer, api: str, transport: str
+) -> None:
+    steps = run_official("tools_scenario.py", [faking], transport, api)
+    app = f"projects/tools/locations/us-central1/apps/{transport}"
+    assert steps["schema"] == {
+        "tool": f"{app}/tools/confirm",
+        "input": ["ok"],
+        "operation_input": ["order_id"],
+        "operation_output": ["status"],
+    }
+    assert steps["tools"]["names"] == [f"{app}/toolsets/shop/tools/getOrder"]
+    assert steps["mocked"]["response"] == {"output": "mocked"}
+    assert steps["faked"] == {
+        "response": {"output": {"order": 7.0, "faked": "confirm"}},
+        "variables": {"calls": 2.0},
+    }
+    assert steps["called"]["response"] == {
+        "output": {"path": "/api/orders/9", "status": "shipped"}
+    }
+    assert steps["called"]["toolset"] == f"{app}/toolsets/shop"
+    refusals = steps["refused"]
+    assert refusals["unsupported"]["reason"] == "TOOL_UNSUPPORTED"
+    assert refusals["missing"]["reason"] == "RESOURCE_NOT_FOUND"
+    assert refusals["elsewhere"]["violations"] == ["tool"]
