@@ -60,6 +60,9 @@ EXPECTED_TOOLS = {
     "export_app",
     "import_app",
     "restore_app_version",
+    "execute_tool",
+    "retrieve_tool_schema",
+    "retrieve_tools",
     *(
         snake_case(r.rpc)
         for r in standard_routes()
@@ -73,6 +76,9 @@ EXPECTED_HINTS = {
     "batch_delete_conversations": (False, True, True, False),
     "import_app": (False, True, False, False),
     "restore_app_version": (False, True, True, False),
+    "retrieve_tool_schema": (True, False, True, False),
+    "retrieve_tools": (True, False, True, False),
+    "execute_tool": (False, False, False, True),
     "delete_app": (False, True, True, False),
     "export_app": (False, False, False, False),
     "create_evaluation": (False, False, False, False),

@@ -15,10 +15,11 @@ comment. ``inputSchema`` is the request message's proto3-JSON Schema (parser vie
 ``{"type": "object"}``), both JSON Schema 2020-12 with a ``type: object`` root and ``$defs`` for
 the messages they reference.
 
-Annotations (all four always present; openWorldHint is false everywhere: the tools act on this
-closed local server only). The reference pages fix two rows, three POSTs say what they do (an
-import may overwrite, an upload deletes the audio it replaces, a voice test changes nothing);
-the rest follow the HTTP binding:
+Annotations (all four always present; openWorldHint is false everywhere but ``execute_tool``,
+which may call an OpenAPI tool's own API: the others act on this closed local server only).
+The reference pages fix two rows, three POSTs say what they do (an import may overwrite, an
+upload deletes the audio it replaces, a voice test changes nothing), ToolService's two
+retrievals only read; the rest follow the HTTP binding:
 
 =============================  =========  ===========  ==========  ==========
 tool / HTTP binding            readOnly   destructive  idempotent  openWorld
@@ -99,6 +100,7 @@ __all__ = ["McpEndpoint", "ToolSpec", "build_endpoint", "build_server", "guarded
 TOOL_SERVICES = (
     "google.cloud.ces.v1beta.EvaluationService",
     "google.cloud.ces.v1beta.AgentService",
+    "google.cloud.ces.v1beta.ToolService",
     "google.longrunning.Operations",
     "google.cloud.location.Locations",
 )
@@ -127,6 +129,11 @@ _STATED = {
     "batch_delete_conversations": Hints(read_only=False, destructive=True, idempotent=True),
     "import_app": Hints(read_only=False, destructive=True, idempotent=False),
     "restore_app_version": Hints(read_only=False, destructive=True, idempotent=True),
+    # ToolService (docs/tools.md): two POSTs that only read, and the one tool that may reach
+    # past this server (an OpenAPI tool's own API).
+    "retrieve_tool_schema": Hints(read_only=True, destructive=False, idempotent=True),
+    "retrieve_tools": Hints(read_only=True, destructive=False, idempotent=True),
+    "execute_tool": Hints(read_only=False, destructive=False, idempotent=False, open_world=True),
 }
 
 
