@@ -21,7 +21,7 @@ pytestmark = pytest.mark.external
 
 
 class _Orders(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         data = json.dumps({"path": self.path, "status": "shipped"}).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
@@ -29,7 +29,7 @@ class _Orders(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
@@ -55,9 +55,7 @@ def faking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
 
 
 @pytest.mark.parametrize("transport", ["grpc", "rest"])
-def test_tools_through_the_official_client(
-    faking: RunningServer, api: str, transport: str
-) -> None:
+def test_tools_through_the_official_client(faking: RunningServer, api: str, transport: str) -> None:
     steps = run_official("tools_scenario.py", [faking], transport, api)
     app = f"projects/tools/locations/us-central1/apps/{transport}"
     assert steps["schema"] == {
@@ -72,9 +70,7 @@ def test_tools_through_the_official_client(
         "response": {"output": {"order": 7.0, "faked": "confirm"}},
         "variables": {"calls": 2.0},
     }
-    assert steps["called"]["response"] == {
-        "output": {"path": "/api/orders/9", "status": "shipped"}
-    }
+    assert steps["called"]["response"] == {"output": {"path": "/api/orders/9", "status": "shipped"}}
     assert steps["called"]["toolset"] == f"{app}/toolsets/shop"
     refusals = steps["refused"]
     assert refusals["unsupported"]["reason"] == "TOOL_UNSUPPORTED"

@@ -107,9 +107,7 @@ def scenario(wired: Wired, api: str) -> None:
     )
     step("faked", response=_dict(faked)["response"], variables=_dict(faked)["variables"])
     called = tools.execute_tool(
-        request=ces_v1beta.ExecuteToolRequest(
-            parent=app, toolset_tool=chosen, args={"order_id": 9}
-        )
+        request=ces_v1beta.ExecuteToolRequest(parent=app, toolset_tool=chosen, args={"order_id": 9})
     )
     step("called", response=_dict(called)["response"], toolset=called.toolset_tool.toolset)
 
@@ -132,9 +130,7 @@ def scenario(wired: Wired, api: str) -> None:
     )
     elsewhere = refused(
         lambda: tools.execute_tool(
-            request=ces_v1beta.ExecuteToolRequest(
-                parent=wired.app("elsewhere"), tool=confirm.name
-            )
+            request=ces_v1beta.ExecuteToolRequest(parent=wired.app("elsewhere"), tool=confirm.name)
         ),
         exceptions.BadRequest,  # REST: HTTP 400; gRPC: InvalidArgument, its subclass
     )

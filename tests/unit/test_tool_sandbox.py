@@ -53,9 +53,7 @@ def test_a_fake_gets_the_tool_its_input_and_the_variables_it_may_change() -> Non
         "    callback_context.variables['seen'] = tool['id']\n"
         "    return {'echo': input['q']}\n"
     )
-    answer = _call(
-        code, convention="fake", tool={"id": "t"}, input={"q": "hi"}, variables={"a": 1}
-    )
+    answer = _call(code, convention="fake", tool={"id": "t"}, input={"q": "hi"}, variables={"a": 1})
     assert answer == {
         "function": "fake_tool_call",
         "value": {"echo": "hi"},
@@ -93,9 +91,7 @@ def test_an_allocation_past_the_memory_bound_fails() -> None:
 
 
 def test_output_past_its_bound_stops_the_code() -> None:
-    message = _failure(
-        "import os\ndef f():\n    while True:\n        os.write(1, b'x' * 1024)\n"
-    )
+    message = _failure("import os\ndef f():\n    while True:\n        os.write(1, b'x' * 1024)\n")
     assert message == "The code printed more than 4096 bytes and was stopped."
     # What print writes is the code's own business: dropped, never the answer's.
     assert _call("def f():\n    print('x' * 100000)\n    return 1\n")["value"] == 1
@@ -113,9 +109,7 @@ def test_files_sockets_and_processes_are_refused(tmp_path: Path) -> None:
     wrote = _call(f"def f():\n    open({str(target)!r}, 'w').write('x')\n")
     assert wrote["error"].startswith("PermissionError")
     assert not target.exists()
-    connected = _call(
-        "import socket\ndef f():\n    socket.create_connection(('127.0.0.1', 9))\n"
-    )
+    connected = _call("import socket\ndef f():\n    socket.create_connection(('127.0.0.1', 9))\n")
     assert connected["error"].startswith("PermissionError")
     spawned = _call("import os\ndef f():\n    os.system('touch x')\n")
     assert spawned["error"].startswith("PermissionError")
@@ -157,9 +151,7 @@ def test_execute_tool_runs_a_fake_and_a_python_tool(fakes: Fakes) -> None:
         client_function={"name": "lookup"},
         tool_fake_config={"enable_fake_mode": True, "code_block": {"python_code": fake}},
     )
-    fakes.call(
-        "create_tool", agent_pb2.CreateToolRequest(parent=APP, tool_id="lookup", tool=tool)
-    )
+    fakes.call("create_tool", agent_pb2.CreateToolRequest(parent=APP, tool_id="lookup", tool=tool))
     request = tool_service_pb2.ExecuteToolRequest(
         parent=APP, tool=f"{APP}/tools/lookup", args={"order_id": 42}, variables={"calls": 1}
     )

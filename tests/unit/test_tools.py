@@ -138,7 +138,7 @@ class _Api(BaseHTTPRequestHandler):
 
     do_GET = do_POST = _answer  # noqa: N815 - http.server's names
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
@@ -178,7 +178,8 @@ class Tools(Harness):
 
     def schemas(self, **request: Any) -> tool_service_pb2.RetrieveToolSchemaResponse:
         return self.call(  # type: ignore[no-any-return]
-            "retrieve_tool_schema", tool_service_pb2.RetrieveToolSchemaRequest(parent=APP, **request)
+            "retrieve_tool_schema",
+            tool_service_pb2.RetrieveToolSchemaRequest(parent=APP, **request),
         )
 
     def execute(self, **request: Any) -> dict[str, Any]:
@@ -468,7 +469,11 @@ def test_a_toolset_tool_is_mocked_by_its_toolset(core: Tools) -> None:
     chosen = {"toolset": f"{APP}/toolsets/shop", "toolId": "createOrder"}
     mock = {
         "mockedToolCalls": [
-            {"toolset": {"toolset": chosen["toolset"]}, "expectedArgsPattern": {}, "mockResponse": {"ok": True}}
+            {
+                "toolset": {"toolset": chosen["toolset"]},
+                "expectedArgsPattern": {},
+                "mockResponse": {"ok": True},
+            }
         ],
         "unmatchedToolCallBehavior": "FAIL",
     }

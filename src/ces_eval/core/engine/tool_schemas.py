@@ -19,10 +19,11 @@ answer it FAILED_PRECONDITION.
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from google.protobuf import json_format, struct_pb2
@@ -122,8 +123,8 @@ class _Resolver:
         if not ref.startswith("#/"):
             raise Unreadable(f"$ref {ref!r} points outside the document.")
         found: Any = self._document
-        for part in ref[2:].split("/"):
-            part = part.replace("~1", "/").replace("~0", "~")
+        for escaped in ref[2:].split("/"):
+            part = escaped.replace("~1", "/").replace("~0", "~")  # RFC 6901
             if not isinstance(found, dict) or part not in found:
                 raise Unreadable(f"$ref {ref!r} names nothing in the document.")
             found = found[part]
@@ -153,7 +154,9 @@ class _Resolver:
             kind = next((k for k in kind if k != "null"), None)
         if kind is None:
             kind = "object" if "properties" in node else "array" if "items" in node else None
-        out.type = _TYPES.get(str(kind), Schema.TYPE_UNSPECIFIED) if kind else 0
+        out.type = (
+            _TYPES.get(str(kind), Schema.TYPE_UNSPECIFIED) if kind else Schema.TYPE_UNSPECIFIED
+        )
         out.nullable = out.nullable or bool(node.get("nullable"))
         for key, field in (("description", "description"), ("title", "title")):
             if isinstance(node.get(key), str):
@@ -185,10 +188,9 @@ class _Resolver:
         if isinstance(node.get("enum"), list):
             out.enum.extend(_text(value) for value in node["enum"])
         if "default" in node:
-            try:
+            # A default proto3 JSON cannot hold (a date object of YAML) is left out.
+            with contextlib.suppress(json_format.ParseError, TypeError, ValueError):
                 json_format.ParseDict(node["default"], out.default)
-            except (json_format.ParseError, TypeError, ValueError):
-                pass  # a default proto3 JSON cannot hold (a date object of YAML): left out
         for key, field in (("minItems", "min_items"), ("maxItems", "max_items")):
             if isinstance(node.get(key), int) and not isinstance(node[key], bool):
                 setattr(out, field, node[key])
@@ -229,12 +231,15 @@ def operation_schemas(spec: dict[str, Any], operation: Operation) -> tuple[Schem
     """The input and output schemas of ``operation`` of ``spec``: an OBJECT of its parameters
     and its JSON body's properties; its first 2xx JSON response (else ``default``)."""
     resolver = _Resolver(spec)
+    return _inputs(resolver, operation), _outputs(resolver, operation)
+
+
+def _inputs(resolver: _Resolver, operation: Operation) -> Schema:
     inputs = Schema(type=Schema.OBJECT)
-    parameters = [*operation.path_parameters, *operation.spec.get("parameters", ())]
-    for parameter in parameters:
-        if not isinstance(parameter, dict):
+    for declared in [*operation.path_parameters, *operation.spec.get("parameters", ())]:
+        if not isinstance(declared, dict):
             continue
-        parameter = resolver.resolved(parameter, 0)
+        parameter = resolver.resolved(declared, 0)
         name = str(parameter.get("name", ""))
         if not name or parameter.get("in") not in ("path", "query", "header"):
             continue
@@ -242,35 +247,37 @@ def operation_schemas(spec: dict[str, Any], operation: Operation) -> tuple[Schem
         if isinstance(parameter.get("description"), str):
             converted.description = parameter["description"]
         inputs.properties[name].CopyFrom(converted)
-        if (parameter.get("required") or parameter.get("in") == "path") and (
-            name not in inputs.required
-        ):
+        required = parameter.get("required") or parameter.get("in") == "path"
+        if required and name not in inputs.required:
             inputs.required.append(name)
     body = operation.spec.get("requestBody")
-    if isinstance(body, dict):
-        found = _json_content(body, resolver)
-        if found is not None:
-            converted = resolver.schema(found, 1)
-            if converted.type == Schema.OBJECT:
-                for name, value in converted.properties.items():
-                    inputs.properties[name].CopyFrom(value)
-                inputs.required.extend(r for r in converted.required if r not in inputs.required)
-            else:
-                inputs.properties["body"].CopyFrom(converted)
-                if resolver.resolved(body, 0).get("required"):
-                    inputs.required.append("body")
-    outputs = Schema()
+    found = _json_content(body, resolver) if isinstance(body, dict) else None
+    if found is not None:
+        converted = resolver.schema(found, 1)
+        if converted.type == Schema.OBJECT:
+            for name, value in converted.properties.items():
+                inputs.properties[name].CopyFrom(value)
+            inputs.required.extend(r for r in converted.required if r not in inputs.required)
+        else:  # a body that is no object is the argument "body"
+            inputs.properties["body"].CopyFrom(converted)
+            if resolver.resolved(cast("dict[str, Any]", body), 0).get("required"):
+                inputs.required.append("body")
+    return inputs
+
+
+def _outputs(resolver: _Resolver, operation: Operation) -> Schema:
     responses = operation.spec.get("responses")
-    if isinstance(responses, dict):
-        codes = sorted(str(code) for code in responses if str(code).startswith("2"))
-        for code in [*codes, "default"]:
-            response = responses.get(code, responses.get(int(code) if code.isdigit() else code))
-            if isinstance(response, dict):
-                found = _json_content(response, resolver)
-                if found is not None:
-                    outputs = resolver.schema(found, 1)
-                    break
-    return inputs, outputs
+    if not isinstance(responses, dict):
+        return Schema()
+    # YAML reads an unquoted 200 as a number.
+    by_code = {str(code): response for code, response in responses.items()}
+    codes = sorted(code for code in by_code if code.startswith("2"))
+    for code in [*codes, "default"]:
+        response = by_code.get(code)
+        found = _json_content(response, resolver) if isinstance(response, dict) else None
+        if found is not None:
+            return resolver.schema(found, 1)
+    return Schema()
 
 
 # -- Python functions ----------------------------------------------------------------------------
@@ -301,7 +308,7 @@ def _name_of(node: ast.expr) -> str:
     return ""
 
 
-def _annotation(node: ast.expr | None, depth: int = 0) -> Schema:
+def _annotation(node: ast.expr | None, depth: int = 0) -> Schema:  # noqa: PLR0911 - one per form
     """The Schema of a Python annotation; an unknown one gives an unspecified type."""
     if node is None or depth > MAX_DEPTH:
         return Schema()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import urllib.parse
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from google.protobuf import json_format
@@ -36,6 +37,7 @@ from ces_eval.core.resources import agent_endpoints, app_resources
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import (
     common_pb2,
+    mcp_toolset_pb2,
     mocks_pb2,
     open_api_tool_pb2,
     session_service_pb2,
@@ -192,7 +194,7 @@ def _operation_schemas(
         raise _unsupported(f"{where}, operation {operation.operation_id}: {error}") from None
 
 
-def _pinned(toolset: Toolset, tool_id: str) -> toolset_pb2.McpToolOverride:
+def _pinned(toolset: Toolset, tool_id: str) -> mcp_toolset_pb2.McpToolOverride:
     """The MCP toolset's override of ``tool_id`` holding a pinned definition."""
     for override in toolset.mcp_toolset.tool_overrides:
         if tool_id in (override.tool, override.name_override) and override.HasField("snapshot"):
@@ -407,25 +409,31 @@ async def _run_code(
     return {"output": value}, variables
 
 
-async def _call_operation(
-    context: Context,
-    spec: dict[str, Any],
-    operation: tool_schemas.Operation,
-    server: str,
-    args: dict[str, Any],
-    timeout: float,
-) -> dict[str, Any]:
-    """Call ``operation`` of ``spec`` with ``args``: path, query and header parameters by
-    name, the other arguments as the JSON body."""
-    if not server:
+@dataclass(frozen=True)
+class _Call:
+    """One HTTP request of an OpenAPI operation."""
+
+    method: str
+    uri: str
+    body: bytes | None
+    headers: dict[str, str]
+
+
+def _server(spec: dict[str, Any], url: str) -> str:
+    """Where the operations are served: the tool's ``url``, else the document's first
+    server; FAILED_PRECONDITION when neither says."""
+    if not url:
         servers = spec.get("servers")
         if isinstance(servers, list) and servers and isinstance(servers[0], dict):
-            server = str(servers[0].get("url", ""))
-    if not server:
+            url = str(servers[0].get("url", ""))
+    if not url:
         raise _unsupported("The OpenAPI document names no server (servers[0].url) to call.")
-    refusal = agent_endpoints.host_refusal(server, context.settings.agent_allow_hosts)
-    if refusal is not None:
-        raise _unsupported(f"The tool's server {server} may not be called: {refusal}")
+    return url
+
+
+def _request(operation: tool_schemas.Operation, server: str, args: dict[str, Any]) -> _Call:
+    """The request of ``operation`` with ``args``: path, query and header parameters by
+    name, the other arguments as the JSON body (the argument ``body`` alone as itself)."""
     path = operation.path
     query: list[tuple[str, str]] = []
     headers = {"accept": "application/json", "accept-encoding": "identity"}
@@ -446,16 +454,37 @@ async def _call_operation(
     uri = server.rstrip("/") + path + ("?" + urllib.parse.urlencode(query) if query else "")
     body: bytes | None = None
     if rest and operation.method not in ("GET", "HEAD", "DELETE"):
-        body = json.dumps(rest.get("body", rest) if list(rest) == ["body"] else rest).encode()
+        body = json.dumps(rest["body"] if list(rest) == ["body"] else rest).encode()
         headers["content-type"] = "application/json"
+    return _Call(operation.method, uri, body, headers)
+
+
+async def _call_operation(
+    context: Context,
+    spec: dict[str, Any],
+    operation: tool_schemas.Operation,
+    url: str,
+    *,
+    args: dict[str, Any],
+    timeout: float,
+) -> dict[str, Any]:
+    """Call ``operation`` of ``spec`` with ``args`` on a host the agent endpoints' rules
+    allow; its answer, or what went wrong, as the tool's response."""
+    server = _server(spec, url)
+    refusal = agent_endpoints.host_refusal(server, context.settings.agent_allow_hosts)
+    if refusal is not None:
+        raise _unsupported(f"The tool's server {server} may not be called: {refusal}")
+    call = _request(operation, server, args)
     own = context.settings.own_ports
     session = context.agents.session(
-        [uri], timeout, lambda address, port: agent_endpoints.reaches_server(address, port, own)
+        [call.uri],
+        timeout,
+        lambda address, port: agent_endpoints.reaches_server(address, port, own),
     )
     limit = limits.MAX_TOOL_ANSWER_BYTES
+    parts: list[bytes] = []
     try:
-        async with session.send(operation.method, uri, body, headers) as answer:
-            parts: list[bytes] = []
+        async with session.send(call.method, call.uri, call.body, call.headers) as answer:
             size = 0
             async for chunk in answer.chunks():
                 size += len(chunk)
@@ -469,7 +498,12 @@ async def _call_operation(
         return {"error": "The tool's server could not be reached or its answer read."}
     finally:
         await session.close()
-    data = b"".join(parts)
+    return _answered(status, b"".join(parts))
+
+
+def _answered(status: int, data: bytes) -> dict[str, Any]:
+    """An HTTP answer as the tool's response: its JSON (else its text) as ``output``, and an
+    ``error`` for a status other than 2xx."""
     try:
         loaded: Any = json.loads(data) if data else None
     except (ValueError, RecursionError):
@@ -493,8 +527,8 @@ async def _run_for_real(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     fake = _fake(target)
     if fake:
-        call = {"tool": _described(target), "input": args, "variables": variables}
-        response, variables = await _run_code(context, target, fake, "fake", call)
+        faked = {"tool": _described(target), "input": args, "variables": variables}
+        response, variables = await _run_code(context, target, fake, "fake", faked)
         if response is not None:
             return response, variables
     timeout = _timeout(target.tool, target.toolset)
@@ -519,7 +553,7 @@ async def _run_for_real(
             spec = _spec(tool.open_api_tool.open_api_schema, where)
             operation = _one_operation(spec, tool.open_api_tool.name, where)
             response = await _call_operation(
-                context, spec, operation, tool.open_api_tool.url, args, timeout
+                context, spec, operation, tool.open_api_tool.url, args=args, timeout=timeout
             )
             return response, variables
         if kind == "client_function":
@@ -535,7 +569,7 @@ async def _run_for_real(
         spec = _spec(toolset.open_api_toolset.open_api_schema, where)
         operation = _one_operation(spec, target.tool_id, where)
         response = await _call_operation(
-            context, spec, operation, toolset.open_api_toolset.url, args, timeout
+            context, spec, operation, toolset.open_api_toolset.url, args=args, timeout=timeout
         )
         return response, variables
     raise _unsupported(
