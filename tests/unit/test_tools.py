@@ -116,6 +116,8 @@ class _Api(BaseHTTPRequestHandler):
         url = urllib.parse.urlsplit(self.path)
         if url.path.startswith("/api/large"):
             data = b'"' + b"x" * (2 * 1024 * 1024) + b'"'
+        elif url.path.startswith("/api/deep"):
+            data = b"[" * 200 + b"]" * 200
         else:
             status = 404 if url.path.startswith("/api/missing") else 200
             echoed = {
@@ -513,6 +515,10 @@ def test_an_openapi_tool_s_errors_are_in_the_response(core: Tools, api: int) -> 
     big = core.tool("big", openApiTool={"openApiSchema": large, "name": "getOrder"})
     too_much = core.execute(tool=big.name, args={"order_id": 1})
     assert too_much["response"]["error"] == "The tool's server answered more than 1048576 bytes."
+    deep = SPEC.replace("PORT", str(api)).replace("/api", "/api/deep")
+    nested = core.tool("deep", openApiTool={"openApiSchema": deep, "name": "getOrder"})
+    too_deep = core.execute(tool=nested.name, args={"order_id": 1})
+    assert too_deep["response"] == {"error": "The tool's answer nests deeper than 24 levels."}
 
 
 def test_an_openapi_tool_on_a_host_not_allowed_is_refused(core: Tools) -> None:

@@ -619,13 +619,29 @@ async def execute_tool(
         answer.tool = target.tool.name
     else:
         answer.toolset_tool.CopyFrom(request.toolset_tool)
+    depth = limits.MAX_STRUCT_DEPTH
+    if _deeper(response, depth) or _deeper(variables, depth):
+        # What a client could not parse (protobuf's nesting limit) or store again.
+        response = {"error": f"The tool's answer nests deeper than {depth} levels."}
+        variables = {}
     try:
         answer.response.update(response)
         answer.variables.update(variables)
     except (TypeError, ValueError):
         answer.response.Clear()
+        answer.variables.Clear()
         answer.response.update({"error": "The tool's answer is not a JSON object."})
     return answer
+
+
+def _deeper(value: Any, levels: int) -> bool:  # noqa: ANN401 - JSON values
+    """Whether ``value`` holds objects or lists nested more than ``levels`` deep (a Struct
+    holding only scalars is one level, as docs/security.md counts)."""
+    if isinstance(value, dict):
+        return levels < 1 or any(_deeper(item, levels - 1) for item in value.values())
+    if isinstance(value, list):
+        return levels < 1 or any(_deeper(item, levels - 1) for item in value)
+    return False
 
 
 RPCS: dict[str, Rpc] = {
