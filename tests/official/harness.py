@@ -119,7 +119,7 @@ def refused(call: Callable[[], object], kind: type[Exception]) -> dict[str, Any]
 
 
 # The official clients of the services ces-eval serves: the client class and its gRPC transport.
-_CLIENTS: dict[str, tuple[Any, Any]] = {
+CLIENTS: dict[str, tuple[Any, Any]] = {
     "EvaluationService": (
         ces_v1beta.EvaluationServiceClient,
         grpc_transport.EvaluationServiceGrpcTransport,
@@ -138,7 +138,7 @@ def official_client(
     """The official client of ``service`` of one server: over ``channel`` (an insecure one to
     ``target`` when not given, default options) for ``grpc``, over its REST binding with
     anonymous credentials for ``rest``."""
-    client_class, grpc_class = _CLIENTS[service]
+    client_class, grpc_class = CLIENTS[service]
     if transport == "grpc":
         return client_class(transport=grpc_class(channel=channel or grpc.insecure_channel(target)))
     return client_class(

@@ -26,9 +26,8 @@ from google.auth.credentials import AnonymousCredentials
 from google.auth.transport.requests import AuthorizedSession
 
 # The scenarios run as scripts: their folder is on sys.path.
-from harness import official_client  # type: ignore[import-not-found]
+from harness import CLIENTS, official_client  # type: ignore[import-not-found]
 
-AGENT_SERVICE = "google.cloud.ces.v1beta.AgentService"
 
 _VARIABLE = re.compile(r"\{([^}=]+)(?:=([^}]*))?\}")
 UNKNOWN_METHOD = "/google.cloud.ces.v1beta.EvaluationService/NoSuchMethod"
@@ -98,12 +97,14 @@ def main() -> int:
     transport, target = sys.argv[1], sys.argv[2]
     methods = json.load(sys.stdin)
     channel = grpc.insecure_channel(target) if transport == "grpc" else None
-    client = official_client(transport, target, channel)
-    agents = official_client(transport, target, channel, "AgentService")
+    clients: dict[str, Any] = {}
     for method in methods:
-        # Each method through the client of its service (the mixins: either has them).
-        serving = agents if method["service"] == AGENT_SERVICE else client
-        print(json.dumps(call(serving, method), default=str), flush=True)
+        # Each method through the client of its service (the mixins: EvaluationService's).
+        service = method["service"].rsplit(".", 1)[-1]
+        service = service if service in CLIENTS else "EvaluationService"
+        if service not in clients:
+            clients[service] = official_client(transport, target, channel, service)
+        print(json.dumps(call(clients[service], method), default=str), flush=True)
     print(json.dumps({"unknown": unknown(transport, target, channel)}, default=str), flush=True)
     if channel is not None:
         channel.close()
