@@ -28,7 +28,6 @@ from google.auth.transport.requests import AuthorizedSession
 # The scenarios run as scripts: their folder is on sys.path.
 from harness import CLIENTS, official_client  # type: ignore[import-not-found]
 
-
 _VARIABLE = re.compile(r"\{([^}=]+)(?:=([^}]*))?\}")
 UNKNOWN_METHOD = "/google.cloud.ces.v1beta.EvaluationService/NoSuchMethod"
 UNKNOWN_ROUTE = "/v1beta/projects/x/locations/x/apps/x:noSuchMethod"
