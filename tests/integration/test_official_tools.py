@@ -1,7 +1,9 @@
 """Google's official Python client drives ToolService over gRPC and REST
 (tests/official/tools_scenario.py; docs/tools.md): schemas retrieved, an OpenAPI toolset's tools
-listed and one of them called on a real HTTP API in a thread, ExecuteTool answered by a mock and
-by a Python fake on a server started with ``CES_EVAL_RUN_TOOL_FAKES=on``, and the refusals."""
+listed and one of them called on a real HTTP API in a thread, an MCP toolset's tools listed
+from another ces-eval's /mcp (overrides applied, or bypassed) and one's schema read from there,
+ExecuteTool answered by a mock and by a Python fake on a server started with
+``CES_EVAL_RUN_TOOL_FAKES=on``, and the refusals."""
 
 from __future__ import annotations
 
@@ -54,9 +56,24 @@ def faking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         running.kill()
 
 
+@pytest.fixture(scope="module")
+def mcp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """Another ces-eval, whose /mcp is the MCP server an MCP toolset names: two tools."""
+    database = Path(tmp_path_factory.mktemp("mcp-server")) / "ces-eval.db"
+    env = {"CES_EVAL_MCP_TOOLS": "get_location,list_locations", "CES_EVAL_MCP_SCHEMA": "compact"}
+    running = start_server(database, env=env)
+    try:
+        yield running
+    finally:
+        running.kill()
+
+
 @pytest.mark.parametrize("transport", ["grpc", "rest"])
-def test_tools_through_the_official_client(faking: RunningServer, api: str, transport: str) -> None:
-    steps = run_official("tools_scenario.py", [faking], transport, api)
+def test_tools_through_the_official_client(
+    faking: RunningServer, mcp_server: RunningServer, api: str, transport: str
+) -> None:
+    mcp = f"{mcp_server.http_base}/mcp"
+    steps = run_official("tools_scenario.py", [faking], transport, api, mcp)
     app = f"projects/tools/locations/us-central1/apps/{transport}"
     assert steps["schema"] == {
         "tool": f"{app}/tools/confirm",
@@ -72,6 +89,13 @@ def test_tools_through_the_official_client(faking: RunningServer, api: str, tran
     }
     assert steps["called"]["response"] == {"output": {"path": "/api/orders/9", "status": "shipped"}}
     assert steps["called"]["toolset"] == f"{app}/toolsets/shop"
+    assert steps["mcp"] == {
+        "names": [f"{app}/toolsets/mcp/tools/get_location", f"{app}/toolsets/mcp/tools/places"],
+        "raw": ["get_location", "list_locations"],
+        "described": "Where",
+        "input": "name",
+        "far": "TOOL_UNSUPPORTED",
+    }
     refusals = steps["refused"]
     assert refusals["unsupported"]["reason"] == "TOOL_UNSUPPORTED"
     assert refusals["missing"]["reason"] == "RESOURCE_NOT_FOUND"

@@ -3,7 +3,8 @@ retrieved from a client function and an OpenAPI toolset's operation, the toolset
 listed, ExecuteTool answered by a mocked call, by a tool's Python fake (the server runs with
 ``--run-tool-fakes on``) and by an OpenAPI operation on a local HTTP API, and the refusals.
 
-Arguments after harness.py's: the URL of the HTTP API the OpenAPI document names.
+Arguments after harness.py's: the URL of the HTTP API the OpenAPI document names, and of an
+MCP server (another ces-eval's /mcp offering get_location and list_locations).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def fake_tool_call(tool, input, callback_context):
 """
 
 
-def scenario(wired: Wired, api: str) -> None:
+def scenario(wired: Wired, api: str, mcp: str) -> None:
     target = sys.argv[2].split(",")[0]
     tools = official_client(wired.transport, target, service="ToolService")
     app = wired.app("tools")
@@ -111,6 +112,8 @@ def scenario(wired: Wired, api: str) -> None:
     )
     step("called", response=_dict(called)["response"], toolset=called.toolset_tool.toolset)
 
+    _mcp(wired, tools, app, mcp)
+
     search = wired.agents.create_tool(
         parent=app,
         tool_id="search",
@@ -135,6 +138,50 @@ def scenario(wired: Wired, api: str) -> None:
         exceptions.BadRequest,  # REST: HTTP 400; gRPC: InvalidArgument, its subclass
     )
     step("refused", unsupported=unsupported, missing=missing, elsewhere=elsewhere)
+
+
+def _mcp(wired: Wired, tools: Any, app: str, mcp: str) -> None:
+    override = ces_v1beta.McpToolOverride(
+        tool="list_locations", name_override="places", description_override="Where"
+    )
+    toolset = wired.agents.create_toolset(
+        parent=app,
+        toolset_id="mcp",
+        toolset=ces_v1beta.Toolset(
+            mcp_toolset=ces_v1beta.McpToolset(server_address=mcp, tool_overrides=[override])
+        ),
+    )
+    listed = tools.retrieve_tools(request=ces_v1beta.RetrieveToolsRequest(toolset=toolset.name))
+    raw = tools.retrieve_tools(
+        request=ces_v1beta.RetrieveToolsRequest(
+            toolset=toolset.name, bypass_persistence_config=True
+        )
+    )
+    schema = tools.retrieve_tool_schema(
+        request=ces_v1beta.RetrieveToolSchemaRequest(
+            parent=app,
+            toolset_tool=ces_v1beta.ToolsetTool(toolset=toolset.name, tool_id="get_location"),
+        )
+    )
+    far = wired.agents.create_toolset(
+        parent=app,
+        toolset_id="far",
+        toolset=ces_v1beta.Toolset(
+            mcp_toolset=ces_v1beta.McpToolset(server_address="https://mcp.example.com/mcp/")
+        ),
+    )
+    refusal = refused(
+        lambda: tools.retrieve_tools(request=ces_v1beta.RetrieveToolsRequest(toolset=far.name)),
+        exceptions.BadRequest,  # REST: HTTP 400; gRPC: FailedPrecondition, its subclass
+    )
+    step(
+        "mcp",
+        names=sorted(tool.name for tool in listed.tools),
+        raw=sorted(tool.display_name for tool in raw.tools),
+        described=next(t.mcp_tool.description for t in listed.tools if t.display_name == "places"),
+        input=",".join(sorted(schema.input_schema.properties)),
+        far=refusal["reason"],
+    )
 
 
 def _dict(message: Any) -> dict[str, Any]:

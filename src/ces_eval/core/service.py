@@ -23,6 +23,7 @@ from ces_eval.core.aip.names import snake_case
 from ces_eval.core.engine import metrics, running, scheduled_runs, tools
 from ces_eval.core.exchange import app_archive, exports, imports, media
 from ces_eval.core.io.agent_http import HttpxAgents
+from ces_eval.core.io.mcp_servers import McpClients
 from ces_eval.core.io.objects import ExportFolder
 from ces_eval.core.io.operations import OperationRunner
 from ces_eval.core.io.tool_sandbox import Sandbox
@@ -154,6 +155,7 @@ class Core:
             HttpxAgents(settings.agent_ca_file),
             settings,
             code=Sandbox() if settings.run_tool_fakes else None,
+            mcp=McpClients(settings.agent_ca_file),
         )
 
     def handler(self, path: str) -> Handler:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ces_eval.core.aip.ports import (
         AgentHttp,
         CodeRunner,
+        McpServers,
         ObjectLocation,
         ObjectStore,
         Operations,
@@ -258,6 +259,8 @@ class Context:
     recent: Recent = field(default_factory=Recent, compare=False, repr=False)
     # Where the team's Python code runs (ExecuteTool); None unless ``--run-tool-fakes``.
     code: CodeRunner | None = None
+    # Where RetrieveTools asks an MCP toolset's server for its tools; None: nowhere.
+    mcp: McpServers | None = None
 
     def locate(self, gcs_uri: str, resource: str) -> ObjectLocation:
         """Where ``gcs_uri`` is for ``resource``'s project; raises ObjectError."""

@@ -32,6 +32,7 @@ __all__ = [
     "Guard",
     "HttpAnswer",
     "HttpSession",
+    "McpServers",
     "ObjectError",
     "ObjectLocation",
     "ObjectMissing",
@@ -285,4 +286,22 @@ class CodeRunner(Protocol):
         "value": <JSON>, "variables": {...}}``, ``{"function": name, "error": "..."}`` for an
         exception the code raised, or ``{}`` when it defines none of ``functions``. Raises
         :class:`CodeFailed`."""
+        ...
+
+
+class McpServers(Protocol):
+    """Asks MCP servers (Streamable HTTP) which tools they offer, on the agent endpoints'
+    terms: no proxy, no redirect, no address ``refused(address, port)`` names."""
+
+    async def list_tools(
+        self,
+        url: str,
+        timeout: float,
+        limit: int,
+        refused: Callable[[str, int], bool],
+    ) -> list[Mapping[str, Any]]:
+        """Every tool the server at ``url`` lists (``tools/list``, every page), as the JSON
+        MCP gives it (``name``, ``description``, ``inputSchema``, ``outputSchema``), within
+        ``timeout`` seconds and ``limit`` bytes read in all. Raises :class:`AgentUnreachable`,
+        :class:`AgentUnreadable` (also for an answer past ``limit``) or TimeoutError."""
         ...

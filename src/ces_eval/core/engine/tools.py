@@ -21,6 +21,7 @@ access was granted for ``parent`` (docs/security.md), never for what the body na
 
 from __future__ import annotations
 
+import contextlib
 import json
 import urllib.parse
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from ces_eval.core.resources import agent_endpoints, app_resources
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import (
     common_pb2,
-    mcp_toolset_pb2,
+    mcp_tool_pb2,
     mocks_pb2,
     open_api_tool_pb2,
     session_service_pb2,
@@ -61,6 +62,7 @@ Schema = tool_schemas.Schema
 MockConfig = session_service_pb2.MockConfig
 UNSUPPORTED = "TOOL_UNSUPPORTED"
 FAKES_OFF = "TOOL_CODE_DISABLED"
+MCP_UNREACHABLE = "MCP_SERVER_UNREACHABLE"
 _NO_SCHEMA = {
     "google_search_tool": "a Google Search tool is Google's own",
     "connector_tool": "an Integration Connectors tool's schema lives in its connection",
@@ -194,26 +196,25 @@ def _operation_schemas(
         raise _unsupported(f"{where}, operation {operation.operation_id}: {error}") from None
 
 
-def _pinned(toolset: Toolset, tool_id: str) -> mcp_toolset_pb2.McpToolOverride:
-    """The MCP toolset's override of ``tool_id`` holding a pinned definition."""
-    for override in toolset.mcp_toolset.tool_overrides:
-        if tool_id in (override.tool, override.name_override) and override.HasField("snapshot"):
-            return override
-    raise _unsupported(
-        f"The MCP toolset {toolset.name} has no pinned definition of the tool {tool_id!r}; "
-        "its server's tools are listed by RetrieveTools."
-    )
-
-
-def _schemas_of_toolset_tool(toolset: Toolset, tool_id: str) -> tuple[Schema, Schema]:
+async def _schemas_of_toolset_tool(
+    context: Context, toolset: Toolset, tool_id: str
+) -> tuple[Schema, Schema]:
     kind = toolset.WhichOneof("toolset_type")
     where = f"The toolset {toolset.name}"
     if kind == "open_api_toolset":
         spec = _spec(toolset.open_api_toolset.open_api_schema, where)
         return _operation_schemas(spec, _one_operation(spec, tool_id, where), where)
     if kind == "mcp_toolset":
-        snapshot = _pinned(toolset, tool_id).snapshot
-        return snapshot.input_schema, snapshot.output_schema
+        found = [
+            tool
+            for tool in await _mcp_tools(context, toolset, bypass=False)
+            if tool.name.rsplit("/", 1)[-1] == tool_id or tool.mcp_tool.name == tool_id
+        ]
+        if len(found) != 1:
+            raise _unsupported(
+                f"{where} has {len(found)} tools named {tool_id!r}; exactly one must match."
+            )
+        return found[0].mcp_tool.input_schema, found[0].mcp_tool.output_schema
     raise _unsupported(f"{where} has no schema to give: its tools live in its connection.")
 
 
@@ -227,7 +228,7 @@ async def retrieve_tool_schema(
         answer.tool = target.tool.name
     else:
         assert target.toolset is not None
-        inputs, outputs = _schemas_of_toolset_tool(target.toolset, target.tool_id)
+        inputs, outputs = await _schemas_of_toolset_tool(context, target.toolset, target.tool_id)
         answer.toolset_tool.CopyFrom(request.toolset_tool)
     answer.input_schema.CopyFrom(inputs)
     answer.output_schema.CopyFrom(outputs)
@@ -237,7 +238,7 @@ async def retrieve_tool_schema(
 # -- RetrieveTools -------------------------------------------------------------------------------
 
 
-def _toolset_tools(toolset: Toolset) -> list[Tool]:
+async def _toolset_tools(context: Context, toolset: Toolset, *, bypass: bool) -> list[Tool]:
     kind = toolset.WhichOneof("toolset_type")
     where = f"The toolset {toolset.name}"
     found: list[Tool] = []
@@ -262,35 +263,96 @@ def _toolset_tools(toolset: Toolset) -> list[Tool]:
             found.append(tool)
         return found
     if kind == "mcp_toolset":
-        source_mcp = toolset.mcp_toolset
-        for override in source_mcp.tool_overrides:
-            if not override.HasField("snapshot"):
-                continue
-            name = override.name_override or override.tool
-            tool = Tool(name=f"{toolset.name}/tools/{name}", display_name=name)
-            tool.mcp_tool.name = override.tool
-            tool.mcp_tool.name_override = override.name_override
-            tool.mcp_tool.description = (
-                override.description_override or override.snapshot.description
-            )
-            tool.mcp_tool.input_schema.CopyFrom(override.snapshot.input_schema)
-            tool.mcp_tool.output_schema.CopyFrom(override.snapshot.output_schema)
-            tool.mcp_tool.server_address = source_mcp.server_address
-            found.append(tool)
-        if found:
-            return found
-        raise _unsupported(
-            f"{where} has no pinned tools, and this server does not list an MCP server's "
-            "tools (docs/tools.md)."
-        )
+        return await _mcp_tools(context, toolset, bypass=bypass)
     raise _unsupported(f"{where} lists its tools from its connection, which this server lacks.")
+
+
+def _mcp_tool(toolset: Toolset, listed: Mapping[str, Any]) -> Tool | None:
+    """One tool of an MCP server's listing as the toolset's Tool (None: no name)."""
+    name = listed.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    tool = Tool(name=f"{toolset.name}/tools/{name}", display_name=name)
+    mcp = tool.mcp_tool
+    mcp.name = name
+    mcp.description = str(listed.get("description") or "")
+    mcp.server_address = toolset.mcp_toolset.server_address
+    mcp.state = mcp_tool_pb2.McpTool.ACTIVE
+    for key, field in (("inputSchema", mcp.input_schema), ("outputSchema", mcp.output_schema)):
+        if isinstance(listed.get(key), dict):
+            with contextlib.suppress(Unreadable):  # a schema past the depth bound: left out
+                field.CopyFrom(tool_schemas.from_json_schema(listed[key]))
+    return tool
+
+
+def _overridden(toolset: Toolset, tools: list[Tool]) -> list[Tool]:
+    """``tools`` with the toolset's overrides applied (new names and descriptions), and its
+    pinned tools the server did not list, INACTIVE (McpTool.State)."""
+    overrides = {override.tool: override for override in toolset.mcp_toolset.tool_overrides}
+    listed = set()
+    for tool in tools:
+        listed.add(tool.mcp_tool.name)
+        override = overrides.get(tool.mcp_tool.name)
+        if override is None:
+            continue
+        if override.name_override:
+            tool.mcp_tool.name_override = override.name_override
+            tool.name = f"{toolset.name}/tools/{override.name_override}"
+            tool.display_name = override.name_override
+        if override.description_override:
+            tool.mcp_tool.description = override.description_override
+    for name, override in overrides.items():
+        if name in listed or not override.HasField("snapshot"):
+            continue
+        shown = override.name_override or name
+        tool = Tool(name=f"{toolset.name}/tools/{shown}", display_name=shown)
+        tool.mcp_tool.name = name
+        tool.mcp_tool.name_override = override.name_override
+        snapshot = override.snapshot
+        tool.mcp_tool.description = override.description_override or snapshot.description
+        tool.mcp_tool.input_schema.CopyFrom(snapshot.input_schema)
+        tool.mcp_tool.output_schema.CopyFrom(snapshot.output_schema)
+        tool.mcp_tool.server_address = toolset.mcp_toolset.server_address
+        tool.mcp_tool.state = mcp_tool_pb2.McpTool.INACTIVE
+        tools.append(tool)
+    return tools
+
+
+async def _mcp_tools(context: Context, toolset: Toolset, *, bypass: bool) -> list[Tool]:
+    """The tools of an MCP toolset: as its server lists them now (when its host is allowed,
+    as for agent endpoints), with the toolset's overrides unless ``bypass``."""
+    url = toolset.mcp_toolset.server_address
+    where = f"The MCP toolset {toolset.name}"
+    refusal = agent_endpoints.host_refusal(url, context.settings.agent_allow_hosts)
+    if refusal is not None:
+        raise _unsupported(f"{where}'s server {url} may not be called: {refusal}")
+    if context.mcp is None:
+        raise _unsupported(f"{where}'s server cannot be asked from this server.")
+    own = context.settings.own_ports
+    try:
+        listed = await context.mcp.list_tools(
+            url,
+            _timeout(toolset),
+            limits.MAX_TOOL_ANSWER_BYTES,
+            lambda address, port: agent_endpoints.reaches_server(address, port, own),
+        )
+    except TimeoutError:
+        why = f"did not answer within {_timeout(toolset):g} seconds"
+    except AgentUnreachable:
+        why = "could not be reached"
+    except AgentUnreadable as error:
+        why = f"answered what could not be read ({error})"
+    else:
+        tools = [tool for tool in (_mcp_tool(toolset, item) for item in listed) if tool]
+        return tools if bypass else _overridden(toolset, tools)
+    raise ServiceError(Code.FAILED_PRECONDITION, f"{where}'s server {url} {why}.", MCP_UNREACHABLE)
 
 
 async def retrieve_tools(
     context: Context, request: tool_service_pb2.RetrieveToolsRequest, caller: Caller
 ) -> tool_service_pb2.RetrieveToolsResponse:
     toolset = await _toolset(context, request.toolset, None, "toolset")
-    tools = _toolset_tools(toolset)
+    tools = await _toolset_tools(context, toolset, bypass=request.bypass_persistence_config)
     if request.tool_ids:
         wanted = set(request.tool_ids)
         tools = [tool for tool in tools if tool.name.rsplit("/", 1)[-1] in wanted]

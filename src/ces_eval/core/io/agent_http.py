@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
     from pathlib import Path
 
-__all__ = ["HttpxAgents"]
+__all__ = ["HttpxAgents", "allowed_addresses", "verified"]
 
 # httpcore imports sniffio on every request to learn its event loop's library
 # (httpcore._synchronization.current_async_library), and takes asyncio when it is not installed;
@@ -57,14 +57,8 @@ class _Connector(httpcore.AsyncNetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        try:
-            found = await asyncio.get_running_loop().getaddrinfo(
-                host, port, type=socket.SOCK_STREAM
-            )
-        except (OSError, UnicodeError):
-            raise httpcore.ConnectError("unresolved") from None
-        addresses = list(dict.fromkeys(str(info[4][0]) for info in found))
-        if any(self._refused(address, port) for address in addresses):
+        addresses = await allowed_addresses(host, port, self._refused)
+        if addresses is None:
             raise httpcore.ConnectError("refused")
         failure = httpcore.ConnectError("no address")
         for address in addresses:
@@ -85,6 +79,21 @@ class _Connector(httpcore.AsyncNetworkBackend):
 
     async def sleep(self, seconds: float) -> None:
         await self._inner.sleep(seconds)
+
+
+async def allowed_addresses(
+    host: str, port: int, refused: Callable[[str, int], bool]
+) -> list[str] | None:
+    """The addresses ``host`` resolves to now, each once; None when it resolves to none, or to
+    one that ``refused`` names (then none of them is called)."""
+    try:
+        found = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return None
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in found))
+    if not addresses or any(refused(address, port) for address in addresses):
+        return None
+    return addresses
 
 
 class _Stream(httpcore.AsyncNetworkStream):
@@ -131,7 +140,7 @@ def _readable(sock: socket.socket | None) -> bool:
 
 
 @functools.cache
-def _verified(ca_file: Path | None) -> ssl.SSLContext:
+def verified(ca_file: Path | None) -> ssl.SSLContext:
     """The TLS settings of https calls: certificates verified against ``ca_file``'s
     authorities, or the default set (certifi's). Made once per process (loading the CA
     certificates takes ~40 ms, on the event loop)."""
@@ -225,7 +234,7 @@ class HttpxAgents:
         self, uris: Sequence[str], timeout: float, refused: Callable[[str, int], bool]
     ) -> _Session:
         https = any(uri.lower().startswith("https:") for uri in uris)
-        tls = _verified(self._ca_file) if https else None
+        tls = verified(self._ca_file) if https else None
         # The transport's own pool is replaced at once below (httpx takes no network backend of
         # its own): ``verify`` given, it loads no certificates for it.
         transport = httpx.AsyncHTTPTransport(verify=tls or False, trust_env=False)
