@@ -5,15 +5,17 @@ stored tools and toolsets (AgentService).
   (:mod:`.tool_schemas`); a kind that declares none is FAILED_PRECONDITION ``TOOL_UNSUPPORTED``.
 * **RetrieveTools** lists an OpenAPI toolset's operations, each as an ``open_api_tool`` named
   ``{toolset}/tools/{operationId}`` (its tool ID is the operationId, what a ``ToolsetTool``'s
-  ``tool_id`` names); an MCP toolset's pinned tools (its overrides' snapshots). Anything else is
-  FAILED_PRECONDITION ``TOOL_UNSUPPORTED``.
+  ``tool_id`` names); an MCP toolset's tools as its server lists them now, on an allowed host
+  (:class:`~ces_eval.core.aip.ports.McpServers`), with the toolset's overrides. Anything else
+  is FAILED_PRECONDITION.
 * **ExecuteTool** answers, in this order: a mocked call of ``mock_config`` that matches
   (:func:`matches`), or the unmatched call's behaviour (FAIL: an ``error`` in the response); the
   tool's fake (``tool_fake_config``, its own or its toolset's) and a Python function tool, both
   run only under ``--run-tool-fakes`` (:class:`~ces_eval.core.aip.ports.CodeRunner`); an OpenAPI
   operation called over HTTP on a host the agent endpoints' rules allow
-  (:func:`~ces_eval.core.resources.agent_endpoints.host_refusal`), within the agent endpoint's
-  default timeout and answer size. Every other tool is FAILED_PRECONDITION saying why.
+  (:func:`~ces_eval.core.resources.agent_endpoints.host_refusal`), within the tool's timeout
+  (the agent endpoint's default) and an answer bound. Every other tool is FAILED_PRECONDITION
+  saying why.
 
 A tool or toolset named outside the request's ``parent`` app is INVALID_ARGUMENT: the caller's
 access was granted for ``parent`` (docs/security.md), never for what the body names.

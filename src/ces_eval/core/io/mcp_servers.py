@@ -154,12 +154,29 @@ class McpClients:
                         cursor = page.next_cursor
                         if not cursor:
                             break
-        except TimeoutError:
-            raise
-        except (httpx2.HTTPError, httpcore2.ConnectError, OSError) as error:
-            raise AgentUnreachable from error
-        except Exception as error:  # the SDK's own errors, a protocol error, a closed stream
-            if budget.left < 0:
-                raise AgentUnreadable("answer too large") from error
-            raise AgentUnreadable(str(error)[:200]) from error
+        except Exception as error:  # every failure becomes one of the port's three kinds
+            raise _translated(error, budget) from error
         return found
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    """The errors inside ``error``: the SDK's task groups wrap them in ExceptionGroups."""
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]
+
+
+def _translated(error: Exception, budget: _Budget) -> Exception:
+    """``error`` as the port's kind: past the byte bound or unreadable, a timeout, or no
+    answer."""
+    leaves = _leaves(error)
+    if budget.left < 0:
+        return AgentUnreadable("the answer is larger than the bound")
+    if any(isinstance(leaf, TimeoutError | httpx2.TimeoutException) for leaf in leaves):
+        return TimeoutError()
+    if any(
+        isinstance(leaf, httpx2.TransportError | httpcore2.ConnectError | OSError)
+        for leaf in leaves
+    ):
+        return AgentUnreachable()
+    return AgentUnreadable(str(leaves[0])[:200])
