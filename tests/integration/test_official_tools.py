@@ -14,9 +14,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from ces_eval.testing.server import RunningServer, start_server
+from tests.support.mcp import call_tool
 from tests.support.official import run_official
 
 pytestmark = pytest.mark.external
@@ -100,3 +102,36 @@ def test_tools_through_the_official_client(
     assert refusals["unsupported"]["reason"] == "TOOL_UNSUPPORTED"
     assert refusals["missing"]["reason"] == "RESOURCE_NOT_FOUND"
     assert refusals["elsewhere"]["violations"] == ["tool"]
+
+
+def test_tools_over_mcp(faking: RunningServer) -> None:
+    """The same methods as MCP tools: a mocked call answered, a schema read, a refusal as an
+    isError result carrying Google's error envelope."""
+    app = "projects/tools-mcp/locations/us-central1/apps/a"
+    with httpx.Client(base_url=faking.http_base, timeout=30) as http:
+        created = http.post(
+            f"/v1beta/{app}/tools",
+            params={"toolId": "confirm"},
+            json={"clientFunction": {"name": "confirm", "response": {"type": "STRING"}}},
+        )
+        assert created.status_code == 200, created.text
+        tool = created.json()["name"]
+        mock = {
+            "mockedToolCalls": [
+                {"toolId": tool, "expectedArgsPattern": {"id": 1}, "mockResponse": {"ok": True}}
+            ],
+            "unmatchedToolCallBehavior": "FAIL",
+        }
+        executed = call_tool(
+            http,
+            "execute_tool",
+            {"parent": app, "tool": tool, "args": {"id": 1}, "mockConfig": mock},
+        ).json()["result"]
+        assert executed["structuredContent"] == {"tool": tool, "response": {"ok": True}}
+        schema = call_tool(http, "retrieve_tool_schema", {"parent": app, "tool": tool})
+        assert schema.json()["result"]["structuredContent"]["outputSchema"] == {"type": "STRING"}
+        refused = call_tool(http, "execute_tool", {"parent": app, "tool": tool}).json()["result"]
+        assert refused["isError"] is True
+        envelope = json.loads(refused["content"][0]["text"])
+        assert envelope["error"]["status"] == "FAILED_PRECONDITION"
+        assert envelope["error"]["details"][0]["reason"] == "TOOL_UNSUPPORTED"
