@@ -401,6 +401,11 @@ def test_an_openapi_toolset_lists_its_operations(core: Tools) -> None:
     first = listed.tools[0]
     assert first.open_api_tool.name == "getOrder"
     assert first.open_api_tool.description == "Look up an order"
+    # Each holds its own operation alone, components and servers kept.
+    alone = tool_schemas.load_spec(first.open_api_tool.open_api_schema)
+    assert list(alone["paths"]) == ["/orders/{order_id}"]
+    assert list(alone["paths"]["/orders/{order_id}"]) == ["get", "parameters"]
+    assert "Order" in alone["components"]["schemas"]
     chosen = core.call(
         "retrieve_tools",
         tool_service_pb2.RetrieveToolsRequest(toolset=toolset, tool_ids=["createOrder"]),
@@ -408,12 +413,36 @@ def test_an_openapi_toolset_lists_its_operations(core: Tools) -> None:
     assert [tool.display_name for tool in chosen.tools] == ["createOrder"]
 
 
-def test_an_mcp_toolset_without_pinned_tools_is_a_failed_precondition(core: Tools) -> None:
+def test_tools_past_an_answer_s_size_are_asked_for_by_id(core: Tools) -> None:
+    paths = {f"/op{i}": {"get": {"operationId": f"op{i}", "responses": {}}} for i in range(30)}
+    spec = {"openapi": "3.0.0", "info": {"description": "x" * 200_000}, "paths": paths}
+    core.toolset("big", openApiToolset={"openApiSchema": json.dumps(spec)})
+    toolset = f"{APP}/toolsets/big"
+    error = core.error("retrieve_tools", tool_service_pb2.RetrieveToolsRequest(toolset=toolset))
+    assert error.code is Code.FAILED_PRECONDITION
+    assert error.reason == "TOOLS_TOO_LARGE"
+    one = core.call(
+        "retrieve_tools", tool_service_pb2.RetrieveToolsRequest(toolset=toolset, tool_ids=["op3"])
+    )
+    assert [tool.display_name for tool in one.tools] == ["op3"]
+
+
+def test_an_mcp_toolset_s_server_unreachable_or_not_allowed_is_a_failed_precondition(
+    core: Tools,
+) -> None:
     core.toolset("mcp", mcpToolset={"serverAddress": "http://127.0.0.1:9/mcp/"})
     error = core.error(
         "retrieve_tools", tool_service_pb2.RetrieveToolsRequest(toolset=f"{APP}/toolsets/mcp")
     )
     assert error.code is Code.FAILED_PRECONDITION
+    assert error.reason == "MCP_SERVER_UNREACHABLE"
+    assert "could not be reached" in error.message
+    core.toolset("far", mcpToolset={"serverAddress": "https://mcp.example.com/mcp/"})
+    far = core.error(
+        "retrieve_tools", tool_service_pb2.RetrieveToolsRequest(toolset=f"{APP}/toolsets/far")
+    )
+    assert far.reason == "TOOL_UNSUPPORTED"
+    assert "--agent-allow-hosts" in far.message
 
 
 # -- mocked calls --------------------------------------------------------------------------------

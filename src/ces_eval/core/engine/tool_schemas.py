@@ -37,6 +37,7 @@ __all__ = [
     "Unreadable",
     "from_json_schema",
     "load_spec",
+    "narrowed",
     "operations",
     "python_function",
 ]
@@ -111,6 +112,16 @@ def operations(spec: dict[str, Any]) -> list[Operation]:
                 )
             )
     return found
+
+
+def narrowed(spec: dict[str, Any], operation: Operation) -> str:
+    """``spec`` with ``operation`` alone in its paths (what one tool of an OpenAPI toolset
+    holds), as JSON: its servers, components and other top-level fields kept."""
+    item: dict[str, Any] = {operation.method.lower(): operation.spec}
+    if operation.path_parameters:
+        item["parameters"] = list(operation.path_parameters)
+    alone = {**spec, "paths": {operation.path: item}}
+    return json.dumps(alone, default=str)  # YAML's dates as their text
 
 
 class _Resolver:

@@ -255,7 +255,7 @@ async def _toolset_tools(context: Context, toolset: Toolset, *, bypass: bool) ->
             )
             tool.open_api_tool.CopyFrom(
                 open_api_tool_pb2.OpenApiTool(
-                    open_api_schema=source.open_api_schema,
+                    open_api_schema=tool_schemas.narrowed(spec, operation),
                     name=operation.operation_id,
                     description=operation.description,
                     ignore_unknown_fields=source.ignore_unknown_fields,
@@ -263,7 +263,7 @@ async def _toolset_tools(context: Context, toolset: Toolset, *, bypass: bool) ->
                 )
             )
             found.append(tool)
-        return found
+        return found  # each is bounded by the toolset it comes from: retrieve_tools bounds all
     if kind == "mcp_toolset":
         return await _mcp_tools(context, toolset, bypass=bypass)
     raise _unsupported(f"{where} lists its tools from its connection, which this server lacks.")
@@ -358,7 +358,17 @@ async def retrieve_tools(
     if request.tool_ids:
         wanted = set(request.tool_ids)
         tools = [tool for tool in tools if tool.name.rsplit("/", 1)[-1] in wanted]
-    return tool_service_pb2.RetrieveToolsResponse(tools=tools)
+    answer = tool_service_pb2.RetrieveToolsResponse(tools=tools)
+    size = answer.ByteSize()
+    if size > limits.MAX_RESOURCE_BYTES:  # what a client receives at most (docs/security.md)
+        raise ServiceError(
+            Code.FAILED_PRECONDITION,
+            f"The toolset's {len(tools)} tools take {size} bytes, more than an answer holds "
+            f"({limits.MAX_RESOURCE_BYTES}); ask for fewer with tool_ids.",
+            "TOOLS_TOO_LARGE",
+            {"size": str(size), "limit": str(limits.MAX_RESOURCE_BYTES)},
+        )
+    return answer
 
 
 # -- ExecuteTool ---------------------------------------------------------------------------------
