@@ -5,6 +5,7 @@ thread, and the refusals."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import urllib.parse
@@ -15,6 +16,8 @@ from typing import Any
 
 import pytest
 from google.protobuf import json_format
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ces_eval.core.aip import pages
 from ces_eval.core.aip.context import Settings
@@ -589,3 +592,92 @@ def test_tools_that_cannot_run_are_failed_preconditions(
     assert error.code is Code.FAILED_PRECONDITION
     assert error.reason == reason
     assert says in error.message
+
+
+# -- hostile declarations ------------------------------------------------------------------------
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "type",
+                    "properties",
+                    "items",
+                    "$ref",
+                    "required",
+                    "enum",
+                    "default",
+                    "anyOf",
+                    "allOf",
+                    "additionalProperties",
+                    "minimum",
+                    "minItems",
+                    "nullable",
+                    "paths",
+                    "parameters",
+                    "requestBody",
+                    "responses",
+                    "content",
+                    "schema",
+                    "get",
+                    "post",
+                    "operationId",
+                    "200",
+                    "application/json",
+                    "in",
+                    "name",
+                    "#",
+                    "/",
+                ]
+            ),
+            inner,
+            max_size=5,
+        )
+    ),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSON)
+def test_any_json_schema_reads_or_is_unreadable(node: Any) -> None:
+    """Whatever a stored document holds, reading it gives a schema or Unreadable (which the
+    RPCs answer FAILED_PRECONDITION), never another exception (an INTERNAL)."""
+    with contextlib.suppress(tool_schemas.Unreadable):
+        tool_schemas.from_json_schema(node)
+    document = node if isinstance(node, dict) else {"paths": {"/x": {"get": node}}}
+    try:
+        spec = tool_schemas.load_spec(json.dumps({**document, "paths": document.get("paths")}))
+        for operation in tool_schemas.operations(spec):
+            tool_schemas.operation_schemas(spec, operation)
+            tool_schemas.narrowed(spec, operation)
+    except tool_schemas.Unreadable:
+        pass
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(
+        alphabet=st.sampled_from(list("def f(a: int, b=1, *c, **d) -> list[str] | None:\n \"'x")),
+        max_size=60,
+    )
+)
+def test_any_python_code_reads_or_is_unreadable(code: str) -> None:
+    _read(code)
+
+
+@pytest.mark.parametrize(
+    "annotation",
+    ["list[()]", "Optional[()]", "Union[()]", "dict[()]", '""', '"list["', "int[str]", "1"],
+)
+def test_odd_annotations_read_as_some_type(annotation: str) -> None:
+    inputs, _, _ = tool_schemas.python_function(f"def f(a: {annotation}, b=x, c=1e999): pass", "")
+    assert sorted(inputs.properties) == ["a", "b", "c"]
+
+
+def _read(code: str) -> None:
+    with contextlib.suppress(tool_schemas.Unreadable):
+        tool_schemas.python_function(code, "")

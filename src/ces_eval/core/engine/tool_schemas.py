@@ -36,6 +36,7 @@ __all__ = [
     "Operation",
     "Unreadable",
     "from_json_schema",
+    "listed",
     "load_spec",
     "narrowed",
     "operations",
@@ -75,6 +76,12 @@ class Operation:
     path_parameters: tuple[dict[str, Any], ...]  # declared on the path item
 
 
+def listed(value: object) -> list[Any]:
+    """``value`` when a document holds a list there, else nothing (a stored document may hold
+    anything anywhere)."""
+    return value if isinstance(value, list) else []
+
+
 def load_spec(text: str) -> dict[str, Any]:
     """The OpenAPI document ``text`` (JSON or YAML) as an object."""
     if len(text) > MAX_SPEC_BYTES:
@@ -95,7 +102,7 @@ def operations(spec: dict[str, Any]) -> list[Operation]:
     for path, item in spec["paths"].items():
         if not isinstance(item, dict):
             continue
-        shared = tuple(p for p in item.get("parameters", ()) if isinstance(p, dict))
+        shared = tuple(p for p in listed(item.get("parameters")) if isinstance(p, dict))
         for method in _METHODS:
             operation = item.get(method)
             if not isinstance(operation, dict) or not operation.get("operationId"):
@@ -172,7 +179,7 @@ class _Resolver:
         for key, field in (("description", "description"), ("title", "title")):
             if isinstance(node.get(key), str):
                 setattr(out, field, node[key])
-        for part in node.get("allOf", ()):
+        for part in listed(node.get("allOf")):
             merged = self.schema(part, depth + 1)
             if merged.type == Schema.OBJECT:
                 out.type = Schema.OBJECT
@@ -203,11 +210,14 @@ class _Resolver:
             with contextlib.suppress(json_format.ParseError, TypeError, ValueError):
                 json_format.ParseDict(node["default"], out.default)
         for key, field in (("minItems", "min_items"), ("maxItems", "max_items")):
-            if isinstance(node.get(key), int) and not isinstance(node[key], bool):
-                setattr(out, field, node[key])
+            value = node.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63:
+                setattr(out, field, value)  # an int64 field: other counts left out
         for key in ("minimum", "maximum"):
-            if isinstance(node.get(key), int | float) and not isinstance(node[key], bool):
-                setattr(out, key, float(node[key]))
+            value = node.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                with contextlib.suppress(OverflowError):  # an integer no double holds
+                    setattr(out, key, float(value))
         out.unique_items = bool(node.get("uniqueItems"))
         return out
 
@@ -247,7 +257,7 @@ def operation_schemas(spec: dict[str, Any], operation: Operation) -> tuple[Schem
 
 def _inputs(resolver: _Resolver, operation: Operation) -> Schema:
     inputs = Schema(type=Schema.OBJECT)
-    for declared in [*operation.path_parameters, *operation.spec.get("parameters", ())]:
+    for declared in [*operation.path_parameters, *listed(operation.spec.get("parameters"))]:
         if not isinstance(declared, dict):
             continue
         parameter = resolver.resolved(declared, 0)
@@ -340,6 +350,8 @@ def _annotation(node: ast.expr | None, depth: int = 0) -> Schema:  # noqa: PLR09
         outer = _name_of(node.value)
         inner = node.slice
         arguments = list(inner.elts) if isinstance(inner, ast.Tuple) else [inner]
+        if not arguments:  # list[()]: no type to read
+            return Schema(type=_SCALARS.get(outer, Schema.TYPE_UNSPECIFIED))
         if outer == "Optional":
             found = _annotation(arguments[0], depth + 1)
             found.nullable = True

@@ -512,7 +512,10 @@ def _request(operation: tool_schemas.Operation, server: str, args: dict[str, Any
     query: list[tuple[str, str]] = []
     headers = {"accept": "application/json", "accept-encoding": "identity"}
     rest = dict(args)
-    for parameter in [*operation.path_parameters, *operation.spec.get("parameters", ())]:
+    for parameter in [
+        *operation.path_parameters,
+        *tool_schemas.listed(operation.spec.get("parameters")),
+    ]:
         if not isinstance(parameter, dict) or parameter.get("name") not in rest:
             continue
         name = str(parameter["name"])
