@@ -516,9 +516,9 @@ def _request(operation: tool_schemas.Operation, server: str, args: dict[str, Any
         *operation.path_parameters,
         *tool_schemas.listed(operation.spec.get("parameters")),
     ]:
-        if not isinstance(parameter, dict) or parameter.get("name") not in rest:
+        name = parameter.get("name") if isinstance(parameter, dict) else None
+        if not isinstance(name, str) or name not in rest:
             continue
-        name = str(parameter["name"])
         value = rest.pop(name)
         text = value if isinstance(value, str) else json.dumps(value)
         where = parameter.get("in")
