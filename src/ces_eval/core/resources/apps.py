@@ -60,6 +60,7 @@ __all__ = [
     "RPCS",
     "TABLE",
     "App",
+    "admit",
     "forget",
     "gate",
     "implicit",
@@ -353,6 +354,14 @@ def forget(context: Context, app: str) -> None:
     """Drop what the core learnt of ``app`` (its lock changed, it was deleted, adopted or put
     back): the gate's facts and every other one keyed by the app (Context.recent)."""
     context.recent.forget(app)
+
+
+async def admit(context: Context, method: descriptor.MethodDescriptor, request: Message) -> None:
+    """The rule of the module's docstring for one call of ``method`` (what :func:`gate` does
+    before a unary call): for a streaming call, before its first response."""
+    scope = _scope(method)
+    if scope is not None:
+        await _admit(context, scope, request)
 
 
 def gate(method: descriptor.MethodDescriptor, implementation: Rpc) -> Rpc:
