@@ -48,6 +48,8 @@ EXPECTED_TOOLS = {
     "get_location",
     "list_locations",
     "get_conversation",
+    "run_session",
+    "generate_chat_token",
     "list_conversations",
     "delete_conversation",
     "batch_delete_conversations",
