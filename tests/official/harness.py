@@ -30,6 +30,8 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import ces_v1beta
 from google.cloud.ces_v1beta.services.agent_service.transports import grpc as agent_grpc
 from google.cloud.ces_v1beta.services.evaluation_service.transports import grpc as grpc_transport
+from google.cloud.ces_v1beta.services.session_service.transports import grpc as session_grpc
+from google.cloud.ces_v1beta.services.widget_service.transports import grpc as widget_grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 from google.rpc import error_details_pb2
 
@@ -124,6 +126,11 @@ _CLIENTS: dict[str, tuple[Any, Any]] = {
         grpc_transport.EvaluationServiceGrpcTransport,
     ),
     "AgentService": (ces_v1beta.AgentServiceClient, agent_grpc.AgentServiceGrpcTransport),
+    "SessionService": (
+        ces_v1beta.SessionServiceClient,
+        session_grpc.SessionServiceGrpcTransport,
+    ),
+    "WidgetService": (ces_v1beta.WidgetServiceClient, widget_grpc.WidgetServiceGrpcTransport),
 }
 
 
