@@ -48,7 +48,7 @@ from ces_eval.storage import tables
 from ces_eval.storage.base import ListQuery, OrderBy, SortKey
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Iterable
 
     from google.protobuf import descriptor, timestamp_pb2
     from google.protobuf.message import Message
@@ -180,22 +180,29 @@ class StandIn:
         self._answers = answers
 
     @classmethod
-    async def of_app(cls, context: Context, app: str) -> StandIn:
+    def of(cls, evaluations: Iterable[evaluation_pb2.Evaluation]) -> StandIn:
+        """The stand-in of ``evaluations`` (in the order given: the first answer wins)."""
         answers: dict[str, _Answer] = {}
+        for evaluation in evaluations:
+            _learn(evaluation, answers)
+        return cls(answers)
+
+    @classmethod
+    async def of_app(cls, context: Context, app: str) -> StandIn:
+        """The stand-in of ``app``: its first :data:`_STAND_IN_EVALUATIONS` evaluations by
+        name (read on each turn: an evaluation changed is answered at once)."""
+        found: list[evaluation_pb2.Evaluation] = []
         after = None
-        read = 0
-        while read < _STAND_IN_EVALUATIONS:
+        while len(found) < _STAND_IN_EVALUATIONS:
             query = ListQuery(
                 parent=app, order=OrderBy(SortKey.NAME, descending=False), limit=_PAGE, after=after
             )
             rows = await context.storage.list_evaluations(query)
-            for evaluation, _ in rows:
-                _learn(evaluation, answers)
-            read += len(rows)
+            found += [evaluation for evaluation, _ in rows]
             if len(rows) < _PAGE:
                 break
             after = rows[-1][1]
-        return cls(answers)
+        return cls.of(found)
 
     def answer(self, request: _Request) -> _Response:
         texts = [given.text for given in request.inputs if given.WhichOneof("input_type") == "text"]
