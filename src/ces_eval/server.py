@@ -487,7 +487,7 @@ def _surfaces(
     core: Core,
     tokens: Tokens | None,
     log: RequestLog | None,
-    draining: asyncio.Event,
+    draining: asyncio.Event | None = None,
 ) -> tuple[Dispatcher, Transcoder, McpEndpoint, WebView]:
     """The three surfaces over ``core``'s handlers, each behind its boundary
     (:mod:`ces_eval.surfaces.boundary`): with ``tokens`` every call authenticates (at the
