@@ -6,14 +6,14 @@ Streamable HTTP session manager in stateless mode with JSON responses (the initi
 of 2025-06-18/2025-11-25 and the per-request 2026-07-28 protocol alike), in process over the
 same service core as gRPC and REST.
 
-Tools are generated from the descriptors of :data:`TOOL_SERVICES`: one per unary method the
-core implements (MCP answers one result per tool call: StreamRunSession and BidiRunSession are
-left out, RunSession plays the same turn), named by the RPC in snake_case (``CreateEvaluation`` → ``create_evaluation``).
-The title is the first sentence of the method's proto comment, the description the whole
-comment. ``inputSchema`` is the request message's proto3-JSON Schema (parser view),
-``outputSchema`` the response message's (printer view; ``google.protobuf.Empty`` is
-``{"type": "object"}``), both JSON Schema 2020-12 with a ``type: object`` root and ``$defs`` for
-the messages they reference.
+Tools are generated from the descriptors of :data:`TOOL_SERVICES`: one per unary method the core
+implements (MCP answers one result per tool call: StreamRunSession and BidiRunSession are left
+out, RunSession plays the same turn), named by the RPC in snake_case (``CreateEvaluation`` →
+``create_evaluation``). The title is the first sentence of the method's proto comment, the
+description the whole comment. ``inputSchema`` is the request message's proto3-JSON Schema
+(parser view), ``outputSchema`` the response message's (printer view; ``google.protobuf.Empty``
+is ``{"type": "object"}``), both JSON Schema 2020-12 with a ``type: object`` root and ``$defs``
+for the messages they reference.
 
 Annotations (all four always present; openWorldHint is false everywhere: the tools act on this
 closed local server only). The reference pages fix two rows, three POSTs say what they do (an
