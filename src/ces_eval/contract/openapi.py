@@ -237,7 +237,7 @@ def _responses(builder: SchemaBuilder, method: descriptor.MethodDescriptor) -> J
         # Google's REST streaming: one JSON array written element by element as the responses
         # come; an error after the first is the array's last element, in the error envelope
         # (ces_eval.surfaces.rest).
-        item = {"oneOf": [builder.ref(output, View.OUTPUT), {"$ref": SCHEMAS + _ERROR}]}
+        item = {"anyOf": [builder.ref(output, View.OUTPUT), {"$ref": SCHEMAS + _ERROR}]}
         success["description"] = (
             f"Success: a JSON array of `{output.full_name}`, streamed element by element as "
             "the responses come. An error after the first response ends the array as its last "
