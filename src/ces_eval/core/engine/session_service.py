@@ -34,7 +34,7 @@ from ces_eval.contract import limits, schema
 from ces_eval.core.aip import names, standard
 from ces_eval.core.aip.context import BidiStreaming, Draining, Rpc, ServerStreaming
 from ces_eval.core.aip.stamps import now
-from ces_eval.core.engine import agent_scoring, outcomes
+from ces_eval.core.engine import agent_scoring, outcomes, sessions
 from ces_eval.core.engine.agents import Agent, AgentFailure, agent_chunks
 from ces_eval.core.resources import agent_endpoints, app_resources, apps, conversations
 from ces_eval.errors import Code, ServiceError
@@ -276,7 +276,12 @@ async def _agent_answer(context: Context, session: _Session, request: _Request) 
     endpoint = await agent_endpoints.of_app(context, session.app)
     if endpoint is None:
         return (await StandIn.of_app(context, session.app)).answer(request)
-    agent = Agent(endpoint, context.settings.agent_allow_hosts, context.agents)
+    settings = context.settings
+    # The process's bound on sessions played against agents at once (--agent-sessions), runs'
+    # and clients' together (docs/agents.md, "Concurrency").
+    slots = sessions.server_slots(context.agents, settings.agent_sessions)
+    await slots.take()
+    agent = Agent(endpoint, settings.agent_allow_hosts, context.agents)
     try:
         return await agent.converse(request)
     except AgentFailure as failure:
@@ -285,6 +290,7 @@ async def _agent_answer(context: Context, session: _Session, request: _Request) 
         ) from None
     finally:
         await agent.close()
+        slots.give()
 
 
 def _full(conversation: _Conversation) -> ServiceError:
