@@ -60,7 +60,6 @@ __all__ = ["FALLBACK_ANSWER", "RPCS", "StandIn", "play_turn"]
 
 _Request = session_service_pb2.RunSessionRequest
 _Response = session_service_pb2.RunSessionResponse
-_Output = session_service_pb2.SessionOutput
 _Config = session_service_pb2.SessionConfig
 _Server = session_service_pb2.BidiSessionServerMessage
 _Conversation = conversation_pb2.Conversation
