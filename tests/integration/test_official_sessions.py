@@ -59,6 +59,9 @@ def test_sessions_through_the_official_client(
     # The agent was sent the client's session as it is (the session's name, its inputs).
     sent = [r for r in agent.requests if r["session"] == f"{app}/sessions/s1"]
     assert [len(r["inputs"]) for r in sent] == [1, 1, 1]
+    config = sent[0]["config"]
+    assert (config["timeZone"], config["useToolFakes"]) == ("Europe/Paris", True)
+    assert config["historicalContexts"][0]["chunks"] == [{"text": "Hi, I am in France."}]
 
 
 @pytest.mark.parametrize("transport", ["grpc", "rest"])

@@ -55,8 +55,14 @@ def play(wired: Any, app: str) -> None:
 
     # A session against the agent: a tool call asked, answered, then the agent's text.
     first = f"{app}/sessions/s1"
+    earlier = {"role": "user", "chunks": [{"text": "Hi, I am in France."}]}
     asked = _run(
-        sessions, first, {"text": "What is the weather in Paris?"}, time_zone="Europe/Paris"
+        sessions,
+        first,
+        {"text": "What is the weather in Paris?"},
+        time_zone="Europe/Paris",
+        use_tool_fakes=True,
+        historical_contexts=[earlier],
     )
     [output] = asked.outputs
     [call] = output.tool_calls.tool_calls

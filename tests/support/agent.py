@@ -7,8 +7,8 @@ the tool ``get_weather`` of the session's app with ``{"city": CITY}``; the tool'
 answered "It is {temperature} degrees in {city}." The bug: for Berlin it also sends ``"units":
 "fahrenheit"``. A text saying "goodbye" is answered "Goodbye!" and the end of the session (an
 ``endSession`` output). A text without a city is answered "Hello! Ask me about the weather." Each
-request is recorded (path, session, whether it had context, its Authorization header, its
-inputs, and a simulator's or judge's execution mode and conversation). An event (a scenario the
+request is recorded (path, session, whether it had context, its whole config, its
+Authorization header, its inputs, and a simulator's or judge's execution mode and conversation). An event (a scenario the
 agent starts) is answered with that greeting too. Each ``/agent`` call waits :attr:`Agent.delay`
 seconds first (0: none), or :attr:`Agent.slow` when a user text says "wait", and the agent counts
 the most calls it answered at once (:attr:`Agent.most_at_once`: the run's concurrency). A call
@@ -268,6 +268,7 @@ def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
                     "path": self.path,
                     "session": config.get("session", ""),
                     "context": len(config.get("historicalContexts", [])),
+                    "config": config,
                     "authorization": self.headers.get("Authorization", ""),
                     "inputs": request.get("inputs", []),
                     "executionMode": request.get("executionMode"),
