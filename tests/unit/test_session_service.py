@@ -19,7 +19,7 @@ import httpx
 import pytest
 from google.protobuf import json_format
 
-from ces_eval.access import Caller, Principal, authorize, method_access
+from ces_eval.access import Caller, Principal, Tokens, authorize, method_access
 from ces_eval.access.chat_tokens import ChatTokens
 from ces_eval.admission import Admission
 from ces_eval.contract import limits, schema
@@ -43,6 +43,7 @@ from ces_eval.surfaces.grpc_api import Dispatcher
 from ces_eval.surfaces.http_app import BodyLimit
 from ces_eval.surfaces.rest import Transcoder
 from ces_eval.transcoding.router import Router
+from tests.support.tokens import BOB
 
 APP = "projects/p/locations/l/apps/a"
 SESSION = f"{APP}/sessions/s1"
@@ -228,6 +229,36 @@ def test_rest_answers_an_empty_stream_with_an_empty_array() -> None:
 
     answer = _rest_stream(empty)
     assert (answer.status_code, answer.json()) == (200, [])
+
+
+def test_rest_refuses_a_wrong_verb_on_a_foreign_stream_as_a_foreign_resource() -> None:
+    """A stream's route on another project's session, even with a wrong verb, is 403 (as for
+    every other route), never 405 that would tell the route exists."""
+
+    async def never(request: Any, caller: Caller) -> AsyncIterator[Response]:
+        raise AssertionError("not called")
+        yield  # an async generator
+
+    tokens = Tokens.parse({"tokens": [{"name": "bob", "token": BOB, "projects": ["q"]}]})
+
+    async def scenario() -> httpx.Response:
+        transcoder = Transcoder(
+            Router(schema.http_bindings()),
+            {},
+            Boundary("rest", tokens=tokens),
+            streams={STREAM: never},
+        )
+        transport = httpx.ASGITransport(app=BodyLimit(transcoder))
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            return await client.request(
+                "PUT",
+                f"/v1beta/{SESSION}:streamRunSession",
+                headers={"Authorization": f"Bearer {BOB}"},
+            )
+
+    answer: httpx.Response = _run(scenario())
+    assert answer.status_code == 403, answer.text
+    assert answer.json()["error"]["details"][0]["reason"] == "IAM_PERMISSION_DENIED"
 
 
 # -- gRPC's streams --------------------------------------------------------------------------------

@@ -256,7 +256,10 @@ class Transcoder:
                 # as for every other request a restricted token makes outside its projects.
                 # An unserved official route has no method to authorize against (see below).
                 other = self._router.resolve(resolved[0], raw_path.split("?", 1)[0])
-                if isinstance(other, tuple) and other[0].path in self._handlers:
+                served = isinstance(other, tuple) and (
+                    other[0].path in self._handlers or other[0].path in self._streams
+                )
+                if isinstance(other, tuple) and served:
                     authorize(caller.principal, other[0].binding.method, VariableFields(other[1]))
             raise errors.method_not_allowed(verb, raw_path, resolved)  # 405 with Allow
         if not isinstance(resolved, tuple):
