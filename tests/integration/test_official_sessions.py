@@ -73,6 +73,7 @@ def test_chat_tokens_play_their_session_alone(tmp_path: Path, transport: str) ->
     assert played["played"][0].startswith("ces-eval's stand-in agent has no answer")
     assert played["other_session"] == "IAM_PERMISSION_DENIED"
     assert played["other_method"] == "IAM_PERMISSION_DENIED"
+    assert played["other_deployment"] == "IAM_PERMISSION_DENIED"
     if transport == "grpc":
         # BidiRunSession (no HTTP binding) is authorized on its first message's config.session.
         assert played["bidi"] == {

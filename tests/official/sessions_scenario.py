@@ -276,6 +276,12 @@ def tokens(wired: Any, owner: str, stranger: str, app: str) -> None:
     assert _texts(played.outputs), played
     denied = exceptions.PermissionDenied if transport == "grpc" else exceptions.Forbidden
     other = refused(lambda: _run(chat, f"{app}/sessions/other", {"text": "hello"}), denied)
+    recorded = agents.get_conversation(name=f"{app}/conversations/chat-{transport}")
+    assert recorded.deployment == deployment.name, recorded.deployment  # the token's
+    elsewhere = refused(
+        lambda: _run(chat, session, {"text": "hi"}, deployment=f"{app}/deployments/other"),
+        denied,
+    )
     chat_agents = _clients(transport, target, issued.chat_token, "AgentService")
     read = refused(
         lambda: chat_agents.get_conversation(name=f"{app}/conversations/chat-{transport}"), denied
@@ -301,6 +307,7 @@ def tokens(wired: Any, owner: str, stranger: str, app: str) -> None:
         played=_texts(played.outputs),
         other_session=other["reason"],
         other_method=read["reason"],
+        other_deployment=elsewhere["reason"],
         bidi=bidi_reasons,
     )
 

@@ -493,6 +493,7 @@ def test_a_chat_token_names_its_session_until_it_expires() -> None:
     issued = tokens.issue(SESSION, f"{APP}/deployments/web")
     principal = tokens.principal(issued.token)
     assert principal is not None and principal.session == SESSION
+    assert principal.deployment == f"{APP}/deployments/web"
     assert principal.projects == frozenset({"p"}) and issued.expires > time.time()
     assert ChatTokens(b"another database").principal(issued.token) is None
     head, _, signature = issued.token.split(".")

@@ -72,12 +72,18 @@ class ChatTokens:
         claims = self._claims(token)
         if claims is None:
             return None
-        session, expires = claims.get("s"), claims.get("e")
-        if not isinstance(session, str) or not isinstance(expires, int) or expires <= time.time():
+        session, deployment, expires = claims.get("s"), claims.get("d", ""), claims.get("e")
+        if not isinstance(session, str) or not isinstance(deployment, str):
+            return None
+        if not isinstance(expires, int) or expires <= time.time():
             return None
         project = session.split("/")[1] if session.startswith("projects/") else ""
         return Principal(
-            f"chat-token:{session}", frozenset({project}), writable=True, session=session
+            f"chat-token:{session}",
+            frozenset({project}),
+            writable=True,
+            session=session,
+            deployment=deployment,
         )
 
     def _claims(self, token: str) -> dict[str, object] | None:

@@ -48,12 +48,13 @@ class Principal:
     """An authenticated caller: its name (recorded as created_by / last_updated_by), the
     projects it may reach and whether it may write; ``session``: for a chat token's principal
     (:mod:`ces_eval.access.chat_tokens`), the one session whose session methods it may call
-    (and nothing else)."""
+    (and nothing else), and ``deployment`` the deployment it was issued for."""
 
     name: str
     projects: frozenset[str]
     writable: bool
     session: str = ""
+    deployment: str = ""
 
     def may(self, project: str, *, write: bool) -> bool:
         if write and not self.writable:

@@ -142,6 +142,24 @@ async def _in_app(
     return await standard.existing(context, resource, name)
 
 
+def _bound_deployment(config: _Config, caller: Caller) -> None:
+    """``config`` in the deployment of the caller's chat token, if it has one: set when
+    absent, PERMISSION_DENIED when it names another."""
+    principal = caller.principal
+    if principal is None or not principal.deployment:
+        return
+    if not config.deployment:
+        config.deployment = principal.deployment
+    elif config.deployment != principal.deployment:
+        raise ServiceError(
+            Code.PERMISSION_DENIED,
+            f"The chat token was issued for deployment {principal.deployment!r}, not "
+            f"{config.deployment[:512]!r}.",
+            "IAM_PERMISSION_DENIED",
+            {"permission": "ces.SessionService", "resource": config.deployment[:512]},
+        )
+
+
 def _checked_input(given: content_pb2.SessionInput, field: str) -> None:
     if given.WhichOneof("input_type") == "audio":
         raise _invalid(f"{field}.audio", "Audio input is not supported: send text.")
@@ -305,7 +323,9 @@ def _full(conversation: _Conversation) -> ServiceError:
 
 async def play_turn(context: Context, request: _Request, caller: Caller) -> _Response:
     """One turn of a session: ``request`` checked, answered (the agent, else the stand-in)
-    and recorded in the session's conversation (module docstring)."""
+    and recorded in the session's conversation (module docstring). A chat token's session is
+    played in the deployment the token was issued for (docs/sessions.md, "Chat tokens")."""
+    _bound_deployment(request.config, caller)
     session = await _checked(context, request.config, "config")
     _checked_inputs(request)
     async with _locks(context).of(session.conversation):
