@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from ces_eval.testing import Emulator
@@ -80,3 +81,30 @@ def test_chat_tokens_play_their_session_alone(tmp_path: Path, transport: str) ->
             "stranger": "IAM_PERMISSION_DENIED",
             "chat_token": "IAM_PERMISSION_DENIED",
         }
+
+
+def test_a_failing_agent_is_unavailable_and_its_headers_never_shown(
+    module_server: RunningServer, agent: Agent
+) -> None:
+    """The agent's answer is quoted as a run's error quotes it, scrubbed of the endpoint's
+    headers (docs/agents.md, "Safety"): /echo answers HTTP 500 repeating the Authorization
+    header it was sent."""
+    app = "projects/sessions-project/locations/us-central1/apps/echo"
+    secret = "Bearer session-secret-0123456789"  # noqa: S105 - made up
+    Emulator(module_server.http_base).set_agent(
+        app, f"{agent.url}/echo", headers={"Authorization": secret}
+    )
+    body = {"config": {"session": f"{app}/sessions/s"}, "inputs": [{"text": "hi"}]}
+    with httpx.Client(timeout=60) as http:
+        answer = http.post(
+            f"{module_server.http_base}/v1beta/{app}/sessions/s:runSession", json=body
+        )
+        stored = http.get(f"{module_server.http_base}/v1beta/{app}/conversations/s")
+    assert answer.status_code == 503, answer.text
+    error = answer.json()["error"]
+    assert error["details"][0]["reason"] == "AGENT_FAILED"
+    assert "HTTP 500" in error["message"] and "***" in error["message"]
+    assert "session-secret" not in answer.text
+    assert "session-secret" not in module_server.output()
+    assert stored.status_code == 404  # nothing of the failed turn was recorded
+    assert [r["authorization"] for r in agent.requests if r["path"] == "/echo"][-1] == secret
