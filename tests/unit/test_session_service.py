@@ -316,6 +316,44 @@ def test_grpc_serves_server_and_bidirectional_streams_and_the_drain_says_goodbye
     assert code == "StatusCode.OK"
 
 
+def test_an_idle_bidirectional_stream_is_told_go_away_and_closed() -> None:
+    """A client that sends nothing for the stream's idle bound frees its slot: the RPC is told
+    (Draining) as on a drain, says goodbye, and the stream ends."""
+
+    async def waits(requests: AsyncIterator[Any], caller: Caller) -> AsyncIterator[ServerMessage]:
+        try:
+            async for _ in requests:
+                yield ServerMessage(session_output={"text": "heard"})
+        except Draining:
+            yield ServerMessage(go_away={})
+
+    async def scenario() -> tuple[list[str], str, int]:
+        boundary = Boundary("grpc", admission=Admission("grpc", 1))
+        dispatcher = Dispatcher({}, boundary=boundary, bidi={BIDI: waits}, stream_idle=0.05)
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((dispatcher,))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                bidi = channel.stream_stream(
+                    BIDI,
+                    request_serializer=ClientMessage.SerializeToString,
+                    response_deserializer=ServerMessage.FromString,
+                )
+                call = bidi()
+                await call.write(ClientMessage(realtime_input={"text": "hello"}))
+                kinds = [str((await call.read()).WhichOneof("message_type"))]
+                kinds.append(str((await call.read()).WhichOneof("message_type")))
+                code = str(await call.code())
+        finally:
+            await server.stop(None)
+        assert boundary.admission is not None
+        return kinds, code, boundary.admission.in_flight
+
+    assert _run(scenario()) == (["session_output", "go_away"], "StatusCode.OK", 0)
+
+
 # -- the stand-in ----------------------------------------------------------------------------------
 
 

@@ -66,6 +66,7 @@ __all__ = [
     "MAX_VIOLATIONS",
     "SEED_COUNTS",
     "SEED_LENGTHS",
+    "STREAM_IDLE_SECONDS",
     "Count",
     "CountPlan",
     "FieldRules",
@@ -164,6 +165,10 @@ MAX_APP_RECORDINGS = 100_000
 # One file (or inline document) of recordings, ExportAgentRecordings and ImportAgentRecordings:
 # it is built and read in memory. More are exported by filter (an evaluation, a run) per file.
 MAX_RECORDINGS_FILE_BYTES = 64 * 1024 * 1024
+# Seconds a bidirectional stream (BidiRunSession) may wait for its client's next message: then
+# it is told go_away and closed, as on the server's drain, so that idle streams cannot hold the
+# surface's in-flight slots (docs/sessions.md, "Streams").
+STREAM_IDLE_SECONDS = 600.0
 
 # -- work on the event loop (ces_eval.offload) ---------------------------------------------------
 

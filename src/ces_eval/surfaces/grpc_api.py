@@ -32,7 +32,12 @@ from ces_eval.access import method_access
 from ces_eval.admission import Admission
 from ces_eval.contract import schema
 from ces_eval.contract.encoded import Encoded
-from ces_eval.contract.limits import ENCODED_CHECK_BYTES, LIMITS, LOOP_BYTES
+from ces_eval.contract.limits import (
+    ENCODED_CHECK_BYTES,
+    LIMITS,
+    LOOP_BYTES,
+    STREAM_IDLE_SECONDS,
+)
 from ces_eval.core.aip.context import Draining
 from ces_eval.core.aip.validation import raise_if_invalid
 from ces_eval.errors import Code, FieldViolation, ServiceError
@@ -293,15 +298,19 @@ async def _requests(
     request_class: type[Message],
     incoming: AsyncIterator[bytes],
     draining: asyncio.Event,
+    idle: float,
 ) -> AsyncIterator[Message]:
     """The client's messages, decoded as they come; :class:`Draining` once the server drains
-    (whatever the client sends meanwhile)."""
+    (whatever the client sends meanwhile), or once the client sent nothing for ``idle``
+    seconds."""
     drained = asyncio.ensure_future(draining.wait())
     reading: asyncio.Future[bytes] | None = None
     try:
         while True:
             reading = asyncio.ensure_future(anext(incoming))
-            await asyncio.wait((reading, drained), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                (reading, drained), timeout=idle, return_when=asyncio.FIRST_COMPLETED
+            )
             if not reading.done():
                 raise Draining
             try:
@@ -321,10 +330,12 @@ def _bidi_behavior(
     method: descriptor.MethodDescriptor,
     implementation: BidiHandler,
     boundary: Boundary,
+    *,
     draining: asyncio.Event,
+    idle: float,
 ) -> grpc.RpcMethodHandler:
     """The handler of a bidirectional method, as :func:`_stream_behavior`; the client's
-    messages are decoded as the method reads them."""
+    messages are decoded as the method reads them (:func:`_requests`)."""
     name = path.lstrip("/")
     request_class = message_factory.GetMessageClass(method.input_type)
 
@@ -334,7 +345,7 @@ def _bidi_behavior(
         line = boundary.start(name)
 
         def work(caller: Caller) -> AsyncIterator[Response]:
-            return implementation(_requests(request_class, incoming, draining), caller)
+            return implementation(_requests(request_class, incoming, draining, idle), caller)
 
         failed: ServiceError | None = None
         try:
@@ -369,13 +380,16 @@ class Dispatcher(grpc.GenericRpcHandler):  # type: ignore[misc]  # grpc ships no
         streams: Mapping[str, StreamHandler] | None = None,
         bidi: Mapping[str, BidiHandler] | None = None,
         draining: asyncio.Event | None = None,
+        stream_idle: float = STREAM_IDLE_SECONDS,
     ) -> None:
         """``boundary``: this surface's (default: an open gRPC boundary with the default
         in-flight limit, :data:`~ces_eval.admission.DEFAULT_LIMIT`, and no request log);
         ``keeper``: where read answers are kept while nothing is written (None: never);
         ``streams`` and ``bidi``: the streaming methods' implementations
         (:func:`ces_eval.core.service.stream_handlers`, ``bidi_handlers``); ``draining``: set
-        when the server drains (:meth:`drain` sets it too)."""
+        when the server drains (:meth:`drain` sets it too); ``stream_idle``: seconds a
+        bidirectional stream waits for its client's next message before it is closed as on a
+        drain."""
         self._boundary = boundary = boundary or Boundary("grpc", admission=Admission("grpc"))
         self._draining = draining or asyncio.Event()
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
@@ -387,7 +401,7 @@ class Dispatcher(grpc.GenericRpcHandler):  # type: ignore[misc]  # grpc ships no
                 continue
             if path in bidi:
                 self._handlers[path] = _bidi_behavior(
-                    path, method, bidi[path], boundary, self._draining
+                    path, method, bidi[path], boundary, draining=self._draining, idle=stream_idle
                 )
                 continue
             self._handlers[path] = _behavior(
