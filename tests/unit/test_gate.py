@@ -411,7 +411,8 @@ def test_junit_one_testsuite_per_run_one_testcase_per_repetition() -> None:
 def test_junit_holds_no_character_xml_cannot() -> None:
     report = _sample()
     report["runs"][0]["run"]["displayName"] = "bell \x07 and nul \x00"
-    suite = ET.fromstring(_junit.junit(report).encode())  # noqa: S314 - ours.find("testsuite")
+    root = ET.fromstring(_junit.junit(report).encode())  # noqa: S314 - our own output
+    suite = root.find("testsuite")
     assert suite is not None and suite.get("name") == "bell \ufffd and nul \ufffd"
 
 
