@@ -318,13 +318,7 @@ def test_regressions_against_a_baseline_and_the_github_outputs(
     ("args", "line"),
     [
         (["--fail-on", "regression"], "--fail-on regression compares with a --baseline"),
-        (
-            ["--dataset", "nightly", "--tag", "smoke"],
-            "--dataset runs the dataset as the server keeps",
-        ),
         (["--evaluation", "nope"], f"--evaluation {APP}/evaluations/nope: no such evaluation"),
-        (["--tag", "none"], f"no evaluation of {APP} matches --tag none"),
-        (["--run-count", "0"], "--run-count must be at least 1"),
         (["--dataset", "missing"], "GET " + APP + "/evaluationDatasets/missing: 404 NOT_FOUND"),
         (["--persona", "other"], "POST " + APP + ":runEvaluation: 404 NOT_FOUND"),
         (
