@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pty
 import signal
 import socket
 import subprocess
@@ -514,3 +515,32 @@ def test_a_tls_server_with_tokens_standing_in_for_hosted_ces(tmp_path: Path) -> 
                 CES_EVAL_TOKEN=ALICE,
             )
             assert done.returncode == 0, done.stderr
+
+
+def test_progress_shows_on_a_terminal(scripted: RunningServer) -> None:
+    """stderr a terminal (a pseudo-terminal here): the progress line is drawn in place; the
+    other tests, with stderr a pipe, find nothing there."""
+    controller, terminal = pty.openpty()
+    try:
+        process = subprocess.Popen(
+            _command("--server", scripted.http_base, "--app", APP, "--tag", "smoke"),
+            stdout=subprocess.PIPE,
+            stderr=terminal,
+            text=True,
+            env=_environment(COLUMNS="100"),
+        )
+    finally:
+        os.close(terminal)
+    drawn = bytearray()
+    with contextlib.suppress(OSError):  # EIO once the command, the last holder, has closed it
+        while chunk := os.read(controller, 4096):
+            drawn += chunk
+    os.close(controller)
+    stdout, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, stdout
+    text = drawn.decode()
+    assert text.startswith("\r[")
+    last = text.rstrip("\r\n").rsplit("\r", 1)[-1]
+    assert last.startswith("[##############################] 1/1  passed 1  failed 0  errors 0")
+    assert last.rstrip().endswith("COMPLETED")
+    assert len(last) == 99  # the line fills the terminal's width less one column
