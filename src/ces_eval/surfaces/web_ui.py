@@ -624,11 +624,7 @@ class WebView:
             evaluations = await self._list_evaluations(
                 app, caller, f"tags:{quoted(run_filter.tag)}"
             )
-            tagged = {
-                run
-                for e in _rows(evaluations, "evaluations", _TAGGED, _E)
-                for run in e.evaluation_runs
-            }
+            tagged = await off_loop(_heavy(evaluations), _runs_of, evaluations)
         heavy = _heavy(runs)
         rows = await off_loop(heavy, _run_rows, runs)
         if tagged is not None:
@@ -841,6 +837,12 @@ def _when(stamp: Timestamp) -> str:
     if not (stamp.seconds or stamp.nanos):
         return _NONE
     return stamp.ToDatetime(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _runs_of(evaluations: Response) -> set[str]:
+    """The runs that produced a result of the evaluations a ListEvaluations answer holds."""
+    rows = _rows(evaluations, "evaluations", _TAGGED, _E)
+    return {run for evaluation in rows for run in evaluation.evaluation_runs}
 
 
 def _run_rows(response: Response) -> list[dict[str, Any]]:
