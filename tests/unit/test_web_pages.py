@@ -454,3 +454,23 @@ def test_a_compared_run_must_be_one_of_the_app(value: str) -> None:
     with pytest.raises(ServiceError) as refused:
         compared_runs([("a", "r1"), ("b", value)], APP)
     assert [v.field for v in refused.value.violations] == ["b"]
+
+
+def test_the_comparisons_form_shows_the_pair_compared_however_old(tmp_path: Path) -> None:
+    """The form offers the 100 newest runs, and the two compared when they are older."""
+
+    async def main() -> None:
+        async with served(tmp_path / "many.db") as site:
+            for index in range(101):
+                run = {"displayName": f"Run {index}", "state": "COMPLETED"}
+                created = await site.rest.post(
+                    f"/emulator/v1/{APP}/evaluationRuns?evaluationRunId=run-{index}", json=run
+                )
+                assert created.status_code == 200, created.text
+            page = _ok(await site.page(f"{APP}/compare", a="run-0", b="run-0"))
+            assert page.count('<option value="run-0" selected>') == 2
+            assert page.count('<option value="run-0"') == 2  # offered once in each list
+            assert page.count("<option ") == 2 * 101
+            assert "Neither run has a judged evaluation yet." in page
+
+    asyncio.run(main())

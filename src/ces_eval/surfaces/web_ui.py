@@ -654,6 +654,12 @@ class WebView:
         evaluations = await self._list_evaluations(app, caller)
         heavy = _heavy(*both, evaluations)
         values |= await off_loop(heavy, _compare_values, both, evaluations)
+        # The form shows the pair compared, even when it is older than the runs it offers.
+        offered = {run["name"] for run in values["choices"]}
+        for run in values["pair"]:
+            if run["name"] not in offered:
+                values["choices"].append(run)
+                offered.add(run["name"])
         return _Page("compare.html", values, heavy)
 
     async def _evaluation(self, name: str, caller: Caller) -> _Page:
