@@ -34,6 +34,7 @@ from ces_eval.server import ServerConfig, _surfaces
 from ces_eval.storage.sqlite import SqliteStorage
 from ces_eval.surfaces.http_app import BodyLimit
 from ces_eval.surfaces.web_forms import EvaluationSearch, RunFilter, compared_runs, quoted
+from ces_eval.surfaces.web_ui import CONTENT_SECURITY_POLICY
 from tests.support.tokens import ALICE, BOB, write_token_file
 
 APP = "projects/proj-a/locations/l/apps/shop"
@@ -206,7 +207,10 @@ def test_every_page_leads_back_to_its_app_and_apps(seeded: Path, tmp_path: Path)
             f"{APP}/compare": [("Apps", "/ui"), app, ("Runs", f"/ui/{RUNS}"), ("Compare", None)],
         }
         for path, trail in expected.items():
-            assert _crumbs(_ok(await site.page(path))) == trail, path
+            answer = await site.page(path)
+            assert _crumbs(_ok(answer)) == trail, path
+            assert answer.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+            assert answer.headers["referrer-policy"] == "no-referrer"
         # A page that is not there still leads back.
         missing = await site.page(f"{APP}/evaluations/nothing")
         assert missing.status_code == 404

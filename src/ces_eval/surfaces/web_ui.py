@@ -1,13 +1,17 @@
-"""The web view at ``/ui``: apps, their evaluations, datasets and runs, a run's results, a
-result's turns (expected beside observed), and each evaluation's pass rate over its runs.
+"""The web view at ``/ui``: apps, their evaluations (searched by name and tag), datasets and runs
+(filtered by state, tag and day), a run's results, two runs compared, a result's turns
+(expected beside observed), and pass rates by day (docs/web-ui.md). Every page has a
+breadcrumb trail back to the pages above it (:func:`_crumbs`); a page showing a queued or
+running run reloads itself until it is done (:func:`_refresh`).
 
 Read-only and server-rendered (Jinja2 templates in ``web/``, charts drawn as SVG on the server by
 pygal and shown as ``data:`` images): no script runs in the page and nothing is fetched from
-elsewhere, so it works offline.
+elsewhere, so it works offline. Its forms are plain GETs, read into the API's own list
+filters (:mod:`ces_eval.surfaces.web_forms`).
 Every page reads through the same handlers and boundary steps as the API (tokens, per-project
 authorization, in-flight limits): a browser presents a token as REST does, in ``Authorization``
-or as ``?access_token=`` (kept in the page's links). What a page shows is what the official
-client would read.
+or as ``?access_token=`` (kept in the page's links and forms). What a page shows is what the
+official client would read.
 
 Every page stays small whatever the data holds: a result's outcomes are paged
 (:data:`OUTCOMES_PER_PAGE`, ``?page=N``), long texts are cut, and only the fields a page shows
