@@ -224,7 +224,7 @@ _RESULT_ROW = _keep(
 _RUN_FIELDS = ("name", "display_name", "state", "progress", "create_time", "error_info", "error")
 _RUN_ROW = _keep(_Run.DESCRIPTOR, dict.fromkeys(_RUN_FIELDS))
 _RUN_COMPARED = _keep(_Run.DESCRIPTOR, dict.fromkeys((*_RUN_FIELDS, "evaluation_run_summaries")))
-_NAMED = _keep(_Run.DESCRIPTOR, {"name": None})
+_RUN_NAME = _keep(_Run.DESCRIPTOR, {"name": None})
 # A result as lists show it (_RESULT_ROW is what the result page reads of its own).
 _RESULT_FIELDS = (
     "name",
@@ -264,7 +264,7 @@ _EVALUATION_LISTED = _keep(
     },
 )
 _TAGGED = _keep(_E.DESCRIPTOR, dict.fromkeys(("name", "evaluation_runs")))
-_NAMED_E = _keep(_E.DESCRIPTOR, dict.fromkeys(("name", "display_name")))
+_EVALUATION_TITLE = _keep(_E.DESCRIPTOR, dict.fromkeys(("name", "display_name")))
 _GOLDEN_RESULT = _R.DESCRIPTOR.fields_by_name["golden_result"].number
 _Agent = agent_pb2.Agent
 _AGENT_ROW = _keep(_Agent.DESCRIPTOR, dict.fromkeys(("name", "display_name")))
@@ -716,7 +716,7 @@ class WebView:
             caller,
         )
         found = _items(before, "evaluation_runs")
-        return _Run.FromString(_slim(found[0], _NAMED)).name if found else ""
+        return _Run.FromString(_slim(found[0], _RUN_NAME)).name if found else ""
 
     async def _result(self, name: str, caller: Caller, number: int) -> _Page:
         result = await self._call(
@@ -911,7 +911,9 @@ def _compare_values(both: list[Response], evaluations: Response) -> dict[str, An
     run to the second (:func:`ces_eval.report.compare.change`), from each run's
     ``evaluation_run_summaries``."""
     runs = [_Run.FromString(_slim(_encoding(r), _RUN_COMPARED)) for r in both]
-    titles = {e.name: e.display_name for e in _rows(evaluations, "evaluations", _NAMED_E, _E)}
+    titles = {
+        e.name: e.display_name for e in _rows(evaluations, "evaluations", _EVALUATION_TITLE, _E)
+    }
     statuses = [
         {
             name: compare.summary_status(cast("dict[str, Any]", printer.to_dict(summary)))
