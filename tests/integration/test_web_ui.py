@@ -270,8 +270,37 @@ def test_the_pages_fit_a_phone_and_fetch_nothing_from_elsewhere(
         elsewhere = [url for url in requested if not url.startswith(server.http_base + "/ui")]
         assert elsewhere == [] and violations == []
         context.close()
+        _follows_a_running_run(browser, server, seeded["refund"]["name"])
     finally:
         server.kill()
+
+
+def _follows_a_running_run(browser: Browser, server: RunningServer, evaluation: str) -> None:
+    """A run held RUNNING (an outcome rule's hold): its page reloads itself, by its meta
+    refresh alone, until the run is done once the hold is released; then it stays."""
+    from playwright.sync_api import expect  # noqa: PLC0415 - only these tests need it
+
+    admin = Emulator(server.http_base)
+    rule = admin.create_outcome_rule(APP, {"evaluation": evaluation, "hold": "RUNNING"})
+    operation = httpx.post(
+        f"{server.http_base}/v1beta/{APP}:runEvaluation",
+        json={"evaluations": [evaluation]},
+        timeout=30,
+    ).json()
+    run = operation["metadata"]["evaluationRun"]
+    page = browser.new_page()
+    loads: list[str] = []
+    page.on("load", lambda loaded: loads.append(loaded.url))
+    page.goto(f"{server.http_base}/ui/{run}")
+    assert page.locator("#state").inner_text() in ("QUEUED", "RUNNING")
+    assert page.locator("meta[http-equiv=refresh]").get_attribute("content") == "5"
+    admin.release_outcome_rule(rule["name"])
+    admin.wait(operation)
+    expect(page.locator("#state")).to_have_text("COMPLETED", timeout=30_000)
+    assert len(loads) >= 2  # the page reloaded itself; no one asked it to
+    assert page.locator("meta[http-equiv=refresh]").count() == 0
+    assert page.locator("#live").count() == 0
+    page.close()
 
 
 def test_the_view_takes_the_apis_tokens_and_projects(browser: Browser, tmp_path: Path) -> None:
