@@ -218,8 +218,14 @@ def test_every_page_leads_back_to_its_app_and_apps(seeded: Path, tmp_path: Path)
         # A run's results lead to their evaluations; an evaluation's results to their runs.
         run = _ok(await site.page(f"{RUNS}/r1"))
         assert f'href="/ui/{APP}/evaluations/refund"' in run
+        assert any(row.startswith("refund in r1 Refund of 7 ") for row in _table(run, "results"))
         evaluation = _ok(await site.page(f"{APP}/evaluations/refund"))
         assert f'href="/ui/{RUNS}/r1"' in evaluation and f'href="/ui/{RUNS}/r2"' in evaluation
+        rows = _table(evaluation, "results")
+        assert [row.split(" 20", 1)[0] for row in rows] == [
+            "refund in r2 Nightly r2",
+            "refund in r1 Nightly r1",
+        ]  # newest first, each with its run's name
 
     visit(seeded, tmp_path, scenario)
 

@@ -225,6 +225,7 @@ _RUN_FIELDS = ("name", "display_name", "state", "progress", "create_time", "erro
 _RUN_ROW = _keep(_Run.DESCRIPTOR, dict.fromkeys(_RUN_FIELDS))
 _RUN_COMPARED = _keep(_Run.DESCRIPTOR, dict.fromkeys((*_RUN_FIELDS, "evaluation_run_summaries")))
 _RUN_NAME = _keep(_Run.DESCRIPTOR, {"name": None})
+_RUN_TITLE = _keep(_Run.DESCRIPTOR, dict.fromkeys(("name", "display_name")))
 # A result as lists show it (_RESULT_ROW is what the result page reads of its own).
 _RESULT_FIELDS = (
     "name",
@@ -677,8 +678,10 @@ class WebView:
             ),
             caller,
         )
-        heavy = _heavy(evaluation, results)
+        runs = await self._list_runs(name.rsplit("/evaluations/", 1)[0], caller)
+        heavy = _heavy(evaluation, results, runs)
         values = await off_loop(heavy, _evaluation_values, evaluation, results)
+        values["titles"] = await off_loop(heavy, _titles, runs, "evaluation_runs")
         return _Page("evaluation.html", values | _more(results), heavy)
 
     async def _run(self, name: str, caller: Caller) -> _Page:
@@ -695,8 +698,10 @@ class WebView:
             ),
             caller,
         )
-        heavy = _heavy(run, results)
+        evaluations = await self._list_evaluations(app, caller)
+        heavy = _heavy(run, results, evaluations)
         values = await off_loop(heavy, _run_values, run, results)
+        values["titles"] = await off_loop(heavy, _titles, evaluations, "evaluations")
         values["previous"] = await self._previous(app, values["run"]["started"], caller)
         return _Page("run.html", values | {"app": app} | _more(results), heavy)
 
@@ -849,6 +854,13 @@ def _when(stamp: Timestamp) -> str:
     return stamp.ToDatetime(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _titles(response: Response, field: str) -> dict[str, str]:
+    """The display names of the items of a List answer's ``field`` (evaluations or runs), by
+    name: what pages show for a name."""
+    kind, keep = (_E, _EVALUATION_TITLE) if field == "evaluations" else (_Run, _RUN_TITLE)
+    return {item.name: item.display_name for item in _rows(response, field, keep, kind)}
+
+
 def _runs_of(evaluations: Response) -> set[str]:
     """The runs that produced a result of the evaluations a ListEvaluations answer holds."""
     rows = _rows(evaluations, "evaluations", _TAGGED, _E)
@@ -911,9 +923,7 @@ def _compare_values(both: list[Response], evaluations: Response) -> dict[str, An
     run to the second (:func:`ces_eval.report.compare.change`), from each run's
     ``evaluation_run_summaries``."""
     runs = [_Run.FromString(_slim(_encoding(r), _RUN_COMPARED)) for r in both]
-    titles = {
-        e.name: e.display_name for e in _rows(evaluations, "evaluations", _EVALUATION_TITLE, _E)
-    }
+    titles = _titles(evaluations, "evaluations")
     statuses = [
         {
             name: compare.summary_status(cast("dict[str, Any]", printer.to_dict(summary)))
