@@ -143,8 +143,12 @@ def diff(expected: str, observed: str, *, lines: bool = False) -> tuple[_Segment
     matcher = difflib.SequenceMatcher(None, tokens_a, tokens_b, autojunk=False)
     for operation, a1, a2, b1, b2 in matcher.get_opcodes():
         changed = operation != "equal"
-        _append(left, changed, "".join(tokens_a[a1:a2]))
-        _append(right, changed, "".join(tokens_b[b1:b2]))
+        for side, tokens in ((left, tokens_a[a1:a2]), (right, tokens_b[b1:b2])):
+            for token in tokens:
+                # A changed line is marked without its line break.
+                body = token.rstrip("\n") if changed else token
+                _append(side, changed, body)
+                _append(side, False, token[len(body) :])
     return _joined(left), _joined(right)
 
 
@@ -324,7 +328,7 @@ def _item(
         "kind": kind,
         "label": _LABELS[kind],
         "outcome": outcome,
-        "note": note,
+        "note": cut(note, limit),
         "expected": left,
         "observed": right,
         "expected_segments": expected_segments,
@@ -720,11 +724,14 @@ def result_view(
     }
 
 
-def render_view(view: Mapping[str, Any], *, heading: int = 2) -> markupsafe.Markup:
+def render_view(
+    view: Mapping[str, Any], *, heading: int = 2, head: bool = True
+) -> markupsafe.Markup:
     """The HTML of a :func:`result_view`: a ``<section class="result">`` whose turn headings
-    are ``<h{heading}>``."""
+    are ``<h{heading}>``; without its status and title line when not ``head`` (a page whose
+    own heading says them)."""
     template = _TEMPLATES.get_template("result.html")
-    return markupsafe.Markup(template.render(view=view, heading=heading))  # noqa: S704 - autoescaped
+    return markupsafe.Markup(template.render(view=view, heading=heading, head=head))  # noqa: S704 - autoescaped
 
 
 def render_result(
