@@ -71,19 +71,22 @@ def _run_row(entry: _Json, evaluations: Mapping[str, _Json]) -> dict[str, Any]:
     run = entry.get("run") or _NO_DATA
     results = sorted(_list(entry.get("results")), key=lambda r: _text(r.get("createTime")))
     progress = run.get("progress") or _NO_DATA
-    by_evaluation: dict[str, list[dict[str, str]]] = {}
-    failures = []
+    by_evaluation: dict[str, list[dict[str, Any]]] = {}
     for result in results:
         name = _text(result.get("name"))
         status = render.result_status(result)
-        evaluation = evaluations.get(_evaluation_of(name))
-        view = render.result_view(result, evaluation)
+        view = render.result_view(result, evaluations.get(_evaluation_of(name)))
         cell = {"status": status, "anchor": view["anchor"] if status not in _FINE else ""}
-        by_evaluation.setdefault(_evaluation_of(name), []).append(cell)
-        if status not in _FINE:
-            failures.append(render.render_view(view, heading=4))
+        by_evaluation.setdefault(_evaluation_of(name), []).append(cell | {"view": view})
     order = [n for n in evaluations if n in by_evaluation]
     order += [n for n in by_evaluation if n not in evaluations]
+    # The failures in the order of the table: by evaluation, then repetition.
+    failures = [
+        render.render_view(cell["view"], heading=4)
+        for evaluation in order
+        for cell in by_evaluation[evaluation]
+        if cell["anchor"]
+    ]
     repetitions = max((len(cells) for cells in by_evaluation.values()), default=0)
     name = _text(run.get("name"))
     error = run.get("errorInfo") or _NO_DATA

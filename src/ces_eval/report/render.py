@@ -696,7 +696,8 @@ def result_view(
     return {
         "name": name,
         "display_name": _text(result.get("displayName")) or name.rsplit("/", 1)[-1],
-        "anchor": "result-" + re.sub(r"[^A-Za-z0-9_-]", "-", name.rsplit("/", 1)[-1]),
+        # The evaluation's ID and the result's: unique within a report of several runs.
+        "anchor": "result-" + re.sub(r"[^A-Za-z0-9_-]", "-", "-".join(name.split("/")[7::2])),
         "status": status,
         "evaluation": name.rsplit("/results/", 1)[0] if "/results/" in name else "",
         "evaluation_display_name": _text(evaluation.get("displayName")),
