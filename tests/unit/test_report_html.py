@@ -200,7 +200,8 @@ def test_the_header_says_whether_the_gate_held_and_why() -> None:
     assert gate.find("strong").text == "The gate failed"
     assert "1 evaluation newly failing" in gate.text and "Fails on regression" in gate.text
     assert page.find("h1").text == "Evaluation report · Shop"
-    assert "http://127.0.0.1:8080" in page.find("dl", "about").text
+    about = page.find("dl", "about").text
+    assert "http://127.0.0.1:8080" in about and 'Options{"runCount": 2}' in about
     assert page.find(cls="totals").text == "8 results4 passed3 failed1 errors"
     runs = page.find_all("section")
     run_table = next(s for s in runs if s.attrs.get("id") == "runs").find("table")

@@ -12,6 +12,7 @@ baseline, what changed since (newly failing first).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -237,6 +238,10 @@ def render_report(report: _Json, baseline: _Json | None = None) -> str:
             "display_name": _text(app.get("displayName")) or _short(_text(app.get("name"))),
         },
         "server": _text(report.get("server")),
+        # The RunEvaluationRequest fields sent, as one line.
+        "options": json.dumps(options, ensure_ascii=False, separators=(", ", ": "))
+        if isinstance(options := report.get("options"), Mapping) and options
+        else "",
         "start": _text(report.get("startTime")),
         "end": _text(report.get("endTime")),
         "totals": {k: _count(totals.get(k)) for k in ("total", "passed", "failed", "errors")},
