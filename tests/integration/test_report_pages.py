@@ -252,7 +252,8 @@ def test_the_web_views_result_pages_show_the_chat_the_diff_and_the_error(
         assert "OUTCOME_UNSPECIFIED" not in page.locator("body").inner_text()
         assert _overflow(page) == 0
         _shot(page, f"web-result-error{suffix}")
-        page.click("nav.crumbs a >> nth=2")  # back to its run
+        assert page.locator("nav.back").inner_text().startswith("Of evaluation Errs, run ")
+        page.click("nav.back a >> nth=1")  # back to its run
         assert page.url.endswith(report["runs"][0]["run"]["name"])
         assert violations == []
         page.close()

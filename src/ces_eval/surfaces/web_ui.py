@@ -360,6 +360,8 @@ def _result_page(data: bytes, number: int, evaluation: bytes | None = None) -> d
         "result": view,
         "rendered": render.render_view(view, heading=2, head=False),
         "app": name.split("/evaluations/", 1)[0],
+        # Display names of the pages above, for a trail back to them.
+        "labels": {view["evaluation"]: view["evaluation_display_name"], name: view["display_name"]},
         "turns": turns,
         "page": number,
         "pages": pages,
