@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import base64
 import os
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
-import pytest
 
 from ces_eval.contract.limits import MAX_REPEATED
 from ces_eval.surfaces.web_ui import CONTENT_SECURITY_POLICY, OUTCOMES_PER_PAGE
@@ -27,8 +25,6 @@ from tests.support.stall import probing
 from tests.support.tokens import ALICE, READER, guarded_server
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from playwright.sync_api import Browser, ConsoleMessage, Page, Response
 
     from ces_eval.testing.server import RunningServer
@@ -37,27 +33,6 @@ REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "build" / "test-artifacts" / "web-ui"
 APP = "projects/web/locations/us-central1/apps/orders"
 RUNS = 3
-
-
-def _chromium() -> str:
-    done = subprocess.run(
-        [str(REPO / "tools" / "chromium.sh"), "path"], capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        pytest.fail(f"no Chromium for the browser tests: {done.stderr.strip()}")
-    return done.stdout.strip()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    from playwright.sync_api import sync_playwright  # noqa: PLC0415 - only these tests need it
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=_chromium(), headless=True)
-        try:
-            yield launched
-        finally:
-            launched.close()
 
 
 def _golden(display_name: str, order: int) -> dict[str, Any]:
@@ -185,9 +160,11 @@ def test_the_pages_show_the_seeded_app_from_apps_to_turns(browser: Browser, tmp_
         _shot(page, "3-run")
 
         page.click("#results tr:has-text('FAIL') a >> nth=0")
-        expected = page.locator("pre.expected").inner_text()
-        observed = page.locator("pre.observed").inner_text()
-        assert '"order": 7' in expected and '"order": 8' in observed
+        # The conversation: the user's words, then the tool call with its arguments unfolded
+        # where they differ, each changed line marked (report/render.py).
+        assert page.locator(".msg.user").inner_text().endswith("Where is order 7?")
+        assert page.locator(".expected del").inner_text() == '  "order": 7.0'
+        assert page.locator(".observed ins").inner_text() == '  "order": 8.0'
         _shot(page, "4-result")
         page.click("#crumbs >> text=App orders")  # the way back from a result
         assert page.url == f"{server.http_base}/ui/{APP}"
@@ -385,7 +362,7 @@ def test_the_largest_result_is_paged_and_no_page_holds_the_server(
         page = browser.new_page(viewport={"width": 1100, "height": 800})
         violations = _watched(page)
         page.goto(f"{url}?access_token={READER}")
-        assert page.locator("pre.expected").count() == OUTCOMES_PER_PAGE
+        assert page.locator(".msg.agent").count() == OUTCOMES_PER_PAGE
         assert page.locator(".where >> nth=0").inner_text() == (
             f"Page 1 of {pages} · outcomes 1–{OUTCOMES_PER_PAGE} of {TURNS * OUTCOMES}"
         )

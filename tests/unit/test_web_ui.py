@@ -84,8 +84,12 @@ def test_a_result_page_holds_its_share_of_outcomes_each_cut() -> None:
     ]
     last = web_ui._result_page(data, 3)
     assert [(t["index"], t["first"], t["last"]) for t in last["turns"]] == [(3, 60, 80)]
-    shown = last["turns"][0]["outcomes"][-1]["expected"]
-    assert shown.startswith('{\n  "note": "turn 2 outcome 79 x') and "more characters)" in shown
+    shown = last["turns"][0]["outcomes"][-1]["note"]
+    assert shown.startswith("turn 2 outcome 79 x") and shown.endswith("more characters)")
+    assert len(shown) < web_ui._SHOWN_CHARS + 100
+    # The page's part of a turn is said in its heading; its outcomes are the rendered ones.
+    assert last["result"]["turns"][0]["part"] == "outcomes 60\N{EN DASH}80 of 80"
+    assert last["rendered"].count('class="msg agent') == 21
     with pytest.raises(ServiceError) as beyond:
         web_ui._result_page(data, 4)
     assert beyond.value.code.name == "NOT_FOUND"

@@ -1,6 +1,7 @@
 """The web view at ``/ui``: apps, their evaluations (searched by name and tag), datasets and runs
-(filtered by state, tag and day), a run's results, two runs compared, a result's turns
-(expected beside observed), and pass rates by day (docs/web-ui.md). Every page has a
+(filtered by state, tag and day), a run's results, two runs compared, a result as the
+conversation it was (rendered by :mod:`ces_eval.report.render`, as the HTML report of
+``ces-eval run`` renders it), and pass rates by day (docs/web-ui.md). Every page has a
 breadcrumb trail back to the pages above it (:func:`_crumbs`); a page showing a queued or
 running run reloads itself until it is done (:func:`_refresh`).
 
@@ -28,7 +29,6 @@ import collections
 import datetime
 import functools
 import hashlib
-import json
 import math
 import re
 import sys
@@ -56,7 +56,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.logs import CALL_KEY, Call
 from ces_eval.offload import off_loop
-from ces_eval.report import compare
+from ces_eval.report import compare, render
 from ces_eval.surfaces.asgi import credentials, send_body
 from ces_eval.surfaces.boundary import Boundary, Inputs
 from ces_eval.surfaces.web_forms import (
@@ -101,11 +101,12 @@ _TEMPLATES = jinja2.Environment(
 )
 _TEMPLATES.filters["short"] = functools.partial(limits.cut, limit=_NAME_CHARS)
 _TEMPLATES.filters["long"] = functools.partial(limits.cut, limit=_SHOWN_CHARS)
-# The pages' one stylesheet, inlined in each and allowed by its hash alone: every answer's
+# The pages' one stylesheet (with the rendering of a result's, shared with the HTML report),
+# inlined in each and allowed by its hash alone: every answer's
 # Content-Security-Policy lets nothing else run or load (no script, no other style, no
 # fetch, no frame, no form elsewhere); images only from the page's own data: URIs (the
 # pass-rate chart's SVG). Links carry ?access_token=, so no Referer is ever sent.
-_STYLE = (_WEB / "style.css").read_text(encoding="utf-8")
+_STYLE = (_WEB / "style.css").read_text(encoding="utf-8") + render.STYLESHEET
 _STYLE_HASH = base64.b64encode(hashlib.sha256(_STYLE.encode()).digest()).decode()
 CONTENT_SECURITY_POLICY = (
     f"default-src 'none'; style-src 'sha256-{_STYLE_HASH}'; img-src 'self' data:; "
@@ -319,53 +320,99 @@ def _turns(data: bytes) -> _Turns:
     return spans, counts
 
 
-def _result_page(data: bytes, number: int) -> dict[str, Any]:
-    """The values of page ``number`` of the result encoded in ``data``: its row, and the
-    turns whose outcomes fall on the page (:data:`OUTCOMES_PER_PAGE`, a turn without any
-    counting as one), each parsed alone."""
-    result = _R.FromString(_slim(data, _RESULT_ROW))
+# What a result's page reads of the result besides its golden turns (each parsed alone), and
+# of its evaluation besides the golden turns on the page.
+_RESULT_HEAD = _keep(
+    _R.DESCRIPTOR,
+    {f.name: None for f in _R.DESCRIPTOR.fields if f.name != "golden_result"}
+    | {"golden_result": {}},  # kept empty: whether it is set
+)
+_EVALUATION_HEAD = _keep(
+    _E.DESCRIPTOR,
+    dict.fromkeys(
+        ("name", "display_name", "tags", "evaluation_metrics_threshold_override", "scenario")
+    ),
+)
+_GOLDEN = _E.DESCRIPTOR.fields_by_name["golden"].number
+_GOLDEN_TURNS = _E.Golden.DESCRIPTOR.fields_by_name["turns"].number
+
+
+def _golden_turns(data: bytes, first: int, last: int) -> list[Any]:
+    """Turns ``first`` to ``last`` (from 0, inclusive) of the golden of the evaluation encoded
+    in ``data``, each parsed alone."""
+    turns: list[Any] = []
+    index = 0
+    for n, _, a, b in limits.wire_fields(data):
+        if n != _GOLDEN:
+            continue
+        for t, _, c, d in limits.wire_fields(data, a, b):
+            if t == _GOLDEN_TURNS:
+                if first <= index <= last:
+                    turns.append(_E.GoldenTurn.FromString(data[c:d]))
+                index += 1
+    return turns
+
+
+def _result_page(data: bytes, number: int, evaluation: bytes | None = None) -> dict[str, Any]:
+    """The values of page ``number`` of the result encoded in ``data`` (with its evaluation,
+    encoded in ``evaluation``, when it is at hand): the turns whose outcomes fall on the page
+    (:data:`OUTCOMES_PER_PAGE`, a turn without any counting as one), each parsed alone, with
+    the golden turns they replayed, rendered by :func:`ces_eval.report.render.render_view`."""
+    head = _R.FromString(_slim(data, _RESULT_HEAD))
     spans, counts = _turns(data)
     total = sum(counts)
     pages = max(1, math.ceil(total / OUTCOMES_PER_PAGE))
     if number > pages:
-        raise ServiceError.not_found("page", f"page {number} of {result.name} ({pages} pages)")
+        raise ServiceError.not_found("page", f"page {number} of {head.name} ({pages} pages)")
     low, high = (number - 1) * OUTCOMES_PER_PAGE, number * OUTCOMES_PER_PAGE
     turns = []
+    replayed = []  # the page's turns, each holding only its outcomes on the page
     before = 0  # entries of the turns before this one
     for index, ((a, b), count) in enumerate(zip(spans, counts, strict=True)):
         if before + count > low and before < high:
             first, last = max(low - before, 0), min(high - before, count)
-            outcomes = _Turn.FromString(data[a:b]).expectation_outcome[first:last]
+            turn = _Turn.FromString(data[a:b])
+            held = len(turn.expectation_outcome)
+            del turn.expectation_outcome[last:]
+            del turn.expectation_outcome[:first]
+            replayed.append(turn)
             turns.append(
                 {
                     "index": index + 1,
-                    "outcomes": [_outcome(o) for o in outcomes],
                     "first": first + 1,
                     "last": last,
-                    "count": count if outcomes else 0,
+                    "count": count if held else 0,
                 }
             )
         before += count
+    shown = _rest(head)
+    if head.HasField("golden_result"):
+        shown["goldenResult"] = {"turnReplayResults": [_rest(t) for t in replayed]}
+    first_turn = turns[0]["index"] if turns else 1
+    known: dict[str, Any] | None = None
+    if evaluation is not None:
+        known = _rest(_E.FromString(_slim(evaluation, _EVALUATION_HEAD)))
+        golden = _golden_turns(evaluation, first_turn - 1, first_turn - 2 + len(turns))
+        known["golden"] = {"turns": [_rest(t) for t in golden]}
+    view = render.result_view(shown, known, first_turn=first_turn, limit=_SHOWN_CHARS)
+    for meta, turn_view in zip(turns, view["turns"], strict=True):
+        meta["outcomes"] = turn_view["outcomes"]
+        if meta["count"] and (meta["first"] > 1 or meta["last"] < meta["count"]):
+            turn_view["part"] = (
+                f"outcomes {meta['first']}\N{EN DASH}{meta['last']} of {meta['count']}"
+            )
+    name = head.name
     return {
-        "result": _result_row(result),
+        "result": view,
+        "rendered": render.render_view(view, heading=2, head=False),
+        "app": name.split("/evaluations/", 1)[0],
+        # Display names of the pages above, for a trail back to them.
+        "labels": {view["evaluation"]: view["evaluation_display_name"], name: view["display_name"]},
         "turns": turns,
         "page": number,
         "pages": pages,
         "shown": (low + 1, min(high, total)),
         "total": total,
-    }
-
-
-def _outcome(outcome: Any) -> dict[str, str]:  # noqa: ANN401 - a generated message
-    observed = {
-        field.json_name: printer.to_dict(value)
-        for field, value in outcome.ListFields()
-        if field.name.startswith("observed_")
-    }
-    return {
-        "outcome": _named(_Outcome, outcome.outcome),
-        "expected": limits.cut(_json(outcome.expectation), _SHOWN_CHARS),
-        "observed": limits.cut(json.dumps(observed, indent=2, ensure_ascii=False), _SHOWN_CHARS),
     }
 
 
@@ -388,8 +435,9 @@ def _percent(rate: float | None) -> str:
     return _NONE if rate is None else f"{rate:.0%}"
 
 
-def _json(message: Message) -> str:
-    return json.dumps(printer.to_dict(message), indent=2, ensure_ascii=False)
+def _rest(message: Message) -> dict[str, Any]:
+    """``message`` as its REST JSON (what :mod:`ces_eval.report` reads)."""
+    return cast("dict[str, Any]", printer.to_dict(message))
 
 
 def _pass_rate_chart(points: list[tuple[datetime.date, float]], title: str) -> str:
@@ -727,9 +775,21 @@ class WebView:
         result = await self._call(
             "GetEvaluationResult", service_pb2.GetEvaluationResultRequest(name=name), caller
         )
-        heavy = _heavy(result)
+        try:
+            evaluation: Response | None = await self._call(
+                "GetEvaluation",
+                service_pb2.GetEvaluationRequest(name=name.rsplit("/results/", 1)[0]),
+                caller,
+            )
+        except ServiceError as error:
+            if error.code.name != "NOT_FOUND":
+                raise
+            evaluation = None  # deleted since: the result is shown alone
+        heavy = _heavy(result) or (evaluation is not None and _heavy(evaluation))
         data = await off_loop(heavy, _encoding, result)
-        return _Page("result.html", await off_loop(heavy, _result_page, data, number), heavy)
+        given = None if evaluation is None else await off_loop(heavy, _encoding, evaluation)
+        values = await off_loop(heavy, _result_page, data, number, given)
+        return _Page("result.html", values, heavy)
 
 
 # The lists an app's page reads, by the field of their List responses holding the items.
