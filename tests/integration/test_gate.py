@@ -164,8 +164,8 @@ def test_failures_and_errors_fail_the_gate_and_junit_counts_them(first: dict[str
     failure = cases["Refund of 7 (2 of 2)"].find("failure")
     assert failure is not None
     assert failure.get("message") == (
-        'turn 1, expectation 1 (toolCall): expected lookup-order({"order":7.0}), '
-        'observed lookup-order({"order":8.0})'
+        'turn 1, expectation 1 (Tool call): expected lookup-order({"order": 7.0}), '
+        'observed lookup-order({"order": 8.0})'
     )
     error = cases["Cancel 9 (1 of 2)"].find("error")
     assert error is not None and error.get("type") == "RUNTIME_FAILURE"
@@ -285,8 +285,8 @@ def test_regressions_against_a_baseline_and_the_github_outputs(
         "::error title=ces-eval%3A Cancel 9 errored::error: RUNTIME_FAILURE: Scripted error"
     )
     assert commands[1] == (
-        "::error title=ces-eval%3A Refund of 7 failed::turn 1, expectation 1 (toolCall): "
-        'expected lookup-order({"order":7.0}), observed lookup-order({"order":8.0})'
+        "::error title=ces-eval%3A Refund of 7 failed::turn 1, expectation 1 (Tool call): "
+        'expected lookup-order({"order": 7.0}), observed lookup-order({"order": 8.0})'
     )
     assert "newly failing: Refund of 7" in done.stdout
     markdown = summary.read_text()

@@ -18,7 +18,7 @@ import pytest
 
 from ces_eval.gate import _command, _github, _junit, _report, _terminal
 from ces_eval.gate._errors import RunNotDone
-from ces_eval.gate._failures import Failure, describe, failures
+from ces_eval.gate._failures import Failure, failures
 from ces_eval.gate._selection import RunOptions, Selection, qualify, request_body, select
 from ces_eval.gate._verdict import classify, decide, result_outcome, summarize
 
@@ -195,7 +195,7 @@ def test_a_result_passes_or_fails_only_when_judged(result: dict[str, Any], outco
 
 def test_the_failing_turn_and_expectation_with_expected_and_observed() -> None:
     assert failures(_failed("refund")) == [
-        Failure(2, "expectation 2 (toolCall)", 'lookup({"order":42})', 'lookup({"order":8})')
+        Failure(2, "expectation 2 (Tool call)", 'lookup({"order": 42})', 'lookup({"order": 8})')
     ]
     assert failures(_passed("status")) == []
     assert [failure.line() for failure in failures(_errored("e"))] == [
@@ -217,7 +217,7 @@ def test_the_failing_turn_and_expectation_with_expected_and_observed() -> None:
         },
     }
     assert failures(scenario) == [
-        Failure(None, "expectation 1 (toolExpectation)", "lookup({})", 'lookup({"x":1})')
+        Failure(None, "expectation 1 (Tool call)", "lookup({})", 'lookup({"x": 1})')
     ]
     rubric = {
         "evaluationStatus": "FAIL",
@@ -227,20 +227,46 @@ def test_the_failing_turn_and_expectation_with_expected_and_observed() -> None:
     assert failures({"evaluationStatus": "FAIL"}) == [Failure(None, "evaluation", "PASS", "FAIL")]
 
 
+def _failing(expectation: dict[str, Any], observed: dict[str, Any]) -> dict[str, Any]:
+    outcome = {"expectation": expectation, "outcome": "FAIL", **observed}
+    return {
+        "executionState": "COMPLETED",
+        "evaluationStatus": "FAIL",
+        "goldenResult": {"turnReplayResults": [{"expectationOutcome": [outcome]}]},
+    }
+
+
 @pytest.mark.parametrize(
-    ("value", "words"),
+    ("expectation", "observed", "shown"),
     [
-        ({"agentResponse": {"chunks": [{"text": "Hello"}, {"text": "there"}]}}, "'Hello there'"),
-        ({"agentTransfer": {"targetAgent": f"{APP}/agents/billing"}}, "transfer to billing"),
-        ({"toolResponse": {"tool": TOOL, "response": {"ok": True}}}, 'lookup -> {"ok":true}'),
-        ({"updatedVariables": {"a": 1}}, 'variables {"a":1}'),
-        ({"noToolCalls": True}, "no tool call"),
-        ({"somethingNew": {"x": 1}}, '{"somethingNew":{"x":1}}'),
-        ({}, "(nothing)"),
+        (
+            {"agentResponse": {"chunks": [{"text": "Hello"}, {"text": "there"}]}},
+            {"observedAgentResponse": {"chunks": [{"text": "Bye"}]}},
+            ("expectation 1 (Agent answer)", "Hello there", "Bye"),
+        ),
+        (
+            {"toolResponse": {"tool": TOOL, "response": {"ok": True}}},
+            {"observedToolResponse": {"tool": TOOL, "response": {"ok": False}}},
+            ("expectation 1 (Tool response)", 'lookup({"ok": true})', 'lookup({"ok": false})'),
+        ),
+        (
+            {"toolCall": {"tool": TOOL, "args": {"order": 42}}, "note": "Check_Order"},
+            {},
+            ("expectation 1 (Check_Order)", 'lookup({"order": 42})', "nothing"),
+        ),
     ],
 )
-def test_describe_reads_each_kind_of_expectation(value: dict[str, Any], words: str) -> None:
-    assert describe(value) == words
+def test_each_kind_of_expectation_on_one_line(
+    expectation: dict[str, Any], observed: dict[str, Any], shown: tuple[str, str, str]
+) -> None:
+    (failure,) = failures(_failing(expectation, observed))
+    assert (failure.turn, failure.expectation, failure.expected, failure.observed) == (1, *shown)
+
+
+def test_a_turn_level_metric_fails_when_every_expectation_passed() -> None:
+    turn = {"semanticSimilarityResult": {"score": 1, "outcome": "FAIL"}}
+    result = {"evaluationStatus": "FAIL", "goldenResult": {"turnReplayResults": [turn]}}
+    assert failures(result) == [Failure(1, "semantic similarity", "≥ 3 of 4", "1")]
 
 
 def test_an_evaluations_status_is_its_worst_result() -> None:
@@ -401,8 +427,8 @@ def test_junit_one_testsuite_per_run_one_testcase_per_repetition() -> None:
     failure = cases[2].find("failure")
     assert failure is not None
     assert failure.get("message") == (
-        'turn 2, expectation 2 (toolCall): expected lookup({"order":42}), '
-        'observed lookup({"order":8})'
+        'turn 2, expectation 2 (Tool call): expected lookup({"order": 42}), '
+        'observed lookup({"order": 8})'
     )
     error = cases[3].find("error")
     assert error is not None and error.get("type") == "RUNTIME_FAILURE"
@@ -436,7 +462,7 @@ def test_github_escaping(value: str, data: str, prop: str) -> None:
 def test_github_annotations_one_line_per_failing_result() -> None:
     assert _github.error_commands(_sample()) == [
         "::error title=ces-eval%3A Refund of 7 (2 of 2) failed::turn 2, expectation 2 "
-        '(toolCall): expected lookup({"order":42}), observed lookup({"order":8})',
+        '(Tool call): expected lookup({"order": 42}), observed lookup({"order": 8})',
         "::error title=ces-eval%3A Status cancel errored::error: RUNTIME_FAILURE: The agent%0A"
         "fell over: 100%25",
     ]
@@ -463,8 +489,8 @@ def test_the_step_summary_has_counts_gate_failures_and_baseline_classes() -> Non
     assert "| 4 | 2 | 1 | 1 |" in text
     assert "**Gate ❌ fails** (`--fail-on any`): 2 failing evaluations" in text
     assert (
-        '| Refund of 7 (2 of 2) | FAIL | 2 | expectation 2 (toolCall) | lookup({"order":42}) '
-        '| lookup({"order":8}) |' in text
+        '| Refund of 7 (2 of 2) | FAIL | 2 | expectation 2 (Tool call) | lookup({"order": 42}) '
+        '| lookup({"order": 8}) |' in text
     )
     assert (
         "| Status cancel | ERROR |  | error |  | RUNTIME_FAILURE: The agent fell over: 100% |"
@@ -587,7 +613,9 @@ def test_the_package_loads_no_generated_module_and_no_server() -> None:
     done = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
-    assert json.loads(done.stdout) == []
+    loaded = json.loads(done.stdout)
+    assert "ces_eval.report.render" in loaded  # the one reading of a result it shares
+    assert all(module.startswith("ces_eval.report") for module in loaded), loaded
 
 
 def test_a_signal_is_noted_and_a_second_stops_at_once() -> None:

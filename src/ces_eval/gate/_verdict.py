@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
+from ces_eval.report import compare
+
 __all__ = [
     "BASELINE_CLASSES",
     "FAIL_ON",
@@ -18,7 +20,6 @@ __all__ = [
     "classify",
     "decide",
     "evaluation_of",
-    "failing",
     "result_outcome",
     "summarize",
 ]
@@ -26,7 +27,8 @@ __all__ = [
 Outcome = Literal["PASS", "FAIL", "ERROR"]
 Status = Literal["PASSED", "FAILED", "ERROR"]
 FAIL_ON = ("any", "regression")
-BASELINE_CLASSES = ("NEWLY_FAILING", "NEWLY_PASSING", "STILL_FAILING", "STILL_PASSING", "NEW")
+# The classes an evaluation of this run can have against a baseline (GONE ones are not in it).
+BASELINE_CLASSES = tuple(kind for kind in compare.CHANGES if kind != "GONE")
 
 
 def evaluation_of(result: Mapping[str, Any]) -> str:
@@ -45,11 +47,6 @@ def result_outcome(result: Mapping[str, Any]) -> Outcome:
     if state == "COMPLETED" and status in ("PASS", "FAIL"):
         return "PASS" if status == "PASS" else "FAIL"
     return "ERROR"
-
-
-def failing(status: str) -> bool:
-    """Whether an evaluation's status counts as failing: FAILED, and ERROR too."""
-    return status != "PASSED"
 
 
 def summarize(
@@ -91,13 +88,9 @@ def summarize(
 
 def classify(status: str, before: str | None) -> str:
     """An evaluation's class against a baseline: ``status`` now, ``before`` its status in the
-    baseline (None: not in it). ERROR counts as failing on both sides."""
-    if before is None:
-        return "NEW"
-    now_failing, was_failing = failing(status), failing(before)
-    if now_failing:
-        return "STILL_FAILING" if was_failing else "NEWLY_FAILING"
-    return "NEWLY_PASSING" if was_failing else "STILL_PASSING"
+    baseline (None: not in it). ERROR counts as failing on both sides. The rule the web view's
+    run comparison uses too (:func:`ces_eval.report.compare.change`)."""
+    return compare.change(before, status) or "NEW"  # status is never None: never None here
 
 
 def decide(
@@ -115,7 +108,7 @@ def decide(
         counted = [entry for entry in entries if entry.get("baseline") == "NEWLY_FAILING"]
         kind = "newly failing evaluation"
     else:
-        counted = [entry for entry in entries if failing(str(entry.get("status")))]
+        counted = [entry for entry in entries if compare.failing(str(entry.get("status")))]
         kind = "failing evaluation"
     count = len(counted)
     budget = 0 if max_failures is None else max_failures
