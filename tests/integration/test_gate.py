@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import pty
+import re
 import signal
 import socket
 import subprocess
@@ -138,9 +139,12 @@ def first(scripted: RunningServer, tmp_path_factory: pytest.TempPathFactory) -> 
         str(folder / "junit.xml"),
         "--json",
         str(folder / "report.json"),
+        "--html",
+        str(folder / "report.html"),
         COLUMNS="200",
     )
     return {
+        "html": (folder / "report.html").read_text(encoding="utf-8"),
         "done": done,
         "junit": _junit(folder / "junit.xml"),
         "report": json.loads((folder / "report.json").read_text()),
@@ -177,6 +181,24 @@ def test_failures_and_errors_fail_the_gate_and_junit_counts_them(first: dict[str
         line.split()[:7] == ["Refund", "of", "7", "(1", "of", "2)", "FAIL"] for line in lines
     )
     assert lines[-1] == "gate fails (--fail-on any): 2 failing evaluations"
+
+
+def test_the_html_report_holds_each_failure_and_nothing_from_elsewhere(
+    first: dict[str, Any],
+) -> None:
+    """The page itself is ces_eval.report's (its tests open it in Chromium with every other
+    request refused); here, that the command wrote it from this run."""
+    html = first["html"]
+    assert html.startswith("<!DOCTYPE html>") or html.lower().startswith("<!doctype html>")
+    for shown in (
+        "Refund of 7",
+        "Cancel 9",
+        "Status of 42",
+        "Scripted error",
+        "2 failing evaluations",
+    ):
+        assert shown in html
+    assert re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html) is None
 
 
 def test_the_json_report(first: dict[str, Any], scripted: RunningServer) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import os
 import shutil
 import signal
@@ -31,8 +30,6 @@ from ces_eval.gate._verdict import decide, summarize
 
 __all__ = ["run"]
 
-# ces_eval.report.html.render_report(report, baseline): the HTML page of a report.
-RenderHtml = Callable[[Mapping[str, Any], Mapping[str, Any] | None], str]
 _TERMINAL = ("COMPLETED", "ERROR", "CANCELLED")
 _FIRST_POLL = 0.1  # seconds; each wait is half as long again, up to _LAST_POLL
 _LAST_POLL = 5.0
@@ -78,19 +75,6 @@ def _checked(args: argparse.Namespace) -> tuple[Selection, RunOptions]:
     elif args.seed:
         raise RunNotDone("--seed seeds the local server; with --server, seed that server")
     return selection, options
-
-
-def _html_renderer(wanted: bool) -> RenderHtml | None:
-    """``ces_eval.report.html.render_report`` when ``--html`` is given, checked before the run."""
-    if not wanted:
-        return None
-    try:
-        render: RenderHtml = importlib.import_module("ces_eval.report.html").render_report
-    except (ImportError, AttributeError):
-        raise RunNotDone(
-            "--html: this ces-eval has no HTML report (ces_eval.report.html)"
-        ) from None
-    return render
 
 
 @contextlib.contextmanager
@@ -277,15 +261,17 @@ def _write(
     report: Mapping[str, Any],
     args: argparse.Namespace,
     baseline: Mapping[str, Any] | None,
-    render_html: RenderHtml | None,
 ) -> None:
     """Every output asked for: the files, the GitHub ones, the summary on stdout."""
     if args.json:
         _report.write_json(report, Path(args.json))
     if args.junit:
         _report.write_text(Path(args.junit), _junit.junit(report), "--junit")
-    if render_html is not None:
-        _report.write_text(Path(args.html), render_html(report, baseline), "--html")
+    if args.html:
+        # Imported here: its templates are read only when a page is asked for.
+        from ces_eval.report.html import render_report  # noqa: PLC0415
+
+        _report.write_text(Path(args.html), render_report(report, baseline), "--html")
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary_file:
         try:
@@ -316,7 +302,6 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace, started: str, interrupts: Interrupts) -> int:
     try:
         chosen_by = _checked(args)  # before any server starts
-        render_html = _html_renderer(bool(args.html))
         baseline = _report.read_baseline(Path(args.baseline), args.app) if args.baseline else None
         with contextlib.ExitStack() as stack:
             server = args.server or stack.enter_context(_local_server(args.seed))
@@ -331,7 +316,7 @@ def _run(args: argparse.Namespace, started: str, interrupts: Interrupts) -> int:
                 started=started,
                 interrupts=interrupts,
             )
-        _write(report, args, baseline, render_html)
+        _write(report, args, baseline)
     except RunNotDone as error:
         _say(str(error))
         return NOT_DONE
