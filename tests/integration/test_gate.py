@@ -457,7 +457,9 @@ def test_a_run_cancelled_elsewhere_is_exit_2_with_its_reports(
 
 
 def test_the_local_server_it_starts_with_a_seed(tmp_path: Path) -> None:
-    app = "projects/seeded/locations/l/apps/shop"
+    """The throw-away server reads CES_EVAL_* as serve does (here, a token file) and is sent
+    the token as any server is."""
+    app = "projects/proj-a/locations/l/apps/shop"
 
     def evaluation(evaluation_id: str) -> dict[str, Any]:
         return {
@@ -473,7 +475,11 @@ def test_the_local_server_it_starts_with_a_seed(tmp_path: Path) -> None:
     )
     junit = tmp_path / "junit.xml"
     report = tmp_path / "report.json"
-    done = _run("--app", app, "--seed", str(seed), "--junit", str(junit), "--json", str(report))
+    done = _run(
+        *("--app", app, "--seed", str(seed), "--junit", str(junit), "--json", str(report)),
+        CES_EVAL_AUTH_TOKENS=str(write_token_file(tmp_path / "tokens.json")),
+        CES_EVAL_TOKEN=ALICE,
+    )
     assert done.returncode == 0, done.stderr
     assert _counts(_junit(junit)) == ("2", "0", "0")
     written = json.loads(report.read_text())

@@ -69,9 +69,8 @@ def _checked(args: argparse.Namespace) -> tuple[Selection, RunOptions]:
     if args.max_failures is not None and args.max_failures < 0:
         raise RunNotDone("--max-failures must be 0 or more")
     if args.server is None:
-        for flag, value in (("--token", args.token), ("--ca-file", args.ca_file)):
-            if value:
-                raise RunNotDone(f"{flag} is for a --server; the local server needs none")
+        if args.ca_file:
+            raise RunNotDone("--ca-file is for an https:// --server; the local server is http://")
     elif args.seed:
         raise RunNotDone("--seed seeds the local server; with --server, seed that server")
     return selection, options
@@ -102,6 +101,9 @@ def _local_server(seed: str | None) -> Iterator[str]:
 
 
 def _token(args: argparse.Namespace) -> Callable[[], str] | None:
+    """The bearer token to send: ``--token``, else ``CES_EVAL_TOKEN`` (the local server too is
+    given it: it reads the ``CES_EVAL_*`` variables as ``serve`` does, ``CES_EVAL_AUTH_TOKENS``
+    included), else Application Default Credentials for an ``https://`` server."""
     given = args.token or os.environ.get("CES_EVAL_TOKEN")
     if given:
         return lambda: given
@@ -305,7 +307,7 @@ def _run(args: argparse.Namespace, started: str, interrupts: Interrupts) -> int:
         baseline = _report.read_baseline(Path(args.baseline), args.app) if args.baseline else None
         with contextlib.ExitStack() as stack:
             server = args.server or stack.enter_context(_local_server(args.seed))
-            client = Client(server, _token(args) if args.server else None, args.ca_file)
+            client = Client(server, _token(args), args.ca_file)
             stack.callback(client.close)
             report = _play(
                 client,
