@@ -205,9 +205,7 @@ def _play(
     the run starts stops there; while it plays, it cancels the run."""
     selection, options = chosen_by
     interrupts.check()
-    # An app that ces-eval's `serve --seed` filled holds evaluations without being stored itself
-    # (docs/semantics.md, implicit apps, are stored by API calls); its evaluations still run.
-    app = client.call("GET", args.app, missing={"name": args.app})
+    app = client.call("GET", args.app)
     listed = list(client.pages(f"{args.app}/evaluations", "evaluations"))
     dataset = None
     if selection.dataset:
