@@ -1,0 +1,204 @@
+"""``ces-eval exec [serve options] -- COMMAND``, the real program (docs/exec.md): the command runs
+beside a server started for it, sees CES_EVAL_URL and CES_EVAL_GRPC and reaches the server over
+REST and gRPC; the server is seeded and configured by serve's own options (flags and
+variables); exec exits with the command's status (128+N for a signal) and only once the server
+has stopped; SIGINT and SIGTERM reach the command; a missing command, a bad option or a server
+that does not start is one line and exit status 2, a command not found 127, as shells answer."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+WAIT = 120.0  # seconds: a bound on waiting for a server's start and stop, never a measurement
+APP = "projects/exec/locations/us-central1/apps/orders"
+EXEC = [sys.executable, "-m", "ces_eval.cli", "exec", "--log-level", "warning"]
+
+# The command of the first test: what it saw, over both surfaces, printed as one JSON object.
+SEES = f"""
+import json, os, urllib.request
+import grpc
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as pb
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2_grpc as rpc
+url, target = os.environ["CES_EVAL_URL"], os.environ["CES_EVAL_GRPC"]
+with urllib.request.urlopen(url + "/v1beta/{APP}/evaluations") as answer:
+    rest = sorted(item["name"] for item in json.load(answer)["evaluations"])
+with urllib.request.urlopen(url + "/v1beta/projects/exec/locations") as answer:
+    locations = sorted(item["locationId"] for item in json.load(answer)["locations"])
+with grpc.insecure_channel(target) as channel:
+    request = pb.ListEvaluationsRequest(parent="{APP}")
+    listed = rpc.EvaluationServiceStub(channel).ListEvaluations(request)
+print(json.dumps({{"url": url, "grpc": target, "rest": rest, "locations": locations,
+                  "grpc_names": sorted(item.name for item in listed.evaluations)}}))
+"""
+
+
+def _seed(folder: Path, *ids: str) -> Path:
+    seed = folder / "seed.json"
+    evaluations = [
+        {
+            "name": f"{APP}/evaluations/{evaluation_id}",
+            "displayName": evaluation_id.title(),
+            "golden": {"turns": [{"steps": [{"userInput": {"text": "Where is order 42?"}}]}]},
+        }
+        for evaluation_id in ids
+    ]
+    seed.write_text(json.dumps({"format": "ces-eval.export/v1", "evaluations": evaluations}))
+    return seed
+
+
+def _exec(
+    *argv: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*EXEC, *argv],
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        check=False,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+    )
+
+
+def _closed(address: str) -> bool:
+    """Whether nothing accepts connections at ``address`` (host:port, or an http:// URL)."""
+    host, _, port = address.removeprefix("http://").rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=5):
+            return False
+    except ConnectionRefusedError:
+        return True
+
+
+def test_the_command_reaches_the_seeded_server_over_rest_and_grpc_which_stops_after_it(
+    tmp_path: Path,
+) -> None:
+    seed = _seed(tmp_path, "status", "refund")
+    done = _exec("--seed", str(seed), "--locations", "lunar-1", "--", sys.executable, "-c", SEES)
+    assert done.returncode == 0, done.stderr
+    seen: dict[str, Any] = json.loads(done.stdout)
+    names = [f"{APP}/evaluations/refund", f"{APP}/evaluations/status"]
+    assert seen["rest"] == names
+    assert seen["grpc_names"] == names
+    assert "lunar-1" in seen["locations"]  # serve's options reach the server
+    # exec answered only once the server had stopped: both ports are closed already.
+    assert _closed(seen["url"])
+    assert _closed(seen["grpc"])
+    # The server's output went to stderr, each line marked, its ready line among them.
+    marked = [line for line in done.stderr.splitlines() if line.startswith("[ces-eval serve] ")]
+    assert any(f"HTTP on {seen['url']}" in line for line in marked), done.stderr
+
+
+@pytest.mark.parametrize(
+    ("script", "status"),
+    [
+        ("import sys; sys.exit(3)", 3),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGTERM)", 128 + signal.SIGTERM),
+    ],
+    ids=["status-3", "SIGTERM"],
+)
+def test_exec_exits_with_the_commands_status(script: str, status: int) -> None:
+    done = _exec("--", sys.executable, "-c", script)
+    assert done.returncode == status, done.stderr
+
+
+def test_the_database_is_throw_away_unless_the_flag_or_its_variable_names_one(
+    tmp_path: Path,
+) -> None:
+    database = f"sqlite:///{tmp_path / 'kept.db'}"
+    create = (
+        "import json, os, urllib.request; urllib.request.urlopen(urllib.request.Request("
+        f"os.environ['CES_EVAL_URL'] + '/v1beta/{APP}/evaluations?evaluationId=kept', "
+        "data=json.dumps({'displayName': 'Kept', 'golden': {'turns': [{'steps': "
+        "[{'userInput': {'text': 'Hi'}}]}]}}).encode(), "
+        "headers={'Content-Type': 'application/json'}))"
+    )
+    count = (
+        "import json, os, urllib.request; print(len(json.load(urllib.request.urlopen("
+        f"os.environ['CES_EVAL_URL'] + '/v1beta/{APP}/evaluations')).get('evaluations', [])))"
+    )
+    assert _exec("--database", database, "--", sys.executable, "-c", create).returncode == 0
+    kept = _exec("--", sys.executable, "-c", count, env={"CES_EVAL_DATABASE": database})
+    assert (kept.returncode, kept.stdout.strip()) == (0, "1"), kept.stderr
+    fresh = _exec("--", sys.executable, "-c", count)
+    assert (fresh.returncode, fresh.stdout.strip()) == (0, "0"), fresh.stderr
+
+
+@pytest.mark.parametrize("sent", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_to_exec_reaches_the_command_and_the_server_stops_after_it(
+    sent: signal.Signals,
+) -> None:
+    # The command answers the signal by exiting with 100+N, once it said it was ready.
+    script = (
+        "import signal, sys\n"
+        "for n in (signal.SIGINT, signal.SIGTERM):\n"
+        "    signal.signal(n, lambda n, _: sys.exit(100 + n))\n"
+        "print('ready', flush=True)\n"
+        "while True:\n"
+        "    signal.pause()\n"
+    )
+    process = subprocess.Popen(
+        [*EXEC, "--", sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # the signal reaches exec alone, as kill(1) would send it
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stdout.readline() == "ready\n"
+        process.send_signal(sent)
+        _, err = process.communicate(timeout=WAIT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 100 + sent, err
+    # The server served until the command was done, then stopped with its drain (its last
+    # line comes after the command's end).
+    assert err.splitlines()[-1] == "[ces-eval serve] ces-eval stopped", err
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "status", "says"),
+    [
+        ([], {}, 2, "no COMMAND to run: ces-eval exec [serve options] -- COMMAND"),
+        (["--"], {}, 2, "no COMMAND to run"),
+        (["--grpc-port", "x", "--", "true"], {}, 2, "argument --grpc-port: 'x' is not a port"),
+        (["--", "true"], {"CES_EVAL_HTTP_PORT": "x"}, 2, "CES_EVAL_HTTP_PORT: 'x' is not a port"),
+        (["--no-such-option", "--", "true"], {}, 2, "unrecognized arguments: --no-such-option"),
+        (["--", "no-such-command-here"], {}, 127, "no-such-command-here: command not found"),
+        (["--", "/"], {}, 126, "/: cannot run it: not an executable file"),
+    ],
+    ids=["no-command", "nothing-after-dashes", "bad-flag", "bad-variable", "unknown", "127", "126"],
+)
+def test_what_cannot_run_is_one_line_and_a_shells_status(
+    argv: list[str], env: dict[str, str], status: int, says: str
+) -> None:
+    done = _exec(*argv, env=env)
+    assert done.returncode == status
+    assert done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    # argparse's own refusal of an unknown option names the program, as for serve.
+    assert done.stderr.startswith(
+        "ces-eval: " if status == 2 and "unrecognized" in says else "ces-eval exec: "
+    )
+    assert says in done.stderr
+
+
+def test_a_server_that_does_not_start_is_one_line_naming_why(tmp_path: Path) -> None:
+    done = _exec("--seed", str(tmp_path / "missing.json"), "--", "true")
+    assert done.returncode == 2
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("ces-eval exec: the server did not start: --seed: ")
+    assert "missing.json" in lines[0]
