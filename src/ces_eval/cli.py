@@ -196,6 +196,27 @@ def _exec_parser(
     return exec_parser
 
 
+def _run(args: argparse.Namespace) -> int:
+    from ces_eval import gate  # noqa: PLC0415 - see the module's docstring
+
+    return gate.run(args)
+
+
+def _run_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
+    from ces_eval.gate import add_arguments  # noqa: PLC0415 - see the module's docstring
+
+    run_parser = commands.add_parser(
+        "run",
+        help="run an app's evaluations on a server and gate on their results (docs/gate.md)",
+        description="Run evaluations of one app on a server (default: a throw-away local one), "
+        "wait for them, write reports and gate. Exit status: 0 the gate holds, 1 it fails, "
+        "2 the run could not be done (bad arguments, server unreachable or refusing, run "
+        "ERROR or CANCELLED, interrupted).",
+    )
+    add_arguments(run_parser)
+    run_parser.set_defaults(run=_run)
+
+
 def parse(
     argv: list[str] | None = None, environ: Mapping[str, str] | None = None
 ) -> argparse.Namespace:
@@ -216,6 +237,7 @@ def parse(
     describe.set_defaults(run=_describe)
     given = os.environ if environ is None else environ
     parsers = {"serve": _serve_parser(commands, given), "exec": _exec_parser(commands, given)}
+    _run_parser(commands)
     args = parser.parse_args(argv)
     return options.resolve(parsers.get(args.command, parser), args)
 
