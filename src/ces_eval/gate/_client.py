@@ -111,10 +111,12 @@ class Client:
         body: Mapping[str, Any] | None = None,
         params: Mapping[str, Any] | None = None,
         retry: bool = False,
+        missing: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """``method /v1beta/{name}``'s JSON answer; a refusal or a failure to reach the server is
         one line. With ``retry`` (reads while polling), an answer saying the server is busy or
-        restarting, or a connection that failed, is asked again a few times."""
+        restarting, or a connection that failed, is asked again a few times. ``missing``: the
+        answer to NOT_FOUND instead of refusing."""
         attempts = 5 if retry else 1
         for attempt in range(attempts):
             try:
@@ -129,6 +131,8 @@ class Client:
             if response.status_code in _RETRIED and attempt + 1 < attempts:
                 time.sleep(0.5 * 2**attempt)
                 continue
+            if response.status_code == 404 and missing is not None:
+                return missing
             if response.status_code != 200:
                 hint = ""
                 if response.status_code == 401:

@@ -174,7 +174,9 @@ def _play(
 ) -> dict[str, Any]:
     """Select, run, wait and read the results: the report, its gate decided."""
     selection, options = _checked(args)
-    app = client.call("GET", args.app)
+    # An app that ces-eval's `serve --seed` filled holds evaluations without being stored itself
+    # (docs/semantics.md, implicit apps, are stored by API calls); its evaluations still run.
+    app = client.call("GET", args.app, missing={"name": args.app})
     listed = list(client.pages(f"{args.app}/evaluations", "evaluations"))
     dataset = None
     if selection.dataset:

@@ -191,9 +191,10 @@ def failures(result: Mapping[str, Any]) -> list[Failure]:
             return [Failure(None, "error", "", _error(info))]
         if isinstance(result.get("error"), Mapping):
             return [Failure(None, "error", "", str(result["error"].get("message", "error")))]
-        state = result.get("executionState", "no state")
-        status = result.get("evaluationStatus", "no status")
-        return [Failure(None, "error", "", f"not judged ({state}, {status})")]
+        state = result.get("executionState", "COMPLETED")
+        if state == "COMPLETED":  # e.g. a golden with no judged expectation
+            return [Failure(None, "verdict", "PASS or FAIL", "none: nothing was judged")]
+        return [Failure(None, "error", "", f"execution {state}")]
     found = []
     if isinstance(result.get("goldenResult"), Mapping):
         found = _golden(result["goldenResult"])
