@@ -13,10 +13,13 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.integration.test_startup import unreachable_postgresql
 
 WAIT = 120.0  # seconds: a bound on waiting for a server's start and stop, never a measurement
 APP = "projects/exec/locations/us-central1/apps/orders"
@@ -202,3 +205,31 @@ def test_a_server_that_does_not_start_is_one_line_naming_why(tmp_path: Path) -> 
     assert len(lines) == 1, done.stderr
     assert lines[0].startswith("ces-eval exec: the server did not start: --seed: ")
     assert "missing.json" in lines[0]
+
+
+def test_a_signal_before_the_command_started_stops_exec_with_its_status() -> None:
+    """SIGINT while the server starts (it waits on a PostgreSQL that never answers): one line,
+    exit status 130, and no command run."""
+    with unreachable_postgresql("stalled") as stalled:
+        url = f"postgresql://ces@127.0.0.1:{stalled.port}/ces"
+        process = subprocess.Popen(
+            [*EXEC, "--database", url, "--", sys.executable, "-c", "print('ran')"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.monotonic() + WAIT
+            while not stalled.accepted:  # the server is connecting: exec waits for it
+                assert time.monotonic() < deadline and process.poll() is None
+                time.sleep(0.02)
+            process.send_signal(signal.SIGINT)
+            out, err = process.communicate(timeout=WAIT)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    assert process.returncode == 128 + signal.SIGINT, err
+    assert out == ""
+    assert err == "ces-eval exec: interrupted by SIGINT before the command started\n"
