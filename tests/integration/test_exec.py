@@ -233,3 +233,22 @@ def test_a_signal_before_the_command_started_stops_exec_with_its_status() -> Non
     assert process.returncode == 128 + signal.SIGINT, err
     assert out == ""
     assert err == "ces-eval exec: interrupted by SIGINT before the command started\n"
+
+
+def test_the_pytest_plugin_uses_the_server_exec_started(tmp_path: Path) -> None:
+    """``ces-eval exec -- pytest``: the plugin's ``ces_eval_server`` is exec's server (it starts
+    none of its own), seeded as exec was told."""
+    seed = _seed(tmp_path, "status")
+    (tmp_path / "test_suite.py").write_text(
+        "import json, os, urllib.request\n\n\n"
+        "def test_uses_exec_server(ces_eval_server):\n"
+        "    assert ces_eval_server.http_url == os.environ['CES_EVAL_URL']\n"
+        "    assert ces_eval_server.grpc_target == os.environ['CES_EVAL_GRPC']\n"
+        f"    url = ces_eval_server.http_url + '/v1beta/{APP}/evaluations'\n"
+        "    with urllib.request.urlopen(url) as answer:\n"
+        "        assert len(json.load(answer)['evaluations']) == 1\n"
+    )
+    pytest_argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_suite.py"]
+    done = _exec("--seed", str(seed), "--", *pytest_argv, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout
