@@ -252,3 +252,63 @@ def test_the_pytest_plugin_uses_the_server_exec_started(tmp_path: Path) -> None:
     done = _exec("--seed", str(seed), "--", *pytest_argv, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 passed" in done.stdout
+
+
+# Run in a process of its own (forking the test process, with its threads, is not safe): exec
+# under a pseudo-terminal, then Ctrl-C typed once the command is ready. Prints what the terminal
+# showed, then exec's exit status.
+_AT_A_TERMINAL = """
+import os, pty, sys
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(sys.executable, [sys.executable, *sys.argv[1:]])
+seen = b""
+while b"ready" not in seen:
+    seen += os.read(fd, 1024)
+os.write(fd, b"\\x03")
+while True:
+    try:
+        chunk = os.read(fd, 1024)
+    except OSError:  # the terminal's other side closed: exec has exited
+        break
+    if not chunk:
+        break
+    seen += chunk
+_, status = os.waitpid(pid, 0)
+print(seen.decode(errors="replace"))
+print("exit", os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_ctrl_c_at_a_terminal_reaches_the_command_once_and_not_the_server() -> None:
+    """The terminal sends Ctrl-C's SIGINT to its foreground group, exec and the command: the
+    command gets it (once: exec sends none after it, and one sent at once would be merged into
+    it by the kernel anyway), and the server, in a session of its own, keeps serving until the
+    command is done: the command reaches it after Ctrl-C, then exits with 100 + the SIGINTs it
+    took (each as it came, with sigwaitinfo, waiting a second for another)."""
+    script = (
+        "import os, signal, sys, urllib.request\n"
+        "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # counted, not handled\n"
+        "print('ready', flush=True)\n"
+        "signal.sigwaitinfo({signal.SIGINT})\n"
+        "got = 1\n"
+        "while signal.sigtimedwait({signal.SIGINT}, 1) is not None:\n"
+        "    got += 1\n"
+        "with urllib.request.urlopen(os.environ['CES_EVAL_URL'] + '/healthz') as answer:\n"
+        "    print('server', answer.status, flush=True)\n"
+        "sys.exit(100 + got)\n"
+    )
+    argv = [*EXEC[1:], "--", sys.executable, "-c", script]
+    done = subprocess.run(
+        [sys.executable, "-c", _AT_A_TERMINAL, *argv],
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    shown = done.stdout.splitlines()
+    assert shown[-1] == "exit 101", done.stdout
+    assert "server 200" in done.stdout
+    stopped = [line for line in shown if line.strip() == "[ces-eval serve] ces-eval stopped"]
+    assert len(stopped) == 1, done.stdout
