@@ -133,6 +133,12 @@ def _serve_parser(
 # The serve options exec chooses itself where neither a flag nor a variable gives them: free
 # ports, and a throw-away database and export folder (testing/exec.py).
 _EXEC_CHOOSES = ("grpc_port", "http_port", "database", "export_dir")
+_EXEC_SHOWN = {
+    "grpc_port": "0, a free port",
+    "http_port": "0, a free port",
+    "database": "a SQLite file in a temporary folder, removed at the end",
+    "export_dir": "a temporary folder, removed at the end",
+}
 
 
 def _exec(args: argparse.Namespace) -> int:
@@ -185,7 +191,7 @@ def _exec_parser(
         "a server that did not start; 126 COMMAND cannot be run, 127 COMMAND not found "
         "(docs/exec.md).",
     )
-    options.add_options(exec_parser, ServerConfig, environ)
+    options.add_options(exec_parser, ServerConfig, environ, _EXEC_SHOWN)
     exec_parser.set_defaults(
         **{name: None for name in _EXEC_CHOOSES if options.variable(name) not in environ}
     )

@@ -53,3 +53,14 @@ def test_serve_options_are_checked_as_serve_checks_them(
 )
 def test_a_signal_is_128_plus_its_number_as_shells_say(returncode: int, status: int) -> None:
     assert exit_status(returncode) == status
+
+
+def test_help_shows_what_exec_chooses_as_the_default(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as raised:
+        parse(["exec", "--help"], {})
+    assert raised.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "usage: ces-eval exec [serve options] -- COMMAND [ARG...]" in text
+    assert "[env CES_EVAL_GRPC_PORT; default 0, a free port]" in text
+    assert "[env CES_EVAL_DATABASE; default a SQLite file in a temporary folder" in text
+    assert "[env CES_EVAL_SEED; default none]" in text  # serve's own, as serve shows it
