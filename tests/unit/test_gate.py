@@ -6,6 +6,8 @@ baseline reader's refusals. The command itself runs in tests/integration/test_ga
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -14,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from ces_eval.gate import _github, _junit, _report, _terminal
+from ces_eval.gate import _command, _github, _junit, _report, _terminal
 from ces_eval.gate._errors import RunNotDone
 from ces_eval.gate._failures import Failure, describe, failures
 from ces_eval.gate._selection import RunOptions, Selection, qualify, request_body, select
@@ -586,3 +588,23 @@ def test_the_package_loads_no_generated_module_and_no_server() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
     assert json.loads(done.stdout) == []
+
+
+def test_a_signal_is_noted_and_a_second_stops_at_once() -> None:
+    before = signal.getsignal(signal.SIGINT)
+    with _command.Interrupts() as interrupts:
+        interrupts.check()  # nothing came
+        assert not interrupts.sleep(0)
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert interrupts.sleep(60)  # wakes at once: the signal came
+        assert interrupts.signal == "SIGTERM"
+        with pytest.raises(RunNotDone, match="interrupted by SIGTERM; stopped before the run"):
+            interrupts.check()
+
+        def again() -> None:
+            os.kill(os.getpid(), signal.SIGINT)
+            interrupts.sleep(60)
+
+        with pytest.raises(KeyboardInterrupt):
+            again()
+    assert signal.getsignal(signal.SIGINT) is before

@@ -18,7 +18,6 @@ import signal
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -128,16 +127,20 @@ def _token(args: argparse.Namespace) -> Callable[[], str] | None:
 
 
 def _wait(
-    client: Client, operation: Mapping[str, Any], progress: _terminal.Progress
+    client: Client,
+    operation: Mapping[str, Any],
+    progress: _terminal.Progress,
+    interrupts: Interrupts,
 ) -> dict[str, Any]:
     """Poll the RunEvaluation operation until done, then its run until terminal (with backoff);
-    the run. ``progress`` is shown meanwhile."""
+    the run. ``progress`` is shown meanwhile; a signal ends the wait (:class:`_Interrupted`)."""
     run_name = str(operation.get("metadata", {}).get("evaluationRun", ""))
     delay = _FIRST_POLL
     while not operation.get("done"):
         if run_name and progress.shown:
             progress.update(client.call("GET", run_name, retry=True))
-        time.sleep(delay)
+        if interrupts.sleep(delay):
+            raise _Interrupted
         delay = min(delay * 1.5, _LAST_POLL)
         operation = client.call("GET", str(operation["name"]), retry=True)
         run_name = run_name or str(operation.get("metadata", {}).get("evaluationRun", ""))
@@ -153,27 +156,68 @@ def _wait(
         progress.update(run)
         if run.get("state") in _TERMINAL:
             return run
-        time.sleep(delay)
+        if interrupts.sleep(delay):
+            raise _Interrupted
         delay = min(delay * 1.5, _LAST_POLL)
 
 
-def _stop_listening() -> None:
-    """Ignore further SIGINT and SIGTERM while the run is cancelled: a second Ctrl-C must not
-    end the command before it has said so."""
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, signal.SIG_IGN)
+class Interrupts:
+    """SIGINT and SIGTERM while the command runs: the first is noted (:meth:`check` and
+    :meth:`sleep` see it), so that the run can be cancelled once the call under way has ended
+    (each is bounded by its timeout); a second stops the command at once, a KeyboardInterrupt.
+    Handlers are installed in the main thread only (where signals are delivered), and the ones
+    before are put back at the end."""
+
+    def __init__(self) -> None:
+        self.noted = threading.Event()
+        self.signal = ""
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> Interrupts:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {
+                signum: signal.signal(signum, self._handle)
+                for signum in (signal.SIGINT, signal.SIGTERM)
+            }
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        if self.noted.is_set():
+            raise KeyboardInterrupt
+        self.signal = signal.Signals(signum).name
+        self.noted.set()
+
+    def check(self) -> None:
+        """Stop here, before the run starts, if a signal came."""
+        if self.noted.is_set():
+            raise RunNotDone(f"interrupted by {self.signal}; stopped before the run started")
+
+    def sleep(self, seconds: float) -> bool:
+        """Wait ``seconds``, or less if a signal comes; whether one came."""
+        return self.noted.wait(seconds)
+
+
+class _Interrupted(Exception):
+    """A signal came while the run played."""
 
 
 def _play(
     client: Client,
     server: str,
     args: argparse.Namespace,
+    *,
     baseline: Mapping[str, Any] | None,
     started: str,
+    interrupts: Interrupts,
 ) -> dict[str, Any]:
-    """Select, run, wait and read the results: the report, its gate decided."""
+    """Select, run, wait and read the results: the report, its gate decided. A signal before
+    the run starts stops there; while it plays, it cancels the run."""
     selection, options = _checked(args)
+    interrupts.check()
     # An app that ces-eval's `serve --seed` filled holds evaluations without being stored itself
     # (docs/semantics.md, implicit apps, are stored by API calls); its evaluations still run.
     app = client.call("GET", args.app, missing={"name": args.app})
@@ -185,18 +229,17 @@ def _play(
         )
     chosen = select(args.app, selection, listed, dataset)
     body = request_body(args.app, selection, chosen, options)
+    interrupts.check()
     operation = client.call("POST", f"{args.app}:runEvaluation", body=body)
     progress = _terminal.Progress(sys.stderr)
     try:
-        run = _wait(client, operation, progress)
-    except KeyboardInterrupt as interrupt:
-        _stop_listening()
+        run = _wait(client, operation, progress, interrupts)
+    except _Interrupted:
         progress.close()
         with contextlib.suppress(RunNotDone):
             client.call("POST", f"{operation['name']}:cancel", body={})
-        named = getattr(interrupt, "signal", "SIGINT")
         run_name = operation.get("metadata", {}).get("evaluationRun", operation["name"])
-        raise RunNotDone(f"interrupted by {named}; cancelled {run_name}") from None
+        raise RunNotDone(f"interrupted by {interrupts.signal}; cancelled {run_name}") from None
     progress.close()
     results = list(
         client.pages(
@@ -262,6 +305,15 @@ def run(args: argparse.Namespace) -> int:
     """Run ``ces-eval run`` with the parsed ``args``; its exit status."""
     started = _now()
     try:
+        with Interrupts() as interrupts:
+            return _run(args, started, interrupts)
+    except KeyboardInterrupt:  # a second signal, or one before ours were installed
+        _say("interrupted; stopped")
+        return NOT_DONE
+
+
+def _run(args: argparse.Namespace, started: str, interrupts: Interrupts) -> int:
+    try:
         _checked(args)  # before any server starts
         render_html = _html_renderer(bool(args.html))
         baseline = _report.read_baseline(Path(args.baseline), args.app) if args.baseline else None
@@ -269,13 +321,12 @@ def run(args: argparse.Namespace) -> int:
             server = args.server or stack.enter_context(_local_server(args.seed))
             client = Client(server, _token(args) if args.server else None, args.ca_file)
             stack.callback(client.close)
-            report = _play(client, server, args, baseline, started)
+            report = _play(
+                client, server, args, baseline=baseline, started=started, interrupts=interrupts
+            )
         _write(report, args, baseline, render_html)
     except RunNotDone as error:
         _say(str(error))
-        return NOT_DONE
-    except KeyboardInterrupt as interrupt:
-        _say(f"interrupted by {getattr(interrupt, 'signal', 'SIGINT')}; stopped")
         return NOT_DONE
     gate = report["gate"]
     state = report["runs"][0]["run"].get("state")

@@ -5,7 +5,7 @@ observed) fitted to the width, and the gate's verdict."""
 
 from __future__ import annotations
 
-import shutil
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
@@ -64,6 +64,20 @@ def shared_cut(expected: str, observed: str, keep: int = 12) -> tuple[str, str]:
     return _ELLIPSIS + expected[start:], _ELLIPSIS + observed[start:]
 
 
+def _width(stream: TextIO) -> int:
+    """The width of the terminal ``stream`` writes to (``COLUMNS`` first, as shutil's)."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns > 0:
+        return columns
+    try:
+        return os.get_terminal_size(stream.fileno()).columns or 80
+    except (OSError, ValueError):
+        return 80
+
+
 class Progress:
     """The progress line: rewritten in place on ``stream`` when it is a terminal, nothing when
     not (a CI log would fill with it)."""
@@ -85,11 +99,14 @@ class Progress:
         done = passed + failed + errors + int(progress.get("cancelledCount", 0))
         state = str(run.get("state", "QUEUED"))
         counts = f" {done}/{total}  passed {passed}  failed {failed}  errors {errors}  {state}"
-        width = shutil.get_terminal_size().columns - 1
+        width = _width(self.stream) - 1
         bar_width = max(min(30, width - len(counts) - 2), 0)
         filled = bar_width * done // total if total else 0
         bar = f"[{'#' * filled}{'.' * (bar_width - filled)}]" if bar_width else ""
-        self.stream.write("\r" + cut(bar + counts, width).ljust(width))
+        line = bar + counts
+        if len(line) > width:
+            line = line[: max(width - 1, 0)] + _ELLIPSIS
+        self.stream.write("\r" + line.ljust(width))
         self.stream.flush()
         self.drawn = True
 
