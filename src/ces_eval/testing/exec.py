@@ -47,7 +47,10 @@ USAGE = "ces-eval exec [serve options] -- COMMAND [ARG...]"
 NO_COMMAND = 2  # no COMMAND, a bad option, a server that did not start
 NOT_EXECUTABLE = 126  # as shells answer a command found but not runnable
 NOT_FOUND = 127  # as shells answer a command not found
-_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# Relayed to the command; Windows has no SIGHUP (the pytest plugin imports this module there too).
+_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
 _STOP_TIMEOUT = 60.0  # seconds the server gets to drain before it is killed
 
 
@@ -80,6 +83,8 @@ def _from_terminal() -> bool:
     """Whether a SIGINT received now most likely came from the terminal: this process belongs
     to the foreground process group of the terminal on one of its standard streams, whose
     members (the command among them, started in this group) all received it."""
+    if not hasattr(os, "tcgetpgrp"):  # Windows: no process groups
+        return False
     for fd in (0, 1, 2):
         try:
             if os.isatty(fd):
