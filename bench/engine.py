@@ -14,7 +14,10 @@ process, pinned to the other core) answers each call after ``delay`` seconds; ru
 ``goldens`` single-turn goldens, then of as many 3-turn goldens (STABLE: a session per turn,
 one after another), at the endpoint's default concurrency N, each as a ratio of the ideal time
 ceil(goldens / N) x turns x delay; then the results per second of ``goldens`` x 5 single-turn
-repetitions against an agent answering at once.
+repetitions against an agent answering at once; then the scale: one run of
+:data:`SCALE_SESSIONS` sessions (100 goldens x 100) against that agent, with the server's peak
+RSS over the run (VmHWM, reset before it) beside its RSS before, so that what the run costs in
+memory shows: bounded means it does not grow with the run's size.
 
     python -m bench.engine [--database URL] [--evaluations 200] [--repetitions 5] [--agent]
                            [--server-cpu 0] [--agent-cpu 1]
@@ -52,6 +55,7 @@ _SERVICE = "/google.cloud.ces.v1beta.EvaluationService"
 _EMULATOR = "/ces_eval.emulator.v1.EmulatorService"
 _POLL = 0.01  # seconds between two looks at the operation
 AGENT_DELAY = 0.25  # seconds the local agent takes to answer each call
+SCALE_SESSIONS = 10_000  # the largest run (limits.MAX_RUN_RESULTS)
 
 
 def _call(channel: grpc.Channel, method: str, request: Any, response: type[Any]) -> Any:  # noqa: ANN401 - any message
@@ -245,6 +249,20 @@ def measure_agent(
                 found["zero_latency"] = _agent_run(
                     channel, f"{apps}-fast", uri, goldens=goldens, turns=1, repetitions=5
                 )
+                before = server.memory_mb("VmRSS")
+                peak_reset = server.reset_peak()
+                scale = _agent_run(
+                    channel,
+                    f"{apps}-scale",
+                    uri,
+                    goldens=100,
+                    turns=1,
+                    repetitions=SCALE_SESSIONS // 100,
+                )
+                scale["rss_before_mb"] = before
+                scale["peak_rss_mb"] = server.memory_mb("VmHWM") if peak_reset else None
+                scale["rss_after_mb"] = server.memory_mb("VmRSS")
+                found["scale"] = scale
     finally:
         found["server_exit"] = server.stop()
     found["server_log_problems"] = server.log_problems()

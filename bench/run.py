@@ -644,6 +644,11 @@ def engine(options: Options, work: Path) -> dict[str, Any]:
         f"{agent['three_turns']['ratio_to_ideal']}x (3 turns); against a 0 s agent "
         f"{agent['zero_latency']['results_per_s']} results/s"
     )
+    scale = agent["scale"]
+    _log(
+        f"a run of {scale['sessions']} sessions against a 0 s agent: {scale['seconds']} s, "
+        f"server RSS {scale['rss_before_mb']} MiB before, peak {scale['peak_rss_mb']} MiB"
+    )
     if options.database is not None and options.database.startswith("postgresql"):
         found["postgresql"] = measured(options.database, folder, label="engine-pg")
     else:

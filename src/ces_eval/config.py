@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import socket
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,6 +95,18 @@ def _host_names(text: str) -> tuple[str, ...]:
                 f"{name!r} is not a host name: expected a DNS name or an IP address, no port"
             )
     return names
+
+
+def _ca_file(text: str) -> Path:
+    """``--agent-ca-file``: a PEM file of certificate authorities, loaded once to check it."""
+    try:
+        ssl.create_default_context(cafile=text)
+    except (OSError, ssl.SSLError, ValueError) as error:
+        reason = getattr(error, "strerror", None) or getattr(error, "reason", None) or error
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a readable PEM file of certificate authorities ({reason})"
+        ) from None
+    return Path(text)
 
 
 def _origins(text: str) -> tuple[str, ...]:
@@ -221,6 +234,14 @@ class ServerConfig:
         "repeatable, or comma-separated",
         parse=_host_names,
         metavar="NAME",
+    )
+    # The certificate authorities https agents are verified against (docs/agents.md).
+    agent_ca_file: Path | None = option(
+        _CORE.agent_ca_file,
+        "verify https agents, judges and simulators (docs/agents.md) against the certificate "
+        "authorities in FILE (PEM) instead of the default set (certifi's)",
+        parse=_ca_file,
+        metavar="FILE",
     )
     # Sessions played against agents at once by all runs of the process (docs/agents.md).
     agent_sessions: int = option(

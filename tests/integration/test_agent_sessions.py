@@ -1,8 +1,9 @@
 """A run playing several sessions at once against a slow agent (docs/agents.md,
 "Concurrency"), its server stopped mid-run: with SIGTERM the sessions in flight stop at once
-and the run ends ERROR; with SIGKILL the next start ends it ERROR, or on PostgreSQL another
-replica once the lease ran out. Either way no run stays RUNNING and no repetition is stored
-twice."""
+and the run ends ERROR; with SIGKILL (of the server, or of a ``--workers`` group, every
+process at once) the next start ends it ERROR, or on PostgreSQL another replica once the
+lease ran out, every replica showing the run's progress meanwhile. Either way no run stays
+RUNNING and no repetition is stored twice."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 from ces_eval.testing import Emulator
 from ces_eval.testing.server import start_server
 from tests.support.agent import rest_call, running_agent
+from tests.support.processes import kill_group
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -83,13 +85,18 @@ def _ended(server: RunningServer, run: str, message: str) -> None:
     assert int(found["progress"].get("completedCount", 0)) == len(names) <= 2
 
 
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+@pytest.mark.parametrize(
+    ("stop", "workers"),
+    [(signal.SIGTERM, 1), (signal.SIGKILL, 1), (signal.SIGKILL, 2)],
+    ids=["SIGTERM", "SIGKILL", "SIGKILL-workers"],
+)
 def test_a_server_stopped_mid_run_leaves_no_run_running_and_no_result_twice(
-    tmp_path: Path, agent: Agent, stop: signal.Signals
+    tmp_path: Path, agent: Agent, stop: signal.Signals, workers: int
 ) -> None:
     agent.slow = 60
     database = tmp_path / "db.sqlite"
-    first = start_server(database)
+    group = ("--workers", str(workers)) if workers > 1 else ()
+    first = start_server(database, *group)
     try:
         run = _started(first, agent)
         if stop == signal.SIGTERM:
@@ -97,10 +104,10 @@ def test_a_server_stopped_mid_run_leaves_no_run_running_and_no_result_twice(
             first.stop(signal.SIGTERM, timeout=60)
             assert time.monotonic() - started < STOP_BOUND
         else:
-            first.kill()  # SIGKILL: nothing of the process records anything
+            kill_group(first)  # SIGKILL: nothing of any process records anything
     finally:
-        first.kill()
-    second = start_server(database)
+        kill_group(first)
+    second = start_server(database, *group)
     try:
         _ended(second, run, "shut down" if stop == signal.SIGTERM else "stopped")
     finally:
@@ -122,6 +129,17 @@ def test_a_replica_killed_mid_run_leaves_its_run_to_another(
     doomed, survivor = replica("a"), replica("b")
     try:
         run = _started(doomed, agent)
+
+        # The survivor, which does not play the run, shows its progress as the player stores
+        # it: both quick results (the 6 others wait for the agent).
+        def progress(server: RunningServer) -> dict[str, Any]:
+            found = rest_call(server, "GET", f"/v1beta/{run}")
+            assert found["state"] == "RUNNING"
+            return dict(found["progress"])
+
+        _until(lambda: progress(survivor).get("completedCount") == 2)
+        assert progress(survivor) == progress(doomed)
+        assert progress(survivor)["totalCount"] == 8
         doomed.kill()  # SIGKILL
         _until(lambda: rest_call(survivor, "GET", f"/v1beta/{run}")["state"] != "RUNNING")
         _ended(survivor, run, "stopped")

@@ -25,10 +25,12 @@ from tests.support.agent import (
     refusal,
     rest_call,
     run_evaluations,
+    running_agent,
     violation_fields,
     weather_golden,
 )
 from tests.support.official import run_official
+from tests.support.tls import make_certificates
 
 pytestmark = pytest.mark.external
 
@@ -240,6 +242,26 @@ def test_an_allowed_host_may_be_named(tmp_path: Path) -> None:
         app = f"{PROJECT}/allowed"
         answered = Emulator(running.http_base).set_agent(app, "https://agents.internal/run")
         assert answered["uri"] == "https://agents.internal/run"
+    finally:
+        running.stop()
+
+
+def test_an_https_agent_is_verified_against_the_given_authorities(tmp_path: Path) -> None:
+    """``--agent-ca-file``: a run against an https agent (and its judge) whose certificate
+    the given authority signed passes, through the real server."""
+    certificates = make_certificates(tmp_path / "tls")
+    running = start_server(tmp_path / "db.sqlite", "--agent-ca-file", str(certificates.authority))
+    try:
+        with running_agent(certificates, keep_alive=True) as agent:
+            app = f"{PROJECT}/https"
+            Emulator(running.http_base).set_agent(
+                app, agent.url + "/agent", judge_uri=agent.url + "/judge"
+            )
+            evaluation = _weather_golden(running, app, "Oslo", 4)
+            run, results = run_evaluations(running, app, [evaluation], runCount=2)
+            assert agent.url.startswith("https://")
+            assert run["progress"]["passedCount"] == 2, results
+            assert len(agent.requests) >= 4  # two sessions, two turns each, and the judge
     finally:
         running.stop()
 

@@ -26,7 +26,7 @@ import pytest
 
 from ces_eval.testing import Emulator
 from ces_eval.testing.server import RunningServer, start_server
-from tests.support.tls import tls_front
+from tests.support.tls_front import tls_front
 from tests.support.tokens import ALICE, write_token_file
 
 APP = "projects/gate/locations/l/apps/orders"
@@ -482,7 +482,6 @@ def _guarded(folder: Path) -> Iterator[RunningServer]:
         server.kill()
 
 
-@pytest.mark.external  # openssl, for the certificate
 def test_a_tls_server_with_tokens_standing_in_for_hosted_ces(tmp_path: Path) -> None:
     app = "projects/proj-a/locations/us/apps/orders"
     with _guarded(tmp_path) as server:
@@ -491,7 +490,7 @@ def test_a_tls_server_with_tokens_standing_in_for_hosted_ces(tmp_path: Path) -> 
         ) as http:
             _seed_scripted(http, Emulator(server.http_base, token=ALICE), app)
         with tls_front(server.http_base, tmp_path) as front:
-            trusted = ["--server", front.url, "--app", app, "--ca-file", str(front.certificate)]
+            trusted = ["--server", front.url, "--app", app, "--ca-file", str(front.authority)]
             junit = tmp_path / "junit.xml"
             done = _run(*trusted, "--junit", str(junit), CES_EVAL_TOKEN=ALICE)
             assert done.returncode == 1, done.stderr
@@ -511,7 +510,7 @@ def test_a_tls_server_with_tokens_standing_in_for_hosted_ces(tmp_path: Path) -> 
                 *trusted,
                 "--tag",
                 "smoke",
-                SSL_CERT_FILE=str(front.certificate),
+                SSL_CERT_FILE=str(front.authority),
                 CES_EVAL_TOKEN=ALICE,
             )
             assert done.returncode == 0, done.stderr

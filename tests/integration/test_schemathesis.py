@@ -20,9 +20,10 @@ import re
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -142,9 +143,10 @@ def _launch(
 def runs(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, list[_Run]]]:
-    """The schemathesis runs of the module's selected tests, by test, all started at once."""
+    """The schemathesis runs the module's selected tests need (each names its group with
+    :func:`_needs`), by group, all started at once."""
     selected = {
-        item.originalname
+        getattr(item.function, _GROUP, None)
         for item in request.session.items
         if isinstance(item, pytest.Function) and item.module is request.module
     }
@@ -197,6 +199,22 @@ def runs(
             _stop(started)  # before the servers go
 
 
+# The groups of runs, each started once the first selected test needs it.
+_CONFORMANCE_TEST, _OWNER_TEST, _FOREIGN_TEST = "conformance", "owner", "foreign"
+_GROUP = "schemathesis_group"  # the attribute :func:`_needs` sets on a test
+_Test = TypeVar("_Test", bound=Callable[..., None])
+
+
+def _needs(group: str) -> Callable[[_Test], _Test]:
+    """Marks a test as reading the runs of ``group`` (the fixture starts only those)."""
+
+    def marked(test: _Test) -> _Test:
+        setattr(test, _GROUP, group)
+        return test
+
+    return marked
+
+
 def _stop(started: dict[str, list[_Run]]) -> None:
     for run in (run for group in started.values() for run in group):
         if run.process.poll() is None:
@@ -204,11 +222,7 @@ def _stop(started: dict[str, list[_Run]]) -> None:
             run.process.wait()
 
 
-_CONFORMANCE_TEST = "test_schemathesis_finds_no_server_errors_and_no_schema_violations"
-_OWNER_TEST = "test_schemathesis_with_the_owners_token_finds_no_server_errors"
-_FOREIGN_TEST = "test_schemathesis_with_a_foreign_token_meets_only_403"
-
-
+@_needs(_CONFORMANCE_TEST)
 def test_schemathesis_finds_no_server_errors_and_no_schema_violations(
     runs: dict[str, list[_Run]],
 ) -> None:
@@ -216,6 +230,7 @@ def test_schemathesis_finds_no_server_errors_and_no_schema_violations(
         run.finish()
 
 
+@_needs(_OWNER_TEST)
 def test_schemathesis_with_the_owners_token_finds_no_server_errors(
     runs: dict[str, list[_Run]],
 ) -> None:
@@ -230,6 +245,7 @@ def test_schemathesis_with_the_owners_token_finds_no_server_errors(
     assert seen[200] > 0, seen  # the token worked: requests reached proj-a's data
 
 
+@_needs(_FOREIGN_TEST)
 def test_schemathesis_with_a_foreign_token_meets_only_403(runs: dict[str, list[_Run]]) -> None:
     """Every generated request addresses proj-a with bob's token (proj-b): whatever the path
     variables, query and body hold, the answer is 403 and never anything else."""

@@ -36,6 +36,7 @@ from ces_eval.workers import RESTART_LIMIT
 from tests.integration.test_official_client import check_steps, run_scenario
 from tests.support.datasets import seed_large
 from tests.support.load import FRESH_CONNECTION, CreateLoad, golden_evaluation, list_names
+from tests.support.processes import kill_group, worker_pids
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="SO_REUSEPORT balancing and /proc are Linux's"
@@ -56,29 +57,13 @@ def group(tmp_path: Path) -> Iterator[RunningServer]:
 
 
 def _stop(running: RunningServer) -> None:
-    workers = _workers(running)
+    workers = worker_pids(running)
     try:
         running.stop(signal.SIGTERM, timeout=60)
     except subprocess.TimeoutExpired:
         running.kill()
     for pid in workers:  # never leave a worker behind, whatever the test did
         _wait_gone(pid, 30)
-
-
-def _workers(running: RunningServer) -> set[int]:
-    """The live (not zombie) child processes of the supervisor."""
-    found: set[int] = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        state, parent = stat[stat.rindex(")") + 2 :].split()[:2]
-        if int(parent) == running.process.pid and state != "Z":
-            found.add(int(entry.name))
-    return found
 
 
 def _alive(pid: int) -> bool:
@@ -127,7 +112,7 @@ def _port(target: str) -> int:
 def test_connections_spread_over_workers_and_every_write_is_seen_by_every_worker(
     group: RunningServer,
 ) -> None:
-    workers = _workers(group)
+    workers = worker_pids(group)
     assert len(workers) == 2
     assert "2 worker processes" in group.output()
 
@@ -209,13 +194,13 @@ def test_connections_spread_over_workers_and_every_write_is_seen_by_every_worker
 
 @pytest.mark.external  # the official client (.venv-client)
 @pytest.mark.parametrize("transport", ["grpc", "rest"])
-def test_official_client_scenario_on_two_workers(group: RunningServer, transport: str) -> None:
+def test_official_client_scenario_on_twoworkers(group: RunningServer, transport: str) -> None:
     check_steps(run_scenario([group], transport), transport, group.export_dir)
 
 
 def test_sigterm_drains_every_worker_and_exits_zero(tmp_path: Path) -> None:
     running = start_server(tmp_path / "db.sqlite", "--workers", "2")
-    workers = _workers(running)
+    workers = worker_pids(running)
     targets = [running.grpc_target] * 4
     load = CreateLoad(targets, APP, tolerate=targets, options=FRESH_CONNECTION)
     load.wait_for(40)
@@ -245,7 +230,7 @@ def test_a_second_server_on_the_same_sqlite_file_is_refused(group: RunningServer
     with grpc.insecure_channel(group.grpc_target) as channel:  # the group is unharmed
         health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest())
     assert health.status == health_pb2.HealthCheckResponse.SERVING
-    assert len(_workers(group)) == 2
+    assert len(worker_pids(group)) == 2
 
 
 def _start_export(target: str, names: list[str]) -> tuple[grpc.Channel, str]:
@@ -280,7 +265,7 @@ def test_a_killed_worker_is_replaced_and_its_operation_fails_when_its_lease_runs
     names = seed_large(SqliteStorage(database), BIG, 30, 100)
     running = start_server(database, "--workers", "2", "--operation-lease", LEASE)
     try:
-        workers = _workers(running)
+        workers = worker_pids(running)
         channel, operation = _start_export(running.grpc_target, names)
         with channel:
             serving = [
@@ -293,7 +278,7 @@ def test_a_killed_worker_is_replaced_and_its_operation_fails_when_its_lease_runs
             os.kill(victim, signal.SIGKILL)
 
         deadline = time.monotonic() + 60
-        while victim in (current := _workers(running)) or len(current) < 2:
+        while victim in (current := worker_pids(running)) or len(current) < 2:
             assert time.monotonic() < deadline, running.output()
             time.sleep(0.05)
         assert victim not in current
@@ -343,14 +328,10 @@ def test_a_group_killed_outright_has_its_operations_failed_at_the_next_start(
     database = tmp_path / "db.sqlite"
     names = seed_large(SqliteStorage(database), BIG, 30, 100)
     running = start_server(database, "--workers", "2")
-    workers = _workers(running)
     channel, operation = _start_export(running.grpc_target, names)
     with channel:
         time.sleep(0.3)
-        for pid in workers:
-            os.kill(pid, signal.SIGKILL)
-        running.process.send_signal(signal.SIGKILL)
-        running.kill()
+        kill_group(running)
 
     again = start_server(database, "--workers", "2")
     try:
@@ -366,13 +347,13 @@ def test_a_group_killed_outright_has_its_operations_failed_at_the_next_start(
 
 def test_workers_dying_again_and_again_stop_the_group_with_failure(tmp_path: Path) -> None:
     running = start_server(tmp_path / "db.sqlite", "--workers", "2")
-    workers = _workers(running)
+    workers = worker_pids(running)
     killed: set[int] = set()
     deadline = time.monotonic() + 60
     try:
         while running.process.poll() is None:
             assert time.monotonic() < deadline, running.output()
-            for pid in _workers(running) - killed:
+            for pid in worker_pids(running) - killed:
                 with contextlib.suppress(ProcessLookupError):  # gone since it was listed
                     os.kill(pid, signal.SIGKILL)
                 killed.add(pid)
@@ -415,7 +396,7 @@ def test_workers_need_a_database_file() -> None:
 def test_workers_on_postgresql_share_the_database(tmp_path: Path, postgres_url: str) -> None:
     running = start_server(tmp_path / "unused.db", "--workers", "2", database_url=postgres_url)
     try:
-        workers = _workers(running)
+        workers = worker_pids(running)
         assert len(workers) == 2
         channels = [
             grpc.insecure_channel(running.grpc_target, options=FRESH_CONNECTION) for _ in range(16)

@@ -63,6 +63,7 @@ from ces_eval.testing import Emulator, EmulatorError
 
 if TYPE_CHECKING:
     from ces_eval.testing.server import RunningServer
+    from tests.support.tls import Certificates
 
 TOOL = "{app}/tools/get_weather"  # of the app whose session it is
 _CITY = re.compile(r"weather in (\w+)", re.IGNORECASE)
@@ -81,6 +82,7 @@ class Agent:
     delay: float = 0.0
     most_at_once: int = 0
     at_once: int = 0
+    connections: int = 0  # accepted (and, over TLS, shaken hands)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     # Set when the agent stops: a call still waiting (``/slow``, a user text saying "wait")
     # answers then.
@@ -212,6 +214,11 @@ def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:
             return
 
+        def setup(self) -> None:
+            with agent.lock:
+                agent.connections += 1
+            super().setup()
+
         def _send(self, status: int, body: bytes, kind: str = "application/json") -> None:
             try:
                 self.send_response(status)
@@ -322,11 +329,19 @@ def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def running_agent() -> Iterator[Agent]:
-    """The agent serving on a free loopback port until the block ends."""
+def running_agent(tls: Certificates | None = None, *, keep_alive: bool = False) -> Iterator[Agent]:
+    """The agent serving on a free loopback port until the block ends; over https with
+    ``tls``'s server certificate when given; with HTTP/1.1 keep-alive when asked (else each
+    answer closes its connection, HTTP/1.0)."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(Agent("")))
-    agent = Agent(f"http://127.0.0.1:{server.server_address[1]}")
+    scheme = "http"
+    if tls is not None:
+        server.socket = tls.server_context().wrap_socket(server.socket, server_side=True)
+        scheme = "https"
+    agent = Agent(f"{scheme}://127.0.0.1:{server.server_address[1]}")
     server.RequestHandlerClass = _handler(agent)
+    if keep_alive:
+        server.RequestHandlerClass.protocol_version = "HTTP/1.1"
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="test-agent", daemon=True)
     thread.start()

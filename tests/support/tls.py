@@ -1,119 +1,112 @@
-"""A TLS front for a running ces-eval, standing in for hosted CES's ``https://``: a self-signed
-certificate made with the ``openssl`` program, and a small server in a thread that ends TLS and
-forwards the bytes to the server's plain HTTP port. Real TLS (Python's ssl, OpenSSL), real
-sockets; the client trusts the certificate through ``ces-eval run --ca-file``."""
+"""Certificates for TLS servers in tests: a throw-away certificate authority and a server
+certificate it signs for ``localhost`` and ``127.0.0.1``, written as PEM files (made with the
+``cryptography`` package, a dependency of ``mcp``'s, in this process). Clients trust the
+authority's file; nothing else does, so a client that ignores it fails to verify."""
 
 from __future__ import annotations
 
-import contextlib
-import select
-import shutil
-import socket
+import datetime
+import ipaddress
 import ssl
-import subprocess
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-__all__ = ["TlsFront", "self_signed", "tls_front"]
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+if TYPE_CHECKING:
+    from pathlib import Path
 
-def self_signed(folder: Path) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1 and localhost, and its key (PEM files in ``folder``)."""
-    certificate, key = folder / "cert.pem", folder / "key.pem"
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        raise RuntimeError("the TLS tests need the openssl program (Debian's openssl package)")
-    subprocess.run(
-        [
-            openssl,
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=localhost",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1,DNS:localhost",
-            "-keyout",
-            str(key),
-            "-out",
-            str(certificate),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    return certificate, key
+__all__ = ["Certificates", "make_certificates"]
 
 
-@dataclass
-class TlsFront:
-    """Where the front listens: ``url`` is ``https://localhost:<port>`` (the certificate's
-    name; it listens on 127.0.0.1)."""
+@dataclass(frozen=True)
+class Certificates:
+    """The authority's certificate (what clients trust) and the server's certificate and key."""
 
-    url: str
+    authority: Path
     certificate: Path
+    key: Path
+
+    def server_context(self) -> ssl.SSLContext:
+        """A server-side TLS context presenting the server certificate."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(self.certificate, self.key)
+        return context
 
 
-def _pump(client: socket.socket, upstream: socket.socket) -> None:
-    """Copy bytes both ways until either side closes (one thread: an SSL socket is not read and
-    written from two threads at once)."""
-    ends = {client: upstream, upstream: client}
-    with contextlib.suppress(OSError):
-        while True:
-            if isinstance(client, ssl.SSLSocket) and client.pending():
-                ready = [client]
-            else:
-                ready, _, _ = select.select(list(ends), [], [], 5.0)
-            for end in ready:
-                data = end.recv(65536)
-                if not data:
-                    return
-                ends[end].sendall(data)
+def _name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def _serve(listener: socket.socket, context: ssl.SSLContext, upstream: tuple[str, int]) -> None:
-    def handle(raw: socket.socket) -> None:
-        with (
-            contextlib.suppress(OSError),
-            raw,
-            context.wrap_socket(raw, server_side=True) as tls,
-            socket.create_connection(upstream, timeout=30) as plain,
-        ):
-            _pump(tls, plain)
-
-    while True:
-        try:
-            raw, _ = listener.accept()
-        except OSError:  # the listener was closed: the front stops
-            return
-        threading.Thread(target=handle, args=(raw,), daemon=True).start()
-
-
-@contextlib.contextmanager
-def tls_front(http_base: str, folder: Path) -> Iterator[TlsFront]:
-    """A TLS front on a free port of 127.0.0.1 forwarding to ``http_base``
-    (``http://host:port``), for the duration of the block."""
-    certificate, key = self_signed(folder)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(certificate, key)
-    host, port = http_base.removeprefix("http://").rsplit(":", 1)
-    listener = socket.create_server(("127.0.0.1", 0))
-    thread = threading.Thread(
-        target=_serve, args=(listener, context, (host, int(port))), daemon=True
+def make_certificates(folder: Path) -> Certificates:
+    """A new authority and a server certificate for localhost, written under ``folder``."""
+    now = datetime.datetime.now(datetime.UTC)
+    valid = (now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=1))
+    authority_key = ec.generate_private_key(ec.SECP256R1())
+    authority_name = _name("ces-eval test authority")
+    authority = (
+        x509.CertificateBuilder()
+        .subject_name(authority_name)
+        .issuer_name(authority_name)
+        .public_key(authority_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(valid[0])
+        .not_valid_after(valid[1])
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=False,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(
+            x509.SubjectKeyIdentifier.from_public_key(authority_key.public_key()), critical=False
+        )
+        .sign(authority_key, hashes.SHA256())
     )
-    thread.start()
-    try:
-        yield TlsFront(f"https://localhost:{listener.getsockname()[1]}", certificate)
-    finally:
-        with contextlib.suppress(OSError):
-            listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() under way
-        listener.close()
-        thread.join(timeout=10)
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    server = (
+        x509.CertificateBuilder()
+        .subject_name(_name("localhost"))
+        .issuer_name(authority_name)
+        .public_key(server_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(valid[0])
+        .not_valid_after(valid[1])
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(authority_key.public_key()),
+            critical=False,
+        )
+        .sign(authority_key, hashes.SHA256())
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    found = Certificates(folder / "authority.pem", folder / "server.pem", folder / "server.key")
+    found.authority.write_bytes(authority.public_bytes(serialization.Encoding.PEM))
+    found.certificate.write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    found.key.write_bytes(
+        server_key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return found

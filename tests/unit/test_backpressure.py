@@ -138,6 +138,20 @@ def _play(
     return asyncio.run(play()).result, pace
 
 
+def _played(endpoint: Endpoint, times: int) -> list[Result]:
+    """``times`` goldens played one after another by one player (as a run's sessions share
+    one): their results."""
+
+    async def play() -> list[Result]:
+        agent = agents.Agent(endpoint, (), HttpxAgents(), pace=Watched(), backoff=QUICK)
+        try:
+            return [(await agent.play(golden_play("Hi"), 0)).result for _ in range(times)]
+        finally:
+            await agent.close()
+
+    return asyncio.run(play())
+
+
 def _push_back(key: str, **query: object) -> str:
     """The test agent's path that pushes back as ``query`` says (tests/support/agent.py)."""
     return f"/push-back?key={key}&" + "&".join(f"{name}={value}" for name, value in query.items())
@@ -319,3 +333,27 @@ def test_a_cancel_during_a_back_off_ends_the_call_at_once(running: Agent) -> Non
 
     assert asyncio.run(cancelled()) < 5
     assert running.count(path) == 1
+
+
+def test_a_url_that_never_answered_is_called_no_more_after_three_calls(running: Agent) -> None:
+    path = _push_back("never", status="reset")
+    results = _played(_endpoint(running, path), times=5)
+    assert running.count(path) == QUICK.unanswered * QUICK.attempts == 15
+    assert [result.execution_state for result in results] == [Result.ERROR] * 5
+    url = f"{running.url}{path}"
+    assert {result.error_info.error_message for result in results[:3]} == {
+        f"The agent at '{url}' could not be reached (no HTTP answer) 5 times (5 attempts in all)."
+    }
+    assert {result.error_info.error_message for result in results[3:]} == {
+        f"The agent at '{url}' was not called: 3 of this run's calls to it got no HTTP "
+        "answer in 5 attempts each, and none was ever answered."
+    }
+
+
+def test_a_url_that_answered_once_is_tried_for_the_whole_run(running: Agent) -> None:
+    """An HTTP answer, even a push back, shows the agent is there: each call gets every
+    attempt."""
+    path = _push_back("busy", status=503, **{"retry-after": "0"})
+    results = _played(_endpoint(running, path), times=5)
+    assert running.count(path) == 5 * QUICK.attempts
+    assert all("answered HTTP 503 5 times" in r.error_info.error_message for r in results)

@@ -127,8 +127,10 @@ MAX_GOLDEN_TURNS = 100
 MAX_SCENARIO_TURNS = 100
 MAX_DISPLAY_NAME = 512
 # Results one evaluation run produces at most (every repetition and persona task of each of its
-# evaluations): the run lists them all, and must stay well within one message a client receives.
-MAX_RUN_RESULTS = 5_000
+# evaluations): the run lists them all, and must stay well within one message a client receives
+# (gRPC clients take 4 MiB by default; 10,000 names of the longest IDs are about 3 MB, usual
+# ones about 1.3 MB). The engine plays such a run with bounded memory (bench/engine.py, "scale").
+MAX_RUN_RESULTS = 10_000
 # Bytes one evaluation run stores at most: its results and the conversations they recorded, as
 # stored (binary protobuf). RunEvaluation (and a schedule, when written) refuses a plan whose
 # repetitions cannot fit, each estimated at what its result repeats of its evaluation (what a

@@ -144,7 +144,9 @@ class Core:
         settings = settings or Settings()
         runner = runner or OperationRunner(storage)
         objects = ExportFolder(settings.export_dir)
-        self.context = Context(storage, tokens, runner, objects, HttpxAgents(), settings)
+        self.context = Context(
+            storage, tokens, runner, objects, HttpxAgents(settings.agent_ca_file), settings
+        )
 
     def handler(self, path: str) -> Handler:
         """The implementation of the RPC at gRPC path ``path``

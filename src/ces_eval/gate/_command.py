@@ -210,13 +210,14 @@ def _play(
     server: str,
     args: argparse.Namespace,
     *,
+    chosen_by: tuple[Selection, RunOptions],
     baseline: Mapping[str, Any] | None,
     started: str,
     interrupts: Interrupts,
 ) -> dict[str, Any]:
     """Select, run, wait and read the results: the report, its gate decided. A signal before
     the run starts stops there; while it plays, it cancels the run."""
-    selection, options = _checked(args)
+    selection, options = chosen_by
     interrupts.check()
     # An app that ces-eval's `serve --seed` filled holds evaluations without being stored itself
     # (docs/semantics.md, implicit apps, are stored by API calls); its evaluations still run.
@@ -314,7 +315,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace, started: str, interrupts: Interrupts) -> int:
     try:
-        _checked(args)  # before any server starts
+        chosen_by = _checked(args)  # before any server starts
         render_html = _html_renderer(bool(args.html))
         baseline = _report.read_baseline(Path(args.baseline), args.app) if args.baseline else None
         with contextlib.ExitStack() as stack:
@@ -322,7 +323,13 @@ def _run(args: argparse.Namespace, started: str, interrupts: Interrupts) -> int:
             client = Client(server, _token(args) if args.server else None, args.ca_file)
             stack.callback(client.close)
             report = _play(
-                client, server, args, baseline=baseline, started=started, interrupts=interrupts
+                client,
+                server,
+                args,
+                chosen_by=chosen_by,
+                baseline=baseline,
+                started=started,
+                interrupts=interrupts,
             )
         _write(report, args, baseline, render_html)
     except RunNotDone as error:

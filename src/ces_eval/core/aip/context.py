@@ -212,6 +212,9 @@ class Settings:
     # ``--agent-allow-hosts``: the hosts besides loopback that agent endpoints may name
     # (ces_eval.core.resources.agent_endpoints).
     agent_allow_hosts: tuple[str, ...] = ()
+    # ``--agent-ca-file``: the certificate authorities (PEM) https agents, judges and
+    # simulators are verified against, instead of the default set (ces_eval.core.io.agent_http).
+    agent_ca_file: Path | None = None
     # ``--agent-sessions``: sessions this process plays against agents at once, all runs
     # together (ces_eval.core.engine.sessions).
     agent_sessions: int = 64

@@ -191,6 +191,12 @@ class AgentUnreachable(Exception):
     not be used. One kind for all, so that an error says nothing of which."""
 
 
+class AgentUntrusted(AgentUnreachable):
+    """A call whose TLS handshake failed the certificate's verification: an address the
+    engine may call answered, with a certificate no trusted authority signed (or for another
+    name). Not a passing state: never tried again."""
+
+
 class AgentUnreadable(Exception):
     """An HTTP answer that could not be read as one."""
 

@@ -72,7 +72,7 @@ from google.protobuf import json_format
 
 from ces_eval.contract import limits
 from ces_eval.core.aip import names
-from ces_eval.core.aip.ports import AgentUnreachable, AgentUnreadable
+from ces_eval.core.aip.ports import AgentUnreachable, AgentUnreadable, AgentUntrusted
 from ces_eval.core.engine import agent_scoring, outcomes, recording
 from ces_eval.core.engine.backoff import BACKOFF, PUSH_BACK_STATUSES, Backoff
 from ces_eval.core.engine.pace import UNPACED
@@ -212,6 +212,12 @@ class Agent:
             None,
         )
         self._rooms: dict[str, int] = {}
+        # The run's URLs that answered a call (an HTTP status, whatever it is), and for the
+        # others, how many calls found no HTTP answer on any attempt (docs/agents.md,
+        # "Back-pressure": a URL that never answered is called :attr:`Backoff.unanswered`
+        # times, then no more in this run).
+        self._heard: set[str] = set()
+        self._unanswered: dict[str, int] = {}
 
     async def close(self) -> None:
         await self._session.close()
@@ -244,7 +250,7 @@ class Agent:
             )
         return value
 
-    def _explanation(self, answer: dict[str, Any], who: str) -> str:
+    def _explanation(self, answer: dict[str, Any], who: recording.Who) -> str:
         value = answer.get("explanation", "")
         if not isinstance(value, str):
             raise AgentFailure(f'{who} answered an "explanation" that is {self._described(value)}.')
@@ -458,7 +464,7 @@ class Agent:
                 "conversation": [_dict(m) for m in messages],
             }
 
-        answer = await self._object(uri, document, "The judge", heavy=is_heavy(*messages))
+        answer = await self._object(uri, document, recording.JUDGE, heavy=is_heavy(*messages))
         judged: dict[str, Any] = {}
         similarity = answer.get("semanticSimilarity")
         if similarity is not None:
@@ -466,7 +472,7 @@ class Agent:
         hallucination = answer.get("hallucination")
         if hallucination is not None:
             judged["hallucination"] = self._integer(hallucination, range(-1, 2), "hallucination")
-        judged["explanation"] = self._explanation(answer, "The judge")
+        judged["explanation"] = self._explanation(answer, recording.JUDGE)
         return judged
 
     # -- scenarios -----------------------------------------------------------------------------
@@ -509,7 +515,7 @@ class Agent:
             if ending.get("done"):
                 break
             user_input = content_pb2.SessionInput()
-            self._parse(ending.get("userInput"), user_input, "The simulator", "userInput")
+            self._parse(ending.get("userInput"), user_input, recording.SIMULATOR, "userInput")
             await self._exchanged(scene, user_input, by_user=True)
         await off_loop(
             is_heavy(scenario) or is_heavy(*scene.answers),
@@ -529,7 +535,7 @@ class Agent:
             satisfaction = result.user_goal_satisfaction_result
             satisfaction.score = 1 if met else 0
             satisfaction.label = "Satisfied" if met else "Not satisfied"
-            satisfaction.explanation = self._explanation(ending, "The simulator")
+            satisfaction.explanation = self._explanation(ending, recording.SIMULATOR)
             budgets.result.spend(satisfaction, _RECORD_OVERHEAD)
         if ending.get("done") and "taskCompleted" in ending:
             result.task_completed = ending["taskCompleted"] is True
@@ -588,7 +594,7 @@ class Agent:
         heavy = is_heavy(given.evaluation, conversation)
         try:
             answer = await self._object(
-                self._endpoint.simulator_uri, document, "The simulator", heavy=heavy
+                self._endpoint.simulator_uri, document, recording.SIMULATOR, heavy=heavy
             )
             if not answer.get("done") and "userInput" not in answer:
                 raise AgentFailure('The simulator answered neither "userInput" nor "done": true.')
@@ -614,12 +620,13 @@ class Agent:
         )
         for rubric in evaluation.scenario.rubrics:
             document = functools.partial(_rubric, evaluation.name, rubric, messages, _mode(given))
-            answer = await self._object(uri, document, "The judge", heavy=heavy)
+            answer = await self._object(uri, document, recording.JUDGE, heavy=heavy)
             score = answer.get("score")
             if isinstance(score, bool) or not isinstance(score, int | float) or not 0 <= score <= 1:
                 raise AgentFailure('The judge answered no "score" between 0 and 1 for a rubric.')
+            explanation = self._explanation(answer, recording.JUDGE)
             outcome = result.rubric_outcomes.add(
-                rubric=rubric, score=score, score_explanation=self._explanation(answer, "The judge")
+                rubric=rubric, score=score, score_explanation=explanation
             )
             budget.spend(outcome, _RECORD_OVERHEAD)
 
@@ -649,7 +656,7 @@ class Agent:
         for _ in range(_TOOL_ROUNDS + 1):
             request = session_service_pb2.RunSessionRequest(config=config, inputs=given)
             body = await self._answered(
-                self._endpoint.uri, functools.partial(_dict, request), "The agent", heavy=heavy
+                self._endpoint.uri, functools.partial(_dict, request), recording.AGENT, heavy=heavy
             )
             heavy = is_heavy() or body.size > limits.LOOP_BYTES
             asked = await off_loop(heavy, self._taken, body, observed, latencies, budget)
@@ -673,7 +680,7 @@ class Agent:
     ) -> list[content_pb2.ToolCall]:
         """The agent's answer ``body`` read, parsed and recorded (see :func:`_record`): the
         tool calls it asks the client for."""
-        document = self._loaded(body, "The agent")
+        document = self._loaded(body, recording.AGENT)
         # json_format checks each string with a regular expression, in one call that holds the
         # interpreter (11 ms for 262,144 characters): the outputs' texts, where an answer's
         # bulk is, are set on the message instead (its setter refuses what is not Unicode).
@@ -688,7 +695,7 @@ class Agent:
                     outputs[index] = {**output, "text": ""}
             document = {**document, "outputs": outputs}
         answer = session_service_pb2.RunSessionResponse()
-        self._parse(document, answer, "The agent", "RunSessionResponse")
+        self._parse(document, answer, recording.AGENT, "RunSessionResponse")
         for index, text in texts:
             try:
                 answer.outputs[index].text = text
@@ -700,7 +707,7 @@ class Agent:
         return _record(answer, observed, latencies, budget)
 
     async def _object(
-        self, uri: str, document: Callable[[], object], who: str, *, heavy: bool
+        self, uri: str, document: Callable[[], object], who: recording.Who, *, heavy: bool
     ) -> dict[str, Any]:
         """POST ``document()`` as JSON to ``uri``; the JSON object answered."""
         body = await self._answered(uri, document, who, heavy=heavy)
@@ -709,7 +716,7 @@ class Agent:
         )
 
     async def _answered(
-        self, uri: str, document: Callable[[], object], who: str, *, heavy: bool
+        self, uri: str, document: Callable[[], object], who: recording.Who, *, heavy: bool
     ) -> _Body:
         """:meth:`_call`, or its recording: recorded, or replayed without calling, as the
         endpoint's recording mode says (:mod:`ces_eval.core.engine.recording`)."""
@@ -728,7 +735,7 @@ class Agent:
         return _Body([answer], len(answer))
 
     async def _call(
-        self, uri: str, document: Callable[[], object], who: str, *, heavy: bool
+        self, uri: str, document: Callable[[], object], who: recording.Who, *, heavy: bool
     ) -> _Body:
         """POST ``document()`` as JSON to ``uri`` (encoded once, off the loop when ``heavy``);
         the body answered (see :meth:`_read`). A call pushed back is made again, the same
@@ -738,8 +745,15 @@ class Agent:
         refusal = host_refusal(uri, self._allowed)
         if refusal is not None:
             raise AgentFailure(f"{who} at {self._shown(uri)!r} was not called: {refusal}")
-        body = await off_loop(heavy, _encoded, document)
         backoff = self._backoff
+        unanswered = self._unanswered.get(uri, 0)
+        if unanswered >= backoff.unanswered and uri not in self._heard:
+            raise AgentFailure(
+                f"{who} at {self._shown(uri)!r} was not called: {unanswered} of this run's "
+                f"calls to it got no HTTP answer in {backoff.attempts} attempts each, and none "
+                "was ever answered."
+            )
+        body = await off_loop(heavy, _encoded, document)
         pushes: list[_PushedBack] = []
         while True:
             try:
@@ -751,11 +765,13 @@ class Agent:
                     raise
                 raise AgentFailure(f"{str(failure).rstrip('.')} {self._after(pushes)}") from None
             if len(pushes) >= backoff.attempts:
+                if all(push.status is None for push in pushes):
+                    self._unanswered[uri] = self._unanswered.get(uri, 0) + 1
                 raise AgentFailure(self._exhausted(uri, who, pushes))
             # Cancellable: a run cancelled meanwhile ends here (docs/agents.md).
             await self._pace.pause(backoff.delay(len(pushes), pushes[-1].retry_after))
 
-    async def _attempt(self, uri: str, body: bytes, who: str) -> _Body:
+    async def _attempt(self, uri: str, body: bytes, who: recording.Who) -> _Body:
         """One POST of ``body`` to ``uri``, told to the run's pace (an answer, or a push
         back): the body answered; :class:`_PushedBack` when pushed back, AgentFailure for
         every other failure."""
@@ -771,6 +787,7 @@ class Agent:
                 asyncio.timeout(endpoint.timeout),
                 self._session.post(uri, body, headers) as answer,
             ):
+                self._heard.add(uri)
                 if answer.status not in PUSH_BACK_STATUSES:
                     self._pace.answered()
                 return await self._read(answer, endpoint.max_response_bytes, who)
@@ -782,6 +799,11 @@ class Agent:
         except _PushedBack:
             self._pace.pushed_back()
             raise
+        except AgentUntrusted:
+            raise AgentFailure(
+                f"{who}'s TLS certificate could not be verified: the server verifies https "
+                "against --agent-ca-file's authorities, or the default set without it."
+            ) from None
         except AgentUnreachable:
             # One kind for a refused address, a closed port, a reset and an open port that
             # spoke no HTTP: tried alike, said alike (docs/agents.md, "Safety").
@@ -790,7 +812,7 @@ class Agent:
         except AgentUnreadable:
             raise AgentFailure(f"{who} answered something that could not be read.") from None
 
-    def _exhausted(self, uri: str, who: str, pushes: Sequence[_PushedBack]) -> str:
+    def _exhausted(self, uri: str, who: recording.Who, pushes: Sequence[_PushedBack]) -> str:
         """Why a call pushed back on every attempt failed: how often each way, and the last
         answer's excerpt."""
         last = pushes[-1]
@@ -809,7 +831,7 @@ class Agent:
         told = ", ".join(_kinds(pushes))
         return f"(on attempt {attempt} of {self._backoff.attempts}; the earlier ones {told})."
 
-    async def _read(self, response: HttpAnswer, limit: int, who: str) -> _Body:
+    async def _read(self, response: HttpAnswer, limit: int, who: recording.Who) -> _Body:
         """The body of a 2xx answer of at most ``limit`` bytes; :class:`_PushedBack` for a
         push back (HTTP 429 or 503, compressed or not), AgentFailure for anything else (an
         error's body quoted at most :data:`SHOWN_CHARS` long, scrubbed)."""
@@ -843,7 +865,7 @@ class Agent:
             raise AgentFailure(f"{who} answered HTTP {status}: {shown!r}")
         return _Body(parts, size)
 
-    def _loaded(self, body: _Body, who: str) -> dict[str, Any]:
+    def _loaded(self, body: _Body, who: recording.Who) -> dict[str, Any]:
         """The JSON object ``body`` holds (at most :data:`_MAX_VALUES` values, nested no
         deeper than Python recurses); AgentFailure otherwise."""
         try:
@@ -871,7 +893,7 @@ class Agent:
             raise AgentFailure(f"{who} answered {problem}.")
         return answer
 
-    def _parse(self, document: object, message: Message, who: str, what: str) -> None:
+    def _parse(self, document: object, message: Message, who: recording.Who, what: str) -> None:
         if not isinstance(document, dict):
             raise AgentFailure(f"{who}'s answer has no {what} object.")
         try:

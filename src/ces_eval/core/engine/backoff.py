@@ -49,6 +49,9 @@ class Backoff:
     base: float = 0.5  # seconds: the ceiling of the first back-off, doubled for each next one
     cap: float = 20.0  # seconds: the highest ceiling of a back-off
     longest: float = 60.0  # seconds: the longest Retry-After honoured
+    # Calls of a run to one URL that got no HTTP answer on any attempt, before the run stops
+    # calling that URL, as long as none of its calls to it was ever answered.
+    unanswered: int = 3
 
     def delay(self, retry: int, retry_after: str = "", now: float | None = None) -> float:
         """Seconds to wait before the ``retry``-th new attempt (1: the second call): what

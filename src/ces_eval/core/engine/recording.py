@@ -39,21 +39,32 @@ if TYPE_CHECKING:
     from ces_eval.core.aip.context import Context
     from ces_eval.core.resources.agent_endpoints import Endpoint
 
-__all__ = ["Recorder", "Unrecorded", "begin", "of_run"]
+__all__ = ["AGENT", "JUDGE", "SIMULATOR", "Recorder", "Unrecorded", "Who", "begin", "of_run"]
 
 _Mode = emulator_pb2.AgentEndpoint.RecordingMode
 _Recording = agent_recordings.AgentRecording
 _Callee = agent_recordings.Callee
-# Who is called, by the name the player gives it.
-_CALLEES = {
-    "The agent": _Callee.AGENT,
-    "The judge": _Callee.JUDGE,
-    "The simulator": _Callee.SIMULATOR,
-}
 _BATCH = 64  # recordings written in one transaction at most
 _BATCH_BYTES = 8 * 2**20  # or as many as hold this many bytes
 # A recording's fields besides its request and answer (name, evaluation, run, stamps), at most.
 _ENVELOPE = 2048
+
+
+@dataclass(frozen=True)
+class Who:
+    """Who a call goes to: the callee its recordings are keyed by, and how messages name it
+    (``str(who)``: "The agent")."""
+
+    callee: agent_recordings.Callee.ValueType
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+AGENT = Who(_Callee.AGENT, "The agent")
+JUDGE = Who(_Callee.JUDGE, "The judge")
+SIMULATOR = Who(_Callee.SIMULATOR, "The simulator")
 
 
 class Unrecorded(Exception):
@@ -120,7 +131,7 @@ class Recorder:
 
     async def answer(
         self,
-        who: str,
+        who: Who,
         document: Callable[[], object],
         call: Callable[[Callable[[], object]], Awaitable[bytes]],
         *,
@@ -136,7 +147,7 @@ class Recorder:
         place.calls += 1
         built = await off_loop(heavy, document)
         request = await off_loop(heavy, agent_recordings.keyed, built, self._app)
-        callee = _CALLEES[who]
+        callee = who.callee
         found = agent_recordings.recording_id(
             callee, place.evaluation, place.repetition, position, request
         )

@@ -22,10 +22,11 @@ from typing import TYPE_CHECKING, Any
 import httpcore
 import httpx
 
-from ces_eval.core.aip.ports import AgentUnreachable, AgentUnreadable
+from ces_eval.core.aip.ports import AgentUnreachable, AgentUnreadable, AgentUntrusted
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+    from pathlib import Path
 
 __all__ = ["HttpxAgents"]
 
@@ -130,10 +131,26 @@ def _readable(sock: socket.socket | None) -> bool:
 
 
 @functools.cache
-def _verified() -> ssl.SSLContext:
-    """The TLS settings of https calls, made once per process (loading the CA certificates
-    takes ~40 ms, on the event loop)."""
+def _verified(ca_file: Path | None) -> ssl.SSLContext:
+    """The TLS settings of https calls: certificates verified against ``ca_file``'s
+    authorities, or the default set (certifi's). Made once per process (loading the CA
+    certificates takes ~40 ms, on the event loop)."""
+    if ca_file is not None:
+        return ssl.create_default_context(cafile=str(ca_file))
     return httpx.create_ssl_context(trust_env=False)
+
+
+def _unverified(error: BaseException) -> bool:
+    """Whether ``error`` came of a certificate that failed verification (httpx and httpcore
+    raise their ConnectError from ssl's error)."""
+    seen: BaseException | None = error
+    for _ in range(8):  # the chain is httpx's, httpcore's, then ssl's
+        if seen is None:
+            return False
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 @contextlib.contextmanager
@@ -144,6 +161,10 @@ def _translated() -> Iterator[None]:
         yield
     except httpx.TimeoutException:
         raise TimeoutError from None
+    except httpx.ConnectError as error:
+        if _unverified(error):
+            raise AgentUntrusted from None
+        raise AgentUnreachable from None
     except (httpx.TransportError, httpx.InvalidURL, UnicodeError):
         raise AgentUnreachable from None
     except httpx.HTTPError:
@@ -189,12 +210,17 @@ class _Session:
 
 
 class HttpxAgents:
-    """:class:`~ces_eval.core.aip.ports.AgentHttp` over httpx."""
+    """:class:`~ces_eval.core.aip.ports.AgentHttp` over httpx; https verified against the
+    authorities of ``ca_file`` (``--agent-ca-file``), else the default set."""
+
+    def __init__(self, ca_file: Path | None = None) -> None:
+        self._ca_file = ca_file
 
     def session(
         self, uris: Sequence[str], timeout: float, refused: Callable[[str, int], bool]
     ) -> _Session:
-        tls = _verified() if any(uri.lower().startswith("https:") for uri in uris) else None
+        https = any(uri.lower().startswith("https:") for uri in uris)
+        tls = _verified(self._ca_file) if https else None
         # The transport's own pool is replaced at once below (httpx takes no network backend of
         # its own): ``verify`` given, it loads no certificates for it.
         transport = httpx.AsyncHTTPTransport(verify=tls or False, trust_env=False)
