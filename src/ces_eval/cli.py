@@ -130,6 +130,78 @@ def _serve_parser(
     return serve_parser
 
 
+# The serve options exec chooses itself where neither a flag nor a variable gives them: free
+# ports, and a throw-away database and export folder (testing/exec.py).
+_EXEC_CHOOSES = ("grpc_port", "http_port", "database", "export_dir")
+_EXEC_SHOWN = {
+    "grpc_port": "0, a free port",
+    "http_port": "0, a free port",
+    "database": "a SQLite file in a temporary folder, removed at the end",
+    "export_dir": "a temporary folder, removed at the end",
+}
+
+
+def _exec(args: argparse.Namespace) -> int:
+    """Run COMMAND beside a server (:mod:`ces_eval.testing.exec`, docs/exec.md)."""
+    from ces_eval.config import ServerConfig  # noqa: PLC0415 - see the module's docstring
+    from ces_eval.testing.exec import ExecFailed, run_command  # noqa: PLC0415
+
+    command = list(args.to_run)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    chosen = [name for name in _EXEC_CHOOSES if getattr(args, name) is None]
+    for field, _spec in options.declared(ServerConfig):
+        if field.name in chosen:
+            setattr(args, field.name, field.default)  # a placeholder, left out below
+    config = options.config(ServerConfig, args)
+    try:
+        return run_command(
+            command,
+            options.arguments(config, without=[*chosen, "lifeline"]),
+            database_url=None if "database" in chosen else config.database,
+            export_dir=None if "export_dir" in chosen else config.export_dir,
+            write=_to_stderr,
+        )
+    except ExecFailed as failed:
+        print(f"ces-eval exec: {failed}", file=sys.stderr, flush=True)
+        return failed.status
+
+
+def _to_stderr(text: str) -> None:
+    sys.stderr.write(text)
+    sys.stderr.flush()
+
+
+def _exec_parser(
+    commands: argparse._SubParsersAction[_Parser], environ: Mapping[str, str]
+) -> argparse.ArgumentParser:
+    from ces_eval.config import ServerConfig  # noqa: PLC0415 - see the module's docstring
+    from ces_eval.testing.exec import USAGE  # noqa: PLC0415
+
+    exec_parser = commands.add_parser(
+        "exec",
+        usage=USAGE,
+        help="run a command beside a server started for it",
+        description="Start ces-eval serve with these serve options (ports the system picks and "
+        "a database in a temporary folder, unless --grpc-port, --http-port, --database or "
+        "--export-dir, or their variables, say otherwise), wait until it is ready, run COMMAND "
+        "with CES_EVAL_URL (http://host:port) and CES_EVAL_GRPC (host:port) naming it, then stop "
+        "the server. The server's output goes to stderr, each line after '[ces-eval serve] '. "
+        "Exit status: COMMAND's (128+N when signal N ended it); 2 no COMMAND, a bad option or "
+        "a server that did not start; 126 COMMAND cannot be run, 127 COMMAND not found "
+        "(docs/exec.md).",
+    )
+    options.add_options(exec_parser, ServerConfig, environ, _EXEC_SHOWN)
+    exec_parser.set_defaults(
+        **{name: None for name in _EXEC_CHOOSES if options.variable(name) not in environ}
+    )
+    exec_parser.add_argument(  # "command" is the subcommand's
+        "to_run", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command to run"
+    )
+    exec_parser.set_defaults(run=_exec)
+    return exec_parser
+
+
 def _run(args: argparse.Namespace) -> int:
     from ces_eval import gate  # noqa: PLC0415 - see the module's docstring
 
@@ -169,9 +241,11 @@ def parse(
         help="print README's table of every official method and whether it is served",
     )
     describe.set_defaults(run=_describe)
-    serve_parser = _serve_parser(commands, os.environ if environ is None else environ)
+    given = os.environ if environ is None else environ
+    parsers = {"serve": _serve_parser(commands, given), "exec": _exec_parser(commands, given)}
     _run_parser(commands)
-    return options.resolve(serve_parser, parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    return options.resolve(parsers.get(args.command, parser), args)
 
 
 class StartupInterrupted(KeyboardInterrupt):
@@ -240,7 +314,16 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None
             args = parse(argv, environ)
             result: int = args.run(args)
         except StartupInterrupted as interrupted:
-            if "--worker-of" not in (sys.argv[1:] if argv is None else argv):
+            given = sys.argv[1:] if argv is None else argv
+            if given[:1] == ["exec"]:  # before COMMAND started: not COMMAND's success
+                print(
+                    f"ces-eval exec: interrupted by {interrupted.signal} before the command "
+                    "started",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return 128 + signal.Signals[interrupted.signal].value
+            if "--worker-of" not in given:
                 print(
                     f"ces-eval: start-up interrupted by {interrupted.signal}; stopped",
                     file=sys.stderr,
