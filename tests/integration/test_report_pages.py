@@ -1,9 +1,9 @@
 """What people read of results, in the real browser (Chromium over Playwright): the HTML report
-that ``python -m ces_eval.report`` writes (as ``ces-eval run --html`` does) of a scripted run of
-the real server, opened from its file with every request outside the file refused, and the web
-view's result pages of the same run. Both show a result as the conversation it was, the
-difference marked, an ERROR with its reason, and nothing overflows at a phone's width (375 px).
-Screenshots go to build/test-artifacts/report/."""
+that ``ces-eval run --html`` writes of a scripted run of the real server, opened from its file
+with every request outside the file refused, and the web view's result pages of the same run.
+Both show a result as the conversation it was, the difference marked, an ERROR with its reason,
+and nothing overflows at a phone's width (375 px). Screenshots go to
+build/test-artifacts/report/."""
 
 from __future__ import annotations
 
@@ -58,10 +58,10 @@ def _golden(display_name: str, tags: list[str]) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def seeded(
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[RunningServer, dict[str, Any]]]:
+) -> Iterator[tuple[RunningServer, dict[str, Any], Path]]:
     """A server holding one run of four evaluations: one passes, one answers otherwise, one
     calls its tool with other arguments, one errs (scripted outcomes, docs/semantics.md); and
-    the report file of that run, as ``ces-eval run --json`` writes it."""
+    the report file and the HTML report ``ces-eval run`` wrote of its run of them."""
     server = start_server(tmp_path_factory.mktemp("report") / "report.db")
     try:
         admin = Emulator(server.http_base)
@@ -93,53 +93,17 @@ def seeded(
             )  # fmt: skip
             for key, rule in rules:
                 admin.create_outcome_rule(APP, {"evaluation": evaluations[key]["name"], **rule})
-            names = [e["name"] for e in evaluations.values()]
-            request = {"evaluations": names, "generateLatencyReport": True}
-            operation = call("POST", f"/{APP}:runEvaluation", request)
-            run = call("GET", f"/{admin.wait(operation)['response']['evaluationRun']}")
-            results = call("GET", f"/{APP}/evaluations/-/results")["evaluationResults"]
-        yield server, _report(server, run, results, list(evaluations.values()))
+        folder = tmp_path_factory.mktemp("written")
+        report, html = folder / "report.json", folder / "report.html"
+        done = subprocess.run(
+            [sys.executable, "-m", "ces_eval.cli", "run", "--server", server.http_base,
+             "--app", APP, "--latency-report", "--json", str(report), "--html", str(html)],
+            capture_output=True, text=True, check=False, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 1, done.stderr  # the gate fails: 2 failures and an error
+        yield server, json.loads(report.read_text(encoding="utf-8")), html
     finally:
         server.kill()
-
-
-def _report(
-    server: RunningServer,
-    run: dict[str, Any],
-    results: list[dict[str, Any]],
-    evaluations: list[dict[str, Any]],
-) -> dict[str, Any]:
-    """The report file of ``run`` (docs/gate.md, "The report file")."""
-    summary = []
-    for evaluation in evaluations:
-        mine = [r for r in results if r["name"].startswith(evaluation["name"] + "/")]
-        passed = sum(r.get("evaluationStatus") == "PASS" for r in mine)
-        failed = sum(r.get("evaluationStatus") == "FAIL" for r in mine)
-        errors = sum(r.get("executionState") == "ERROR" for r in mine)
-        status = "ERROR" if errors else "FAILED" if failed else "PASSED"
-        summary.append(
-            {"evaluation": evaluation["name"], "displayName": evaluation["displayName"],
-             "tags": evaluation.get("tags", []), "status": status,
-             "passed": passed, "failed": failed, "errors": errors}
-        )  # fmt: skip
-    failing = sum(entry["status"] != "PASSED" for entry in summary)
-    return {
-        "kind": "ces-eval#report",
-        "version": 1,
-        "server": server.http_base,
-        "app": {"name": APP, "displayName": "Shop assistant"},
-        "startTime": run["createTime"],
-        "endTime": run["createTime"],
-        "options": {"runCount": 1, "generateLatencyReport": True},
-        "evaluations": evaluations,
-        "runs": [{"run": run, "results": results}],
-        "summary": {
-            "results": {"total": len(results), "passed": 1, "failed": 2, "errors": 1},
-            "evaluations": summary,
-        },
-        "gate": {"failOn": "any", "maxFailures": None, "failing": failing, "held": False,
-                 "reason": f"{failing} evaluations failing"},
-    }  # fmt: skip
 
 
 def _shot(page: Page, name: str) -> None:
@@ -157,18 +121,9 @@ def _overflow(page: Page) -> int:
 
 
 def test_the_report_opens_from_its_file_and_fetches_nothing(
-    browser: Browser, seeded: tuple[RunningServer, dict[str, Any]], tmp_path: Path
+    browser: Browser, seeded: tuple[RunningServer, dict[str, Any], Path]
 ) -> None:
-    _, report = seeded
-    source, written = tmp_path / "report.json", tmp_path / "report.html"
-    source.write_text(json.dumps(report, indent=2), encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, "-m", "ces_eval.report", str(source), "-o", str(written)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert (done.returncode, done.stderr) == (0, "")
+    _, _, written = seeded
     url = written.as_uri()
     for viewport, name in ((PHONE, "report-375"), (WIDE, "report")):
         page = browser.new_page(viewport=viewport)
@@ -218,9 +173,9 @@ def _watched(page: Page) -> list[str]:
 
 
 def test_the_web_views_result_pages_show_the_chat_the_diff_and_the_error(
-    browser: Browser, seeded: tuple[RunningServer, dict[str, Any]]
+    browser: Browser, seeded: tuple[RunningServer, dict[str, Any], Path]
 ) -> None:
-    server, report = seeded
+    server, report, _ = seeded
     results = {
         evaluation["displayName"]: result
         for evaluation in report["evaluations"]
