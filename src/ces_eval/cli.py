@@ -119,7 +119,7 @@ def _serve_parser(
 
     serve_parser = commands.add_parser(
         "serve",
-        help="run the gRPC and HTTP server",
+        help=_HELP["serve"],
         description="Serve the CES EvaluationService and AgentService over gRPC, REST and MCP "
         "until SIGTERM or Ctrl-C. Exit status: 0 stopped, 1 failed (database, workers, "
         "unexpected error), 2 bad configuration, 3 a port cannot be bound.",
@@ -129,6 +129,12 @@ def _serve_parser(
     serve_parser.set_defaults(run=_serve)
     return serve_parser
 
+
+# The subcommands whose options are the server's, as the command list names them.
+_HELP = {
+    "serve": "run the gRPC and HTTP server",
+    "exec": "run a command beside a server started for it",
+}
 
 # The serve options exec chooses itself where neither a flag nor a variable gives them: free
 # ports, and a throw-away database and export folder (testing/exec.py).
@@ -181,7 +187,7 @@ def _exec_parser(
     exec_parser = commands.add_parser(
         "exec",
         usage=USAGE,
-        help="run a command beside a server started for it",
+        help=_HELP["exec"],
         description="Start ces-eval serve with these serve options (ports the system picks and "
         "a database in a temporary folder, unless --grpc-port, --http-port, --database or "
         "--export-dir, or their variables, say otherwise), wait until it is ready, run COMMAND "
@@ -242,7 +248,17 @@ def parse(
     )
     describe.set_defaults(run=_describe)
     given = os.environ if environ is None else environ
-    parsers = {"serve": _serve_parser(commands, given), "exec": _exec_parser(commands, given)}
+    # serve's and exec's options come from the server's configuration, whose import takes a
+    # second (the MCP package): built only for the command that takes them, the other a name
+    # and its help for the command list.
+    wanted = next((word for word in (sys.argv[1:] if argv is None else argv)
+                   if not word.startswith("-")), None)  # fmt: skip
+    parsers: dict[str, argparse.ArgumentParser] = {}
+    for name, build in (("serve", _serve_parser), ("exec", _exec_parser)):
+        if name == wanted:
+            parsers[name] = build(commands, given)
+        else:
+            commands.add_parser(name, help=_HELP[name])
     _run_parser(commands)
     args = parser.parse_args(argv)
     return options.resolve(parsers.get(args.command, parser), args)

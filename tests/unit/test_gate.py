@@ -636,3 +636,20 @@ def test_a_signal_is_noted_and_a_second_stops_at_once() -> None:
         with pytest.raises(KeyboardInterrupt):
             again()
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_the_command_line_of_run_loads_no_server_configuration() -> None:
+    """``ces-eval run`` starts at once: serve's and exec's options (the server's configuration,
+    a second of imports) are built only for those commands."""
+    probe = (
+        "import sys\n"
+        "from ces_eval import cli\n"
+        "args = cli.parse(['run', '--app', 'projects/p/locations/l/apps/a'])\n"
+        "loaded = 'ces_eval.config' in sys.modules\n"
+        "served = cli.parse(['serve', '--grpc-port', '7'])\n"
+        "print(args.app, loaded, served.grpc_port)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split() == ["projects/p/locations/l/apps/a", "False", "7"]
