@@ -492,7 +492,7 @@ def test_the_local_server_it_starts_with_a_seed(tmp_path: Path) -> None:
     seed.write_text("{}")
     done = _run("--app", app, "--seed", str(seed))
     assert done.returncode == 2
-    assert done.stderr.startswith("ces-eval run: the local server did not start: ces-eval: --seed")
+    assert done.stderr.startswith("ces-eval run: the local server did not start: --seed")
     assert done.stderr.count("\n") == 1
 
 

@@ -81,7 +81,10 @@ def _local_server(seed: str | None) -> Iterator[str]:
     """A throw-away ``ces-eval serve`` on a fresh SQLite file in a temporary folder (the pytest
     plugin's harness), seeded with ``seed``; its REST URL. Stopped, and the folder removed, at
     the end."""
-    from ces_eval.testing.server import start_server  # noqa: PLC0415 - only without --server
+    from ces_eval.testing.server import (  # noqa: PLC0415 - only without --server
+        ServerStartError,
+        start_server,
+    )
 
     if seed and not Path(seed).is_file():
         raise RunNotDone(f"--seed {seed}: no such file")
@@ -89,11 +92,8 @@ def _local_server(seed: str | None) -> Iterator[str]:
         extra = ["--seed", str(Path(seed).resolve())] if seed else []
         try:
             server = start_server(Path(folder) / "ces-eval.db", *extra)
-        except RuntimeError as error:
-            said = [line for line in str(error).splitlines()[1:] if line.strip()]
-            raise RunNotDone(
-                "the local server did not start: " + (said[-1] if said else str(error))
-            ) from None
+        except ServerStartError as error:
+            raise RunNotDone(f"the local server did not start: {error.reason}") from None
         try:
             yield server.http_base
         finally:

@@ -152,14 +152,6 @@ class _Echo:
             self._held = None
 
 
-def _last_line(output: str) -> str:
-    """The server's last line, where a refused start says why ("ces-eval: ..." dropped)."""
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    if not lines:
-        return "it printed nothing"
-    return lines[-1].removeprefix("ces-eval: ")
-
-
 def run_command(
     command: Sequence[str],
     serve_args: Sequence[str] = (),
@@ -196,9 +188,7 @@ def run_command(
                 own_session=True,
             )
         except ServerStartError as error:
-            raise ExecFailed(
-                f"the server did not start: {_last_line(error.output)}", NO_COMMAND
-            ) from None
+            raise ExecFailed(f"the server did not start: {error.reason}", NO_COMMAND) from None
         except _Interrupted as interrupted:
             name = signal.Signals(interrupted.signum).name
             raise ExecFailed(

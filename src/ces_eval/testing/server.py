@@ -88,6 +88,14 @@ class ServerStartError(RuntimeError):
         self.output = output
         self.status = status
 
+    @property
+    def reason(self) -> str:
+        """The server's last line, where a refused start says why ("ces-eval: " dropped)."""
+        lines = [line.strip() for line in self.output.splitlines() if line.strip()]
+        if not lines:
+            return "it printed nothing"
+        return lines[-1].removeprefix("ces-eval: ")
+
 
 def _lifeline() -> tuple[int, int] | None:
     """A pipe for ``serve --lifeline``: (read end, for the server; write end, kept here), both
