@@ -17,6 +17,7 @@ from ces_eval.config import ServerConfig
 from ces_eval.core.aip.context import Settings
 from ces_eval.options import bounded, comma_list, option, repeated, switch
 from ces_eval.workers import _Group
+from tests.support.tls import make_certificates
 
 
 @dataclass(frozen=True)
@@ -97,9 +98,10 @@ def test_a_configuration_goes_back_to_the_flags_that_give_it() -> None:
     assert options.arguments(Small(), without=("colour", "size")) == []  # no value: no flag
 
 
-def test_a_worker_is_given_every_option_of_its_supervisor() -> None:
+def test_a_worker_is_given_every_option_of_its_supervisor(tmp_path: Path) -> None:
     """Every option a worker serves with reaches it as a flag (the worker count and the lifeline
     apart), whatever variables it inherits: what it parses is its supervisor's configuration."""
+    authorities = make_certificates(tmp_path).authority  # a file the option's check reads
     configured = ServerConfig(
         host="::1",
         grpc_port=41001,
@@ -115,6 +117,7 @@ def test_a_worker_is_given_every_option_of_its_supervisor() -> None:
         allow_unauthenticated=True,
         allow_host=("a.example",),
         agent_allow_hosts=("agents.example", "10.0.0.1"),
+        agent_ca_file=authorities,
         agent_sessions=5,
         allow_origin=("https://partner.example",),
         max_concurrent_requests=7,

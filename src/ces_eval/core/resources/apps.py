@@ -340,14 +340,20 @@ async def _admit(context: Context, scope: _Scope, request: Message) -> None:
                 raise ServiceError.not_found(APPS.pattern.type, app)
             if not scope.creates:
                 return
-            with contextlib.suppress(Conflict):  # stored meanwhile by another call
-                await context.storage.insert_row(TABLE, implicit(app))
+            await store_implicit(context, app)
             known = False
         else:
             known = stored.locked
         context.recent.put(key, known)
     if scope.changes and known:
         raise locked(app)
+
+
+async def store_implicit(context: Context, app: str) -> None:
+    """Store ``app`` as :func:`implicit` makes it, unless it is stored already (or meanwhile,
+    by another call)."""
+    with contextlib.suppress(Conflict):
+        await context.storage.insert_row(TABLE, implicit(app))
 
 
 def forget(context: Context, app: str) -> None:
