@@ -41,6 +41,7 @@ __all__ = [
     "SERVER_TIMEOUT_HEADER",
     "WATCHED_METHODS",
     "Admission",
+    "deadline_exceeded",
     "server_timeout",
     "until_disconnected",
     "within",
@@ -124,7 +125,8 @@ def server_timeout(headers: Iterable[tuple[bytes, bytes]]) -> float | None:
     return None
 
 
-def _deadline_exceeded(seconds: float) -> ServiceError:
+def deadline_exceeded(seconds: float) -> ServiceError:
+    """DEADLINE_EXCEEDED for a call past its ``X-Server-Timeout`` of ``seconds``."""
     return ServiceError(
         Code.DEADLINE_EXCEEDED,
         f"The call did not finish within its X-Server-Timeout of {seconds:g} s.",
@@ -142,7 +144,7 @@ async def within(seconds: float, work: Awaitable[T]) -> T:
             return await work
     except TimeoutError:
         if bound.expired():  # ours; a TimeoutError of the work itself passes through
-            raise _deadline_exceeded(seconds) from None
+            raise deadline_exceeded(seconds) from None
         raise
 
 

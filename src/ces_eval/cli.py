@@ -119,7 +119,7 @@ def _serve_parser(
 
     serve_parser = commands.add_parser(
         "serve",
-        help="run the gRPC and HTTP server",
+        help=_HELP["serve"],
         description="Serve the CES EvaluationService and AgentService over gRPC, REST and MCP "
         "until SIGTERM or Ctrl-C. Exit status: 0 stopped, 1 failed (database, workers, "
         "unexpected error), 2 bad configuration, 3 a port cannot be bound.",
@@ -128,6 +128,105 @@ def _serve_parser(
     serve_parser.add_argument("--worker-of", type=int, help=argparse.SUPPRESS)
     serve_parser.set_defaults(run=_serve)
     return serve_parser
+
+
+# The subcommands whose options are the server's, as the command list names them.
+_HELP = {
+    "serve": "run the gRPC and HTTP server",
+    "exec": "run a command beside a server started for it",
+}
+
+# The serve options exec chooses itself where neither a flag nor a variable gives them: free
+# ports, and a throw-away database and export folder (testing/exec.py).
+_EXEC_CHOOSES = ("grpc_port", "http_port", "database", "export_dir")
+_EXEC_SHOWN = {
+    "grpc_port": "0, a free port",
+    "http_port": "0, a free port",
+    "database": "a SQLite file in a temporary folder, removed at the end",
+    "export_dir": "a temporary folder, removed at the end",
+}
+
+
+def _exec(args: argparse.Namespace) -> int:
+    """Run COMMAND beside a server (:mod:`ces_eval.testing.exec`, docs/exec.md)."""
+    from ces_eval.config import ServerConfig  # noqa: PLC0415 - see the module's docstring
+    from ces_eval.testing.exec import ExecFailed, run_command  # noqa: PLC0415
+
+    command = list(args.to_run)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    chosen = [name for name in _EXEC_CHOOSES if getattr(args, name) is None]
+    for field, _spec in options.declared(ServerConfig):
+        if field.name in chosen:
+            setattr(args, field.name, field.default)  # a placeholder, left out below
+    config = options.config(ServerConfig, args)
+    try:
+        return run_command(
+            command,
+            options.arguments(config, without=[*chosen, "lifeline"]),
+            database_url=None if "database" in chosen else config.database,
+            export_dir=None if "export_dir" in chosen else config.export_dir,
+            write=_to_stderr,
+        )
+    except ExecFailed as failed:
+        print(f"ces-eval exec: {failed}", file=sys.stderr, flush=True)
+        return failed.status
+
+
+def _to_stderr(text: str) -> None:
+    sys.stderr.write(text)
+    sys.stderr.flush()
+
+
+def _exec_parser(
+    commands: argparse._SubParsersAction[_Parser], environ: Mapping[str, str]
+) -> argparse.ArgumentParser:
+    from ces_eval.config import ServerConfig  # noqa: PLC0415 - see the module's docstring
+    from ces_eval.testing.exec import USAGE  # noqa: PLC0415
+
+    exec_parser = commands.add_parser(
+        "exec",
+        usage=USAGE,
+        help=_HELP["exec"],
+        description="Start ces-eval serve with these serve options (ports the system picks and "
+        "a database in a temporary folder, unless --grpc-port, --http-port, --database or "
+        "--export-dir, or their variables, say otherwise), wait until it is ready, run COMMAND "
+        "with CES_EVAL_URL (http://host:port) and CES_EVAL_GRPC (host:port) naming it, then stop "
+        "the server. The server's output goes to stderr, each line after '[ces-eval serve] '. "
+        "Exit status: COMMAND's (128+N when signal N ended it); 2 no COMMAND, a bad option or "
+        "a server that did not start; 126 COMMAND cannot be run, 127 COMMAND not found "
+        "(docs/exec.md).",
+    )
+    options.add_options(exec_parser, ServerConfig, environ, _EXEC_SHOWN)
+    exec_parser.set_defaults(
+        **{name: None for name in _EXEC_CHOOSES if options.variable(name) not in environ}
+    )
+    exec_parser.add_argument(  # "command" is the subcommand's
+        "to_run", nargs=argparse.REMAINDER, metavar="-- COMMAND", help="the command to run"
+    )
+    exec_parser.set_defaults(run=_exec)
+    return exec_parser
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ces_eval import gate  # noqa: PLC0415 - see the module's docstring
+
+    return gate.run(args)
+
+
+def _run_parser(commands: argparse._SubParsersAction[_Parser]) -> None:
+    from ces_eval.gate import add_arguments  # noqa: PLC0415 - see the module's docstring
+
+    run_parser = commands.add_parser(
+        "run",
+        help="run an app's evaluations on a server and gate on their results (docs/gate.md)",
+        description="Run evaluations of one app on a server (default: a throw-away local one), "
+        "wait for them, write reports and gate. Exit status: 0 the gate holds, 1 it fails, "
+        "2 the run could not be done (bad arguments, server unreachable or refusing, run "
+        "ERROR or CANCELLED, interrupted).",
+    )
+    add_arguments(run_parser)
+    run_parser.set_defaults(run=_run)
 
 
 def parse(
@@ -148,8 +247,21 @@ def parse(
         help="print README's table of every official method and whether it is served",
     )
     describe.set_defaults(run=_describe)
-    serve_parser = _serve_parser(commands, os.environ if environ is None else environ)
-    return options.resolve(serve_parser, parser.parse_args(argv))
+    given = os.environ if environ is None else environ
+    # serve's and exec's options come from the server's configuration, whose import takes a
+    # second (the MCP package): built only for the command that takes them, the other a name
+    # and its help for the command list.
+    wanted = next((word for word in (sys.argv[1:] if argv is None else argv)
+                   if not word.startswith("-")), None)  # fmt: skip
+    parsers: dict[str, argparse.ArgumentParser] = {}
+    for name, build in (("serve", _serve_parser), ("exec", _exec_parser)):
+        if name == wanted:
+            parsers[name] = build(commands, given)
+        else:
+            commands.add_parser(name, help=_HELP[name])
+    _run_parser(commands)
+    args = parser.parse_args(argv)
+    return options.resolve(parsers.get(args.command, parser), args)
 
 
 class StartupInterrupted(KeyboardInterrupt):
@@ -218,7 +330,16 @@ def main(argv: list[str] | None = None, environ: Mapping[str, str] | None = None
             args = parse(argv, environ)
             result: int = args.run(args)
         except StartupInterrupted as interrupted:
-            if "--worker-of" not in (sys.argv[1:] if argv is None else argv):
+            given = sys.argv[1:] if argv is None else argv
+            if given[:1] == ["exec"]:  # before COMMAND started: not COMMAND's success
+                print(
+                    f"ces-eval exec: interrupted by {interrupted.signal} before the command "
+                    "started",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return 128 + signal.Signals[interrupted.signal].value
+            if "--worker-of" not in given:
                 print(
                     f"ces-eval: start-up interrupted by {interrupted.signal}; stopped",
                     file=sys.stderr,

@@ -212,14 +212,21 @@ class _FromEnvironment:
         return value
 
 
-def add_options(parser: argparse.ArgumentParser, cls: type, environ: Mapping[str, str]) -> None:
+def add_options(
+    parser: argparse.ArgumentParser,
+    cls: type,
+    environ: Mapping[str, str],
+    shown: Mapping[str, str] | None = None,
+) -> None:
     """Add the options of dataclass ``cls`` to ``parser``, each help naming its variable and
-    default; a variable set in ``environ`` becomes its option's default, checked by
-    :func:`resolve` as the flag's value would be, unless a flag replaced it."""
+    default (or what ``shown`` says of it: a command choosing otherwise, as ``exec`` does); a
+    variable set in ``environ`` becomes its option's default, checked by :func:`resolve` as the
+    flag's value would be, unless a flag replaced it."""
     for field, spec in declared(cls):
         unset = field.default in (None, ())  # (): a repeatable option without entries
-        shown = "off" if spec.switch else ("none" if unset else field.default)
-        text = f"{spec.help} [env {variable(field.name)}; default {shown}]"
+        default = "off" if spec.switch else ("none" if unset else field.default)
+        default = (shown or {}).get(field.name, default)
+        text = f"{spec.help} [env {variable(field.name)}; default {default}]"
         if spec.switch:
             action = parser.add_argument(flag(field.name), action="store_true", help=text)
         else:

@@ -40,8 +40,15 @@ from grpc_reflection.v1alpha import reflection
 
 from ces_eval import connections
 from ces_eval import storage as storage_backends
-from ces_eval.access import TokenFileError, Tokens, authorized
+from ces_eval.access import (
+    TokenFileError,
+    Tokens,
+    authorized,
+    authorized_bidi,
+    authorized_streams,
+)
 from ces_eval.access.caller import DEFAULT_USER
+from ces_eval.access.chat_tokens import ChatTokens
 from ces_eval.admission import Admission
 from ces_eval.config import DEFAULT_MAX_CONNECTIONS, ServerConfig
 from ces_eval.contract import limits, openapi
@@ -51,7 +58,7 @@ from ces_eval.core.engine.scheduler import Scheduler
 from ces_eval.core.exchange import imports
 from ces_eval.core.io import objects
 from ces_eval.core.io.operations import OperationRunner
-from ces_eval.core.service import Core, handlers
+from ces_eval.core.service import Core, bidi_handlers, handlers, stream_handlers
 from ces_eval.errors import ServiceError
 from ces_eval.logs import HttpRequestLog, RequestLog
 from ces_eval.storage.base import InUse, Storage, Unavailable
@@ -476,7 +483,11 @@ async def open_database(config: ServerConfig, *, shared: bool = False) -> Storag
 
 
 def _surfaces(
-    config: ServerConfig, core: Core, tokens: Tokens | None, log: RequestLog | None
+    config: ServerConfig,
+    core: Core,
+    tokens: Tokens | None,
+    log: RequestLog | None,
+    draining: asyncio.Event | None = None,
 ) -> tuple[Dispatcher, Transcoder, McpEndpoint, WebView]:
     """The three surfaces over ``core``'s handlers, each behind its boundary
     (:mod:`ces_eval.surfaces.boundary`): with ``tokens`` every call authenticates (at the
@@ -484,8 +495,12 @@ def _surfaces(
     handlers every surface dispatches to); each surface has its own in-flight limit. gRPC writes
     its request lines itself; HTTP's come from ``HttpRequestLog``."""
     implementations = handlers(core)
+    streams, bidi = stream_handlers(core), bidi_handlers(core)
     if tokens is not None:
         implementations = authorized(implementations)
+        streams, bidi = authorized_streams(streams), authorized_bidi(bidi)
+        # Chat tokens (GenerateChatToken) are signed under the database's secret.
+        tokens.chat = ChatTokens(core.context.page_tokens.secret)
 
     def boundary(surface: str, log: RequestLog | None = None) -> Boundary:
         admission = Admission(surface, config.max_concurrent_requests)
@@ -496,8 +511,17 @@ def _surfaces(
         # every call is authorized on its decoded request (core/aip/context.py, AnswerKeeper).
         return AnswerKeeper(core.context, surface) if tokens is None else None
 
-    dispatcher = Dispatcher(implementations, boundary=boundary("grpc", log), keeper=keeper("grpc"))
-    rest = Transcoder(Router(served_bindings()), implementations, boundary("rest"), keeper("rest"))
+    dispatcher = Dispatcher(
+        implementations,
+        boundary=boundary("grpc", log),
+        keeper=keeper("grpc"),
+        streams=streams,
+        bidi=bidi,
+        draining=draining,  # set, bidirectional streams say goodbye (go_away) and end
+    )
+    rest = Transcoder(
+        Router(served_bindings()), implementations, boundary("rest"), keeper("rest"), streams
+    )
     mcp = build_endpoint(
         implementations, boundary("mcp"), tools=config.mcp_tools, schema=config.mcp_schema
     )
@@ -607,7 +631,8 @@ async def _serve(
     )
     if config.seed is not None and seed is not None:
         await _seed(core, config.seed, seed)
-    dispatcher, rest, mcp, ui = _surfaces(config, core, tokens, log)
+    draining = asyncio.Event()
+    dispatcher, rest, mcp, ui = _surfaces(config, core, tokens, log, draining)
     scheduler = Scheduler(core.context)
     http_port = int(http_sockets[0].getsockname()[1])
     health_servicer = await _start_grpc(server, dispatcher)
@@ -615,8 +640,6 @@ async def _serve(
     # process: the cyclic collector no longer walks it, so a full collection during a request
     # holds the interpreter for a few milliseconds instead of ~50.
     gc.freeze()
-
-    draining = asyncio.Event()
 
     async def ready() -> str | None:
         if not http.started:

@@ -63,6 +63,7 @@ class Owned:
             LOCATION_A,
             f"{LOCATION_A}/securitySettings",  # and every location its security settings
             APP_A,
+            f"{APP_A}/sessions/s",  # a session is named by its caller, never created
             self.evaluation.name,
             self.result.name,
             self.operation.name,

@@ -51,11 +51,17 @@ from google.protobuf.message import Message
 from google.rpc import status_pb2
 
 from ces_eval.errors import DOMAIN, Code
-from ces_eval.generated.google.cloud.ces.v1beta import agent_service_pb2, evaluation_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import (
+    agent_service_pb2,
+    evaluation_pb2,
+    session_service_pb2,
+)
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from ces_eval.storage.sqlite import SqliteStorage
+from ces_eval.testing import Emulator
 from ces_eval.testing.server import RunningServer, start_server
 from tests.support import contract
+from tests.support.agent import Agent
 from tests.support.load import golden_evaluation
 from tests.support.mcp import ACCEPT, tool_call
 from tests.support.tokens import ALICE, BOB, READER, write_token_file
@@ -73,7 +79,10 @@ _VARIABLE = re.compile(r"\{([a-z_.]+)(?:=[^}]*)?\}")
 _SERVICES = (
     service_pb2.DESCRIPTOR.services_by_name["EvaluationService"],
     agent_service_pb2.DESCRIPTOR.services_by_name["AgentService"],
+    session_service_pb2.DESCRIPTOR.services_by_name["SessionService"],
 )
+# An app whose agent endpoint answers HTTP 500 (the test agent's /fail).
+FAILING_AGENT_APP = "projects/parity/locations/l/apps/failing-agent"
 
 
 # -- what a surface said -------------------------------------------------------------------------
@@ -285,7 +294,7 @@ def _plant_link(world: World) -> None:
 
 
 @pytest.fixture(scope="module")
-def open_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+def open_world(tmp_path_factory: pytest.TempPathFactory, agent: Agent) -> Iterator[World]:
     """The server as most run it: SQLite, no authentication."""
     database = tmp_path_factory.mktemp("parity-open") / "ces-eval.db"
     linked = _seed_linked(database)
@@ -296,6 +305,7 @@ def open_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         _break_row(database, world.names["undecodable"])
         _plant_link(world)
         world.names["named tool"] = _named_tool(world)
+        Emulator(world.server.http_base).set_agent(FAILING_AGENT_APP, f"{agent.url}/fail")
         yield world
 
 
@@ -547,6 +557,16 @@ def _from_a_page(name: str, code: str, reason: str, http: int, headers: Mapping[
 
 
 CASES = [
+    Case(
+        "agent-failed",
+        "UNAVAILABLE",
+        "AGENT_FAILED",
+        same(
+            lambda world: session_service_pb2.RunSessionRequest(
+                config={"session": f"{FAILING_AGENT_APP}/sessions/s"}, inputs=[{"text": "hi"}]
+            )
+        ),
+    ),
     Case(
         "invalid-name",
         "INVALID_ARGUMENT",

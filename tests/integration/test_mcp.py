@@ -48,6 +48,8 @@ EXPECTED_TOOLS = {
     "get_location",
     "list_locations",
     "get_conversation",
+    "run_session",
+    "generate_chat_token",
     "list_conversations",
     "delete_conversation",
     "batch_delete_conversations",
@@ -194,15 +196,24 @@ def test_tools_are_the_methods_the_core_implements(monkeypatch: pytest.MonkeyPat
     """Tools are picked by the core's registry, not by what the descriptors declare: every
     method of EvaluationService, Operations and Locations the core implements has its tool, and
     so every official method (RunEvaluation too); a method it lacked would have none.
-    EmulatorService's methods (its ImportEvaluations too) are not tools."""
+    EmulatorService's methods (its ImportEvaluations too) are not tools, nor are streaming
+    methods (StreamRunSession, BidiRunSession: MCP answers one result per call)."""
     specs = tool_specs()
     assert all(spec.rpc in RPCS for spec in specs.values())
     emulator_service = "/ces_eval.emulator.v1.EmulatorService/"
+    methods = schema.methods()
+
+    def streams(path: str) -> bool:
+        method = methods.get(path)
+        return method is not None and (method.client_streaming or method.server_streaming)
+
     assert {spec.rpc for spec in specs.values()} == {
-        path for path in RPCS if not path.startswith(emulator_service)
+        path for path in RPCS if not path.startswith(emulator_service) and not streams(path)
     }
-    # Every official method (EvaluationService's and the mixins') is a tool.
-    assert {m.path for m in schema.official_routes().methods} <= {s.rpc for s in specs.values()}
+    assert "run_session" in specs and "stream_run_session" not in specs
+    # Every official unary method (EvaluationService's and the mixins') is a tool.
+    official = {m.path for m in schema.official_routes().methods}
+    assert {path for path in official if not streams(path)} <= {s.rpc for s in specs.values()}
     run_evaluation = "/google.cloud.ces.v1beta.EvaluationService/RunEvaluation"
     assert specs["run_evaluation"].rpc == run_evaluation
     assert "reset_project" not in specs

@@ -87,6 +87,12 @@ def test_a_seed_is_imported_once_and_read_again_harmlessly(tmp_path: Path) -> No
         try:
             with httpx.Client(base_url=served.http_base, timeout=30) as http:
                 assert _stored(http) == expected, start
+                # The apps its names name exist from the seed on, as after any other write.
+                for app in (ORDERS, REFUNDS):
+                    location = app.rsplit("/apps/", 1)[0]
+                    listed = http.get(f"/v1beta/{location}/apps").json()
+                    assert [found["name"] for found in listed["apps"]] == [app]
+                assert http.get(f"/v1beta/{ORDERS}").json()["displayName"] == "orders"
                 if start == 1:  # what the team changed since is kept at the next start
                     changed = http.patch(
                         f"/v1beta/{ORDERS}/evaluations/cancel",

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import base64
 import os
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
-import pytest
 
 from ces_eval.contract.limits import MAX_REPEATED
 from ces_eval.surfaces.web_ui import CONTENT_SECURITY_POLICY, OUTCOMES_PER_PAGE
@@ -27,8 +25,6 @@ from tests.support.stall import probing
 from tests.support.tokens import ALICE, READER, guarded_server
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from playwright.sync_api import Browser, ConsoleMessage, Page, Response
 
     from ces_eval.testing.server import RunningServer
@@ -37,27 +33,6 @@ REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "build" / "test-artifacts" / "web-ui"
 APP = "projects/web/locations/us-central1/apps/orders"
 RUNS = 3
-
-
-def _chromium() -> str:
-    done = subprocess.run(
-        [str(REPO / "tools" / "chromium.sh"), "path"], capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        pytest.fail(f"no Chromium for the browser tests: {done.stderr.strip()}")
-    return done.stdout.strip()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    from playwright.sync_api import sync_playwright  # noqa: PLC0415 - only these tests need it
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=_chromium(), headless=True)
-        try:
-            yield launched
-        finally:
-            launched.close()
 
 
 def _golden(display_name: str, order: int) -> dict[str, Any]:
@@ -185,16 +160,20 @@ def test_the_pages_show_the_seeded_app_from_apps_to_turns(browser: Browser, tmp_
         _shot(page, "3-run")
 
         page.click("#results tr:has-text('FAIL') a >> nth=0")
-        expected = page.locator("pre.expected").inner_text()
-        observed = page.locator("pre.observed").inner_text()
-        assert '"order": 7' in expected and '"order": 8' in observed
+        # The conversation: the user's words, then the tool call with its arguments unfolded
+        # where they differ, each changed line marked (report/render.py).
+        assert page.locator(".msg.user").inner_text().endswith("Where is order 7?")
+        assert page.locator(".expected del").inner_text() == '  "order": 7.0'
+        assert page.locator(".observed ins").inner_text() == '  "order": 8.0'
         _shot(page, "4-result")
+        page.click("#crumbs >> text=App orders")  # the way back from a result
+        assert page.url == f"{server.http_base}/ui/{APP}"
 
         page.goto(f"{server.http_base}/ui/{seeded['refund']['name']}")
-        chart = page.locator("img#pass-rate")  # the SVG as a data: image (the policy's img-src)
+        chart = page.locator("img#pass-rate-chart")  # the SVG as a data: image (img-src data:)
         source = chart.get_attribute("src") or ""
         assert source.startswith("data:image/svg+xml;base64,")
-        assert "Pass rate over runs" in base64.b64decode(source.split(",", 1)[1]).decode()
+        assert "Pass rate by day" in base64.b64decode(source.split(",", 1)[1]).decode()
         assert chart.evaluate("image => image.complete && image.naturalWidth") == 720
         assert len(page.locator("#results tr").all_inner_texts()) == RUNS + 1
         _shot(page, "5-evaluation")
@@ -209,6 +188,96 @@ def test_the_pages_show_the_seeded_app_from_apps_to_turns(browser: Browser, tmp_
             page.screenshot(path=str(REPO / "docs" / "web-ui.png"))
     finally:
         server.kill()
+
+
+PHONE = {"width": 375, "height": 800}
+
+
+def test_the_pages_fit_a_phone_and_fetch_nothing_from_elsewhere(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """Every page but a result's (the same app, a fourth run in which Status of 42 errors): at
+    375 px nothing is wider than the screen (tables scroll in their box), and no page asks
+    for anything but its own URL. The comparison and the app page are screenshotted wide."""
+    server = start_server(tmp_path / "phone.db")
+    try:
+        seeded = _seed(server)
+        admin = Emulator(server.http_base)
+        admin.create_outcome_rule(APP, {"evaluation": seeded["status"]["name"], "outcome": "ERROR"})
+        names = [seeded["status"]["name"], seeded["refund"]["name"]]
+        operation = httpx.post(
+            f"{server.http_base}/v1beta/{APP}:runEvaluation",
+            json={"evaluations": names, "displayName": "After the change"},
+            timeout=30,
+        )
+        last = admin.wait(operation.json())["response"]["evaluationRun"]
+        before = seeded["runs"][-1].rsplit("/", 1)[1]
+        compared = f"{APP}/compare?a={before}&b={last.rsplit('/', 1)[1]}"
+        paths = [
+            "",
+            APP,
+            f"{APP}/evaluations?q=Status",
+            f"{APP}/evaluationRuns?state=COMPLETED",
+            compared,
+            seeded["status"]["name"],
+            last,
+        ]
+        context = browser.new_context(viewport=PHONE)
+        requested: list[str] = []
+        context.on("request", lambda request: requested.append(request.url))
+        page = context.new_page()
+        violations = _watched(page)
+        for path in paths:
+            answer = page.goto(f"{server.http_base}/ui/{path}".rstrip("/"))
+            assert answer is not None and answer.status == 200, path
+            wide = page.evaluate("document.documentElement.scrollWidth")
+            assert wide <= PHONE["width"], (path, wide)
+        _shot(page, "7-phone-last-run")
+        page.goto(f"{server.http_base}/ui/{compared}")
+        assert page.locator("#table-NEWLY_FAILING tr").all_inner_texts()[1:] == [
+            "Status of 42\tPASSED\tERROR"
+        ]
+        _shot(page, "8-phone-compare")
+        page.set_viewport_size({"width": 1100, "height": 800})
+        _shot(page, "9-compare")
+        page.goto(f"{server.http_base}/ui/{APP}")
+        evaluations = page.locator("#evaluations tr").all_inner_texts()
+        assert "ERROR" in evaluations[2]  # Status of 42: its last run errored
+        _shot(page, "10-app")
+        elsewhere = [url for url in requested if not url.startswith(server.http_base + "/ui")]
+        assert elsewhere == [] and violations == []
+        context.close()
+        _follows_a_running_run(browser, server, seeded["refund"]["name"])
+    finally:
+        server.kill()
+
+
+def _follows_a_running_run(browser: Browser, server: RunningServer, evaluation: str) -> None:
+    """A run held RUNNING (an outcome rule's hold): its page reloads itself, by its meta
+    refresh alone, until the run is done once the hold is released; then it stays."""
+    from playwright.sync_api import expect  # noqa: PLC0415 - only these tests need it
+
+    admin = Emulator(server.http_base)
+    rule = admin.create_outcome_rule(APP, {"evaluation": evaluation, "hold": "RUNNING"})
+    operation = httpx.post(
+        f"{server.http_base}/v1beta/{APP}:runEvaluation",
+        json={"evaluations": [evaluation]},
+        timeout=30,
+    ).json()
+    run = operation["metadata"]["evaluationRun"]
+    page = browser.new_page()
+    loads: list[str] = []
+    page.on("load", lambda loaded: loads.append(loaded.url))
+    page.goto(f"{server.http_base}/ui/{run}")
+    assert page.locator("#state").inner_text() in ("QUEUED", "RUNNING")
+    assert page.locator("meta[http-equiv=refresh]").get_attribute("content") == "5"
+    admin.release_outcome_rule(rule["name"])
+    admin.wait(operation)
+    expect(page.locator("#state")).to_have_text("COMPLETED", timeout=30_000)
+    assert len(loads) >= 2  # the page reloaded itself; no one asked it to
+    assert page.locator("meta[http-equiv=refresh]").count() == 0
+    assert page.locator("#live").count() == 0
+    page.close()
 
 
 def test_the_view_takes_the_apis_tokens_and_projects(browser: Browser, tmp_path: Path) -> None:
@@ -293,7 +362,7 @@ def test_the_largest_result_is_paged_and_no_page_holds_the_server(
         page = browser.new_page(viewport={"width": 1100, "height": 800})
         violations = _watched(page)
         page.goto(f"{url}?access_token={READER}")
-        assert page.locator("pre.expected").count() == OUTCOMES_PER_PAGE
+        assert page.locator(".msg.agent").count() == OUTCOMES_PER_PAGE
         assert page.locator(".where >> nth=0").inner_text() == (
             f"Page 1 of {pages} · outcomes 1–{OUTCOMES_PER_PAGE} of {TURNS * OUTCOMES}"
         )

@@ -26,8 +26,8 @@ Facts come from the client's runtime objects, not from its text or a list kept h
 from __future__ import annotations
 
 import ast
-import collections.abc
 import base64
+import collections.abc
 import importlib
 import inspect
 import json
@@ -109,7 +109,6 @@ LRO_TYPES = {
 }
 
 
-
 def _message_descriptor(cls: Any) -> Any:
     return cls.pb().DESCRIPTOR if hasattr(cls, "pb") else cls.DESCRIPTOR
 
@@ -132,7 +131,7 @@ def _files(roots: list[Any]) -> descriptor_pb2.FileDescriptorSet:
     return out
 
 
-def _streamed(hint: Any) -> Any | None:  # noqa: ANN401 - a typing form
+def _streamed(hint: Any) -> Any | None:
     """X of ``Iterable[X]`` or ``Iterator[X]`` (a stream of messages), else None."""
     origin = typing.get_origin(hint)
     if origin in (collections.abc.Iterable, collections.abc.Iterator):

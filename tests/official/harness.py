@@ -17,7 +17,9 @@ evaluation from here.
 
 from __future__ import annotations
 
+import importlib
 import json
+import re
 import sys
 import urllib.request
 from collections.abc import Callable
@@ -28,9 +30,6 @@ import grpc
 from google.api_core import exceptions
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import ces_v1beta
-from google.cloud.ces_v1beta.services.agent_service.transports import grpc as agent_grpc
-from google.cloud.ces_v1beta.services.evaluation_service.transports import grpc as grpc_transport
-from google.cloud.ces_v1beta.services.tool_service.transports import grpc as tool_grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, json_format, message_factory
 from google.rpc import error_details_pb2
 
@@ -118,15 +117,12 @@ def refused(call: Callable[[], object], kind: type[Exception]) -> dict[str, Any]
     raise AssertionError(f"expected {kind.__name__}")
 
 
-# The official clients of the services ces-eval serves: the client class and its gRPC transport.
-CLIENTS: dict[str, tuple[Any, Any]] = {
-    "EvaluationService": (
-        ces_v1beta.EvaluationServiceClient,
-        grpc_transport.EvaluationServiceGrpcTransport,
-    ),
-    "AgentService": (ces_v1beta.AgentServiceClient, agent_grpc.AgentServiceGrpcTransport),
-    "ToolService": (ces_v1beta.ToolServiceClient, tool_grpc.ToolServiceGrpcTransport),
-}
+def _classes(service: str) -> tuple[Any, Any]:
+    """The official client class of ``service`` (``AgentService``) and its gRPC transport."""
+    client_class = getattr(ces_v1beta, f"{service}Client")
+    package = re.sub(r"(?<!^)(?=[A-Z])", "_", service).lower()
+    transports = importlib.import_module(f"google.cloud.ces_v1beta.services.{package}.transports")
+    return client_class, getattr(transports, f"{service}GrpcTransport")
 
 
 def official_client(
@@ -138,7 +134,7 @@ def official_client(
     """The official client of ``service`` of one server: over ``channel`` (an insecure one to
     ``target`` when not given, default options) for ``grpc``, over its REST binding with
     anonymous credentials for ``rest``."""
-    client_class, grpc_class = CLIENTS[service]
+    client_class, grpc_class = _classes(service)
     if transport == "grpc":
         return client_class(transport=grpc_class(channel=channel or grpc.insecure_channel(target)))
     return client_class(

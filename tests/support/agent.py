@@ -2,16 +2,17 @@
 server in a thread of the test process speaking CES's session JSON (RunSessionRequest in,
 RunSessionResponse out), with a deterministic bug and paths that misbehave.
 
-``POST /agent``: a weather agent. A user text naming a city ("weather in Paris") asks for
-the tool ``get_weather`` of the session's app with ``{"city": CITY}``; the tool's response is
+``POST /agent``: a weather agent. A user text naming a city ("weather in Paris") asks for the
+tool ``get_weather`` of the session's app with ``{"city": CITY}``; the tool's response is
 answered "It is {temperature} degrees in {city}." The bug: for Berlin it also sends ``"units":
-"fahrenheit"``. A text without a city is answered "Hello! Ask me about the weather." Each
-request is recorded (path, session, whether it had context, its Authorization header, its
-inputs, and a simulator's or judge's execution mode and conversation). An event (a scenario the
-agent starts) is answered with that greeting too. Each ``/agent`` call waits :attr:`Agent.delay`
-seconds first (0: none), or :attr:`Agent.slow` when a user text says "wait", and the agent counts
-the most calls it answered at once (:attr:`Agent.most_at_once`: the run's concurrency). A call
-still waiting when the agent stops answers then.
+"fahrenheit"``. A text saying "goodbye" is answered "Goodbye!" and the end of the session (an
+``endSession`` output). A text without a city is answered "Hello! Ask me about the weather."
+Each request is recorded (path, session, whether it had context, its whole config, its
+Authorization header, its inputs, and a simulator's or judge's execution mode and conversation).
+An event (a scenario the agent starts) is answered with that greeting too. Each ``/agent`` call
+waits :attr:`Agent.delay` seconds first (0: none), or :attr:`Agent.slow` when a user text says
+"wait", and the agent counts the most calls it answered at once (:attr:`Agent.most_at_once`: the
+run's concurrency). A call still waiting when the agent stops answers then.
 
 ``/judge`` is a judge and ``/simulator`` a user simulator (docs/agents.md), both
 deterministic; ``/judge-wrong`` a judge answering a similarity out of range. ``/slow`` answers
@@ -116,6 +117,8 @@ def _outputs(session: str, inputs: list[dict[str, Any]]) -> list[dict[str, Any]]
             trace = {"rootSpan": {"name": "turn", "childSpans": [span]}}
             return [{"text": text, "turnCompleted": True, "diagnosticInfo": trace}]
         text = given.get("text", "")
+        if "goodbye" in text.lower():
+            return [{"text": "Goodbye!"}, {"endSession": {}, "turnCompleted": True}]
         found = _CITY.search(text)
         if found is not None:
             args: dict[str, Any] = {"city": found.group(1)}
@@ -265,6 +268,7 @@ def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
                     "path": self.path,
                     "session": config.get("session", ""),
                     "context": len(config.get("historicalContexts", [])),
+                    "config": config,
                     "authorization": self.headers.get("Authorization", ""),
                     "inputs": request.get("inputs", []),
                     "executionMode": request.get("executionMode"),

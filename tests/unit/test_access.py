@@ -206,8 +206,11 @@ def test_every_method_addresses_resources_and_only_get_bindings_are_reads() -> N
         assert needs.fields, name
         rule = schema.http_rule(method)
         verb = rule.WhichOneof("pattern") if rule is not None else None
-        assert needs.write == (verb not in {None, "get"}), name
+        # A method without a binding reads, unless its client streams (BidiRunSession, which
+        # records its conversation).
+        assert needs.write == (verb not in {None, "get"} or method.client_streaming), name
     assert method_access(METHODS["UpdateEvaluation"]).fields == (("evaluation", "name"),)
+    assert method_access(METHODS["BidiRunSession"]).fields == (("config", "session"),)
     assert method_access(METHODS["WaitOperation"]).fields == (("name",),)
 
 

@@ -50,6 +50,8 @@ def test_the_tree_keeps_every_import_contract() -> None:
         ("core/io/objects.py", "import ces_eval.core.exchange.errors", "core.io implements"),
         ("options.py", "import ces_eval.core.aip.names", "boundary helpers import no"),
         ("config.py", "import ces_eval.server", "program -> surfaces -> core"),
+        ("report/render.py", "import ces_eval.transcoding.printer", "ces_eval.report works on"),
+        ("gate/_client.py", "import ces_eval.core.service", "ces_eval.gate is a REST client"),
     ],
 )
 def test_an_import_that_climbs_a_layer_breaks_its_contract(

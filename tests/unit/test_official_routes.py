@@ -27,11 +27,11 @@ from typing import Any
 import httpx
 import pytest
 
-from ces_eval.access import Handler, Tokens, authorized
+from ces_eval.access import Handler, Tokens, authorized, authorized_streams
 from ces_eval.contract import openapi, schema
 from ces_eval.contract.limits import MAX_REQUEST_BYTES
 from ces_eval.core.aip import pages
-from ces_eval.core.service import RPCS, Core, handlers
+from ces_eval.core.service import RPCS, Core, handlers, stream_handlers
 from ces_eval.storage.sqlite import SqliteStorage
 from ces_eval.surfaces.boundary import Boundary
 from ces_eval.surfaces.http_app import BodyLimit
@@ -134,11 +134,13 @@ async def rest_client(
         implementations: Mapping[str, Handler] = {
             path: handler for path, handler in handlers(core).items() if path != without
         }
+        streams = stream_handlers(core)
         app = BodyLimit(
             Transcoder(
                 Router(served_bindings() if without is None else bindings_without(without)),
                 implementations if tokens is None else authorized(implementations),
                 Boundary("rest", tokens=tokens),
+                streams=streams if tokens is None else authorized_streams(streams),
             )
         )
         transport = httpx.ASGITransport(app=app)
@@ -176,6 +178,17 @@ def test_loader_reads_every_official_method() -> None:
     assert len(by_service.pop(EVALUATION_SERVICE)) == 35
     assert len(by_service.pop("google.cloud.ces.v1beta.AgentService")) == 51
     assert by_service == {
+        "google.cloud.ces.v1beta.SessionService": {
+            "RunSession",
+            "StreamRunSession",
+            "BidiRunSession",
+        },
+        "google.cloud.ces.v1beta.ToolService": {
+            "ExecuteTool",
+            "RetrieveToolSchema",
+            "RetrieveTools",
+        },
+        "google.cloud.ces.v1beta.WidgetService": {"GenerateChatToken"},
         "google.cloud.location.Locations": {"GetLocation", "ListLocations"},
         "google.longrunning.Operations": {
             "GetOperation",
@@ -290,7 +303,10 @@ def test_openapi_lists_every_official_route() -> None:
         for operation in item.values()
         if isinstance(operation, dict) and "operationId" in operation
     }
-    official = {operation_id(method.path) for method in schema.official_routes().methods}
+    # BidiRunSession has no HTTP binding (gRPC only), hence no operation.
+    official = {
+        operation_id(method.path) for method in schema.official_routes().methods if method.bindings
+    }
     assert {"EvaluationService_RunEvaluation", "Locations_GetLocation"} <= official
     assert official <= operations
     assert [p for p in document["paths"] if p.endswith(":runEvaluation")]

@@ -45,6 +45,7 @@ OPERATION = LOCATION + "/operations/{operation}"
 SCHEDULED = APP + "/scheduledEvaluationRuns/{scheduledEvaluationRun}"
 CONVERSATION = APP + "/conversations/{conversation}"
 RULE = APP + "/outcomeRules/{outcomeRule}"
+SESSION = APP + "/sessions/{session}"
 
 # operationId → (HTTP method, OpenAPI path): the custom methods' written out by hand, the
 # standard methods' as AIP-127 and AIP-131..135 spell them from each resource's name pattern.
@@ -63,6 +64,9 @@ EXPECTED = {
     "EvaluationService_RunEvaluation": ("post", f"/v1beta{APP}:runEvaluation"),
     "EvaluationService_GenerateEvaluation": ("post", f"/v1beta{CONVERSATION}:generateEvaluation"),
     "AgentService_GetConversation": ("get", f"/v1beta{CONVERSATION}"),
+    "SessionService_RunSession": ("post", f"/v1beta{SESSION}:runSession"),
+    "SessionService_StreamRunSession": ("post", f"/v1beta{SESSION}:streamRunSession"),
+    "WidgetService_GenerateChatToken": ("post", f"/v1beta{SESSION}:generateChatToken"),
     "AgentService_ListConversations": ("get", f"/v1beta{APP}/conversations"),
     "AgentService_DeleteConversation": ("delete", f"/v1beta{CONVERSATION}"),
     "AgentService_BatchDeleteConversations": (
@@ -617,6 +621,17 @@ def test_payloads_validate_against_the_document(variant: int) -> None:
     assert list(results.iter_errors(json_format.MessageToDict(listing))) == []
 
 
+def test_a_streamed_method_answers_an_array_of_its_responses_or_a_last_error() -> None:
+    success = _operation("SessionService_StreamRunSession")["responses"]["200"]
+    schema = success["content"]["application/json"]["schema"]
+    assert schema["type"] == "array"
+    refs = [item["$ref"] for item in schema["items"]["anyOf"]]
+    assert refs == [f"#/components/schemas/{V1B}.RunSessionResponse", "#/components/schemas/Status"]
+    assert success["x-ces-eval-server-streaming"] is True
+    unary = _operation("SessionService_RunSession")["responses"]["200"]
+    assert "x-ces-eval-server-streaming" not in unary
+
+
 def test_operation_texts_and_tags() -> None:
     operation = _operation("EvaluationService_ListEvaluationResults")
     text = comments()[f"{V1B}.EvaluationService.ListEvaluationResults"]
@@ -632,6 +647,8 @@ def test_operation_texts_and_tags() -> None:
     assert set(tags) == {
         "EvaluationService",
         "AgentService",
+        "SessionService",
+        "WidgetService",
         "Operations",
         "Locations",
         "EmulatorService",

@@ -18,7 +18,7 @@ from google.rpc import code_pb2, error_details_pb2
 from ces_eval.contract import limits
 from ces_eval.errors import Code
 from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2 as emulator_pb2
-from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
+from ces_eval.generated.google.cloud.ces.v1beta import evaluation_config_pb2, evaluation_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import evaluation_service_pb2 as service_pb2
 from tests.unit.test_core import APP, Harness
 
@@ -414,3 +414,34 @@ def test_a_stopping_server_ends_the_runs_waiting_for_a_slot_in_error(core: Harne
     states = [Run.EvaluationRunState.Name(r.state) for r in runs]
     assert states == ["ERROR"] * len(started), states
     assert all("shut down" in r.error_info.error_message for r in runs)
+
+
+def test_an_error_rule_gives_its_error_info_and_the_default_fills_what_it_leaves_unset(
+    core: Harness,
+) -> None:
+    """The rule's error is its input (the emulator keeps it, though CES marks the fields of
+    EvaluationErrorInfo output-only); unset, a RUNTIME_FAILURE naming the rule."""
+    ErrorInfo = evaluation_config_pb2.EvaluationErrorInfo
+    told = _golden(core, "Told")
+    given = ErrorInfo(error_type=ErrorInfo.USER_SIMULATION_FAILURE, error_message="Scripted boom.")
+    rule = _rule(core, outcome=Rule.ERROR, evaluation=told.name, error_info=given)
+    assert rule.error_info == given
+    only_message = _golden(core, "Only a message")
+    _rule(
+        core,
+        outcome=Rule.ERROR,
+        evaluation=only_message.name,
+        error_info=ErrorInfo(error_message="Just this."),
+    )
+    silent = _golden(core, "Silent")
+    default = _rule(core, outcome=Rule.ERROR, evaluation=silent.name)
+    _, results = _completed(core, evaluations=[told.name, only_message.name, silent.name])
+    errors = {result.name.split("/results/")[0]: result.error_info for result in results}
+    assert errors[told.name] == given
+    assert errors[only_message.name] == ErrorInfo(
+        error_type=ErrorInfo.RUNTIME_FAILURE, error_message="Just this."
+    )
+    assert errors[silent.name] == ErrorInfo(
+        error_type=ErrorInfo.RUNTIME_FAILURE,
+        error_message=f"Scripted error (outcome rule {default.name}).",
+    )

@@ -28,6 +28,7 @@ def test_the_helpers_load_no_generated_module_and_no_server() -> None:
     assert json.loads(done.stdout) == [
         "ces_eval.testing",
         "ces_eval.testing.emulator",
+        "ces_eval.testing.exec",  # the plugin reads the variables exec sets
         "ces_eval.testing.plugin",
         "ces_eval.testing.server",
     ]

@@ -5,6 +5,8 @@ are parsed, each page holds OUTCOMES_PER_PAGE entries, long blocks are cut."""
 
 from __future__ import annotations
 
+import base64
+import datetime
 import re
 import sys
 from typing import Any
@@ -16,17 +18,32 @@ from ces_eval.generated.google.cloud.ces.v1beta import evaluation_pb2
 from ces_eval.surfaces import web_ui
 
 
-def test_the_pass_rate_chart_is_a_plain_svg() -> None:
-    svg = web_ui._pass_rate_chart([("run-1", 0.5), ("run-2", 1.0)])
+def test_the_pass_rate_chart_is_a_plain_svg_over_days() -> None:
+    days = [datetime.date(2026, 12, 1), datetime.date(2026, 12, 2), datetime.date(2026, 12, 7)]
+    svg = web_ui._pass_rate_chart([(day, 0.5) for day in days], "Pass rate by day (%)")
     assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
     assert "<script" not in svg
     assert not re.search(r"""(href|src)=["']?(https?:)?//|@import|url\(\s*["']?(https?:)?//""", svg)
-    assert "run-1" in svg and "Pass rate over runs" in svg
-    assert web_ui._pass_rate_chart([]) == ""
+    assert all(day.isoformat() in svg for day in days) and "Pass rate by day" in svg
+    # The axis is time: five days lie between the last two dots, one between the first two.
+    dots = [float(x) for x in re.findall(r'<circle cx="([0-9.]+)"', svg)]
+    assert len(dots) == 3
+    assert dots[2] - dots[1] == pytest.approx(5 * (dots[1] - dots[0]))
+    one = web_ui._pass_rate_chart([(days[2], 0.25)], "t")
+    assert "2026-12-06" in one and "2026-12-08" in one  # a lone day stands between two
+    assert web_ui._pass_rate_chart([], "t") == ""
+
+
+def test_a_chart_sums_by_day_errors_counting_against() -> None:
+    day = datetime.date(2026, 12, 7)
+    encoded = web_ui._chart([(day, 1, 2), (day, 0, 2), (day + datetime.timedelta(1), 3, 3)], "t")
+    values = re.findall(r'<desc class="value">([^<]*)</desc>', base64.b64decode(encoded).decode())
+    assert values == ["2026-12-07: 25", "2026-12-08: 100"]  # 1 of 4, then 3 of 3
+    assert web_ui._chart([(day, 0, 0)], "t") == ""
 
 
 def test_no_finder_without_find_spec_is_left_behind() -> None:
-    web_ui._pass_rate_chart([("run", 1.0)])
+    web_ui._pass_rate_chart([(datetime.date(2026, 12, 7), 1.0)], "t")
     assert all(hasattr(finder, "find_spec") for finder in sys.meta_path)
 
 
@@ -67,8 +84,12 @@ def test_a_result_page_holds_its_share_of_outcomes_each_cut() -> None:
     ]
     last = web_ui._result_page(data, 3)
     assert [(t["index"], t["first"], t["last"]) for t in last["turns"]] == [(3, 60, 80)]
-    shown = last["turns"][0]["outcomes"][-1]["expected"]
-    assert shown.startswith('{\n  "note": "turn 2 outcome 79 x') and "more characters)" in shown
+    shown = last["turns"][0]["outcomes"][-1]["note"]
+    assert shown.startswith("turn 2 outcome 79 x") and shown.endswith("more characters)")
+    assert len(shown) < web_ui._SHOWN_CHARS + 100
+    # The page's part of a turn is said in its heading; its outcomes are the rendered ones.
+    assert last["result"]["turns"][0]["part"] == "outcomes 60\N{EN DASH}80 of 80"
+    assert last["rendered"].count('class="msg agent') == 21
     with pytest.raises(ServiceError) as beyond:
         web_ui._result_page(data, 4)
     assert beyond.value.code.name == "NOT_FOUND"

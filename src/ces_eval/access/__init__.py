@@ -18,10 +18,12 @@ from ces_eval.access.authorization import (
     addressed,
     authorize,
     authorized,
+    authorized_bidi,
+    authorized_streams,
     method_access,
     project_of,
 )
-from ces_eval.access.caller import DEFAULT_USER, Caller, Handler
+from ces_eval.access.caller import DEFAULT_USER, BidiHandler, Caller, Handler, StreamHandler
 from ces_eval.access.tokens import (
     ALL_PROJECTS,
     MIN_TOKEN_LENGTH,
@@ -35,6 +37,7 @@ __all__ = [
     "ALL_PROJECTS",
     "DEFAULT_USER",
     "MIN_TOKEN_LENGTH",
+    "BidiHandler",
     "Caller",
     "Fields",
     "Handler",
@@ -42,12 +45,15 @@ __all__ = [
     "MessageFields",
     "MethodAccess",
     "Principal",
+    "StreamHandler",
     "TokenFileError",
     "Tokens",
     "VariableFields",
     "addressed",
     "authorize",
     "authorized",
+    "authorized_bidi",
+    "authorized_streams",
     "bearer",
     "identify",
     "method_access",

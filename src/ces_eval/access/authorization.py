@@ -8,8 +8,14 @@ or not, so a foreign token learns nothing.
 Which fields address resources, and whether a method writes, is read from the descriptors: the
 variables of the method's ``google.api.http`` templates (``{parent=projects/*/…}``,
 ``{evaluation.name=…}``, parsed by :mod:`ces_eval.contract.templates`, the one template
-grammar), or its ``name``/``parent`` field when it has no HTTP binding (WaitOperation); a method
-is read-only exactly when it is bound to GET or has no binding.
+grammar), or its ``name``/``parent`` field when it has no HTTP binding (WaitOperation), or else
+the required resource references of its request's message fields (BidiRunSession, gRPC only:
+``config.session`` of its first message, which :func:`authorized_bidi` authorizes before any
+other is read); a method is read-only exactly when it is bound to GET, or has no binding and
+takes no stream from the client.
+
+A chat token's principal (GenerateChatToken, :mod:`ces_eval.access.chat_tokens`) reaches the
+session methods of its one session and nothing else.
 
 There is one extractor (:func:`addressed`), reading those fields through one path abstraction,
 :class:`Fields`, wherever the values are: in a decoded request message (the core, for every
@@ -20,11 +26,12 @@ arguments (before they are validated).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any, Protocol
 
+from google.api import field_behavior_pb2, resource_pb2
 from google.protobuf.message import Message
 
 from ces_eval.access.tokens import ALL_PROJECTS
@@ -35,7 +42,7 @@ from ces_eval.errors import Code, ServiceError
 if TYPE_CHECKING:
     from google.protobuf import descriptor
 
-    from ces_eval.access.caller import Caller, Handler
+    from ces_eval.access.caller import BidiHandler, Caller, Handler, StreamHandler
     from ces_eval.access.tokens import Principal
     from ces_eval.contract.encoded import Response
 
@@ -49,6 +56,8 @@ __all__ = [
     "addressed",
     "authorize",
     "authorized",
+    "authorized_bidi",
+    "authorized_streams",
     "method_access",
     "project_of",
 ]
@@ -56,6 +65,8 @@ __all__ = [
 FieldPath = tuple[str, ...]
 _PROJECT = re.compile(r"projects/([^/]+)(?:/|$)")
 _SHOWN = 512  # characters of a refused resource name quoted back
+# The service whose methods a chat token's principal may call (for its own session).
+SESSION_SERVICE = "google.cloud.ces.v1beta.SessionService"
 
 
 class Fields(Protocol):
@@ -130,8 +141,27 @@ def method_access(method: descriptor.MethodDescriptor) -> MethodAccess:
         for candidate in ("name", "parent"):
             if candidate in method.input_type.fields_by_name:
                 paths[(candidate,)] = None
-    write = any(binding.verb != "GET" for binding in bindings)
+    if not paths:
+        paths = dict.fromkeys(_referenced(method.input_type))
+    write = any(binding.verb != "GET" for binding in bindings) or method.client_streaming
     return MethodAccess(tuple(paths), write)
+
+
+def _referenced(message: descriptor.Descriptor) -> list[FieldPath]:
+    """The required resource references of ``message``'s message fields
+    (BidiSessionClientMessage: ``config.session``)."""
+    found: list[FieldPath] = []
+    for outer in message.fields:
+        if outer.message_type is None:
+            continue
+        for inner in outer.message_type.fields:
+            options = inner.GetOptions()
+            required = (
+                field_behavior_pb2.REQUIRED in options.Extensions[field_behavior_pb2.field_behavior]
+            )
+            if required and options.HasExtension(resource_pb2.resource_reference):
+                found.append((outer.name, inner.name))
+    return found
 
 
 def _fields(source: Message | Fields) -> Fields:
@@ -159,6 +189,9 @@ def authorize(
     (unless the principal reaches every project with that access, when validation answers), so
     a restricted token gets the same answer for every resource outside its projects."""
     write = method_access(method).write
+    if principal.session:
+        _authorize_session(principal, method, source)
+        return
     for resource in addressed(method, source):
         project = project_of(resource)
         if project is None:
@@ -169,20 +202,92 @@ def authorize(
             raise _denied(method, resource)
 
 
+def _authorize_session(
+    principal: Principal, method: descriptor.MethodDescriptor, source: Message | Fields
+) -> None:
+    """A chat token's principal: the session methods of its session alone."""
+    resources = addressed(method, source)
+    if method.containing_service.full_name != SESSION_SERVICE or not resources:
+        raise _denied(method, resources[0] if resources else "")
+    for resource in resources:
+        if resource != principal.session:
+            raise _denied(method, resource)
+
+
+def _principal(caller: Caller) -> Principal:
+    if caller.principal is None:
+        # The boundary authenticates first; reaching here without a principal is a wiring
+        # fault, and it must fail closed.
+        raise ServiceError(
+            Code.UNAUTHENTICATED, "The request has no credentials.", "CREDENTIALS_MISSING"
+        )
+    return caller.principal
+
+
 def _authorized(method: descriptor.MethodDescriptor, implementation: Handler) -> Handler:
     """``implementation`` behind :func:`authorize`: the first thing it does for every call."""
 
     async def call(request: Message, caller: Caller) -> Response:
-        if caller.principal is None:
-            # The boundary authenticates first; reaching here without a principal is a wiring
-            # fault, and it must fail closed.
-            raise ServiceError(
-                Code.UNAUTHENTICATED, "The request has no credentials.", "CREDENTIALS_MISSING"
-            )
-        authorize(caller.principal, method, request)
+        authorize(_principal(caller), method, request)
         return await implementation(request, caller)
 
     return call
+
+
+def _authorized_stream(
+    method: descriptor.MethodDescriptor, implementation: StreamHandler
+) -> StreamHandler:
+    """A server-streaming ``implementation`` behind :func:`authorize`, before its first
+    response."""
+
+    async def call(request: Message, caller: Caller) -> AsyncIterator[Response]:
+        authorize(_principal(caller), method, request)
+        async for response in implementation(request, caller):
+            yield response
+
+    return call
+
+
+def _authorized_bidi(
+    method: descriptor.MethodDescriptor, implementation: BidiHandler
+) -> BidiHandler:
+    """A bidirectional ``implementation`` behind :func:`authorize` of the client's first
+    message (the resource fields are read there: :func:`method_access`), before the
+    implementation reads anything."""
+
+    async def call(requests: AsyncIterator[Message], caller: Caller) -> AsyncIterator[Response]:
+        principal = _principal(caller)
+        first = await anext(requests, None)
+        if first is None:
+            return
+        authorize(principal, method, first)
+
+        async def again() -> AsyncIterator[Message]:
+            yield first
+            async for request in requests:
+                yield request
+
+        async for response in implementation(again(), caller):
+            yield response
+
+    return call
+
+
+def authorized_streams(implementations: Mapping[str, StreamHandler]) -> dict[str, StreamHandler]:
+    """:func:`authorized` for server-streaming methods."""
+    methods = schema.methods()
+    return {
+        path: _authorized_stream(methods[path], handler)
+        for path, handler in implementations.items()
+    }
+
+
+def authorized_bidi(implementations: Mapping[str, BidiHandler]) -> dict[str, BidiHandler]:
+    """:func:`authorized` for bidirectional methods."""
+    methods = schema.methods()
+    return {
+        path: _authorized_bidi(methods[path], handler) for path, handler in implementations.items()
+    }
 
 
 def authorized(implementations: Mapping[str, Handler]) -> dict[str, Handler]:

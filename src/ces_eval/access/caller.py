@@ -8,7 +8,7 @@ last_updated_by) and never looks at credentials. Authorization wraps the core's 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ces_eval.access.tokens import Principal
     from ces_eval.contract.encoded import Response
 
-__all__ = ["DEFAULT_USER", "Caller", "Handler"]
+__all__ = ["DEFAULT_USER", "BidiHandler", "Caller", "Handler", "StreamHandler"]
 
 DEFAULT_USER = "local-user@ces-eval.localhost"
 
@@ -37,3 +37,8 @@ class Caller:
 # or one held as its wire bytes: ces_eval.contract.encoded), or a ServiceError raised. What the
 # surfaces dispatch to (ces_eval.core.service.handlers).
 Handler = Callable[["Message", Caller], Awaitable["Response"]]
+# A server-streaming RPC bound to a core: the request in, its responses out as they come (a
+# ServiceError raised ends the stream with that status).
+StreamHandler = Callable[["Message", Caller], AsyncIterator["Response"]]
+# A bidirectional RPC bound to a core: the client's messages in as they come, responses out.
+BidiHandler = Callable[[AsyncIterator["Message"], Caller], AsyncIterator["Response"]]

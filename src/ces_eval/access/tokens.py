@@ -20,6 +20,8 @@ from ces_eval.errors import Code, ServiceError
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from ces_eval.access.chat_tokens import ChatTokens
+
 __all__ = [
     "ALL_PROJECTS",
     "MIN_TOKEN_LENGTH",
@@ -44,11 +46,15 @@ class TokenFileError(ValueError):
 @dataclass(frozen=True)
 class Principal:
     """An authenticated caller: its name (recorded as created_by / last_updated_by), the
-    projects it may reach and whether it may write."""
+    projects it may reach and whether it may write; ``session``: for a chat token's principal
+    (:mod:`ces_eval.access.chat_tokens`), the one session whose session methods it may call
+    (and nothing else), and ``deployment`` the deployment it was issued for."""
 
     name: str
     projects: frozenset[str]
     writable: bool
+    session: str = ""
+    deployment: str = ""
 
     def may(self, project: str, *, write: bool) -> bool:
         if write and not self.writable:
@@ -77,6 +83,9 @@ class Tokens:
 
     def __init__(self, principals: dict[str, Principal]) -> None:
         self._by_digest = principals
+        # The server's chat tokens (GenerateChatToken), set once the database's secret is
+        # known (ces_eval.server): a bearer token of that form is checked there.
+        self.chat: ChatTokens | None = None
 
     def __len__(self) -> int:
         return len(self._by_digest)
@@ -131,6 +140,8 @@ class Tokens:
         as RFC 6750 distinguishes them)."""
         if credential is not None:
             principal = self._by_digest.get(_digest(credential))
+            if principal is None and self.chat is not None:
+                principal = self.chat.principal(credential)
             if principal is not None:
                 return principal
         if not presented:

@@ -67,6 +67,7 @@ __all__ = [
     "MAX_VIOLATIONS",
     "SEED_COUNTS",
     "SEED_LENGTHS",
+    "STREAM_IDLE_SECONDS",
     "Count",
     "CountPlan",
     "FieldRules",
@@ -168,6 +169,10 @@ MAX_RECORDINGS_FILE_BYTES = 64 * 1024 * 1024
 # What ExecuteTool reads of an OpenAPI tool's answer, and of a tool's code's answer (docs/tools.md):
 # its response then fits a client's 4 MiB receive limit with room to spare.
 MAX_TOOL_ANSWER_BYTES = 1024 * 1024
+# Seconds a bidirectional stream (BidiRunSession) may wait for its client's next message: then
+# it is told go_away and closed, as on the server's drain, so that idle streams cannot hold the
+# surface's in-flight slots (docs/sessions.md, "Streams").
+STREAM_IDLE_SECONDS = 600.0
 
 # -- work on the event loop (ces_eval.offload) ---------------------------------------------------
 

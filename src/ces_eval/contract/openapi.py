@@ -233,6 +233,18 @@ def _responses(builder: SchemaBuilder, method: descriptor.MethodDescriptor) -> J
         "description": description,
         "content": {"application/json": {"schema": builder.ref(output, View.OUTPUT)}},
     }
+    if method.server_streaming:
+        # Google's REST streaming: one JSON array written element by element as the responses
+        # come; an error after the first is the array's last element, in the error envelope
+        # (ces_eval.surfaces.rest).
+        item = {"anyOf": [builder.ref(output, View.OUTPUT), {"$ref": SCHEMAS + _ERROR}]}
+        success["description"] = (
+            f"Success: a JSON array of `{output.full_name}`, streamed element by element as "
+            "the responses come. An error after the first response ends the array as its last "
+            "element, in Google's error envelope."
+        )
+        success["content"] = {"application/json": {"schema": {"type": "array", "items": item}}}
+        success["x-ces-eval-server-streaming"] = True
     info = method.GetOptions().Extensions[operations_proto_pb2.operation_info]
     if info.response_type or info.metadata_type:
         response = _resolve(method, info.response_type or "google.protobuf.Empty")

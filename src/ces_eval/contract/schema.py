@@ -21,7 +21,9 @@ from ces_eval.generated.ces_eval.emulator.v1 import emulator_service_pb2
 from ces_eval.generated.google.cloud.ces.v1beta import (
     agent_service_pb2,
     evaluation_service_pb2,
+    session_service_pb2,
     tool_service_pb2,
+    widget_service_pb2,
 )
 
 if TYPE_CHECKING:
@@ -107,12 +109,15 @@ _MIXIN_RULES = {
 
 @cache
 def services() -> tuple[descriptor.ServiceDescriptor, ...]:
-    """The services this server implements: the public EvaluationService and AgentService, the
-    Operations service of their long-running methods, the Locations mixin, and our emulator."""
+    """The services this server implements: the public EvaluationService, AgentService,
+    SessionService and WidgetService, the Operations service of their long-running methods, the
+    Locations mixin, and our emulator."""
     return (
         evaluation_service_pb2.DESCRIPTOR.services_by_name["EvaluationService"],
         agent_service_pb2.DESCRIPTOR.services_by_name["AgentService"],
         tool_service_pb2.DESCRIPTOR.services_by_name["ToolService"],
+        session_service_pb2.DESCRIPTOR.services_by_name["SessionService"],
+        widget_service_pb2.DESCRIPTOR.services_by_name["WidgetService"],
         operations_proto_pb2.DESCRIPTOR.services_by_name["Operations"],
         locations_pb2.DESCRIPTOR.services_by_name["Locations"],
         emulator_service_pb2.DESCRIPTOR.services_by_name["EmulatorService"],

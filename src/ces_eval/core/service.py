@@ -12,15 +12,16 @@ here knows about transports: the surfaces find the implementations through the s
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ces_eval.contract import schema
 from ces_eval.contract.encoded import message_of
 from ces_eval.core import emulator
 from ces_eval.core.aip import standard
-from ces_eval.core.aip.context import Context, Rpc, Settings
+from ces_eval.core.aip.context import BidiStreaming, Context, Rpc, ServerStreaming, Settings
 from ces_eval.core.aip.names import snake_case
-from ces_eval.core.engine import metrics, running, scheduled_runs, tools
+from ces_eval.core.engine import metrics, running, scheduled_runs, session_service, tools
 from ces_eval.core.exchange import app_archive, exports, imports, media
 from ces_eval.core.io.agent_http import HttpxAgents
 from ces_eval.core.io.mcp_servers import McpClients
@@ -42,17 +43,18 @@ from ces_eval.core.resources import (
     runs,
     security_settings,
     versions,
+    widgets,
 )
 from ces_eval.errors import Code, ServiceError
 from ces_eval.storage.base import Unavailable
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterable
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 
     from google.protobuf import descriptor
     from google.protobuf.message import Message
 
-    from ces_eval.access import Caller, Handler
+    from ces_eval.access import BidiHandler, Caller, Handler, StreamHandler
     from ces_eval.contract.encoded import Response
     from ces_eval.core.aip import pages
     from ces_eval.storage.base import Storage
@@ -63,14 +65,19 @@ __all__ = [
     "RESOURCES",
     "RPCS",
     "Core",
+    "bidi_handlers",
     "handlers",
     "implements",
     "needs_model",
     "snake_case",
+    "stream_handlers",
 ]
 
+# An RPC as a module lists it: unary, or one of the streaming kinds (core/aip/context.py).
+AnyRpc = Rpc | ServerStreaming | BidiStreaming
+
 # Service (full name, as in the descriptors) → the modules' RPCs it holds.
-_SERVICES: dict[str, dict[str, Rpc]] = {
+_SERVICES: dict[str, Mapping[str, AnyRpc]] = {
     "google.cloud.ces.v1beta.EvaluationService": {
         **evaluations.RPCS,
         **results.RPCS,
@@ -96,18 +103,20 @@ _SERVICES: dict[str, dict[str, Rpc]] = {
         **model_methods.RPCS,
     },
     "google.cloud.ces.v1beta.ToolService": tools.RPCS,
+    "google.cloud.ces.v1beta.SessionService": session_service.RPCS,
+    "google.cloud.ces.v1beta.WidgetService": widgets.RPCS,
     "google.longrunning.Operations": longrunning.RPCS,
     "google.cloud.location.Locations": locations.RPCS,
     "ces_eval.emulator.v1.EmulatorService": emulator.RPCS,
 }
 # gRPC path (``/package.Service/Method``, :func:`ces_eval.contract.schema.method_path`) →
 # implementation.
-RPCS: dict[str, Rpc] = {
+RPCS: dict[str, AnyRpc] = {
     f"/{service}/{name}": rpc for service, rpcs in _SERVICES.items() for name, rpc in rpcs.items()
 }
 
 
-def _resources(rpcs: Iterable[Rpc]) -> tuple[standard.Resource[Any], ...]:
+def _resources(rpcs: Iterable[AnyRpc]) -> tuple[standard.Resource[Any], ...]:
     """Every resource whose standard methods ``rpcs`` hold (:class:`standard.StandardMethod`),
     each once, in the order the RPCs first name them, a parent before its children."""
     found: list[standard.Resource[Any]] = []
@@ -164,11 +173,43 @@ class Core:
         context, as the surfaces call it: its response may be held as wire bytes
         (:class:`~ces_eval.contract.encoded.Encoded`)."""
         # Every call naming something inside an app passes the apps' rule first.
-        implementation = apps.gate(schema.methods()[path], RPCS[path])
+        rpc = RPCS[path]
+        if isinstance(rpc, ServerStreaming | BidiStreaming):
+            raise TypeError(f"{path} streams: see stream_handler and bidi_handler")
+        implementation = apps.gate(schema.methods()[path], rpc)
         context = self.context
 
         async def call(request: Message, caller: Caller) -> Response:
             return await implementation(context, request, caller)
+
+        return call
+
+    def stream_handler(self, path: str) -> StreamHandler:
+        """The implementation of the server-streaming RPC at ``path``, behind the apps' rule
+        (before its first response)."""
+        rpc = RPCS[path]
+        if not isinstance(rpc, ServerStreaming):
+            raise TypeError(f"{path} is no server-streaming RPC")
+        method = schema.methods()[path]
+        context = self.context
+
+        async def call(request: Message, caller: Caller) -> AsyncIterator[Response]:
+            await apps.admit(context, method, request)
+            async for response in rpc.run(context, request, caller):
+                yield response
+
+        return call
+
+    def bidi_handler(self, path: str) -> BidiHandler:
+        """The implementation of the bidirectional RPC at ``path`` (which applies the apps'
+        rule itself, once it has read what names the app)."""
+        rpc = RPCS[path]
+        if not isinstance(rpc, BidiStreaming):
+            raise TypeError(f"{path} is no bidirectional RPC")
+        context = self.context
+
+        def call(requests: AsyncIterator[Message], caller: Caller) -> AsyncIterator[Response]:
+            return rpc.run(context, requests, caller)
 
         return call
 
@@ -213,12 +254,67 @@ def _guarded(implementation: Handler) -> Handler:
     return call
 
 
+def _unavailable(error: Unavailable) -> ServiceError:
+    return ServiceError(
+        Code.UNAVAILABLE, "The database is unavailable; retry later.", "DATABASE_UNAVAILABLE"
+    )
+
+
+def _guarded_stream(implementation: StreamHandler) -> StreamHandler:
+    """:func:`_guarded` for a server stream."""
+
+    async def call(request: Message, caller: Caller) -> AsyncIterator[Response]:
+        try:
+            async for response in implementation(request, caller):
+                yield response
+        except Unavailable as error:
+            raise _unavailable(error) from error
+
+    return call
+
+
+def _guarded_bidi(implementation: BidiHandler) -> BidiHandler:
+    """:func:`_guarded` for a bidirectional stream."""
+
+    async def call(requests: AsyncIterator[Message], caller: Caller) -> AsyncIterator[Response]:
+        try:
+            async for response in implementation(requests, caller):
+                yield response
+        except Unavailable as error:
+            raise _unavailable(error) from error
+
+    return call
+
+
+def _unary(method: descriptor.MethodDescriptor) -> bool:
+    return not (method.client_streaming or method.server_streaming)
+
+
 def handlers(core: Core) -> dict[str, Handler]:
-    """``/package.Service/Method`` → the core's implementation, for every method the
+    """``/package.Service/Method`` → the core's implementation, for every unary method the
     descriptors declare that the core implements (with ``--auth-tokens`` the server wraps them
-    in :func:`ces_eval.access.authorized`)."""
+    in :func:`ces_eval.access.authorized`). The streaming ones: :func:`stream_handlers`,
+    :func:`bidi_handlers`."""
     return {
         path: _guarded(core.handler(path))
         for path, method in schema.methods().items()
-        if implements(method)
+        if implements(method) and _unary(method)
+    }
+
+
+def stream_handlers(core: Core) -> dict[str, StreamHandler]:
+    """:func:`handlers` of the server-streaming methods (gRPC and REST serve them)."""
+    return {
+        path: _guarded_stream(core.stream_handler(path))
+        for path, method in schema.methods().items()
+        if implements(method) and method.server_streaming and not method.client_streaming
+    }
+
+
+def bidi_handlers(core: Core) -> dict[str, BidiHandler]:
+    """:func:`handlers` of the bidirectional methods (gRPC alone serves them)."""
+    return {
+        path: _guarded_bidi(core.bidi_handler(path))
+        for path, method in schema.methods().items()
+        if implements(method) and method.client_streaming and method.server_streaming
     }

@@ -22,6 +22,10 @@ between, in this order:
 
 MCP authenticates and admits per HTTP request but calls per tool, so its endpoint uses the steps
 one by one (:meth:`Boundary.enter`, :meth:`Boundary.authenticate`, :meth:`Boundary.run`).
+A streaming call (StreamRunSession, BidiRunSession) goes through the same steps once, in
+:meth:`Boundary.stream`: its slot is held while the stream lasts, however it ends (its last
+response, an error, the client's cancel or deadline, the server's drain); its request line is
+written once it has ended.
 Body limits come before the boundary, for the HTTP surfaces only
 (:class:`~ces_eval.surfaces.http_app.BodyLimit`): a body still arriving holds no slot.
 """
@@ -35,12 +39,12 @@ from functools import partial
 from typing import TYPE_CHECKING, Final, TypeVar
 
 from ces_eval.access import identify
-from ces_eval.admission import within
+from ces_eval.admission import deadline_exceeded, within
 from ces_eval.errors import Code, ServiceError
 from ces_eval.logs import RequestLog
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable
 
     from ces_eval.access import Caller, Tokens
     from ces_eval.admission import Admission
@@ -199,3 +203,63 @@ class Boundary:
         caller = self.authenticate(line, given.authorization, given.user)
         call = work(caller)
         return call if given.deadline is None else within(given.deadline, call)
+
+    async def stream(
+        self,
+        what: str,
+        inputs: Callable[[], Inputs],
+        work: Callable[[Caller], AsyncIterator[T]],
+        *,
+        line: Call | None = None,
+        expired: Callable[[], bool] | None = None,
+    ) -> AsyncIterator[T]:
+        """A streaming call through every step of :meth:`serve`, once: its responses as
+        ``work`` yields them. Raises the ServiceError that ends it (a refusal, the caller's,
+        the deadline's, or INTERNAL for any other exception: the last-resort catch); the
+        in-flight slot is given back however the stream ends, a cancel or a consumer that
+        stops reading included. A deadline (``X-Server-Timeout``) bounds the whole stream."""
+        if line is not None:
+            line.surface = self.surface
+        refused = self.enter()
+        if refused is not None:
+            if line is not None:
+                line.code = refused.code
+            raise refused
+        try:
+            given = inputs()
+            caller = self.authenticate(line, given.authorization, given.user)
+            responses = work(caller)
+            if given.deadline is not None:
+                responses = _within(given.deadline, responses)
+            async for response in responses:
+                yield response
+        except (asyncio.CancelledError, GeneratorExit):
+            if line is not None:
+                late = expired is not None and expired()
+                line.code = Code.DEADLINE_EXCEEDED if late else Code.CANCELLED
+            raise
+        except Exception as raised:  # noqa: BLE001 - the last-resort catch (_failed)
+            raise self._failed(line, what, raised) from None
+        else:
+            if line is not None:
+                line.code = Code.OK
+        finally:
+            self.leave()
+
+
+async def _within(seconds: float, responses: AsyncIterator[T]) -> AsyncIterator[T]:
+    """``responses`` until ``seconds`` have passed, then DEADLINE_EXCEEDED (the stream is
+    then cancelled where it waits)."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + seconds
+    while True:
+        try:
+            async with asyncio.timeout_at(until):
+                response = await anext(responses)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            if loop.time() < until:
+                raise  # the work's own
+            raise deadline_exceeded(seconds) from None
+        yield response

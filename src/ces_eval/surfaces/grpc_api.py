@@ -6,10 +6,18 @@ trailers carry. A method the core does not implement, and any method path this s
 know, answers UNIMPLEMENTED naming it. Only the wire is here (metadata, decoding, the status):
 admission, authentication, the last-resort catch and the request line are the boundary's
 (:mod:`ces_eval.surfaces.boundary`).
+
+Each method is served by the kind its descriptor declares: unary, server streaming
+(StreamRunSession) or bidirectional (BidiRunSession). A stream is admitted, authenticated and
+logged once and holds its in-flight slot while it lasts; its error ends it with the status
+(never a traceback). When the server drains (:meth:`Dispatcher.drain`), a bidirectional
+stream's request iterator raises :class:`~ces_eval.core.aip.context.Draining`: the method says
+goodbye (BidiRunSession's ``go_away``) and the stream ends, within the drain's grace.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -24,19 +32,25 @@ from ces_eval.access import method_access
 from ces_eval.admission import Admission
 from ces_eval.contract import schema
 from ces_eval.contract.encoded import Encoded
-from ces_eval.contract.limits import ENCODED_CHECK_BYTES, LIMITS, LOOP_BYTES
+from ces_eval.contract.limits import (
+    ENCODED_CHECK_BYTES,
+    LIMITS,
+    LOOP_BYTES,
+    STREAM_IDLE_SECONDS,
+)
+from ces_eval.core.aip.context import Draining
 from ces_eval.core.aip.validation import raise_if_invalid
 from ces_eval.errors import Code, FieldViolation, ServiceError
 from ces_eval.offload import off_loop
 from ces_eval.surfaces.boundary import Boundary, Inputs
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import AsyncIterator, Callable, Mapping
 
     from google.protobuf import descriptor
     from google.protobuf.message import Message
 
-    from ces_eval.access import Caller, Handler
+    from ces_eval.access import BidiHandler, Caller, Handler, StreamHandler
     from ces_eval.contract.encoded import Response
     from ces_eval.core.aip.context import AnswerKeeper
 
@@ -229,6 +243,128 @@ def _behavior(
     return grpc.unary_unary_rpc_method_handler(handle, response_serializer=serialize)
 
 
+def _serialized(response: Response) -> bytes:
+    # An answer held as its wire bytes goes out as it is (ces_eval.contract.encoded).
+    return response.data if isinstance(response, Encoded) else response.SerializeToString()
+
+
+async def _decoded(request_class: type[Message], raw: bytes) -> Message:
+    return await off_loop(len(raw) > LOOP_BYTES, _decode, request_class, raw)
+
+
+def _stream_behavior(
+    path: str,
+    method: descriptor.MethodDescriptor,
+    implementation: StreamHandler,
+    boundary: Boundary,
+) -> grpc.RpcMethodHandler:
+    """The handler of a server-streaming method: the boundary once around the whole stream
+    (:meth:`Boundary.stream`), each response sent as it comes, an error as the status."""
+    name = path.lstrip("/")
+    request_class = message_factory.GetMessageClass(method.input_type)
+    resource = logs.resource_field(method)
+
+    async def handle(
+        raw: bytes, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[Response]:
+        line = boundary.start(name)
+
+        async def work(caller: Caller) -> AsyncIterator[Response]:
+            request = await _decoded(request_class, raw)
+            if line is not None and resource:
+                line.resource = logs.field_value(request, resource)
+            async for response in implementation(request, caller):
+                yield response
+
+        failed: ServiceError | None = None
+        try:
+            responses = boundary.stream(
+                name, lambda: _inputs(context), work, line=line, expired=lambda: _expired(context)
+            )
+            try:
+                async for response in responses:
+                    yield response
+            except ServiceError as error:
+                failed = error
+        finally:
+            boundary.finish(line)
+        if failed is not None:
+            await _abort(context, failed)
+
+    return grpc.unary_stream_rpc_method_handler(handle, response_serializer=_serialized)
+
+
+async def _requests(
+    request_class: type[Message],
+    incoming: AsyncIterator[bytes],
+    draining: asyncio.Event,
+    idle: float,
+) -> AsyncIterator[Message]:
+    """The client's messages, decoded as they come; :class:`Draining` once the server drains
+    (whatever the client sends meanwhile), or once the client sent nothing for ``idle``
+    seconds."""
+    drained = asyncio.ensure_future(draining.wait())
+    reading: asyncio.Future[bytes] | None = None
+    try:
+        while True:
+            reading = asyncio.ensure_future(anext(incoming))
+            await asyncio.wait(
+                (reading, drained), timeout=idle, return_when=asyncio.FIRST_COMPLETED
+            )
+            if not reading.done():
+                raise Draining
+            try:
+                raw = reading.result()
+            except StopAsyncIteration:
+                return
+            reading = None
+            yield await _decoded(request_class, raw)
+    finally:
+        drained.cancel()
+        if reading is not None and not reading.done():
+            reading.cancel()
+
+
+def _bidi_behavior(
+    path: str,
+    method: descriptor.MethodDescriptor,
+    implementation: BidiHandler,
+    boundary: Boundary,
+    *,
+    draining: asyncio.Event,
+    idle: float,
+) -> grpc.RpcMethodHandler:
+    """The handler of a bidirectional method, as :func:`_stream_behavior`; the client's
+    messages are decoded as the method reads them (:func:`_requests`)."""
+    name = path.lstrip("/")
+    request_class = message_factory.GetMessageClass(method.input_type)
+
+    async def handle(
+        incoming: AsyncIterator[bytes], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[Response]:
+        line = boundary.start(name)
+
+        def work(caller: Caller) -> AsyncIterator[Response]:
+            return implementation(_requests(request_class, incoming, draining, idle), caller)
+
+        failed: ServiceError | None = None
+        try:
+            responses = boundary.stream(
+                name, lambda: _inputs(context), work, line=line, expired=lambda: _expired(context)
+            )
+            try:
+                async for response in responses:
+                    yield response
+            except ServiceError as error:
+                failed = error
+        finally:
+            boundary.finish(line)
+        if failed is not None:
+            await _abort(context, failed)
+
+    return grpc.stream_stream_rpc_method_handler(handle, response_serializer=_serialized)
+
+
 class Dispatcher(grpc.GenericRpcHandler):  # type: ignore[misc]  # grpc ships no types
     """Every method of our services, plus UNIMPLEMENTED for any other path.
 
@@ -241,13 +377,33 @@ class Dispatcher(grpc.GenericRpcHandler):  # type: ignore[misc]  # grpc ships no
         *,
         boundary: Boundary | None = None,
         keeper: AnswerKeeper | None = None,
+        streams: Mapping[str, StreamHandler] | None = None,
+        bidi: Mapping[str, BidiHandler] | None = None,
+        draining: asyncio.Event | None = None,
+        stream_idle: float = STREAM_IDLE_SECONDS,
     ) -> None:
         """``boundary``: this surface's (default: an open gRPC boundary with the default
         in-flight limit, :data:`~ces_eval.admission.DEFAULT_LIMIT`, and no request log);
-        ``keeper``: where read answers are kept while nothing is written (None: never)."""
+        ``keeper``: where read answers are kept while nothing is written (None: never);
+        ``streams`` and ``bidi``: the streaming methods' implementations
+        (:func:`ces_eval.core.service.stream_handlers`, ``bidi_handlers``); ``draining``: set
+        when the server drains (:meth:`drain` sets it too); ``stream_idle``: seconds a
+        bidirectional stream waits for its client's next message before it is closed as on a
+        drain."""
         self._boundary = boundary = boundary or Boundary("grpc", admission=Admission("grpc"))
+        self._draining = draining or asyncio.Event()
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
+        streams = streams or {}
+        bidi = bidi or {}
         for path, method in schema.methods().items():
+            if path in streams:
+                self._handlers[path] = _stream_behavior(path, method, streams[path], boundary)
+                continue
+            if path in bidi:
+                self._handlers[path] = _bidi_behavior(
+                    path, method, bidi[path], boundary, draining=self._draining, idle=stream_idle
+                )
+                continue
             self._handlers[path] = _behavior(
                 path,
                 method=method,
@@ -255,6 +411,11 @@ class Dispatcher(grpc.GenericRpcHandler):  # type: ignore[misc]  # grpc ships no
                 boundary=boundary,
                 keeper=keeper,
             )
+
+    def drain(self) -> None:
+        """The server drains (SIGTERM): every bidirectional stream is told
+        (:class:`~ces_eval.core.aip.context.Draining`) and ends."""
+        self._draining.set()
 
     @property
     def service_names(self) -> list[str]:

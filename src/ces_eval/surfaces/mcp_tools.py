@@ -6,14 +6,14 @@ Streamable HTTP session manager in stateless mode with JSON responses (the initi
 of 2025-06-18/2025-11-25 and the per-request 2026-07-28 protocol alike), in process over the
 same service core as gRPC and REST.
 
-Tools are generated from the descriptors of ``google.cloud.ces.v1beta.EvaluationService``,
-``google.longrunning.Operations`` and ``google.cloud.location.Locations``: one per method the
-core implements, named by the RPC in snake_case (``CreateEvaluation`` → ``create_evaluation``).
-The title is the first sentence of the method's proto comment, the description the whole
-comment. ``inputSchema`` is the request message's proto3-JSON Schema (parser view),
-``outputSchema`` the response message's (printer view; ``google.protobuf.Empty`` is
-``{"type": "object"}``), both JSON Schema 2020-12 with a ``type: object`` root and ``$defs`` for
-the messages they reference.
+Tools are generated from the descriptors of :data:`TOOL_SERVICES`: one per unary method the core
+implements (MCP answers one result per tool call: StreamRunSession and BidiRunSession are left
+out, RunSession plays the same turn), named by the RPC in snake_case (``CreateEvaluation`` →
+``create_evaluation``). The title is the first sentence of the method's proto comment, the
+description the whole comment. ``inputSchema`` is the request message's proto3-JSON Schema
+(parser view), ``outputSchema`` the response message's (printer view; ``google.protobuf.Empty``
+is ``{"type": "object"}``), both JSON Schema 2020-12 with a ``type: object`` root and ``$defs``
+for the messages they reference.
 
 Annotations (all four always present; openWorldHint is false everywhere but ``execute_tool``,
 which may call an OpenAPI tool's own API: the others act on this closed local server only).
@@ -101,6 +101,8 @@ TOOL_SERVICES = (
     "google.cloud.ces.v1beta.EvaluationService",
     "google.cloud.ces.v1beta.AgentService",
     "google.cloud.ces.v1beta.ToolService",
+    "google.cloud.ces.v1beta.SessionService",
+    "google.cloud.ces.v1beta.WidgetService",
     "google.longrunning.Operations",
     "google.cloud.location.Locations",
 )
@@ -215,7 +217,7 @@ def tool_specs() -> Mapping[str, ToolSpec]:
         if service.full_name not in TOOL_SERVICES:
             continue
         for method in service.methods:
-            if implements(method):
+            if implements(method) and not (method.client_streaming or method.server_streaming):
                 spec = _tool(service, method)
                 specs[spec.tool.name] = spec
     return specs

@@ -12,6 +12,13 @@ line's code are the boundary's (:mod:`ces_eval.surfaces.boundary`); the body arr
 bounded (:class:`~ces_eval.surfaces.http_app.BodyLimit`, :func:`~ces_eval.surfaces.asgi.body_of`).
 The templates, router, query and body parsing and rendering are :mod:`ces_eval.transcoding`.
 
+A server-streaming method (StreamRunSession) answers as Google's REST streaming does (what
+google.api_core's ``rest_streaming.ResponseIterator`` reads): HTTP 200 and a JSON array written
+element by element as the responses come (``[{…}``, ``,{…}``, ..., ``]``). An error before the
+first response is an ordinary error answer; one after it is the array's last element, Google's
+error envelope (``{"error": {…}}``), before the ``]``. A client that disconnects cancels the
+stream (its slot is given back at once).
+
 The routes served are our bindings of the methods the core implements (:func:`served_bindings`);
 every other official binding, including those of methods our descriptors declare but the core
 does not implement yet, answers 501 UNIMPLEMENTED before anything is parsed.
@@ -27,7 +34,7 @@ from urllib.parse import parse_qsl
 from ces_eval.access import VariableFields, authorize
 from ces_eval.admission import WATCHED_METHODS, server_timeout, until_disconnected
 from ces_eval.contract import schema
-from ces_eval.contract.encoded import Encoded
+from ces_eval.contract.encoded import Encoded, message_of
 from ces_eval.contract.limits import LOOP_BYTES
 from ces_eval.core.service import implements
 from ces_eval.errors import FieldViolation, ServiceError
@@ -37,16 +44,17 @@ from ces_eval.surfaces.asgi import body_of, credentials, send_error, send_json
 from ces_eval.surfaces.boundary import Boundary, Inputs
 from ces_eval.transcoding import errors
 from ces_eval.transcoding.body import heavy, parse_body
+from ces_eval.transcoding.errors import envelope
 from ces_eval.transcoding.query import SYSTEM_PARAMETERS, QueryError, apply_query
 from ces_eval.transcoding.rendering import JsonRenderer
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import AsyncIterator, Callable, Mapping
 
     from google.protobuf.message import Message
     from starlette.types import Receive, Scope, Send
 
-    from ces_eval.access import Caller, Handler
+    from ces_eval.access import Caller, Handler, StreamHandler
     from ces_eval.core.aip.context import AnswerKeeper
     from ces_eval.logs import Call
     from ces_eval.transcoding.router import Route, Router
@@ -96,11 +104,14 @@ class Transcoder:
         handlers: Mapping[str, Handler],
         boundary: Boundary | None = None,
         keeper: AnswerKeeper | None = None,
+        streams: Mapping[str, StreamHandler] | None = None,
     ) -> None:
         """``keeper``: where GET answers are kept by path and query while nothing is written
-        (None: never; an open server's, :class:`~ces_eval.core.aip.context.AnswerKeeper`)."""
+        (None: never; an open server's, :class:`~ces_eval.core.aip.context.AnswerKeeper`);
+        ``streams``: the server-streaming methods' implementations."""
         self._router = router
         self._handlers = handlers
+        self._streams = streams or {}
         self._boundary = boundary or Boundary("rest")
         self._renderer = JsonRenderer()
         self._keeper = keeper
@@ -123,11 +134,89 @@ class Transcoder:
             return await self._handle(scope, receive, raw_path, params, caller)
 
         line: Call | None = scope.get(CALL_KEY)  # logs.HttpRequestLog: the request line
+        if self._streams:
+            resolved = self._router.resolve(verb, raw_path.split("?", 1)[0])
+            if isinstance(resolved, tuple) and resolved[0].path in self._streams:
+                streamed = self._streamed(
+                    scope, send=send, resolved=resolved, params=params, inputs=inputs, line=line
+                )
+                await until_disconnected(streamed, receive)
+                return
         outcome = await self._boundary.serve(f"{verb} {raw_path}", inputs, work, line=line)
         if isinstance(outcome, ServiceError):
             await send_error(scope, send, outcome)
         else:
             await send_json(send, 200, outcome, line=line)
+
+    async def _streamed(
+        self,
+        scope: Scope,
+        *,
+        send: Send,
+        resolved: tuple[Route, dict[str, str]],
+        params: list[tuple[str, str]],
+        inputs: Callable[[], Inputs],
+        line: Call | None,
+    ) -> None:
+        """A server-streaming call, answered as the module says."""
+        verb, raw_path = _target(scope)
+        route, variables = resolved
+        handler = self._streams[route.path]
+        if line is not None:
+            line.method = route.path.lstrip("/")
+            line.resource = next(iter(variables.values()), "")
+        int_enums = False
+
+        async def work(caller: Caller) -> AsyncIterator[bytes]:
+            nonlocal int_enums
+            if caller.principal is not None:
+                authorize(caller.principal, route.binding.method, VariableFields(variables))
+            int_enums = _int_enums(params)
+            data = body_of(scope)
+            large = heavy(data)
+            request = await off_loop(large, self._request, route, variables, params, data)
+            async for response in handler(request, caller):
+                message = message_of(response)
+                large = message.ByteSize() > LOOP_BYTES
+                yield await off_loop(large, self._renderer.render, message, int_enums)
+
+        started = False
+        responses = self._boundary.stream(f"{verb} {raw_path}", inputs, work, line=line)
+        try:
+            async for rendered in responses:
+                if not started:
+                    started = True
+                    if line is not None:
+                        line.status = 200
+                    await send(
+                        {
+                            "type": "http.response.start",
+                            "status": 200,
+                            "headers": [(b"content-type", b"application/json; charset=utf-8")],
+                        }
+                    )
+                    await send(
+                        {"type": "http.response.body", "body": b"[" + rendered, "more_body": True}
+                    )
+                else:
+                    await send(
+                        {"type": "http.response.body", "body": b"," + rendered, "more_body": True}
+                    )
+        except ServiceError as error:
+            if not started:
+                await send_error(scope, send, error)
+                return
+            # After the first response the status is sent: the error is the array's last
+            # element, in Google's envelope (its HTTP status inside).
+            _, body = envelope(error)
+            await send({"type": "http.response.body", "body": b"," + body + b"]"})
+            return
+        if not started:
+            if line is not None:
+                line.status = 200
+            await send_json(send, 200, b"[]", line=line)
+            return
+        await send({"type": "http.response.body", "body": b"]"})
 
     async def _handle(
         self,
@@ -167,7 +256,10 @@ class Transcoder:
                 # as for every other request a restricted token makes outside its projects.
                 # An unserved official route has no method to authorize against (see below).
                 other = self._router.resolve(resolved[0], raw_path.split("?", 1)[0])
-                if isinstance(other, tuple) and other[0].path in self._handlers:
+                served = isinstance(other, tuple) and (
+                    other[0].path in self._handlers or other[0].path in self._streams
+                )
+                if isinstance(other, tuple) and served:
                     authorize(caller.principal, other[0].binding.method, VariableFields(other[1]))
             raise errors.method_not_allowed(verb, raw_path, resolved)  # 405 with Allow
         if not isinstance(resolved, tuple):
@@ -266,6 +358,10 @@ class _Answer:
     @property
     def size(self) -> int:
         return len(self.body)
+
+
+async def _part(send: Send, body: bytes) -> None:
+    await send({"type": "http.response.body", "body": body, "more_body": True})
 
 
 def _target(scope: Scope) -> tuple[str, str]:

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from ces_eval.testing.emulator import Emulator
+from ces_eval.testing.exec import GRPC_VARIABLE, URL_VARIABLE
 from ces_eval.testing.server import start_server
 
 __all__ = ["CesEvalProject", "CesEvalServer"]
@@ -87,8 +88,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _given(config: pytest.Config) -> CesEvalServer | None:
-    http_url = config.getoption("ces_eval_url") or os.environ.get("CES_EVAL_URL")
-    grpc_target = config.getoption("ces_eval_grpc") or os.environ.get("CES_EVAL_GRPC")
+    # ces-eval exec sets both for its command (testing/exec.py).
+    http_url = config.getoption("ces_eval_url") or os.environ.get(URL_VARIABLE)
+    grpc_target = config.getoption("ces_eval_grpc") or os.environ.get(GRPC_VARIABLE)
     if not http_url and not grpc_target:
         return None
     if not (http_url and grpc_target):

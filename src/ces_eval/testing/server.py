@@ -22,11 +22,18 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["RunningServer", "run_serve", "serve_command", "start_server", "with_timeouts"]
+__all__ = [
+    "RunningServer",
+    "ServerStartError",
+    "run_serve",
+    "serve_command",
+    "start_server",
+    "with_timeouts",
+]
 
 _READY_LINE = re.compile(r"serving gRPC on (\S+):(\d+) and HTTP on http://(\S+):(\d+)")
 
@@ -71,6 +78,25 @@ class RunningServer:
         return self.exports or self.database.parent / "exports"
 
 
+class ServerStartError(RuntimeError):
+    """``ces-eval serve`` exited, or never answered ``/healthz``, before it served: the message
+    holds everything it printed, :attr:`output` the same text, and :attr:`status` its exit
+    status (None when it was killed for never becoming healthy)."""
+
+    def __init__(self, message: str, output: str, status: int | None) -> None:
+        super().__init__(message + output)
+        self.output = output
+        self.status = status
+
+    @property
+    def reason(self) -> str:
+        """The server's last line, where a refused start says why ("ces-eval: " dropped)."""
+        lines = [line.strip() for line in self.output.splitlines() if line.strip()]
+        if not lines:
+            return "it printed nothing"
+        return lines[-1].removeprefix("ces-eval: ")
+
+
 def _lifeline() -> tuple[int, int] | None:
     """A pipe for ``serve --lifeline``: (read end, for the server; write end, kept here), both
     not inheritable; None where file descriptors cannot be passed (Windows)."""
@@ -83,10 +109,17 @@ def _close_lifeline(fd: int | None) -> None:
 
 
 def _drain(
-    stream: Iterable[str], sink: list[str], ready: threading.Event, found: list[str]
+    stream: Iterable[str],
+    sink: list[str],
+    ready: threading.Event,
+    found: list[str],
+    echo: Callable[[str], object] | None,
 ) -> None:
     for line in stream:
-        sink.append(line)
+        if echo is not None:
+            echo(line)
+        if echo is None or not found:  # echoed: only the start-up is kept (for its errors)
+            sink.append(line)
         if not found and (match := _READY_LINE.search(line)):
             found.extend(match.groups())
             ready.set()
@@ -144,12 +177,21 @@ def start_server(
     base_env: Mapping[str, str] | None = None,
     program: Sequence[str] = (),
     cwd: Path | None = None,
+    echo: Callable[[str], object] | None = None,
+    own_session: bool = False,
 ) -> RunningServer:
     """Start ``ces-eval serve`` on the SQLite file ``database``, or on ``database_url`` (then
     ``database`` only names the folder for exports); exports go to ``export_dir`` (default
     ``<database folder>/exports``). ``env``: variables added to the server's environment,
     ``base_env`` (default this process's); ``program`` and ``cwd``: which ``ces-eval`` runs
-    where (:func:`serve_command`)."""
+    where (:func:`serve_command`).
+
+    ``echo``: called with each line the server prints, as it prints it; the server's
+    :meth:`~RunningServer.output` then keeps only the lines up to its ready line, so that a
+    long-running server's request log does not pile up here. ``own_session``: the server runs
+    in a session of its own, so that a terminal's Ctrl-C, which reaches every process of the
+    foreground group, leaves it to this process to stop it (``ces-eval exec`` does, once its
+    command is done). A server that does not start raises :class:`ServerStartError`."""
     exports = export_dir or database.parent / "exports"
     pipe = _lifeline()
     command = serve_command(
@@ -170,6 +212,7 @@ def start_server(
             env={**environ, **(env or {})},
             cwd=cwd,
             pass_fds=pipe[:1] if pipe else (),
+            start_new_session=own_session,
         )
     except BaseException:
         _close_lifeline(pipe[1] if pipe else None)
@@ -180,7 +223,9 @@ def start_server(
     log: list[str] = []
     ready = threading.Event()
     found: list[str] = []
-    reader = threading.Thread(target=_drain, args=(process.stdout, log, ready, found), daemon=True)
+    reader = threading.Thread(
+        target=_drain, args=(process.stdout, log, ready, found, echo), daemon=True
+    )
     reader.start()
     if not ready.wait(timeout) or not found:
         process.kill()
@@ -189,7 +234,8 @@ def start_server(
         if process.stdout is not None:  # closed here, or the next test's GC warns about it
             process.stdout.close()
         _close_lifeline(lifeline)
-        raise RuntimeError("ces-eval serve did not start:\n" + "".join(log))
+        status = process.returncode if process.returncode >= 0 else None  # < 0: killed here
+        raise ServerStartError("ces-eval serve did not start:\n", "".join(log), status)
     grpc_host, grpc_port, http_host, http_port = found
     server = RunningServer(
         process,
@@ -212,4 +258,4 @@ def start_server(
             pass
         time.sleep(0.05)
     server.kill()
-    raise RuntimeError("ces-eval serve never became healthy:\n" + server.output())
+    raise ServerStartError("ces-eval serve never became healthy:\n", server.output(), None)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -37,11 +37,14 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_EXPORT_ROOT",
     "AnswerKeeper",
+    "BidiStreaming",
     "Context",
+    "Draining",
     "HotReads",
     "Kept",
     "Recent",
     "Rpc",
+    "ServerStreaming",
     "Settings",
 ]
 
@@ -282,3 +285,31 @@ class Context:
 # One RPC's implementation: its request is the RPC's own message type, hence Any here (a
 # Callable's parameters are contravariant: no narrower type admits every RPC's function).
 Rpc = Callable[[Context, Any, "Caller"], Awaitable["Response"]]
+
+
+# A server-streaming RPC's implementation: the request in, its responses out as they come.
+StreamRpc = Callable[[Context, Any, "Caller"], AsyncIterator["Response"]]
+# A bidirectional RPC's implementation: the client's messages in as they come, the responses out.
+BidiRpc = Callable[[Context, AsyncIterator[Any], "Caller"], AsyncIterator["Response"]]
+
+
+@dataclass(frozen=True)
+class ServerStreaming:
+    """A server-streaming RPC (``returns (stream …)``) as a module's ``RPCS`` lists it: what
+    tells it from a unary :data:`Rpc` (the surfaces serve it by its descriptor's kind)."""
+
+    run: StreamRpc
+
+
+@dataclass(frozen=True)
+class BidiStreaming:
+    """A bidirectional-streaming RPC (``(stream …) returns (stream …)``) as a module's
+    ``RPCS`` lists it."""
+
+    run: BidiRpc
+
+
+class Draining(Exception):
+    """What a bidirectional RPC's request iterator raises when the server starts to drain
+    (SIGTERM): the RPC says goodbye in its own way (BidiRunSession's ``go_away``) and ends;
+    the surface closes the stream once it has."""

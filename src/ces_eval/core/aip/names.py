@@ -34,6 +34,7 @@ __all__ = [
     "EVALUATION",
     "EVALUATION_PERSONA",
     "EVALUATION_RESULT",
+    "SESSION",
     "WILDCARD",
     "ResourcePattern",
     "app_of",
@@ -206,6 +207,12 @@ EVALUATION = of(evaluation_pb2.Evaluation)
 EVALUATION_RESULT = of(evaluation_pb2.EvaluationResult)
 APP = of(app_pb2.App)
 CONVERSATION = of(conversation_pb2.Conversation)
+# A session (SessionService): no resource message declares it; its name names the session's
+# conversation too (docs/sessions.md).
+SESSION = ResourcePattern(
+    "ces.googleapis.com/Session",
+    "projects/{project}/locations/{location}/apps/{app}/sessions/{session}",
+)
 EVALUATION_PERSONA = _definitions()["ces.googleapis.com/EvaluationPersona"]
 # The persona every app has: the one a scenario without its own plays, and the one whose voice
 # audio tests speak in.

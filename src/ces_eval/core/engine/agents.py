@@ -97,7 +97,14 @@ if TYPE_CHECKING:
     from ces_eval.core.engine.pace import Pace
     from ces_eval.core.resources.agent_endpoints import Endpoint
 
-__all__ = ["MESSAGE_CHARS", "SHOWN_CHARS", "WELCOME_EVENT", "Agent", "AgentFailure"]
+__all__ = [
+    "MESSAGE_CHARS",
+    "SHOWN_CHARS",
+    "WELCOME_EVENT",
+    "Agent",
+    "AgentFailure",
+    "agent_chunks",
+]
 
 _log = logging.getLogger(__name__)
 _Result = evaluation_pb2.EvaluationResult
@@ -680,6 +687,10 @@ class Agent:
     ) -> list[content_pb2.ToolCall]:
         """The agent's answer ``body`` read, parsed and recorded (see :func:`_record`): the
         tool calls it asks the client for."""
+        return _record(self._response(body), observed, latencies, budget)
+
+    def _response(self, body: _Body) -> session_service_pb2.RunSessionResponse:
+        """The agent's answer ``body`` read and parsed as a RunSessionResponse."""
         document = self._loaded(body, recording.AGENT)
         # json_format checks each string with a regular expression, in one call that holds the
         # interpreter (11 ms for 262,144 characters): the outputs' texts, where an answer's
@@ -704,7 +715,25 @@ class Agent:
                     f"The agent's answer is not a RunSessionResponse: outputs[{index}].text is "
                     "not valid Unicode."
                 ) from None
-        return _record(answer, observed, latencies, budget)
+        return answer
+
+    async def converse(
+        self, request: session_service_pb2.RunSessionRequest
+    ) -> session_service_pb2.RunSessionResponse:
+        """One call of a client's session (SessionService, docs/sessions.md): ``request`` sent
+        to the agent as it is, its answer read and parsed with every bound, host rule, push
+        back and header secrecy of a run's calls; AgentFailure (its message scrubbed) when
+        the call fails."""
+        if self._unsendable is not None:
+            raise AgentFailure(self._unsendable)
+        heavy = is_heavy(request)
+        body = await self._answered(
+            self._endpoint.uri, functools.partial(_dict, request), recording.AGENT, heavy=heavy
+        )
+        try:
+            return await off_loop(heavy or body.size > limits.LOOP_BYTES, self._response, body)
+        except AgentFailure as failure:
+            raise AgentFailure(self._shown(str(failure), MESSAGE_CHARS)) from None
 
     async def _object(
         self, uri: str, document: Callable[[], object], who: recording.Who, *, heavy: bool
@@ -1096,6 +1125,16 @@ def _record(
         if info.HasField("root_span"):
             _tool_latencies(info.root_span, latencies)
     return asked
+
+
+def agent_chunks(
+    answer: session_service_pb2.RunSessionResponse, budget: agent_scoring.Budget
+) -> list[content_pb2.Chunk]:
+    """What a conversation records of ``answer`` as the agent's message (its texts, tool calls,
+    payloads and reported transfers, as a run records them), spent from ``budget``."""
+    observed = _Observed()
+    _record(answer, observed, [], budget)
+    return observed.chunks
 
 
 _TOO_MANY_CALLS = f"The agent asked for more than {limits.MAX_REPEATED} tool calls in one turn."

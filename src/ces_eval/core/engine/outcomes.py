@@ -434,12 +434,14 @@ def _scenario(play: Play) -> tuple[_Result.ScenarioResult, list[_Conversation.Tu
 
 
 def _error_info(rule: _Rule) -> _ErrorInfo:
-    if rule.HasField("error_info"):
-        return rule.error_info
-    return _ErrorInfo(
+    """The rule's error, what it leaves unset the default's: RUNTIME_FAILURE, a message naming
+    the rule."""
+    found = _ErrorInfo(
         error_type=_ErrorInfo.RUNTIME_FAILURE,
         error_message=f"Scripted error (outcome rule {rule.name}).",
     )
+    found.MergeFrom(rule.error_info)
+    return found
 
 
 def _judged(given: Play) -> Played:

@@ -42,7 +42,7 @@ from ces_eval.core.aip.validation import (
 )
 from ces_eval.core.exchange import csv_dialect
 from ces_eval.core.exchange.stored import refused
-from ces_eval.core.resources import conversations
+from ces_eval.core.resources import apps, conversations
 from ces_eval.core.resources.results import RESULTS
 from ces_eval.core.resources.runs import RUNS
 from ces_eval.errors import Code, FieldViolation, ServiceError
@@ -668,6 +668,9 @@ async def seed(context: Context, plan: SeedPlan, user: str) -> Seeded:
     document lacks and that is stored already is refused (INVALID_ARGUMENT)."""
     outcome = _Outcome()
     for app, part, groups in plan.apps:
+        # The app its names name exists from the seed on, as from any other write under it
+        # (docs/semantics.md, "Apps"), whatever --require-apps says: the seed is the server's.
+        await apps.store_implicit(context, names.APP.format(**app))
         for group in groups:
             for message in ([group.evaluation] if group.evaluation else []) + group.results:
                 _stamped(message, user)

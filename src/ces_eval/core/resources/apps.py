@@ -60,6 +60,7 @@ __all__ = [
     "RPCS",
     "TABLE",
     "App",
+    "admit",
     "forget",
     "gate",
     "implicit",
@@ -339,8 +340,7 @@ async def _admit(context: Context, scope: _Scope, request: Message) -> None:
                 raise ServiceError.not_found(APPS.pattern.type, app)
             if not scope.creates:
                 return
-            with contextlib.suppress(Conflict):  # stored meanwhile by another call
-                await context.storage.insert_row(TABLE, implicit(app))
+            await store_implicit(context, app)
             known = False
         else:
             known = stored.locked
@@ -349,10 +349,25 @@ async def _admit(context: Context, scope: _Scope, request: Message) -> None:
         raise locked(app)
 
 
+async def store_implicit(context: Context, app: str) -> None:
+    """Store ``app`` as :func:`implicit` makes it, unless it is stored already (or meanwhile,
+    by another call)."""
+    with contextlib.suppress(Conflict):
+        await context.storage.insert_row(TABLE, implicit(app))
+
+
 def forget(context: Context, app: str) -> None:
     """Drop what the core learnt of ``app`` (its lock changed, it was deleted, adopted or put
     back): the gate's facts and every other one keyed by the app (Context.recent)."""
     context.recent.forget(app)
+
+
+async def admit(context: Context, method: descriptor.MethodDescriptor, request: Message) -> None:
+    """The rule of the module's docstring for one call of ``method`` (what :func:`gate` does
+    before a unary call): for a streaming call, before its first response."""
+    scope = _scope(method)
+    if scope is not None:
+        await _admit(context, scope, request)
 
 
 def gate(method: descriptor.MethodDescriptor, implementation: Rpc) -> Rpc:

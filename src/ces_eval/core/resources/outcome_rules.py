@@ -51,7 +51,14 @@ _RANGES: dict[str, tuple[float, float]] = {
 def _rules(rule: Rule, path: str, parts: dict[str, str]) -> list[FieldViolation]:
     """The descriptors' rules, the ranges of the scores and positions, a delay of at most ten
     minutes, and the fields that mean something only for one outcome."""
+    # The error an ERROR outcome gives is the rule's input, though CES marks the fields of
+    # EvaluationErrorInfo output-only (in a result): kept as the emulator's seeds keep them.
+    error = emulator_pb2.OutcomeRule().error_info
+    error.CopyFrom(rule.error_info)
     violations = validation.resource_violations(rule, path)
+    if rule.HasField("error_info"):
+        rule.error_info.CopyFrom(error)
+        violations += validation.seeded_violations(rule.error_info, f"{path}.error_info")
     given: Message = rule  # the fields below are named at run time
     for field, (low, high) in _RANGES.items():
         if given.HasField(field) and not low <= getattr(rule, field) <= high:
