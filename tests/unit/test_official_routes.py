@@ -221,6 +221,9 @@ def test_every_official_route_is_served() -> None:
     assert {method.path for method in official} <= set(RPCS)
     assert not declared_unserved() & {method.path for method in official}
     for method in official:
+        if method.name == "BidiRunSession":  # gRPC only, as Google declares it
+            assert not method.bindings
+            continue
         assert method.bindings, method.path
         for binding in method.bindings:
             resolved = router.resolve(binding.verb, sample_path(binding.template))
