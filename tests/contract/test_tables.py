@@ -220,12 +220,11 @@ def test_rows_replaced_together_are_stored_together_or_not_at_all(
 def test_conditional_replace_and_delete(
     make_storage: Callable[[], Storage], table: Table[Message]
 ) -> None:
-    """With an etag field, writes are conditional on it; a table of a resource without one
-    (EvaluationRun) stores an empty etag, which every write names."""
-    tagged = "etag" in table.fields
-
-    def tag(etag: str) -> str:
-        return etag if tagged else ""
+    """With an etag field, writes are conditional on it; a versioned table (Conversation) is
+    conditional on the digest of what is stored; another table of a resource without one
+    (EvaluationRun) stores an empty etag, which every write names. The etag a write names is
+    what :meth:`Table.version` gives of the row it read."""
+    conditional = "etag" in table.fields or table.versioned
 
     async def body(storage: Storage) -> None:
         stored = sample(table, "r1", "One", 1)
@@ -235,19 +234,20 @@ def test_conditional_replace_and_delete(
         changed = sample(table, "r1", "Renamed", 1, etag="e1", variant=1)
         with pytest.raises(EtagMismatch):
             await storage.replace_row(table, changed, "stale")
-        await storage.replace_row(table, changed, tag("e0"))
+        await storage.replace_row(table, changed, table.version(stored))
         assert await storage.get_row(table, name) == changed
         if table.unique_display_name:
             clash = sample(table, "r1", "Two", 1, etag="e2")
             with pytest.raises(Conflict) as by_display:
-                await storage.replace_row(table, clash, tag("e1"))
+                await storage.replace_row(table, clash, table.version(changed))
             assert by_display.value.existing == f"{APP}/{collection(table)}/r2"
+        nope = sample(table, "nope", "x", 1)
         with pytest.raises(Missing):
-            await storage.replace_row(table, sample(table, "nope", "x", 1), tag("e0"))
-        if tagged:
+            await storage.replace_row(table, nope, table.version(nope))
+        if conditional:
             with pytest.raises(EtagMismatch):
-                await storage.delete_row(table, name, "e0")
-        await storage.delete_row(table, name, tag("e1") or None)
+                await storage.delete_row(table, name, table.version(stored))
+        await storage.delete_row(table, name, table.version(changed) or None)
         assert await storage.get_row(table, name) is None
         with pytest.raises(Missing):
             await storage.delete_row(table, name, None)

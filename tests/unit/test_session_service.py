@@ -9,6 +9,8 @@ import asyncio
 import base64
 import json
 import logging
+import sqlite3
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from pathlib import Path
@@ -37,6 +39,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
     session_service_pb2,
 )
 from ces_eval.storage import tables
+from ces_eval.storage.base import EtagMismatch
 from ces_eval.storage.sqlite import SqliteStorage
 from ces_eval.surfaces.boundary import Boundary, Inputs
 from ces_eval.surfaces.grpc_api import Dispatcher
@@ -401,9 +404,10 @@ def test_a_scenario_evaluation_teaches_the_stand_in_nothing() -> None:
 
 
 class _Core:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, shared: bool = False) -> None:
         self.loop = asyncio.new_event_loop()
-        self.storage = SqliteStorage(path)
+        self.path = path
+        self.storage = SqliteStorage(path, shared=shared)
         self.run(self.storage.open())
         self.core = Core(self.storage, pages.PageTokens(self.run(self.storage.secret())))
 
@@ -460,6 +464,66 @@ def test_a_full_conversation_refuses_the_next_turn_and_keeps_what_it_holds(core:
     assert (refused.code, refused.reason) == (Code.FAILED_PRECONDITION, "TOO_LARGE")
     stored = core.run(core.storage.get_row(tables.CONVERSATIONS, conversation.name))
     assert len(stored.turns) == limits.MAX_REPEATED
+
+
+def test_a_conversations_write_is_conditional_on_the_version_it_read(core: _Core) -> None:
+    """A Conversation has no etag: its row's version is a digest of what is stored, so a
+    write over a stale read is refused (the session's append then reads and appends again)."""
+    core.turn("first")
+    name = f"{APP}/conversations/s1"
+    stale = core.run(core.storage.get_row(tables.CONVERSATIONS, name))
+    core.turn("second")  # meanwhile, another turn of the session
+    stale.turns.add().messages.add(role="user", chunks=[content_pb2.Chunk(text="lost?")])
+    with pytest.raises(EtagMismatch):
+        core.run(
+            core.storage.replace_row(
+                tables.CONVERSATIONS, stale, tables.CONVERSATIONS.version(stale)
+            )
+        )
+    fresh = core.run(core.storage.get_row(tables.CONVERSATIONS, name))
+    assert [t.messages[0].chunks[0].text for t in fresh.turns] == ["first", "second"]
+
+
+def test_turns_played_at_once_by_two_processes_are_all_recorded(tmp_path: Path) -> None:
+    """Two cores on one database (as --workers or replicas): every turn of the session they
+    play at once is in its conversation, none written over."""
+    # As the workers of one --workers group: the first holds the file (as their supervisor).
+    cores = [_Core(tmp_path / "shared.db"), _Core(tmp_path / "shared.db", shared=True)]
+    each = 15
+    try:
+
+        def play(core: _Core, label: str) -> None:
+            for index in range(each):
+                core.turn(f"{label} {index}")
+
+        threads = [
+            threading.Thread(target=play, args=(core, label))
+            for core, label in zip(cores, "ab", strict=True)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        stored = cores[0].run(
+            cores[0].storage.get_row(tables.CONVERSATIONS, f"{APP}/conversations/s1")
+        )
+        said = sorted(t.messages[0].chunks[0].text for t in stored.turns)
+        assert said == sorted(f"{label} {index}" for label in "ab" for index in range(each))
+        assert stored.turn_count == 2 * each
+    finally:
+        for core in cores:
+            core.close()
+
+
+def test_a_conversation_stored_before_versions_is_continued(core: _Core) -> None:
+    """A row written before conversations were versioned holds "" as its version."""
+    core.turn("before")
+    name = f"{APP}/conversations/s1"
+    with sqlite3.connect(core.path) as database:
+        database.execute("UPDATE conversations SET etag = '' WHERE name = ?", (name,))
+    core.turn("after")
+    stored = core.run(core.storage.get_row(tables.CONVERSATIONS, name))
+    assert [t.messages[0].chunks[0].text for t in stored.turns] == ["before", "after"]
 
 
 @pytest.mark.parametrize(

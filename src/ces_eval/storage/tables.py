@@ -26,6 +26,7 @@ used.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -167,6 +168,20 @@ class Table(Generic[M]):
     created: str = "create_time"
     aliases: tuple[tuple[str, str], ...] = ()
     fold_case: bool = False
+    # For a message without an etag field: its etag column holds a digest of the stored bytes
+    # (:meth:`version`), so that a write may be conditional on what it read (replace_row's
+    # expected etag) as for a resource with one. Rows stored before hold "" there.
+    versioned: bool = False
+
+    def version(self, message: M) -> str:
+        """The etag column of ``message`` as stored: its own etag, else (``versioned``) the
+        digest of its bytes, else ""."""
+        if "etag" in self.fields:
+            return str(getattr(message, "etag"))  # noqa: B009 - not every message has one
+        if not self.versioned:
+            return ""
+        data = message.SerializeToString(deterministic=True)
+        return hashlib.blake2b(data, digest_size=12).hexdigest()
 
     @cached_property
     def _descriptor(self) -> descriptor.Descriptor:
@@ -241,7 +256,7 @@ class Table(Generic[M]):
             parent_of(name),
             str(getattr(message, "display_name", "")),
             *stamps,
-            str(getattr(message, "etag", "")),
+            self.version(message),
             message.SerializeToString(deterministic=True),
             *(column.value(message) for column in self.columns),
         )
@@ -330,6 +345,7 @@ CONVERSATIONS = Table(
         "turn_count",
     ),
     unique_display_name=False,  # a conversation has no display name
+    versioned=True,  # a session's turns are appended to it (core/engine/session_service.py)
     orders=(
         Order("start_time", descending=True, sql="COALESCE({table}.start_time, 0)"),
         Order("end_time", descending=True, sql="COALESCE({table}.end_time, 0)"),

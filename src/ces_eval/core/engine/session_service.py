@@ -27,16 +27,17 @@ import time
 import weakref
 import zoneinfo
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from typing import TYPE_CHECKING, Any, cast
 
 from ces_eval.contract import limits, schema
 from ces_eval.core.aip import names, standard
 from ces_eval.core.aip.context import BidiStreaming, Draining, Rpc, ServerStreaming
+from ces_eval.core.aip.retry import Changed, rewrite
 from ces_eval.core.aip.stamps import now
 from ces_eval.core.engine import agent_scoring, outcomes, sessions
 from ces_eval.core.engine.agents import Agent, AgentFailure, agent_chunks
-from ces_eval.core.resources import agent_endpoints, app_resources, apps, conversations
+from ces_eval.core.resources import agent_endpoints, app_resources, apps
 from ces_eval.errors import Code, ServiceError
 from ces_eval.generated.google.cloud.ces.v1beta import (
     content_pb2,
@@ -45,7 +46,7 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
     session_service_pb2,
 )
 from ces_eval.storage import tables
-from ces_eval.storage.base import ListQuery, OrderBy, SortKey
+from ces_eval.storage.base import Conflict, EtagMismatch, ListQuery, Missing, OrderBy, SortKey
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable
@@ -336,16 +337,9 @@ async def play_turn(context: Context, request: _Request, caller: Caller) -> _Res
         clock = time.monotonic()
         answer = await _agent_answer(context, session, request)
         millis = max(1, round((time.monotonic() - clock) * 1000))
-        await _record(
-            context,
-            session,
-            stored=stored,
-            request=request,
-            answer=answer,
-            started=started,
-            millis=millis,
+        turn = await _append(
+            context, session, request=request, answer=answer, started=started, millis=millis
         )
-    turn = 1 + (len(stored.turns) if stored is not None else 0)
     for output in answer.outputs:
         output.turn_index = turn
     if answer.outputs:
@@ -353,8 +347,54 @@ async def play_turn(context: Context, request: _Request, caller: Caller) -> _Res
     return answer
 
 
-async def _record(
+async def _append(
     context: Context,
+    session: _Session,
+    *,
+    request: _Request,
+    answer: _Response,
+    started: timestamp_pb2.Timestamp,
+    millis: int,
+) -> int:
+    """The turn recorded at the end of the session's conversation as stored now: its number.
+    Each write is conditional on the conversation read (its version, tables.CONVERSATIONS), and
+    read and appended again when another turn of the session was recorded meanwhile (by another
+    process: --workers, replicas), so that no turn is lost; the agent is not called again."""
+
+    async def round_() -> int:
+        stored = await context.storage.get_row(tables.CONVERSATIONS, session.conversation)
+        if stored is not None and len(stored.turns) >= limits.MAX_REPEATED:
+            raise _full(stored)
+        conversation = _with_turn(
+            session, stored=stored, request=request, answer=answer, started=started, millis=millis
+        )
+        try:
+            if stored is None:
+                await context.storage.insert_row(tables.CONVERSATIONS, conversation)
+            else:
+                await _replace(context, conversation, stored)
+        except (Conflict, EtagMismatch, Missing) as changed:
+            raise Changed from changed
+        return len(conversation.turns)
+
+    given_up = partial(ServiceError.aborted_etag, names.CONVERSATION.type, session.conversation)
+    return await rewrite(round_, given_up)
+
+
+async def _replace(context: Context, conversation: _Conversation, stored: _Conversation) -> None:
+    """``conversation`` in place of ``stored``, if that is still what is stored. A row stored
+    before conversations were versioned holds no version: when the version does not match but
+    the row is ``stored`` still, it is one of those, replaced on that condition."""
+    table = tables.CONVERSATIONS
+    try:
+        await context.storage.replace_row(table, conversation, table.version(stored))
+    except EtagMismatch:
+        if await context.storage.get_row(table, stored.name) != stored:
+            raise
+        await context.storage.replace_row(table, conversation, "")
+
+
+def _with_turn(
     session: _Session,
     *,
     stored: _Conversation | None,
@@ -362,7 +402,10 @@ async def _record(
     answer: _Response,
     started: timestamp_pb2.Timestamp,
     millis: int,
-) -> None:
+) -> _Conversation:
+    """``stored`` (a new conversation when None) with the turn of ``request`` and ``answer``
+    appended, its fields and turn_count set; FAILED_PRECONDITION when it would pass its
+    bound."""
     conversation = _Conversation()
     if stored is not None:
         conversation.CopyFrom(stored)
@@ -395,11 +438,8 @@ async def _record(
         agent = turn.messages.add(role="agent", chunks=chunks)
         agent.event_time.CopyFrom(clock.at)
     conversation.end_time.CopyFrom(clock.at)
-    if stored is None:
-        await conversations.store(context, conversation)
-    else:
-        conversation.turn_count = len(conversation.turns)
-        await context.storage.replace_row(tables.CONVERSATIONS, conversation, "")
+    conversation.turn_count = len(conversation.turns)
+    return conversation
 
 
 # -- the RPCs -------------------------------------------------------------------------------------
