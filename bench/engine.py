@@ -14,8 +14,8 @@ process, pinned to the other core) answers each call after ``delay`` seconds; ru
 ``goldens`` single-turn goldens, then of as many 3-turn goldens (STABLE: a session per turn,
 one after another), at the endpoint's default concurrency N, each as a ratio of the ideal time
 ceil(goldens / N) x turns x delay; then the results per second of ``goldens`` x 5 single-turn
-repetitions against an agent answering at once; then the scale: one run of
-:data:`SCALE_SESSIONS` sessions (100 goldens x 100) against that agent, with the server's peak
+repetitions against an agent answering at once; then the scale: one run of ``scale_sessions``
+(:data:`SCALE_SESSIONS` by default: 100 goldens x 100) against that agent, with the server's peak
 RSS over the run (VmHWM, reset before it) beside its RSS before, so that what the run costs in
 memory shows: bounded means it does not grow with the run's size.
 
@@ -222,6 +222,7 @@ def measure_agent(
     work: Path,
     *,
     goldens: int = 200,
+    scale_sessions: int = SCALE_SESSIONS,
     server_cpu: int | None = None,
     agent_cpu: int | None = None,
     label: str = "engine-agent",
@@ -257,7 +258,7 @@ def measure_agent(
                     uri,
                     goldens=100,
                     turns=1,
-                    repetitions=SCALE_SESSIONS // 100,
+                    repetitions=max(1, scale_sessions // 100),
                 )
                 scale["rss_before_mb"] = before
                 scale["peak_rss_mb"] = server.memory_mb("VmHWM") if peak_reset else None

@@ -28,6 +28,8 @@ class Options:
     # The run engine's measurement: one run of this many evaluations x repetitions.
     engine_evaluations: int = 200
     engine_repetitions: int = 5
+    # The largest run against a 0 s agent, whose peak RSS is reported (limits.MAX_RUN_RESULTS).
+    scale_sessions: int = 10_000
     database: str | None = None
     output: Path = BENCH / "results"
     workdir: Path | None = None

@@ -635,6 +635,7 @@ def engine(options: Options, work: Path) -> dict[str, Any]:
         f"sqlite:///{folder / 'agent.db'}",
         folder,
         goldens=options.engine_evaluations,
+        scale_sessions=options.scale_sessions,
         server_cpu=options.server_cpu,
         agent_cpu=options.client_cpu,
     )
@@ -870,6 +871,12 @@ def _options(argv: list[str] | None) -> Options:
         type=int,
         default=defaults.engine_repetitions,
         help="the run engine's measurement: run_count",
+    )
+    parser.add_argument(
+        "--scale-sessions",
+        type=int,
+        default=defaults.scale_sessions,
+        help="the run engine's largest run against a 0 s agent: sessions (a multiple of 100)",
     )
     parser.add_argument(
         "--database",

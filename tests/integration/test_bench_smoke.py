@@ -100,6 +100,7 @@ OPTION_FIELDS = {
     "log_repeats",
     "engine_evaluations",
     "engine_repetitions",
+    "scale_sessions",
     "database",
     "server_cpu",
     "client_cpu",
@@ -143,6 +144,8 @@ def test_harness_runs_every_scenario_without_errors(tmp_path: Path) -> None:
             "10",
             "--engine-repetitions",
             "2",
+            "--scale-sessions",
+            "200",
             "--output",
             str(output),
             "--workdir",
@@ -178,8 +181,15 @@ def test_harness_runs_every_scenario_without_errors(tmp_path: Path) -> None:
     agent = report["engine"]["agent"]
     assert agent["concurrency"] == 16 and agent["server_exit"] == 0, agent
     assert agent["server_log_problems"] == [], agent
-    for key, sessions in (("single_turn", 10), ("three_turns", 10), ("zero_latency", 50)):
+    for key, sessions in (
+        ("single_turn", 10),
+        ("three_turns", 10),
+        ("zero_latency", 50),
+        ("scale", 200),
+    ):
         assert agent[key]["sessions"] == sessions and agent[key]["run_checked"], agent
+    # The scale run's memory: the server's RSS before it and its peak over it.
+    assert 0 < agent["scale"]["rss_before_mb"] <= agent["scale"]["peak_rss_mb"], agent
     assert agent["single_turn"]["ideal_seconds"] == 0.25 and agent["single_turn"]["ratio_to_ideal"]
     assert set(report["machine"]) >= MACHINE_FIELDS
     assert set(report["options"]) >= OPTION_FIELDS
@@ -253,8 +263,8 @@ def test_harness_runs_every_scenario_without_errors(tmp_path: Path) -> None:
     assert all(s["server_exit"] == 0 and s["server_log_problems"] == [] for s in servers.values())
 
     targets = report["targets"]
-    # 20 of reads and creates (issue 19), 2: the engine on both databases, 3: against an agent
-    assert len(targets) == 20 + len(LOG_WORKLOADS) + 2 + 3
+    # 20 of reads and creates (issue 19), 2: the engine on both databases, 4: against an agent
+    assert len(targets) == 20 + len(LOG_WORKLOADS) + 2 + 4
     assert all({"target", "value", "threshold", "unit", "met"} <= set(t) for t in targets)
     assert targets[-1]["target"] == "every request succeeded" and targets[-1]["met"]
 
