@@ -67,6 +67,9 @@ EXPECTED = {
     "SessionService_RunSession": ("post", f"/v1beta{SESSION}:runSession"),
     "SessionService_StreamRunSession": ("post", f"/v1beta{SESSION}:streamRunSession"),
     "WidgetService_GenerateChatToken": ("post", f"/v1beta{SESSION}:generateChatToken"),
+    "ToolService_ExecuteTool": ("post", f"/v1beta{APP}:executeTool"),
+    "ToolService_RetrieveToolSchema": ("post", f"/v1beta{APP}:retrieveToolSchema"),
+    "ToolService_RetrieveTools": ("post", f"/v1beta{APP}/toolsets/{{toolset}}:retrieveTools"),
     "AgentService_ListConversations": ("get", f"/v1beta{APP}/conversations"),
     "AgentService_DeleteConversation": ("delete", f"/v1beta{CONVERSATION}"),
     "AgentService_BatchDeleteConversations": (
@@ -648,6 +651,7 @@ def test_operation_texts_and_tags() -> None:
         "EvaluationService",
         "AgentService",
         "SessionService",
+        "ToolService",
         "WidgetService",
         "Operations",
         "Locations",
