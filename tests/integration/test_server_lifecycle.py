@@ -19,16 +19,23 @@ from ces_eval.testing.server import RunningServer, run_serve, start_server
 from tests.support.load import CreateLoad, golden_evaluation, list_names
 
 APP = "projects/p/locations/l/apps/a"
+# The whole google.cloud.ces.v1beta API, each service healthy and listed by reflection.
+CES_SERVICES = tuple(
+    f"google.cloud.ces.v1beta.{name}"
+    for name in (
+        "EvaluationService",
+        "AgentService",
+        "SessionService",
+        "ToolService",
+        "WidgetService",
+    )
+)
 
 
 def test_health_and_reflection(server: RunningServer) -> None:
     with grpc.insecure_channel(server.grpc_target) as channel:
         health = health_pb2_grpc.HealthStub(channel)
-        for service in (
-            "",
-            "google.cloud.ces.v1beta.EvaluationService",
-            "google.cloud.ces.v1beta.AgentService",
-        ):
+        for service in ("", *CES_SERVICES):
             answer = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
             assert answer.status == health_pb2.HealthCheckResponse.SERVING
         stub = reflection_pb2_grpc.ServerReflectionStub(channel)
@@ -37,8 +44,7 @@ def test_health_and_reflection(server: RunningServer) -> None:
         )
         listed = {s.name for r in responses for s in r.list_services_response.service}
     assert listed == {
-        "google.cloud.ces.v1beta.EvaluationService",
-        "google.cloud.ces.v1beta.AgentService",
+        *CES_SERVICES,
         "ces_eval.emulator.v1.EmulatorService",
         "google.longrunning.Operations",
         "google.cloud.location.Locations",
