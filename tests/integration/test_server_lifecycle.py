@@ -16,26 +16,16 @@ from ces_eval.generated.google.cloud.ces.v1beta import (
     evaluation_service_pb2_grpc as service_grpc,
 )
 from ces_eval.testing.server import RunningServer, run_serve, start_server
+from tests.support import contract
 from tests.support.load import CreateLoad, golden_evaluation, list_names
 
 APP = "projects/p/locations/l/apps/a"
-# The whole google.cloud.ces.v1beta API, each service healthy and listed by reflection.
-CES_SERVICES = tuple(
-    f"google.cloud.ces.v1beta.{name}"
-    for name in (
-        "EvaluationService",
-        "AgentService",
-        "SessionService",
-        "ToolService",
-        "WidgetService",
-    )
-)
 
 
 def test_health_and_reflection(server: RunningServer) -> None:
     with grpc.insecure_channel(server.grpc_target) as channel:
         health = health_pb2_grpc.HealthStub(channel)
-        for service in ("", *CES_SERVICES):
+        for service in ("", *contract.SERVICES):
             answer = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
             assert answer.status == health_pb2.HealthCheckResponse.SERVING
         stub = reflection_pb2_grpc.ServerReflectionStub(channel)
@@ -44,7 +34,7 @@ def test_health_and_reflection(server: RunningServer) -> None:
         )
         listed = {s.name for r in responses for s in r.list_services_response.service}
     assert listed == {
-        *CES_SERVICES,
+        *contract.SERVICES,
         "ces_eval.emulator.v1.EmulatorService",
         "google.longrunning.Operations",
         "google.cloud.location.Locations",

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from ces_eval.access import BidiHandler, Caller, Handler, StreamHandler
     from ces_eval.contract.encoded import Response
     from ces_eval.core.aip.context import AnswerKeeper
+    from ces_eval.logs import Call
 
 __all__ = ["CALLER_METADATA", "Dispatcher"]
 
@@ -252,6 +253,31 @@ async def _decoded(request_class: type[Message], raw: bytes) -> Message:
     return await off_loop(len(raw) > LOOP_BYTES, _decode, request_class, raw)
 
 
+async def _streamed(
+    boundary: Boundary,
+    name: str,
+    context: grpc.aio.ServicerContext[Any, Any],
+    work: Callable[[Caller], AsyncIterator[Response]],
+    line: Call | None,
+) -> AsyncIterator[Response]:
+    """The responses of ``work`` through the boundary (:meth:`Boundary.stream`), sent as
+    they come; the error that ends the stream as its status, once its request line is done."""
+    failed: ServiceError | None = None
+    try:
+        responses = boundary.stream(
+            name, lambda: _inputs(context), work, line=line, expired=lambda: _expired(context)
+        )
+        try:
+            async for response in responses:
+                yield response
+        except ServiceError as error:
+            failed = error
+    finally:
+        boundary.finish(line)
+    if failed is not None:
+        await _abort(context, failed)
+
+
 def _stream_behavior(
     path: str,
     method: descriptor.MethodDescriptor,
@@ -276,20 +302,8 @@ def _stream_behavior(
             async for response in implementation(request, caller):
                 yield response
 
-        failed: ServiceError | None = None
-        try:
-            responses = boundary.stream(
-                name, lambda: _inputs(context), work, line=line, expired=lambda: _expired(context)
-            )
-            try:
-                async for response in responses:
-                    yield response
-            except ServiceError as error:
-                failed = error
-        finally:
-            boundary.finish(line)
-        if failed is not None:
-            await _abort(context, failed)
+        async for response in _streamed(boundary, name, context, work, line):
+            yield response
 
     return grpc.unary_stream_rpc_method_handler(handle, response_serializer=_serialized)
 
@@ -347,20 +361,8 @@ def _bidi_behavior(
         def work(caller: Caller) -> AsyncIterator[Response]:
             return implementation(_requests(request_class, incoming, draining, idle), caller)
 
-        failed: ServiceError | None = None
-        try:
-            responses = boundary.stream(
-                name, lambda: _inputs(context), work, line=line, expired=lambda: _expired(context)
-            )
-            try:
-                async for response in responses:
-                    yield response
-            except ServiceError as error:
-                failed = error
-        finally:
-            boundary.finish(line)
-        if failed is not None:
-            await _abort(context, failed)
+        async for response in _streamed(boundary, name, context, work, line):
+            yield response
 
     return grpc.stream_stream_rpc_method_handler(handle, response_serializer=_serialized)
 
